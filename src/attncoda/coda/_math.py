@@ -28,7 +28,10 @@ def logsumexp(xp: Any, z: Any) -> Any:
     """``log(sum(exp(z)))`` over the last axis without overflow; all ``-inf`` gives ``-inf``."""
     m = xp.max(z, axis=-1, keepdims=True)
     m = xp.where(xp.isfinite(m), m, xp.zeros_like(m))
-    return xp.log(xp.sum(xp.exp(z - m), axis=-1)) + m[..., 0]
+    total = xp.sum(xp.exp(z - m), axis=-1)
+    positive = total > 0
+    logs = xp.log(xp.where(positive, total, xp.ones_like(total)))
+    return xp.where(positive, logs, xp.full_like(total, -math.inf)) + m[..., 0]
 
 
 def normalise(xp: Any, z: Any) -> Any:

@@ -15,9 +15,9 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.coda import _math
 from attncoda.coda._validate import (
-    first_index,
     as_array,
     check_logs,
+    first_index,
     move_axis_last,
     namespace_of,
     sink_positions,
@@ -230,9 +230,11 @@ def log_probs(
             )
         n = p.shape[-1]
         d = (1.0 / n) ** 2 if delta is None else float(delta)
+        if not d > 0:
+            raise AttncodaError(f"delta must be positive; got delta={d:g}")
         n_zero = xp.sum(xp.astype(is_zero, p.dtype), axis=-1, keepdims=True)
         shrink = 1 - n_zero * d
-        if not 0 < d < 1 or bool(xp.any(shrink <= 0)):
+        if bool(xp.any(shrink <= 0)):
             raise AttncodaError(
                 f"delta={d:g} is too large for rows with {int(to_numpy(n_zero).max())} zeros: "
                 "zeros times delta must stay below 1; pass a smaller delta"
@@ -262,8 +264,8 @@ def clr(logp: Any, axis: int = -1) -> Any:
     Examples
     --------
     >>> import numpy as np
-    >>> clr(np.log(np.array([0.5, 0.25, 0.25]))).round(4)
-    array([ 0.4621, -0.2310, -0.2310])
+    >>> clr(np.log(np.array([0.5, 0.25, 0.25]))).round(4).tolist()
+    [0.4621, -0.231, -0.231]
     """
     xp, z = _rows(logp, "logp", axis, allow_neg_inf=False)
     out = _math.clr(xp, z)
@@ -293,8 +295,8 @@ def sink_balance(logp: Any, sink: Any = 0, axis: int = -1) -> Any:
     Examples
     --------
     >>> import numpy as np
-    >>> float(sink_balance(np.log(np.array([0.8, 0.1, 0.1])))).__round__(4)
-    1.6978
+    >>> round(float(sink_balance(np.log(np.array([0.8, 0.1, 0.1])))), 4)
+    1.6979
     """
     xp, z = _rows(logp, "logp", axis, allow_neg_inf=False)
     return _math.sink_balance(xp, z, sink_positions(sink, z.shape[-1]))
@@ -381,9 +383,10 @@ def _closed(xp: Any, z: Any, name: str) -> Any:
     lse = _math.logsumexp(xp, z)
     bad = ~xp.isfinite(lse)
     if bool(xp.any(bad)):
+        where = first_index(bad)
         raise AttncodaError(
-            f"row {first_index(bad)} of {name} has no key with positive probability "
-            "(every entry is -inf)"
+            f"{f'row {where} of {name}' if where else name} has no key with positive "
+            "probability (every entry is -inf)"
         )
     return z - lse[..., None]
 
@@ -395,8 +398,10 @@ def _entropy_parts(xp: Any, lp: Any, sink: tuple[int, ...], name: str):
     for part, logmass in (("content", log_c), ("sink", log_s)):
         bad = ~xp.isfinite(logmass)
         if bool(xp.any(bad)):
+            where = first_index(bad)
             raise AttncodaError(
-                f"row {first_index(bad)} of {name} puts no mass on its {part} keys: the "
+                f"{f'row {where} of {name}' if where else name} puts no mass on its {part} "
+                "keys: the "
                 f"{part} composition is undefined there; drop that row or give it logits"
             )
     binary = -(xp.exp(log_s) * log_s + xp.exp(log_c) * log_c)
@@ -435,9 +440,7 @@ def entropy_split(logp: Any, sink: Any = 0, axis: int = -1) -> EntropySplit:
     )
 
 
-def entropy_change_split(
-    logp0: Any, logp1: Any, sink: Any = 0, axis: int = -1
-) -> EntropyChange:
+def entropy_change_split(logp0: Any, logp1: Any, sink: Any = 0, axis: int = -1) -> EntropyChange:
     r"""Split the entropy change from state 0 to state 1 into sink and content parts.
 
     The two-factor Shapley split of ``H(p) = A(s, p_S) + (1-s) H(q)``:

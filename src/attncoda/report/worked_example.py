@@ -43,8 +43,9 @@ def worked_example() -> str:
             lines.append(line(f"{metric} ({convention})", ab, ac))
     ab, ac = (aitchison_split(logs["A"], logs[o], sink=0) for o in ("B", "C"))
     for field in ("total", "sink", "content"):
-        lines.append(line(f"aitchison {field}", float(getattr(ab, field)),
-                          float(getattr(ac, field))))
+        lines.append(
+            line(f"aitchison {field}", float(getattr(ab, field)), float(getattr(ac, field)))
+        )
     lines += [
         "",
         "keep and drop give opposite verdicts: keep calls C closer (A and C share a sink mass),",
