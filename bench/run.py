@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", action="store_true", help="also print a cProfile breakdown of attncoda's side"
     )
+    parser.add_argument(
+        "--only", choices=("coda", "capture"), help="run one part (default: both)"
+    )
     args = parser.parse_args(argv)
     if args.threads > 0:
         for name in THREAD_VARIABLES:
@@ -54,10 +57,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} cpus, threads={threads}, quick={args.quick}, "
         f"repeats={args.repeats}"
     )
-    results = coda_bench.run(quick=args.quick, repeats=args.repeats)
-    print(coda_bench.table(results))
-    if args.profile:
-        print(coda_bench.profile())
+    results = []
+    if args.only in (None, "coda"):
+        results = coda_bench.run(quick=args.quick, repeats=args.repeats)
+        print(coda_bench.table(results))
+        if args.profile:
+            print(coda_bench.profile())
+    captured = []
+    if args.only in (None, "capture"):
+        import capture_bench
+
+        captured = capture_bench.run(
+            quick=args.quick, repeats=args.repeats, threads=max(args.threads, 1)
+        )
+        print(capture_bench.table(captured))
     print(
         json.dumps(
             {
@@ -65,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 "quick": args.quick,
                 "threads": threads,
                 "results": [r.as_dict() for r in results],
+                "capture": captured,
             }
         )
     )

