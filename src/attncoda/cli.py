@@ -3,17 +3,220 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from attncoda._errors import AttncodaError
+
+METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
+
+
+def _slug(spec: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(spec).name if Path(spec).exists() else spec)
+
+
+def _out(args: argparse.Namespace, command: str, models: Sequence[str]) -> Path:
+    if args.out:
+        return Path(args.out)
+    return Path("attncoda-out") / command / "+".join(_slug(m) for m in models)
+
+
+def _metrics(text: str) -> tuple[str, ...]:
+    names = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in names if m not in METRICS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown metric(s) {unknown or text!r}: use a comma list of {', '.join(METRICS)}"
+        )
+    return names
+
+
+def _print_layers(layers) -> None:
+    print(
+        f"{'layer':>5}  {'sink mass':>9}  {'H(p)':>7}  {'H(q)':>7}  {'sink part':>9}  "
+        f"{'content part':>12}   (nats; means over rows with content)"
+    )
+    for row in layers.itertuples(index=False):
+        print(
+            f"{row.layer:>5}  {row.sink_mass:>9.3f}  {row.entropy:>7.3f}  "
+            f"{row.content_entropy:>7.3f}  {row.binary_term:>9.3f}  {row.content_term:>12.3f}"
+        )
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from attncoda.run.profile import profile
+
+    out = _out(args, "profile", [args.model])
+    result = profile(
+        args.model,
+        out,
+        text=args.text,
+        sink=args.sink,
+        max_tokens=args.max_tokens,
+        docs=args.docs,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        progress=True,
+    )
+    print(
+        f"{args.model}: {result.captured.capture.n_docs} windows of up to "
+        f"{args.max_tokens} tokens, sink = {args.sink}"
+    )
+    _print_layers(result.layers)
+    print("wrote " + ", ".join(str(f) for f in result.files))
+    return 0
+
+
+def _rows(args: argparse.Namespace, models: Sequence[str]):
+    from attncoda.run.conventions import model_rows
+
+    return [
+        model_rows(
+            m,
+            text=args.text,
+            sink=args.sink,
+            max_tokens=args.max_tokens,
+            docs=args.docs,
+            seed=args.seed,
+            progress=True,
+        )
+        for m in models
+    ]
+
+
+def _flips(args: argparse.Namespace) -> int:
+    from attncoda.run.conventions import run_flips
+
+    out = _out(args, "flips", args.models)
+    table, _, _ = run_flips(
+        _rows(args, args.models), out, metrics=args.metrics, n_boot=args.n_boot, seed=args.seed
+    )
+    print("flip rate of 'which head is closer' verdicts, keep vs drop (95% bootstrap CI):")
+    for row in table.itertuples(index=False):
+        print(
+            f"  {row.model:<24} {row.metric:<12} {row.flip_rate:6.1%}  "
+            f"[{row.ci_low:6.1%}, {row.ci_high:6.1%}]  of {row.n_triplets - row.n_ties} "
+            f"decided triplets ({row.n_ties} ties)"
+        )
+    print(f"wrote {out / 'flips.parquet'}, {out / 'flips_by_layer.parquet'}, {out / 'flips.png'}")
+    return 0
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from attncoda.run.conventions import run_cluster
+
+    out = _out(args, "cluster", [args.model])
+    result = run_cluster(
+        _rows(args, [args.model])[0], out, seed=args.seed, n_clusters=args.clusters
+    )
+    art = result.artifact
+    print(f"{args.model}: Spearman rho of MDS axis 1 with head sink mass, per variant:")
+    for variant, rho in art["spearman_axis1_vs_sink_mass"].items():
+        print(f"  {variant:<18} {'n/a' if rho is None else f'{rho:+.3f}'}")
+    ari = art["adjusted_rand"].get("keep|drop", float("nan"))
+    print(f"adjusted Rand index of the k-means clusters, keep vs drop: {ari:.3f}")
+    print(
+        f"mean share of pairwise d_A^2 that is the sink term: "
+        f"{art['mean_sink_share_of_aitchison_sq']:.3f}"
+    )
+    print(f"wrote {out / 'cluster.parquet'}, {out / 'artifact.json'}, {out / 'cluster.png'}")
+    return 0
+
+
+def _safety(args: argparse.Namespace) -> int:
+    from attncoda.run.conventions import run_safety
+
+    out = _out(args, "safety", args.models)
+    table, _ = run_safety(_rows(args, args.models), out, n_bins=args.bins)
+    for row in table.itertuples(index=False):
+        print(
+            f"  {row.model:<20} {row.metric:<12} {row.bin_kind:<10} "
+            f"[{row.bin_low:.3g}, {row.bin_high:.3g})  flip rate {row.flip_rate:6.1%}"
+        )
+    print(f"wrote {out / 'safety.parquet'}, {out / 'safety_grid.parquet'}, {out / 'safety.png'}")
+    return 0
+
+
+def _predictor_fit(args: argparse.Namespace) -> int:
+    from attncoda.run.conventions import fit_and_freeze, predictor_rows
+
+    if not args.out:
+        raise AttncodaError("predictor fit needs --out: the JSON file to write the predictor to")
+    rows = predictor_rows(_rows(args, args.models))
+    predictor = fit_and_freeze(rows, args.out, overwrite=args.overwrite)
+    print(f"fitted on {', '.join(r['model'] for r in rows)}; wrote {args.out}")
+    for name, (low, high) in zip(predictor.features, predictor.training_range, strict=True):
+        print(f"  {name}: training range [{low:.4g}, {high:.4g}]")
+    return 0
+
+
+def _predictor_apply(args: argparse.Namespace) -> int:
+    from attncoda.run.conventions import apply_predictor, predictor_rows
+
+    for outcome in apply_predictor(args.predictor, predictor_rows(_rows(args, args.models))):
+        p = outcome["prediction"]
+        said = (
+            f"ABSTAIN ({p.reason})"
+            if p.abstained
+            else f"predicted {p.point:.1%} [{p.low:.1%}, {p.high:.1%}]"
+        )
+        print(
+            f"{outcome['model']}: {said}; measured {outcome['measured']:.1%}; {outcome['verdict']}"
+        )
+    return 0
+
+
+def _train_tiny(args: argparse.Namespace) -> int:
+    from attncoda.capture.train import train_tiny
+
+    result = train_tiny(
+        args.out,
+        steps=args.steps,
+        seed=args.seed,
+        size=args.size,
+        window=args.window,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        threads=args.threads,
+        corpus=args.text,
+        overwrite=args.overwrite,
+        progress=True,
+    )
+    if not result.trained:
+        print(f"{args.out} already holds this series (same config): nothing to train")
+    print(f"{'step':>6}  {'train loss':>10}  {'val loss':>8}  first-token attention per layer")
+    for step, tr, va, att in zip(
+        result.steps, result.train_loss, result.val_loss, result.first_token_attention, strict=True
+    ):
+        print(f"{step:>6}  {tr:>10.3f}  {va:>8.3f}  " + " ".join(f"{a:.3f}" for a in att))
+    print(f"{result.steps_per_second:.2f} steps/s; checkpoints in {result.out_dir}")
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
     from attncoda.report.worked_example import worked_example
 
     print(worked_example())
-    return 0
+    if args.example_only:
+        return 0
+    print("\nNow the same split on a real model:\n")
+    args.out = args.out or str(Path("attncoda-out") / "demo")
+    return _profile(args)
+
+
+def _corpus_options(p: argparse.ArgumentParser, docs: int) -> None:
+    p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
+    p.add_argument(
+        "--sink",
+        default="first",
+        help="first | auto | positions like 0 or 0,1 | a token like [CLS] or id:101",
+    )
+    p.add_argument("--max-tokens", type=int, default=128, help="window length in tokens")
+    p.add_argument("--docs", type=int, default=docs, help="number of windows")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="output folder (default: attncoda-out/<command>/<model>)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,8 +226,69 @@ def build_parser() -> argparse.ArgumentParser:
         description="Attention rows as compositional data: exact sink/content splits.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="print the worked example of keep vs drop vs Aitchison")
+
+    demo = sub.add_parser("demo", help="the worked example, then a profile of smollm2")
+    demo.add_argument("--model", default="smollm2")
+    demo.add_argument("--example-only", action="store_true", help="print the example only")
+    _corpus_options(demo, docs=8)
+    demo.add_argument("--batch-size", type=int, default=8)
     demo.set_defaults(func=_demo)
+
+    prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
+    prof.add_argument("model", help="smollm2 | minilm | owner/name[@rev] | folder | file.gguf")
+    _corpus_options(prof, docs=32)
+    prof.add_argument("--batch-size", type=int, default=8)
+    prof.set_defaults(func=_profile)
+
+    fl = sub.add_parser("flips", help="flip rate of head-similarity verdicts, keep vs drop")
+    fl.add_argument("models", nargs="+")
+    fl.add_argument(
+        "--metrics",
+        type=_metrics,
+        default=METRICS,
+        help="comma list of cosine,jsd,entropy_gap,hellinger,tv",
+    )
+    fl.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of documents")
+    _corpus_options(fl, docs=16)
+    fl.set_defaults(func=_flips)
+
+    cl = sub.add_parser("cluster", help="Clark et al. head clustering under four variants")
+    cl.add_argument("model")
+    cl.add_argument("--clusters", type=int, default=4, help="k-means clusters")
+    _corpus_options(cl, docs=16)
+    cl.set_defaults(func=_cluster)
+
+    sa = sub.add_parser("safety", help="flip rate by sink share and sink-mass gap")
+    sa.add_argument("models", nargs="+")
+    sa.add_argument("--bins", type=int, default=5)
+    _corpus_options(sa, docs=16)
+    sa.set_defaults(func=_safety)
+
+    pr = sub.add_parser("predictor", help="fit or apply the frozen flip-rate predictor")
+    prs = pr.add_subparsers(dest="action", required=True)
+    fit = prs.add_parser("fit", help="fit on models, write a frozen JSON file")
+    fit.add_argument("models", nargs="+")
+    _corpus_options(fit, docs=16)
+    fit.add_argument("--overwrite", action="store_true")
+    fit.set_defaults(func=_predictor_fit)
+    app = prs.add_parser("apply", help="predict, measure and give the verdict")
+    app.add_argument("predictor", help="a predictor JSON file")
+    app.add_argument("models", nargs="+")
+    _corpus_options(app, docs=16)
+    app.set_defaults(func=_predictor_apply)
+
+    tt = sub.add_parser("train-tiny", help="train a small GPT-NeoX from scratch (checkpoints)")
+    tt.add_argument("out", help="folder for the step<N> checkpoints")
+    tt.add_argument("--steps", type=int, default=1000)
+    tt.add_argument("--seed", type=int, default=0)
+    tt.add_argument("--size", default="small", choices=("tiny", "small"))
+    tt.add_argument("--window", type=int, default=128)
+    tt.add_argument("--batch-size", type=int, default=16)
+    tt.add_argument("--lr", type=float, default=2e-3)
+    tt.add_argument("--threads", type=int, default=1)
+    tt.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
+    tt.add_argument("--overwrite", action="store_true")
+    tt.set_defaults(func=_train_tiny)
     return parser
 
 

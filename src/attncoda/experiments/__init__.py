@@ -1,0 +1,1 @@
+"""Experiments: pure functions over captured attention (DESIGN.md §3)."""

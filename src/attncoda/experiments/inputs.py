@@ -1,0 +1,74 @@
+"""What the experiments consume: recorded attention rows of every head, per document."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+
+
+@dataclass(frozen=True)
+class DocRows:
+    """Recorded log-probability rows of every head for one document.
+
+    Attributes
+    ----------
+    logp : ndarray, shape (head, row, key_pos)
+        Log-probabilities (float32 or float64) of every head — heads flattened layer-major,
+        ``layer * n_heads + head`` — at the same recorded query positions. Entries where
+        ``key_mask`` is False are ignored whatever they hold.
+    key_mask : ndarray of bool, shape (row, key_pos)
+        Which keys each recorded row attends to (causal rows are shorter).
+    sink : tuple of int
+        The document's sink key positions (key 0 = the first real token).
+    """
+
+    logp: np.ndarray
+    key_mask: np.ndarray
+    sink: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HeadRows:
+    """Everything a convention experiment needs from one model.
+
+    Attributes
+    ----------
+    model : str
+        The model spec (as given to ``load_model``), used to label tables.
+    n_layers, n_heads : int
+        Heads are flattened layer-major: head index ``i`` is layer ``i // n_heads``.
+    docs : tuple of DocRows
+        One entry per document, all with ``n_layers * n_heads`` heads.
+    sink_mass : ndarray, shape (head,)
+        Mean sink mass of each head over the rows that have content.
+    """
+
+    model: str
+    n_layers: int
+    n_heads: int
+    docs: tuple[DocRows, ...]
+    sink_mass: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = self.n_layers * self.n_heads
+        if not self.docs:
+            raise AttncodaError(f"model {self.model!r} has no documents with recorded rows")
+        for i, doc in enumerate(self.docs):
+            if doc.logp.shape[0] != n:
+                raise AttncodaError(
+                    f"document {i} of {self.model!r} has {doc.logp.shape[0]} heads; "
+                    f"expected n_layers * n_heads = {n}"
+                )
+        if tuple(self.sink_mass.shape) != (n,):
+            raise AttncodaError(
+                f"sink_mass of {self.model!r} must have shape ({n},); "
+                f"got {tuple(self.sink_mass.shape)}"
+            )
+
+    @property
+    def layer_of(self) -> np.ndarray:
+        """Layer of each flattened head, shape (head,)."""
+        return np.arange(self.n_layers * self.n_heads) // self.n_heads

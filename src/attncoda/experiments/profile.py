@@ -1,0 +1,99 @@
+"""Per-head summaries of captured row statistics (the tables of ``attncoda profile``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+
+ROW_COLUMNS = (
+    "doc",
+    "layer",
+    "head",
+    "query_pos",
+    "n_keys",
+    "sink_mass",
+    "entropy",
+    "content_entropy",
+    "within_sink_entropy",
+    "sink_balance",
+    "has_content",
+)
+MEANS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
+
+
+def entropy_terms(rows: Any) -> Any:
+    """The three additive entropy terms of each row, in nats.
+
+    ``entropy == binary_term + within_sink_term + content_term`` for rows with content:
+    ``binary_term = h(s)``, ``within_sink_term = s H(p_S/s)``, ``content_term = (1-s) H(q)``.
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        A rows table (columns of :data:`ROW_COLUMNS`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``binary_term``, ``within_sink_term``, ``content_term``, aligned with ``rows``.
+    """
+    import pandas as pd
+
+    s = rows["sink_mass"].to_numpy(dtype=np.float64)
+    c = np.clip(1.0 - s, 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        binary = -(np.where(s > 0, s * np.log(s), 0.0) + np.where(c > 0, c * np.log(c), 0.0))
+    content = rows["content_entropy"].astype("Float64").fillna(0.0).to_numpy(np.float64)
+    return pd.DataFrame(
+        {
+            "binary_term": binary,
+            "within_sink_term": s * rows["within_sink_entropy"].to_numpy(np.float64),
+            "content_term": c * content,
+        },
+        index=rows.index,
+    )
+
+
+def head_summary(rows: Any) -> Any:
+    """One row per (layer, head): means over the rows that have content, and row counts.
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        A rows table: one row per (doc, layer, head, query_pos), columns of
+        :data:`ROW_COLUMNS`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``layer, head, n_rows, n_rows_no_content`` and the means (over rows with
+        content) of ``sink_mass, entropy, content_entropy, within_sink_entropy,
+        sink_balance, binary_term, within_sink_term, content_term`` — entropies in nats;
+        ``entropy == binary_term + within_sink_term + content_term`` up to rounding.
+    """
+    missing = [c for c in ROW_COLUMNS if c not in rows.columns]
+    if missing:
+        raise AttncodaError(f"rows table lacks columns {missing}; expected {list(ROW_COLUMNS)}")
+    has = rows["has_content"].to_numpy(bool)
+    counts = rows.groupby(["layer", "head"], sort=True).agg(
+        n_rows=("has_content", "size"), n_rows_with_content=("has_content", "sum")
+    )
+    counts["n_rows_no_content"] = counts["n_rows"] - counts["n_rows_with_content"]
+    kept = rows.loc[has, ["layer", "head", *MEANS]].copy()
+    for col in MEANS:
+        kept[col] = kept[col].astype(np.float64)
+    kept = kept.join(entropy_terms(rows.loc[has]))
+    means = kept.groupby(["layer", "head"], sort=True).mean()
+    out = counts.drop(columns="n_rows_with_content").join(means, how="left").reset_index()
+    out["n_rows"] = out["n_rows"].astype(np.int64)
+    out["n_rows_no_content"] = out["n_rows_no_content"].astype(np.int64)
+    return out
+
+
+def layer_summary(heads: Any) -> Any:
+    """Per-layer means of the head table (for the printed summary)."""
+    cols = ["sink_mass", "entropy", "content_entropy", "binary_term", "content_term"]
+    return heads.groupby("layer", sort=True)[cols].mean().reset_index()

@@ -1,0 +1,203 @@
+"""Runs of the convention experiments: flips, cluster, safety map, flip-rate predictor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.inputs import HeadRows
+from attncoda.run.common import Captured, capture_corpus, head_rows, write_manifest
+
+#: Distances from float32 rows are good to about 1e-7 relative: closer verdicts are ties.
+CAPTURE_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class ModelRows:
+    """One captured model and its recorded rows, ready for the experiments."""
+
+    captured: Captured
+    rows: HeadRows
+
+
+def model_rows(
+    spec: str,
+    *,
+    text: str | None = None,
+    sink: str = "first",
+    max_tokens: int = 128,
+    docs: int = 16,
+    seed: int = 0,
+    progress: bool = False,
+    loaded: tuple | None = None,
+) -> ModelRows:
+    """Capture ``docs`` windows of ``spec`` with every row recorded (up to 128 per window)."""
+    captured = capture_corpus(
+        spec,
+        text=text,
+        sink=sink,
+        max_tokens=max_tokens,
+        docs=docs,
+        seed=seed,
+        progress=progress,
+        loaded=loaded,
+    )
+    return ModelRows(captured=captured, rows=head_rows(captured))
+
+
+def run_flips(
+    models: list[ModelRows],
+    out: str | Path,
+    *,
+    metrics: tuple[str, ...] = ("cosine", "jsd", "entropy_gap", "hellinger", "tv"),
+    n_boot: int = 1000,
+    seed: int = 0,
+    tol: float = CAPTURE_TOL,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Flip rates (keep vs drop) of every model; writes ``flips.parquet``,
+    ``flips_by_layer.parquet``, ``flips.png`` and ``manifest.json``.
+
+    Returns ``(table, by_layer, results)`` with ``results[model] = FlipsResult``.
+    """
+    import pandas as pd
+
+    from attncoda.experiments.flips import flips
+    from attncoda.report.figures_flips import plot_flip_rates
+    from attncoda.store import write_table
+
+    out = Path(out)
+    results = {
+        m.rows.model: flips(m.rows, metrics, n_boot=n_boot, seed=seed, tol=tol) for m in models
+    }
+    table = pd.concat([r.table for r in results.values()], ignore_index=True)
+    by_layer = pd.concat([r.by_layer for r in results.values()], ignore_index=True)
+    write_table(table, out / "flips.parquet")
+    write_table(by_layer, out / "flips_by_layer.parquet")
+    plot_flip_rates(table, out / "flips.png")
+    _manifest(out, "flips", models, metrics=list(metrics), n_boot=n_boot, tol=tol)
+    return table, by_layer, results
+
+
+def run_cluster(model: ModelRows, out: str | Path, *, seed: int = 0, n_clusters: int = 4):
+    """Clark et al.'s head clustering under four variants; writes ``cluster.parquet``,
+    ``artifact.json``, ``cluster.png`` and ``manifest.json``."""
+    from attncoda.experiments.cluster import cluster, write_cluster
+    from attncoda.report.figures_cluster import cluster_figure
+
+    out = Path(out)
+    result = cluster(model.rows, seed=seed, n_clusters=n_clusters)
+    write_cluster(result, out)
+    cluster_figure(result, out / "cluster.png")
+    _manifest(out, "cluster", [model], n_clusters=n_clusters)
+    return result
+
+
+def run_safety(
+    models: list[ModelRows],
+    out: str | Path,
+    *,
+    n_bins: int = 5,
+    tol: float = CAPTURE_TOL,
+    flips_results: dict[str, Any] | None = None,
+):
+    """Flip rate binned by sink share of d_A² and by sink-mass gap; writes
+    ``safety.parquet``, ``safety_grid.parquet``, ``safety.png`` and ``manifest.json``."""
+    import pandas as pd
+
+    from attncoda.experiments.safety import safety_map
+    from attncoda.report.figures_flips import plot_safety
+    from attncoda.store import write_table
+
+    out = Path(out)
+    results = [
+        safety_map(
+            m.rows,
+            n_bins=n_bins,
+            tol=tol,
+            flips_result=(flips_results or {}).get(m.rows.model),
+        )
+        for m in models
+    ]
+    table = pd.concat([r.table for r in results], ignore_index=True)
+    grid = pd.concat([r.grid for r in results], ignore_index=True)
+    write_table(table, out / "safety.parquet")
+    write_table(grid, out / "safety_grid.parquet")
+    plot_safety(grid, out / "safety.png")
+    _manifest(out, "safety", models, n_bins=n_bins, tol=tol)
+    return table, grid
+
+
+def predictor_rows(models: list[ModelRows], *, n_boot: int = 0, tol: float = CAPTURE_TOL):
+    """The predictor's training (or test) rows: sink features and measured flip rates."""
+    from attncoda.experiments.flips import flips
+    from attncoda.experiments.predictor import predictor_row
+
+    rows = []
+    for m in models:
+        result = flips(m.rows, n_boot=max(n_boot, 1), tol=tol)
+        rows.append(predictor_row(m.rows, result))
+    return rows
+
+
+def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: bool = False):
+    """Fit the flip-rate predictor on ``rows`` and write it, frozen, to ``path``."""
+    from attncoda.experiments.predictor import fit_predictor
+
+    if len(rows) < 2:
+        raise AttncodaError(f"the predictor needs at least 2 training models; got {len(rows)}")
+    predictor = fit_predictor(rows)
+    predictor.to_json(path, overwrite=overwrite)
+    return predictor
+
+
+def apply_predictor(path: str | Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Apply a frozen predictor to measured models: prediction, measurement and verdict."""
+    from attncoda.experiments.predictor import Predictor, verdict
+
+    predictor = Predictor.from_json(path)
+    outcomes = []
+    for row in rows:
+        prediction = predictor.apply(row["features"])
+        rates = row["flip_rates"]
+        measured = (
+            float(np.mean(list(rates.values())))
+            if predictor.target == "mean"
+            else float(rates[predictor.target])
+        )
+        outcomes.append(
+            {
+                "model": row["model"],
+                "features": row["features"],
+                "prediction": prediction,
+                "measured": measured,
+                "verdict": verdict(prediction, measured),
+            }
+        )
+    return outcomes
+
+
+def _manifest(out: Path, command: str, models: list[ModelRows], **settings: Any) -> None:
+    from attncoda.store import atomic_write_json, run_manifest
+
+    configs = [m.captured.config for m in models]
+    infos = [m.captured.info.to_dict() for m in models]
+    manifest = run_manifest(command, {"models": configs, **settings}, model_info=infos)
+    atomic_write_json(out / "manifest.json", manifest)
+
+
+__all__ = [
+    "CAPTURE_TOL",
+    "ModelRows",
+    "apply_predictor",
+    "fit_and_freeze",
+    "model_rows",
+    "predictor_rows",
+    "run_cluster",
+    "run_flips",
+    "run_safety",
+    "write_manifest",
+]

@@ -1,0 +1,76 @@
+"""Atomic file writes: a result file is either complete or absent, never half-written.
+
+Each write goes to a temporary file in the same folder, is flushed and fsynced, then renamed
+over the target (``os.replace`` is atomic on POSIX and Windows within one filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from attncoda._errors import AttncodaError
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically; create the parent folder if needed."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented, key-sorted JSON, atomically."""
+    text = json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n"
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON file written by :func:`atomic_write_json`."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise AttncodaError(f"no such file: {str(path)!r}") from exc
+    except json.JSONDecodeError as exc:
+        raise AttncodaError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+
+
+def write_table(df: Any, path: str | os.PathLike[str]) -> Path:
+    """Write a pandas DataFrame as Parquet (pyarrow, no index), atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return atomic_write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def read_table(path: str | os.PathLike[str]) -> Any:
+    """Read a Parquet table written by :func:`write_table` into pandas."""
+    import pandas as pd
+
+    if not Path(path).is_file():
+        raise AttncodaError(f"no such table: {str(path)!r}")
+    return pd.read_parquet(path)

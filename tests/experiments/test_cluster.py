@@ -1,0 +1,303 @@
+"""Tests of the Clark et al. head-clustering pipeline under four variants."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attncoda import AttncodaError, aitchison_split
+from attncoda.experiments.cluster import (
+    VARIANT_TITLES,
+    VARIANTS,
+    ClusterResult,
+    cluster,
+    write_cluster,
+)
+from attncoda.experiments.inputs import DocRows, HeadRows
+
+N_INIT = 2  # fewer MDS starts than the default keeps the tests fast
+
+
+def _log_rows(z: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Log-softmax of logits over the present keys; NaN (to be ignored) elsewhere."""
+    z = np.where(mask, z, -np.inf)
+    lp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return np.where(mask, lp, np.nan)
+
+
+def _causal_doc(
+    rng: np.random.Generator, heads: int, positions: list[int], keys: int, sink: tuple[int, ...]
+) -> DocRows:
+    """Causal rows at the given query positions, random logits with a varying sink logit."""
+    mask = np.arange(keys)[None, :] <= np.asarray(positions)[:, None]
+    z = rng.normal(size=(heads, len(positions), keys)) * 1.5
+    z[:, :, list(sink)] += np.linspace(-1.0, 4.0, heads)[:, None, None]
+    return DocRows(logp=_log_rows(z, mask), key_mask=mask, sink=sink)
+
+
+def _sink_mass(docs: tuple[DocRows, ...]) -> np.ndarray:
+    rows = [np.exp(d.logp[:, :, list(d.sink)]).sum(axis=-1) for d in docs]
+    return np.concatenate(rows, axis=1).mean(axis=1)
+
+
+@pytest.fixture(scope="module")
+def random_rows() -> HeadRows:
+    rng = np.random.default_rng(7)
+    heads = 3 * 3
+    docs = (
+        # position 0 (no content) and 1 (m = 1) are recorded but must be left out
+        _causal_doc(rng, heads, [0, 1, 2, 5, 7, 9], 10, (0,)),
+        _causal_doc(rng, heads, [3, 4, 6, 8], 9, (0, 1)),  # two sink keys
+        _causal_doc(rng, heads, [2, 3, 5], 6, (0,)),
+    )
+    return HeadRows("toy/random", 3, 3, docs, _sink_mass(docs))
+
+
+@pytest.fixture(scope="module")
+def random_result(random_rows: HeadRows) -> ClusterResult:
+    return cluster(random_rows, seed=3, n_clusters=3, n_init=N_INIT)
+
+
+def _clark_loop(head_rows: HeadRows, convention: str) -> np.ndarray:
+    """Clark et al.'s head_distances.py, one row pair at a time: smooth, JS (nats), sum."""
+    heads = head_rows.n_layers * head_rows.n_heads
+    out = np.zeros((heads, heads))
+    for doc in head_rows.docs:
+        for r in range(doc.logp.shape[1]):
+            present = np.flatnonzero(doc.key_mask[r])
+            content = [j for j in present if j not in doc.sink]
+            if not set(doc.sink) <= set(present) or len(content) < 2:
+                continue
+            for a in range(heads):
+                for b in range(heads):
+                    rows = []
+                    for h in (a, b):
+                        if convention == "keep":
+                            p = np.exp(doc.logp[h, r, present])
+                        else:
+                            p = np.exp(doc.logp[h, r, content])
+                            p = p / p.sum()
+                        rows.append(0.999 * p + 0.001 / len(p))
+                    p, q = rows
+                    m = (p + q) / 2
+                    js = (-p * np.log(m / p)).sum() + (-q * np.log(m / q)).sum()
+                    out[a, b] += js / 2
+    return out
+
+
+@pytest.mark.parametrize("convention", ["keep", "drop"])
+def test_js_distances_equal_clark_loop(
+    random_rows: HeadRows, random_result: ClusterResult, convention: str
+) -> None:
+    expected = _clark_loop(random_rows, convention)
+    np.testing.assert_allclose(
+        random_result.distances[convention], expected, rtol=1e-10, atol=1e-10
+    )
+    assert random_result.artifact["n_rows_used"] == 4 + 4 + 3
+
+
+def test_aitchison_terms_and_sink_share_equal_row_by_row_split(
+    random_rows: HeadRows, random_result: ClusterResult
+) -> None:
+    heads = 9
+    d_sink, d_content = np.zeros((heads, heads)), np.zeros((heads, heads))
+    sink_sq, total_sq = np.zeros((heads, heads)), np.zeros((heads, heads))
+    for doc in random_rows.docs:
+        for r in range(doc.logp.shape[1]):
+            present = list(np.flatnonzero(doc.key_mask[r]))
+            if len(present) - len(doc.sink) < 2:
+                continue
+            sink = [present.index(j) for j in doc.sink]
+            for a, b in combinations(range(heads), 2):
+                split = aitchison_split(doc.logp[a, r, present], doc.logp[b, r, present], sink=sink)
+                for mat, value in (
+                    (d_sink, float(split.sink)),
+                    (d_content, float(split.content)),
+                    (sink_sq, float(split.sink) ** 2),
+                    (total_sq, float(split.total) ** 2),
+                ):
+                    mat[a, b] += value
+                    mat[b, a] += value
+    np.testing.assert_allclose(random_result.distances["aitchison_sink"], d_sink, atol=1e-10)
+    np.testing.assert_allclose(random_result.distances["aitchison_content"], d_content, atol=1e-10)
+    upper = np.triu_indices(heads, k=1)
+    share = float(np.mean(sink_sq[upper] / total_sq[upper]))
+    assert random_result.artifact["mean_sink_share_of_aitchison_sq"] == pytest.approx(
+        share, abs=1e-10
+    )
+    assert random_result.artifact["n_head_pairs_in_sink_share"] == heads * (heads - 1) // 2
+
+
+def test_distances_are_symmetric_with_zero_diagonal(random_result: ClusterResult) -> None:
+    for variant in VARIANTS:
+        d = random_result.distances[variant]
+        assert d.shape == (9, 9)
+        np.testing.assert_array_equal(d, d.T)
+        np.testing.assert_array_equal(np.diag(d), 0.0)
+        assert (d[np.triu_indices(9, k=1)] > 0).all()
+
+
+def test_table_is_tidy_and_typed(random_result: ClusterResult) -> None:
+    table = random_result.table
+    assert list(table.columns[:5]) == ["model", "head_index", "layer", "head", "sink_mass"]
+    for variant in VARIANTS:
+        for prefix in ("x_", "y_", "cluster_"):
+            assert f"{prefix}{variant}" in table.columns
+        assert table[f"x_{variant}"].dtype == np.float64
+        assert table[f"cluster_{variant}"].dtype == np.int64
+        # clusters numbered in order of first appearance: head 0 is in cluster 0
+        assert table[f"cluster_{variant}"].iloc[0] == 0
+        # axis 1 is signed so that its most extreme head is positive
+        x = table[f"x_{variant}"].to_numpy()
+        assert x[np.argmax(np.abs(x))] > 0
+        # principal axes: axis 1 carries at least the spread of axis 2
+        assert x.var() >= table[f"y_{variant}"].to_numpy().var()
+    assert len(table) == 9
+    assert table["layer"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert table["head"].tolist() == [0, 1, 2] * 3
+    assert (table["model"] == "toy/random").all()
+
+
+def test_artifact_keys(random_result: ClusterResult) -> None:
+    art = random_result.artifact
+    assert art["variants"] == list(VARIANTS)
+    assert set(art["adjusted_rand"]) == {f"{a}|{b}" for a, b in combinations(VARIANTS, 2)}
+    for v in VARIANTS:
+        rho = art["spearman_axis1_vs_sink_mass"][v]
+        assert -1 <= rho <= 1
+        assert art["abs_spearman_axis1_vs_sink_mass"][v] == abs(rho)
+        # axis 1 is one of the scanned directions
+        assert abs(rho) - 1e-12 <= art["max_abs_spearman_any_direction_vs_sink_mass"][v] <= 1
+    assert "Clark" in art["convention_note"] and "nats" in art["convention_note"]
+
+
+def test_seeded_runs_are_identical(random_rows: HeadRows, random_result: ClusterResult) -> None:
+    again = cluster(random_rows, seed=3, n_clusters=3, n_init=N_INIT)
+    pd.testing.assert_frame_equal(again.table, random_result.table)
+    assert again.artifact == random_result.artifact
+    for v in VARIANTS:
+        np.testing.assert_array_equal(again.distances[v], random_result.distances[v])
+
+
+def _shared_content_rows(sink_logits: np.ndarray, seed: int) -> tuple[DocRows, ...]:
+    """Every head has the same content logits; heads differ only in their sink logit."""
+    rng = np.random.default_rng(seed)
+    heads = len(sink_logits)
+    docs = []
+    for keys in (12, 10):
+        positions = list(range(3, keys))
+        mask = np.arange(keys)[None, :] <= np.asarray(positions)[:, None]
+        z = np.broadcast_to(rng.normal(size=(len(positions), keys)) * 2, (heads, *mask.shape))
+        z = z.copy()
+        z[:, :, 0] = sink_logits[:, None]
+        docs.append(DocRows(logp=_log_rows(z, mask), key_mask=mask, sink=(0,)))
+    return tuple(docs)
+
+
+def test_sink_mass_drives_keep_axis_but_not_content() -> None:
+    # Two groups of heads by sink mass (about 0.05-0.3 and 0.8-0.97), identical content.
+    sink_logits = np.concatenate([np.linspace(-1.0, 1.0, 6), np.linspace(4.0, 6.5, 6)])
+    docs = _shared_content_rows(sink_logits, seed=11)
+    rows = HeadRows("toy/sink-only", 3, 4, docs, _sink_mass(docs))
+    result = cluster(rows, seed=0, n_clusters=2, n_init=N_INIT)
+    art = result.artifact
+    assert art["abs_spearman_axis1_vs_sink_mass"]["keep"] > 0.9
+    assert art["abs_spearman_axis1_vs_sink_mass"]["aitchison_sink"] > 0.9
+    # content is identical: the content term (and drop) see no difference at all
+    assert result.distances["aitchison_content"].max() < 1e-9
+    assert result.distances["drop"].max() < 1e-9
+    assert set(art["degenerate_variants"]) == {"drop", "aitchison_content"}
+    assert art["spearman_axis1_vs_sink_mass"]["aitchison_content"] is None
+    assert (result.table["cluster_aitchison_content"] == 0).all()
+    # keep splits the two sink-mass groups; the content view cannot
+    keep = result.table["cluster_keep"].to_numpy()
+    assert len(set(keep[:6])) == 1 and len(set(keep[6:])) == 1 and keep[0] != keep[6]
+    assert art["adjusted_rand"]["keep|aitchison_sink"] == pytest.approx(1.0)
+    assert art["adjusted_rand"]["keep|aitchison_content"] == pytest.approx(0.0)
+    assert art["mean_sink_share_of_aitchison_sq"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_identical_sink_two_content_groups_give_zero_sink_distances() -> None:
+    # Group B's content logits are group A's reversed: the same sink logit, sink mass and
+    # sink balance in every row, different content.
+    rng = np.random.default_rng(5)
+    heads, docs = 8, []
+    for keys in (11, 9):
+        positions = list(range(4, keys))
+        mask = np.arange(keys)[None, :] <= np.asarray(positions)[:, None]
+        z = np.full((heads, len(positions), keys), -np.inf)
+        for r, pos in enumerate(positions):
+            v = rng.normal(size=pos) * 2
+            z[:4, r, 1 : pos + 1] = v
+            z[4:, r, 1 : pos + 1] = v[::-1]
+            z[:, r, 0] = 3.0
+        docs.append(DocRows(logp=_log_rows(z, mask), key_mask=mask, sink=(0,)))
+    rows = HeadRows("toy/content-only", 2, 4, tuple(docs), np.full(heads, 0.6))
+    result = cluster(rows, seed=0, n_clusters=2, n_init=N_INIT)
+    art = result.artifact
+    assert result.distances["aitchison_sink"].max() < 1e-9
+    assert result.distances["aitchison_content"][0, 4] > 1.0
+    assert art["degenerate_variants"] == ["aitchison_sink"]
+    assert art["mean_sink_share_of_aitchison_sq"] == pytest.approx(0.0, abs=1e-9)
+    # sink mass is the same for every head: rho is undefined, reported as None
+    assert all(r is None for r in art["spearman_axis1_vs_sink_mass"].values())
+    assert art["adjusted_rand"]["drop|aitchison_content"] == pytest.approx(1.0)
+    content = result.table["cluster_aitchison_content"].tolist()
+    assert content == [0] * 4 + [1] * 4
+
+
+def test_figure_is_png_with_four_named_panels(random_result: ClusterResult, tmp_path) -> None:
+    import matplotlib.image
+
+    from attncoda.report.figures_cluster import _figure, cluster_figure
+
+    path = cluster_figure(random_result, tmp_path / "fig" / "cluster.png")
+    assert path == tmp_path / "fig" / "cluster.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 500 and image.shape[1] > 500
+    assert not list(path.parent.glob(".*.tmp"))
+
+    fig = _figure(random_result)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert len(titles) == 4
+    for variant, title in zip(VARIANTS, titles, strict=True):
+        assert title.startswith(VARIANT_TITLES[variant])
+        rho = random_result.artifact["spearman_axis1_vs_sink_mass"][variant]
+        assert f"ρ(axis 1, sink mass) = {rho:+.2f}" in title
+    colorbars = [ax for ax in fig.axes if ax.get_ylabel() == "head sink mass"]
+    assert len(colorbars) == 1
+
+
+def test_write_cluster_round_trip(random_result: ClusterResult, tmp_path) -> None:
+    table_path, json_path = write_cluster(random_result, tmp_path / "out")
+    assert table_path.name == "cluster.parquet" and json_path.name == "artifact.json"
+    pd.testing.assert_frame_equal(pd.read_parquet(table_path), random_result.table)
+    assert json.loads(json_path.read_text(encoding="utf-8")) == random_result.artifact
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "artifact.json",
+        "cluster.parquet",
+    ]
+
+
+def test_refuses_bad_arguments(random_rows: HeadRows) -> None:
+    with pytest.raises(AttncodaError, match="n_clusters must be at least 1; got 0"):
+        cluster(random_rows, n_clusters=0)
+    with pytest.raises(AttncodaError, match="n_init must be an int; got 2.0"):
+        cluster(random_rows, n_init=2.0)
+    short = DocRows(
+        logp=np.log(np.full((9, 2, 3), 1 / 3)), key_mask=np.ones((2, 3), bool), sink=(0, 1)
+    )
+    rows = HeadRows("toy/short", 3, 3, (short,), np.zeros(9))
+    with pytest.raises(AttncodaError, match="no recorded row of 'toy/short' has every sink"):
+        cluster(rows)
+    bad = random_rows.docs[0].logp.copy()
+    bad[2, 3, 1] = np.nan
+    nan_doc = DocRows(logp=bad, key_mask=random_rows.docs[0].key_mask, sink=(0,))
+    rows = HeadRows("toy/nan", 3, 3, (nan_doc,), np.zeros(9))
+    with pytest.raises(AttncodaError, match=r"document 0 of 'toy/nan': logp contains NaN"):
+        cluster(rows)

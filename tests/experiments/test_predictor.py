@@ -1,0 +1,323 @@
+"""Predictor: the fit, the frozen file (round trip and malformed files), abstention outside the
+training range, and the verdicts."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import attncoda
+from attncoda import AttncodaError
+from attncoda.experiments.flips import flips
+from attncoda.experiments.inputs import DocRows, HeadRows
+from attncoda.experiments.predictor import (
+    FEATURES,
+    Prediction,
+    Predictor,
+    fit_predictor,
+    predictor_row,
+    sink_features,
+    verdict,
+)
+from attncoda.experiments.safety import mean_squared_split
+
+METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
+COEF = {"mean_sink_mass": 0.3, "std_sink_mass": 0.8, "mean_sink_share": 0.2}
+
+
+def row(model, mass, std, share, noise=0.0):
+    feats = {"mean_sink_mass": mass, "std_sink_mass": std, "mean_sink_share": share}
+    rate = 0.05 + sum(COEF[f] * v for f, v in feats.items()) + noise
+    # Per-metric rates whose mean is `rate`.
+    offsets = np.array([-0.02, -0.01, 0.0, 0.01, 0.02])
+    return {
+        "model": model,
+        "features": feats,
+        "flip_rates": dict(zip(METRICS, (rate + offsets).tolist(), strict=True)),
+    }
+
+
+TRAIN = [
+    row("a", 0.05, 0.02, 0.10, 0.004),
+    row("b", 0.20, 0.10, 0.30, -0.003),
+    row("c", 0.40, 0.15, 0.20, 0.002),
+    row("d", 0.55, 0.25, 0.60, -0.001),
+    row("e", 0.30, 0.05, 0.45, 0.003),
+    row("f", 0.10, 0.20, 0.35, -0.004),
+]
+
+
+def test_fit_recovers_a_linear_law_and_records_what_it_was_fitted_on():
+    exact = [row(r["model"], *r["features"].values()) for r in TRAIN]
+    predictor = fit_predictor(exact)
+    assert predictor.features == FEATURES
+    np.testing.assert_allclose(predictor.coefficients, [COEF[f] for f in FEATURES], atol=1e-12)
+    assert predictor.intercept == pytest.approx(0.05, abs=1e-12)
+    assert predictor.residual_std == pytest.approx(0.0, abs=1e-12)
+    assert predictor.half_width == 0.05  # the floor
+    assert predictor.training_models == ("a", "b", "c", "d", "e", "f")
+    assert predictor.training_range == ((0.05, 0.55), (0.02, 0.25), (0.10, 0.60))
+    assert predictor.metrics == METRICS and predictor.target == "mean"
+    assert predictor.version == attncoda.__version__
+
+
+def test_interval_is_two_residual_sigmas_with_a_floor():
+    predictor = fit_predictor(TRAIN, min_half_width=1e-4)
+    assert predictor.residual_std is not None and predictor.residual_std > 0
+    assert predictor.half_width == pytest.approx(2 * predictor.residual_std)
+    wide = fit_predictor(TRAIN, min_half_width=0.2)
+    assert wide.half_width == 0.2
+
+
+def test_two_training_models_give_the_floor_not_a_zero_width_interval():
+    predictor = fit_predictor(TRAIN[:2], features=("mean_sink_share",))
+    assert predictor.residual_std is None
+    assert predictor.half_width == 0.05
+    p = predictor.apply(TRAIN[0]["features"])
+    assert p.high - p.low == pytest.approx(0.1)
+    # Three features, two models: the minimum-norm fit still passes through both.
+    full = fit_predictor(TRAIN[:2])
+    for r in TRAIN[:2]:
+        assert full.apply(r["features"]).point == pytest.approx(
+            np.mean(list(r["flip_rates"].values())), abs=1e-12
+        )
+
+
+def test_single_metric_target():
+    predictor = fit_predictor(TRAIN, target="tv")
+    mean = fit_predictor(TRAIN)
+    assert predictor.intercept == pytest.approx(mean.intercept + 0.02, abs=1e-12)
+
+
+def test_file_round_trips_exactly(tmp_path):
+    predictor = fit_predictor(TRAIN)
+    path = predictor.to_json(tmp_path / "frozen" / "predictor.json")
+    loaded = Predictor.from_json(path)
+    assert loaded == predictor
+    probe = {"mean_sink_mass": 0.33, "std_sink_mass": 0.11, "mean_sink_share": 0.41}
+    assert loaded.apply(probe) == predictor.apply(probe)
+    data = json.loads(path.read_text())
+    assert data["attncoda_version"] == attncoda.__version__
+    assert data["training_models"] == ["a", "b", "c", "d", "e", "f"]
+    assert data["training_range"]["std_sink_mass"] == [0.02, 0.25]
+    assert set(data) >= {"features", "coefficients", "intercept", "interval_half_width", "created"}
+
+
+def test_frozen_file_is_not_overwritten(tmp_path):
+    predictor = fit_predictor(TRAIN)
+    path = predictor.to_json(tmp_path / "p.json")
+    msg = (
+        f"{str(path)!r} already exists: a frozen predictor is not overwritten; choose a new "
+        "path or pass overwrite=True"
+    )
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        predictor.to_json(path)
+    predictor.to_json(path, overwrite=True)
+    assert Predictor.from_json(path) == predictor
+
+
+def test_outside_the_training_range_it_abstains_with_the_reason():
+    predictor = fit_predictor(TRAIN)
+    p = predictor.apply({"mean_sink_mass": 0.91, "std_sink_mass": 0.1, "mean_sink_share": 0.3})
+    assert p == Prediction(
+        abstained=True,
+        reason="feature mean_sink_mass=0.91 is outside the training range [0.05, 0.55]",
+    )
+    assert verdict(p, 0.4) == "abstained"
+    p = predictor.apply(
+        {"mean_sink_mass": 0.01, "std_sink_mass": float("nan"), "mean_sink_share": 0.3}
+    )
+    assert p.reason == (
+        "feature mean_sink_mass=0.01 is outside the training range [0.05, 0.55]; "
+        "feature std_sink_mass=nan is not finite"
+    )
+
+
+def test_inside_the_range_confirmed_or_failed():
+    predictor = fit_predictor(TRAIN)
+    features = {"mean_sink_mass": 0.25, "std_sink_mass": 0.12, "mean_sink_share": 0.33}
+    p = predictor.apply(features)
+    expected = 0.05 + sum(COEF[f] * v for f, v in features.items())
+    assert not p.abstained and p.reason == ""
+    assert p.point == pytest.approx(expected, abs=0.01)
+    assert p.low == p.point - predictor.half_width and p.high == p.point + predictor.half_width
+    assert verdict(p, p.point) == "confirmed"
+    assert verdict(p, p.low) == "confirmed" and verdict(p, p.high) == "confirmed"
+    assert verdict(p, p.high + 1e-9) == "failed"
+    assert verdict(p, p.low - 1e-9) == "failed"
+
+
+def test_interval_is_clipped_to_probabilities():
+    predictor = fit_predictor(TRAIN, min_half_width=0.5)
+    p = predictor.apply(TRAIN[0]["features"])
+    assert p.low == 0.0 and 0 < p.high < 1
+
+
+def test_verdict_and_apply_errors():
+    predictor = fit_predictor(TRAIN)
+    p = predictor.apply(TRAIN[0]["features"])
+    msg = "measured flip rate must be a finite number; got nan"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        verdict(p, float("nan"))
+    msg = (
+        "features lack 'mean_sink_share'; this predictor uses mean_sink_mass, std_sink_mass, "
+        "mean_sink_share"
+    )
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        predictor.apply({"mean_sink_mass": 0.1, "std_sink_mass": 0.1})
+
+
+def test_fit_errors():
+    msg = "a predictor needs at least 2 training models; got 1"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        fit_predictor(TRAIN[:1])
+    msg = "model 'a' appears twice among the training rows"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        fit_predictor([TRAIN[0], TRAIN[1], TRAIN[0]])
+    short = {**TRAIN[1], "flip_rates": {"tv": 0.2}}
+    msg = (
+        "model 'b' has flip rates for ['tv'], the first model for ['cosine', 'entropy_gap', "
+        "'hellinger', 'jsd', 'tv']: every training row needs the same metrics"
+    )
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        fit_predictor([TRAIN[0], short])
+    msg = "target must be 'mean' or one of the metrics cosine, jsd, entropy_gap, hellinger, tv"
+    with pytest.raises(AttncodaError, match=re.escape(msg + "; got 'kl'")):
+        fit_predictor(TRAIN, target="kl")
+    lacking = {**TRAIN[1], "features": {"mean_sink_mass": 0.2, "std_sink_mass": 0.1}}
+    msg = "model 'b' lacks the feature 'mean_sink_share'"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        fit_predictor([TRAIN[0], lacking])
+    nan_rate = {**TRAIN[1], "flip_rates": {**TRAIN[1]["flip_rates"], "jsd": float("nan")}}
+    msg = "model 'b' has flip rate nan for 'jsd': not finite"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        fit_predictor([TRAIN[0], nan_rate])
+    msg = "training row 1 lacks the key 'flip_rates'"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        fit_predictor([TRAIN[0], {"model": "x", "features": {}}])
+    msg = "min_half_width must be a positive number; got 0"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        fit_predictor(TRAIN, min_half_width=0)
+
+
+# --- malformed files ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def frozen(tmp_path):
+    path = fit_predictor(TRAIN).to_json(tmp_path / "p.json")
+    return path, json.loads(path.read_text())
+
+
+def rewrite(path, data):
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("key", ["coefficients", "training_range", "created", "intercept"])
+def test_missing_key(frozen, key):
+    path, data = frozen
+    del data[key]
+    msg = f"invalid predictor file {str(path)!r}: missing key {key!r}"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        Predictor.from_json(rewrite(path, data))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        (
+            "coefficients",
+            [0.1, 0.2],
+            "key 'coefficients' must be a list of 3 finite numbers; got [0.1, 0.2]",
+        ),
+        ("intercept", "0.1", "key 'intercept' must be a finite number; got '0.1'"),
+        ("interval_half_width", 0.0, "key 'interval_half_width' must be positive; got 0.0"),
+        ("features", [], "key 'features' must be a non-empty list of strings; got []"),
+        ("created", 5, "key 'created' must be a string; got 5"),
+        (
+            "kind",
+            "other",
+            "key 'kind'/'format' must be 'attncoda.flip_rate_predictor'/1; got 'other'/1",
+        ),
+    ],
+)
+def test_invalid_value(frozen, key, value, expected):
+    path, data = frozen
+    data[key] = value
+    msg = f"invalid predictor file {str(path)!r}: {expected}"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        Predictor.from_json(rewrite(path, data))
+
+
+def test_invalid_training_range(frozen):
+    path, data = frozen
+    data["training_range"] = {"mean_sink_mass": [0.1, 0.2]}
+    msg = (
+        f"invalid predictor file {str(path)!r}: key 'training_range' must map each feature to "
+        "[min, max]; got {'mean_sink_mass': [0.1, 0.2]}"
+    )
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        Predictor.from_json(rewrite(path, data))
+    data["training_range"] = {f: [0.3, 0.2] for f in FEATURES}
+    with pytest.raises(AttncodaError, match=re.escape("key 'training_range' has min > max")):
+        Predictor.from_json(rewrite(path, data))
+
+
+def test_not_a_predictor_file(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    msg = f"invalid predictor file {str(path)!r}: expected a JSON object; got list"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        Predictor.from_json(path)
+    path.write_text("{not json")
+    with pytest.raises(AttncodaError, match=re.escape(f"{str(path)!r} is not valid JSON")):
+        Predictor.from_json(path)
+    missing = tmp_path / "absent.json"
+    with pytest.raises(AttncodaError, match=re.escape(f"no such file: {str(missing)!r}")):
+        Predictor.from_json(missing)
+
+
+# --- features from captured rows ------------------------------------------------------------
+
+
+def head_rows(seed):
+    rng = np.random.default_rng(seed)
+    n, keys = 6, 8
+    bias = rng.uniform(-1, 3, size=n)
+    mask = np.arange(keys)[None, :] < np.arange(3, keys + 1)[:, None]
+    docs = []
+    for _ in range(2):
+        z = rng.normal(size=(n, mask.shape[0], keys))
+        z[:, :, 0] += bias[:, None]
+        z = np.where(mask[None], z, -np.inf)
+        logp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
+        docs.append(DocRows(np.where(mask[None], logp, 0.0), mask, (0,)))
+    mass = np.exp(np.stack([d.logp[:, :, 0] for d in docs])).mean(axis=(0, 2))
+    return HeadRows(f"model-{seed}", 2, 3, tuple(docs), mass)
+
+
+def test_features_and_rows_from_head_rows():
+    hr = head_rows(1)
+    feats = sink_features(hr)
+    assert set(feats) == set(FEATURES)
+    assert feats["mean_sink_mass"] == pytest.approx(hr.sink_mass.mean())
+    assert feats["std_sink_mass"] == pytest.approx(hr.sink_mass.std())
+    assert feats["mean_sink_share"] == mean_squared_split(hr).sink_share
+    assert 0 < feats["mean_sink_share"] < 1
+    result = flips(hr, ("tv", "jsd"), n_boot=3)
+    r = predictor_row(hr, result)
+    assert r["model"] == "model-1" and r["features"] == feats
+    assert r["flip_rates"] == dict(
+        zip(result.table["metric"], result.table["flip_rate"], strict=True)
+    )
+    rows = [predictor_row(h, flips(h, ("tv", "jsd"), n_boot=3)) for h in map(head_rows, range(4))]
+    predictor = fit_predictor(rows)
+    inside = predictor.apply(rows[0]["features"])
+    assert not inside.abstained
+    msg = "flips_result is for model 'model-1', not 'model-2'"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        predictor_row(head_rows(2), result)

@@ -1,0 +1,77 @@
+"""The command line: each command runs end to end on real offline models and writes its files."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from attncoda.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    """A tiny random Llama saved as a local folder, with MiniLM's tokenizer (offline)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from attncoda.capture.models import load_model
+
+    _, tokenizer, _ = load_model("minilm")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_demo_example_only(capsys):
+    assert main(["demo", "--example-only"]) == 0
+    assert "aitchison content" in capsys.readouterr().out
+
+
+def test_profile_writes_its_files(tmp_path, capsys):
+    assert main(["profile", "minilm", "--docs", "2", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "sink mass" in printed and "wrote" in printed
+    heads = pd.read_parquet(tmp_path / "heads.parquet")
+    assert len(heads) == 6 * 12
+    assert json.loads((tmp_path / "manifest.json").read_text())["command"] == "profile"
+
+
+def test_flips_cluster_safety(tmp_path, capsys):
+    args = ["--docs", "2"]
+    assert main(["flips", "minilm", "--n-boot", "20", "--out", str(tmp_path / "f"), *args]) == 0
+    table = pd.read_parquet(tmp_path / "f" / "flips.parquet")
+    assert list(table["metric"]) == ["cosine", "jsd", "entropy_gap", "hellinger", "tv"]
+    assert main(["cluster", "minilm", "--out", str(tmp_path / "c"), *args]) == 0
+    assert json.loads((tmp_path / "c" / "artifact.json").read_text())["n_heads"] == 72
+    assert main(["safety", "minilm", "--out", str(tmp_path / "s"), *args]) == 0
+    assert (tmp_path / "s" / "safety.png").read_bytes()[:4] == b"\x89PNG"
+    assert "flip rate" in capsys.readouterr().out
+
+
+def test_predictor_fit_and_apply(tmp_path, capsys, tiny_llama):
+    path = tmp_path / "predictor.json"
+    assert main(["predictor", "fit", "minilm", tiny_llama, "--docs", "2", "--out", str(path)]) == 0
+    assert json.loads(path.read_text())["training_models"]
+    assert main(["predictor", "apply", str(path), "minilm", "--docs", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "measured" in printed
+    assert any(v in printed for v in ("confirmed", "abstained", "failed"))
+
+
+def test_errors_are_one_line(capsys):
+    assert main(["profile", "no-such-model"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attncoda: error: ") and "no-such-model" in err
+    assert main(["predictor", "fit", "minilm"]) == 2
+    assert "needs --out" in capsys.readouterr().err
