@@ -75,3 +75,29 @@ def test_errors_are_one_line(capsys):
     assert err.startswith("attncoda: error: ") and "no-such-model" in err
     assert main(["predictor", "fit", "minilm"]) == 2
     assert "needs --out" in capsys.readouterr().err
+
+
+def test_train_tiny_then_collapse(tmp_path, capsys):
+    series = tmp_path / "series"
+    assert main(["train-tiny", str(series), "--steps", "4", "--size", "tiny"]) == 0
+    assert sorted(p.name for p in series.glob("step*")) == ["step0", "step1", "step2", "step4"]
+    out = tmp_path / "collapse"
+    assert main(["collapse", str(series), "--docs", "4", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "first_last" in printed and "sink share" in printed
+    table = pd.read_parquet(out / "collapse.parquet")
+    model = table[table["level"] == "model"]
+    assert ((model["delta_sink"] + model["delta_content"] - model["delta_entropy"]).abs()
+            <= 1e-10).all()
+    assert (out / "collapse.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_prune(tmp_path, capsys, tiny_llama):
+    out = tmp_path / "prune"
+    args = ["prune", tiny_llama, "--channels", "sink_mass,random", "--k", "1,2",
+            "--profile-docs", "2", "--eval-docs", "2", "--out", str(out)]
+    assert main(args) == 0
+    assert "unpruned perplexity" in capsys.readouterr().out
+    table = pd.read_parquet(out / "prune.parquet")
+    assert set(table["k"]) == {0, 1, 2}
+    assert (out / "prune.png").read_bytes()[:4] == b"\x89PNG"

@@ -195,6 +195,84 @@ def _train_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of integers; got {text!r}"
+        ) from exc
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def _collapse(args: argparse.Namespace) -> int:
+    from attncoda.run.training import run_collapse
+
+    out = _out(args, "collapse", [args.series])
+    result = run_collapse(
+        args.series,
+        out,
+        text=args.text,
+        sink=args.sink,
+        max_tokens=args.max_tokens,
+        docs=args.docs,
+        progress=True,
+    )
+    table = result.table
+    model = table[table["level"] == "model"]
+    print("model-level mean entropy change and its exact split (nats):")
+    for row in model.itertuples(index=False):
+        share = (
+            "n/a"
+            if row.sink_share is None or row.sink_share != row.sink_share
+            else (f"{row.sink_share:.1%}")
+        )
+        print(
+            f"  {row.pair_kind:<11} {row.label_from:>8} -> {row.label_to:<8} "
+            f"dH {row.delta_entropy:+.4f} = sink {row.delta_sink:+.4f} "
+            f"+ content {row.delta_content:+.4f}   sink share {share}"
+        )
+    print(f"wrote {out}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from attncoda.run.training import run_prune
+
+    out = _out(args, "prune", [args.model])
+    result = run_prune(
+        args.model,
+        out,
+        channels=args.channels,
+        orders=args.order,
+        ablations=args.ablation,
+        ks=args.k,
+        text=args.text,
+        sink=args.sink,
+        max_tokens=args.max_tokens,
+        n_profile=args.profile_docs,
+        n_eval=args.eval_docs,
+        seed=args.seed,
+        progress=True,
+    )
+    table = result.table
+    base = table[table["k"] == 0]["perplexity"]
+    if len(base):
+        print(f"unpruned perplexity: {float(base.iloc[0]):.3f}")
+    pruned = table[table["k"] > 0]
+    for key, group in pruned.groupby(["ablation", "channel", "order"], sort=True):
+        worst = group.loc[group["ratio"].idxmax()]
+        print(
+            f"  {key[0]:<8} {key[1]:<16} {key[2]:<5} worst ratio {worst['ratio']:9.2f} "
+            f"at k={int(worst['k'])}"
+        )
+    print(f"wrote {out}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from attncoda.report.worked_example import worked_example
 
@@ -276,6 +354,29 @@ def build_parser() -> argparse.ArgumentParser:
     app.add_argument("models", nargs="+")
     _corpus_options(app, docs=16)
     app.set_defaults(func=_predictor_apply)
+
+    co = sub.add_parser("collapse", help="entropy change over checkpoints, split exactly")
+    co.add_argument("series", help="owner/name@step0,step512,... or a folder of stepN checkpoints")
+    _corpus_options(co, docs=32)
+    co.set_defaults(func=_collapse)
+
+    pu = sub.add_parser("prune", help="prune heads by a channel, measure held-out perplexity")
+    pu.add_argument("model")
+    pu.add_argument(
+        "--channels",
+        type=_names,
+        default=("sink_mass", "sink_balance", "content_entropy", "full_entropy", "random"),
+        help="comma list of sink_mass,sink_balance,content_entropy,full_entropy,random,gradient",
+    )
+    pu.add_argument("--order", type=_names, default=("high", "low"), help="high,low")
+    pu.add_argument("--ablation", type=_names, default=("zero",), help="zero,uniform,sink")
+    pu.add_argument(
+        "--k", type=_ints, default=(1, 2, 4, 8, 16, 32, 64), help="comma list of head counts"
+    )
+    pu.add_argument("--profile-docs", type=int, default=16, help="windows to rank heads on")
+    pu.add_argument("--eval-docs", type=int, default=16, help="held-out windows")
+    _corpus_options(pu, docs=32)
+    pu.set_defaults(func=_prune)
 
     tt = sub.add_parser("train-tiny", help="train a small GPT-NeoX from scratch (checkpoints)")
     tt.add_argument("out", help="folder for the step<N> checkpoints")

@@ -110,7 +110,7 @@ def sink_positions(sink: Any, n_keys: int) -> tuple[int, ...]:
             raise AttncodaError(
                 f"sink must be an int or a sequence of distinct ints (key positions); got {sink!r}"
             )
-        if not 0 <= s < n_keys:
+        if not 0 <= int(s) < n_keys:
             raise AttncodaError(
                 f"sink index {int(s)} is out of range for rows of {n_keys} keys: "
                 f"use a position in 0..{n_keys - 1}"

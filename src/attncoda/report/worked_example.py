@@ -41,10 +41,14 @@ def worked_example() -> str:
                 for o in ("B", "C")
             )
             lines.append(line(f"{metric} ({convention})", ab, ac))
-    ab, ac = (aitchison_split(logs["A"], logs[o], sink=0) for o in ("B", "C"))
+    split_b, split_c = (aitchison_split(logs["A"], logs[o], sink=0) for o in ("B", "C"))
     for field in ("total", "sink", "content"):
         lines.append(
-            line(f"aitchison {field}", float(getattr(ab, field)), float(getattr(ac, field)))
+            line(
+                f"aitchison {field}",
+                float(getattr(split_b, field)),
+                float(getattr(split_c, field)),
+            )
         )
     lines += [
         "",
@@ -52,7 +56,8 @@ def worked_example() -> str:
         "drop calls B closer (A and B share their content). The Aitchison split gives both",
         "answers at once, and exactly:",
         "total^2 = sink^2 + content^2 "
-        f"({float(ab.total) ** 2:.4f} = {float(ab.sink) ** 2:.4f} + {float(ab.content) ** 2:.4f}"
+        f"({float(split_b.total) ** 2:.4f} = {float(split_b.sink) ** 2:.4f} + "
+        f"{float(split_b.content) ** 2:.4f}"
         " for A vs B).",
     ]
     return "\n".join(lines)

@@ -1,0 +1,554 @@
+"""Prune attention heads ranked by a channel and measure held-out perplexity (DESIGN.md §3,
+"prune").
+
+Heads are profiled on one set of windows and pruned models are evaluated on another,
+disjoint set. A *channel* ranks the heads:
+
+``sink_mass``, ``sink_balance``, ``content_entropy``
+    The head's mean over profiling rows with content (:func:`head_summary`).
+``full_entropy``
+    The mean row entropy ``H(p)`` (the keep-sink convention's entropy; ``content_entropy``
+    ``H(q)`` is the drop-sink convention's).
+``random``
+    A seeded random permutation.
+``gradient``
+    Head importance as in Michel et al. (2019), "Are Sixteen Heads Really Better than
+    One?": a gate ``xi_h = 1`` multiplies each head's output and
+    ``I_h = sum over windows |dL_w / dxi_h|``, ``L_w`` the window's mean next-token loss
+    (nats). Michel et al. also normalise the scores per layer (l2); the raw sums are used
+    here so that heads of different layers are compared on one scale.
+
+``order="high"`` prunes the highest values first, ``"low"`` the lowest (ties: lower layer,
+then lower head first). Pruning the top ``k`` heads uses an ablation mode of
+:func:`attncoda.capture.ablation.ablate` (``zero``, ``uniform`` or ``sink``).
+
+Perplexity: each evaluation window's loss is the mean negative log-likelihood of its
+predicted tokens (tokens ``1..n-1`` given their prefix; nats), as transformers' ``labels=``
+loss computes it for one window; perplexity is ``exp`` of the mean of those window losses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+from attncoda.store.files import atomic_write_json, write_table
+
+__all__ = [
+    "CHANNELS",
+    "ORDERS",
+    "PruneResult",
+    "gradient_importance",
+    "head_ranking",
+    "prune",
+    "split_windows",
+    "window_losses",
+    "write_prune",
+]
+
+CHANNELS = ("sink_mass", "sink_balance", "content_entropy", "full_entropy", "random", "gradient")
+ORDERS = ("high", "low")
+ABLATIONS = ("zero", "uniform", "sink")
+#: The head-table column each channel ranks by.
+CHANNEL_COLUMNS = {
+    "sink_mass": "sink_mass",
+    "sink_balance": "sink_balance",
+    "content_entropy": "content_entropy",
+    "full_entropy": "entropy",
+    "gradient": "gradient_importance",
+}
+#: Columns of :attr:`PruneResult.table` (``prune.parquet``).
+COLUMNS = (
+    "model", "channel", "order", "ablation", "k", "perplexity", "ratio", "mean_nll", "heads",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class PruneResult:
+    """Perplexity of pruned models, and what the rankings were made from.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        ``prune.parquet``, columns :data:`COLUMNS`: one row per (channel, order, ablation,
+        k) and one baseline row (``channel``, ``order``, ``ablation`` = ``"none"``, ``k =
+        0``). ``perplexity`` on the evaluation windows, ``ratio`` = perplexity / baseline
+        perplexity, ``mean_nll`` its log (nats), ``heads`` the pruned heads as ``"L.H"``
+        labels in pruning order.
+    heads : pandas.DataFrame
+        ``prune_heads.parquet``: the profiling head table of
+        :func:`attncoda.experiments.profile.head_summary` (means over rows with content),
+        with ``gradient_importance`` when the gradient channel was asked for.
+    summary : dict
+        JSON-ready: model, baseline perplexity, which windows profiled and which evaluated
+        (labels and token hashes), sink, seed and the grid.
+    """
+
+    table: Any
+    heads: Any
+    summary: dict[str, Any]
+
+
+def _ids(window: Any) -> np.ndarray:
+    return np.asarray(getattr(window, "input_ids", window), dtype=np.int64)
+
+
+def _label(window: Any, index: int) -> str:
+    doc = getattr(window, "doc_id", None)
+    return f"{doc}#{window.index}" if doc is not None else f"#{index}"
+
+
+def _hash(windows: Sequence[np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for window in windows:
+        digest.update(window.astype("<i8").tobytes())
+        digest.update(b"|")
+    return "sha256:" + digest.hexdigest()
+
+
+def _check_windows(windows: object, name: str) -> list[np.ndarray]:
+    if isinstance(windows, (str, bytes)) or not isinstance(windows, Sequence) or not windows:
+        raise AttncodaError(f"{name} is empty: give at least one window of token ids")
+    out = []
+    for index, window in enumerate(windows):
+        ids = _ids(window)
+        if ids.ndim != 1 or ids.size < 2:
+            raise AttncodaError(
+                f"{name} window {index} has {ids.size} tokens: a window needs at least 2 (one "
+                f"predicted token)"
+            )
+        out.append(ids)
+    return out
+
+
+def split_windows(windows: Sequence[Any], n_profile: int, n_eval: int) -> tuple[list, list]:
+    """Profile on the first ``n_profile`` windows, evaluate on the last ``n_eval``.
+
+    Parameters
+    ----------
+    windows : sequence
+        Token windows (id sequences or :class:`attncoda.capture.corpus.Window`).
+    n_profile, n_eval : int
+        Positive; ``n_profile + n_eval <= len(windows)`` so the two sets are disjoint.
+
+    Returns
+    -------
+    profile, evaluation : list
+    """
+    for name, value in (("n_profile", n_profile), ("n_eval", n_eval)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise AttncodaError(f"{name} must be a positive integer, got {value!r}")
+    if n_profile + n_eval > len(windows):
+        raise AttncodaError(
+            f"n_profile + n_eval = {n_profile + n_eval} windows, but only {len(windows)} are "
+            f"given: profiling and evaluation windows must be disjoint"
+        )
+    return list(windows[:n_profile]), list(windows[len(windows) - n_eval :])
+
+
+def head_ranking(heads_table: Any, channel: str, order: str, seed: int = 0) -> Any:
+    """Heads in pruning order for one channel.
+
+    Parameters
+    ----------
+    heads_table : pandas.DataFrame
+        One row per (layer, head) with the channel's column (:data:`CHANNEL_COLUMNS`), e.g.
+        from :func:`attncoda.experiments.profile.head_summary`.
+    channel : str
+        One of :data:`CHANNELS`.
+    order : {"high", "low"}
+        ``"high"``: highest value pruned first; ``"low"``: lowest first. Ties go to the lower
+        layer, then the lower head. For ``random`` the two orders are reverse permutations.
+    seed : int
+        Seeds ``random``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``rank`` (0 = pruned first), ``layer``, ``head``, ``value`` (the channel's
+        value; for ``random`` the random key).
+
+    Raises
+    ------
+    AttncodaError
+        Unknown channel or order, a table without the channel's column, or a head whose value
+        is missing.
+    """
+    import pandas as pd
+
+    if channel not in CHANNELS:
+        raise AttncodaError(f"unknown channel {channel!r}: use one of {', '.join(CHANNELS)}")
+    if order not in ORDERS:
+        raise AttncodaError(
+            f"unknown order {order!r}: use 'high' (prune the highest values first) or 'low'"
+        )
+    for column in ("layer", "head"):
+        if column not in heads_table.columns:
+            raise AttncodaError(f"the heads table has no column {column!r}")
+    layer = heads_table["layer"].to_numpy(np.int64)
+    head = heads_table["head"].to_numpy(np.int64)
+    if channel == "random":
+        value = np.random.default_rng(seed).permutation(len(layer)).astype(np.float64)
+    else:
+        column = CHANNEL_COLUMNS[channel]
+        if column not in heads_table.columns:
+            hint = " (compute it with gradient_importance)" if channel == "gradient" else ""
+            raise AttncodaError(
+                f"the heads table has no column {column!r} for channel {channel!r}{hint}"
+            )
+        value = heads_table[column].astype("Float64").fillna(np.nan).to_numpy(np.float64)
+        missing = ~np.isfinite(value)
+        if missing.any():
+            pairs = zip(layer[missing], head[missing], strict=True)
+            which = ", ".join(f"{a}.{b}" for a, b in pairs)
+            raise AttncodaError(f"channel {channel!r} has no finite value for heads {which}")
+    key = -value if order == "high" else value
+    perm = np.lexsort((head, layer, key))
+    return pd.DataFrame(
+        {
+            "rank": np.arange(len(perm), dtype=np.int64),
+            "layer": layer[perm],
+            "head": head[perm],
+            "value": value[perm],
+        }
+    )
+
+
+def _forward_kwargs(model, ids, mask) -> dict[str, Any]:
+    params = inspect.signature(model.forward).parameters
+    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+    if "position_ids" in params:
+        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+    if "use_cache" in params:
+        kwargs["use_cache"] = False
+    return kwargs
+
+
+def _batches(model, windows: Sequence[np.ndarray], batch_size: int):
+    """Right-padded batches ``(ids, mask)`` on the model's device."""
+    import torch
+
+    device = next(model.parameters()).device
+    for start in range(0, len(windows), batch_size):
+        chunk = windows[start : start + batch_size]
+        width = max(len(w) for w in chunk)
+        ids = torch.zeros((len(chunk), width), dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, window in enumerate(chunk):
+            ids[row, : len(window)] = torch.as_tensor(window)
+            mask[row, : len(window)] = 1
+        yield ids.to(device), mask.to(device)
+
+
+def _mean_nll(logits, ids, mask):
+    """``(batch,)`` mean NLL of tokens ``1..n-1`` of each window (float32 logsumexp)."""
+    import torch
+
+    logits = logits[:, :-1].float()
+    target = ids[:, 1:]
+    picked = logits.gather(-1, target[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+    valid = (mask[:, 1:] * mask[:, :-1]).to(picked.dtype)
+    return -(picked * valid).sum(-1) / valid.sum(-1)
+
+
+def _check_batch_size(batch_size: object) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise AttncodaError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return batch_size
+
+
+def window_losses(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.ndarray:
+    """Mean next-token NLL of each window, in nats (the current ablation applies).
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal language model in eval mode (run inside :func:`ablate` to prune).
+    windows : sequence
+        Token windows of at least 2 tokens (padded on the right, positions from 0).
+    batch_size : int
+
+    Returns
+    -------
+    ndarray of float64, shape (window,)
+        ``-mean_{t=1}^{n-1} log p(x_t | x_<t)``; perplexity is ``exp(mean)`` of it.
+    """
+    import torch
+
+    batch_size = _check_batch_size(batch_size)
+    ids_list = _check_windows(windows, "windows")
+    out = []
+    with torch.no_grad():
+        for ids, mask in _batches(model, ids_list, batch_size):
+            result = model(**_forward_kwargs(model, ids, mask))
+            out.append(_mean_nll(result.logits, ids, mask).double().cpu().numpy())
+    return np.concatenate(out)
+
+
+def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.ndarray:
+    """Head importance of Michel et al. (2019): ``sum_w |dL_w / dxi_{l,h}|`` at ``xi = 1``.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal LM in eval mode that :func:`attncoda.capture.attention.routed` can route.
+    windows : sequence
+        Profiling windows; ``L_w`` is each window's mean next-token NLL (nats).
+    batch_size : int
+
+    Returns
+    -------
+    ndarray of float64, shape (layer, head)
+        Summed absolute gate gradients (one gate per window and head, so the absolute value
+        is taken per window, as in Michel et al.). Parameters get no gradient.
+    """
+    import torch
+
+    from attncoda.capture.ablation import head_counts, head_gates
+
+    batch_size = _check_batch_size(batch_size)
+    ids_list = _check_windows(windows, "windows")
+    n_layers, n_heads = head_counts(model)
+    total = torch.zeros((n_layers, n_heads), dtype=torch.float64)
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    try:
+        for p in frozen:
+            p.requires_grad_(False)
+        with torch.enable_grad():
+            for ids, mask in _batches(model, ids_list, batch_size):
+                gates = torch.ones(
+                    (ids.shape[0], n_layers, n_heads), device=ids.device, requires_grad=True
+                )
+                with head_gates(model, gates):
+                    logits = model(**_forward_kwargs(model, ids, mask)).logits
+                (grad,) = torch.autograd.grad(_mean_nll(logits, ids, mask).sum(), gates)
+                total += grad.abs().sum(0).double().cpu()
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+    return total.numpy()
+
+
+def _check_list(values: object, name: str, allowed: Sequence[str] | None) -> list:
+    items = [values] if isinstance(values, str) else list(values)  # type: ignore[call-overload]
+    if not items:
+        raise AttncodaError(f"{name} is empty: give at least one")
+    if allowed is not None:
+        for item in items:
+            if item not in allowed:
+                singular = name.removesuffix("s")
+                raise AttncodaError(
+                    f"unknown {singular} {item!r}: use one of {', '.join(allowed)}"
+                )
+    return list(dict.fromkeys(items))
+
+
+def _check_ks(ks: object, n_total: int, model: str) -> list[int]:
+    items = [ks] if isinstance(ks, int) else list(ks)  # type: ignore[call-overload]
+    if not items:
+        raise AttncodaError("ks is empty: give at least one")
+    for k in items:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise AttncodaError(f"k must be a positive integer, got {k!r}")
+        if k > n_total:
+            raise AttncodaError(f"k={k} is more than the {n_total} heads of {model}")
+    return sorted({int(k) for k in items})
+
+
+def _profile(model, tokenizer, windows, sink, batch_size, with_gradient):
+    from attncoda.capture.capture import capture_frame, capture_windows
+    from attncoda.experiments.profile import head_summary
+
+    cap = capture_windows(
+        model,
+        [w.tolist() for w in windows],
+        batch_size=batch_size,
+        sink=sink,
+        tokenizer=tokenizer,
+        record_rows="none",
+    )
+    heads = head_summary(capture_frame(cap))
+    if with_gradient:
+        importance = gradient_importance(model, windows, batch_size=batch_size)
+        heads["gradient_importance"] = importance[
+            heads["layer"].to_numpy(np.int64), heads["head"].to_numpy(np.int64)
+        ]
+    return heads
+
+
+def prune(
+    model,
+    tokenizer,
+    profile_windows: Sequence[Any],
+    eval_windows: Sequence[Any],
+    *,
+    channels: Sequence[str] = ("sink_mass", "sink_balance", "content_entropy", "full_entropy",
+                               "random"),
+    orders: Sequence[str] = ORDERS,
+    ablations: Sequence[str] = ("zero",),
+    ks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+    sink: str | int | Sequence[int] = "first",
+    seed: int = 0,
+    batch_size: int = 8,
+    model_name: str | None = None,
+    progress: bool = False,
+) -> PruneResult:
+    """Rank heads by each channel on the profiling windows, prune the top ``k``, and measure
+    perplexity on the held-out evaluation windows.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal language model in eval mode whose attention can be routed.
+    tokenizer : tokenizer or None
+        For token sink specs only.
+    profile_windows, eval_windows : sequence
+        Token windows (id sequences or :class:`attncoda.capture.corpus.Window`), at least 2
+        tokens each; no evaluation window may equal a profiling window
+        (:func:`split_windows` makes such a pair).
+    channels : sequence of str
+        From :data:`CHANNELS`.
+    orders : sequence of {"high", "low"}
+    ablations : sequence of {"zero", "uniform", "sink"}
+    ks : sequence of int
+        Heads pruned, each from 1 to the number of heads.
+    sink : str, int or sequence of int
+        Sink spec for the profiling statistics (and the ``sink_mass``/``sink_balance``
+        channels); the ``sink`` ablation always redirects to the first real token.
+    seed : int
+        Seeds the ``random`` channel.
+    batch_size : int
+        Windows per forward pass.
+    model_name : str, optional
+        The ``model`` column; default ``config.name_or_path`` or the class name.
+    progress : bool
+        Show a progress bar over evaluations.
+
+    Returns
+    -------
+    PruneResult
+
+    Raises
+    ------
+    AttncodaError
+        Empty or unknown channels, orders or ablations; a ``k`` that is not a positive
+        integer or exceeds the number of heads; overlapping windows; and any error of
+        capture or ablation.
+    """
+    from attncoda.capture.ablation import ablate, head_counts, head_labels
+
+    channels = _check_list(channels, "channels", CHANNELS)
+    orders = _check_list(orders, "orders", ORDERS)
+    ablations = _check_list(ablations, "ablations", ABLATIONS)
+    batch_size = _check_batch_size(batch_size)
+    profile_ids = _check_windows(profile_windows, "profile_windows")
+    eval_ids = _check_windows(eval_windows, "eval_windows")
+    seen = {w.tobytes(): i for i, w in enumerate(profile_ids)}
+    for j, window in enumerate(eval_ids):
+        if window.tobytes() in seen:
+            raise AttncodaError(
+                f"eval window {j} equals profile window {seen[window.tobytes()]}: evaluate on "
+                f"held-out windows, disjoint from the profiling ones"
+            )
+    n_layers, n_heads = head_counts(model)
+    name = model_name or getattr(model.config, "name_or_path", "") or type(model).__name__
+    ks = _check_ks(ks, n_layers * n_heads, name)
+    heads = _profile(model, tokenizer, profile_ids, sink, batch_size, "gradient" in channels)
+    rankings = {
+        (channel, order): head_ranking(heads, channel, order, seed)
+        for channel in channels
+        for order in orders
+    }
+    cache: dict[tuple[str, tuple[tuple[int, int], ...]], float] = {}
+
+    def mean_nll(ablation: str, chosen: list[tuple[int, int]]) -> float:
+        key = (ablation, tuple(sorted(chosen)))
+        if key not in cache:
+            plan: dict[int, list[int]] = {}
+            for layer, head in chosen:
+                plan.setdefault(layer, []).append(head)
+            with ablate(model, plan, ablation):
+                losses = window_losses(model, eval_ids, batch_size=batch_size)
+            cache[key] = float(np.mean(losses))
+        return cache[key]
+
+    jobs = [(a, c, o, k) for a in ablations for c in channels for o in orders for k in ks]
+    iterator: Any = jobs
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(jobs, desc="prune", unit="eval")
+    base = mean_nll("zero", [])
+    records = [
+        {"model": name, "channel": "none", "order": "none", "ablation": "none", "k": 0,
+         "perplexity": math.exp(base), "ratio": 1.0, "mean_nll": base, "heads": ""}
+    ]
+    for ablation, channel, order, k in iterator:
+        ranking = rankings[(channel, order)]
+        chosen = list(
+            zip(ranking["layer"][:k].tolist(), ranking["head"][:k].tolist(), strict=True)
+        )
+        nll = mean_nll(ablation, chosen)
+        records.append(
+            {
+                "model": name,
+                "channel": channel,
+                "order": order,
+                "ablation": ablation,
+                "k": k,
+                "perplexity": math.exp(nll),
+                "ratio": math.exp(nll - base),
+                "mean_nll": nll,
+                "heads": head_labels(chosen),
+            }
+        )
+    import pandas as pd
+
+    table = pd.DataFrame.from_records(records, columns=list(COLUMNS))
+    table["k"] = table["k"].astype(np.int64)
+    summary = {
+        "model": name,
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "baseline_perplexity": math.exp(base),
+        "baseline_mean_nll": base,
+        "sink": str(sink),
+        "seed": seed,
+        "channels": channels,
+        "orders": orders,
+        "ablations": ablations,
+        "ks": ks,
+        "n_evaluations": len(cache),
+        "profile_windows": [_label(w, i) for i, w in enumerate(profile_windows)],
+        "eval_windows": [_label(w, i) for i, w in enumerate(eval_windows)],
+        "profile_windows_sha256": _hash(profile_ids),
+        "eval_windows_sha256": _hash(eval_ids),
+        "perplexity_definition": "exp(mean over eval windows of the window's mean next-token "
+        "NLL in nats)",
+    }
+    return PruneResult(table=table, heads=heads, summary=summary)
+
+
+def write_prune(result: PruneResult, out_dir: str | os.PathLike[str]) -> tuple[Path, ...]:
+    """Write ``prune.parquet``, ``prune_heads.parquet`` and ``prune.json``, atomically.
+
+    Returns
+    -------
+    tuple of Path
+        The three paths, in that order.
+    """
+    out = Path(out_dir)
+    return (
+        write_table(result.table, out / "prune.parquet"),
+        write_table(result.heads, out / "prune_heads.parquet"),
+        atomic_write_json(out / "prune.json", result.summary),
+    )

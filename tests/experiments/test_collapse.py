@@ -1,0 +1,274 @@
+"""collapse(): the exact sink/content split of entropy changes across checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pd = pytest.importorskip("pandas")
+
+from attncoda._errors import AttncodaError  # noqa: E402
+from attncoda.capture.capture import _forward, capture_windows  # noqa: E402
+from attncoda.capture.series import SeriesPoint  # noqa: E402
+from attncoda.coda import entropy_change_split  # noqa: E402
+from attncoda.experiments.collapse import (  # noqa: E402
+    CHECKPOINT_COLUMNS,
+    COLUMNS,
+    _check_same_layout,
+    _Stats,
+    collapse,
+    write_collapse,
+)
+
+VOCAB = 120
+N_LAYERS, N_HEADS = 2, 4
+
+
+def neox(seed: int, layers: int = N_LAYERS, vocab: int = VOCAB):
+    torch.manual_seed(seed)
+    config = transformers.GPTNeoXConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=N_HEADS,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return transformers.GPTNeoXForCausalLM._from_config(config, attn_implementation="eager").eval()
+
+
+def points(n: int) -> list[SeriesPoint]:
+    steps = [0, 16, 512, 1000][:n]
+    return [SeriesPoint(step, f"step{step}", f"ckpt{step}") for step in steps]
+
+
+def loader_of(models: dict[str, object], tokenizers: dict[str, object] | None = None):
+    def loader(spec: str):
+        return models[spec], (tokenizers or {}).get(spec), None
+
+    return loader
+
+
+def windows(n: int = 4, seed: int = 3) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, VOCAB, size=length).tolist() for length in (9, 14, 6, 11)[:n]]
+
+
+@pytest.fixture(scope="module")
+def series():
+    pts = points(3)
+    models = {p.spec: neox(seed) for p, seed in zip(pts, (0, 1, 2), strict=True)}
+    result = collapse(pts, windows(), loader=loader_of(models), batch_size=3, model="tiny")
+    return pts, models, result
+
+
+def test_tables_have_the_documented_columns_and_levels(series):
+    pts, _, result = series
+    assert tuple(result.table.columns) == COLUMNS
+    assert tuple(result.checkpoints.columns) == CHECKPOINT_COLUMNS
+    per_pair = 1 + N_LAYERS + N_LAYERS * N_HEADS
+    kinds = result.table.groupby(["pair_kind", "pair_from", "pair_to"]).size()
+    assert kinds.to_dict() == {
+        ("consecutive", 0, 16): per_pair,
+        ("consecutive", 16, 512): per_pair,
+        ("first_last", 0, 512): per_pair,
+    }
+    assert len(result.checkpoints) == 3 * per_pair
+    model_rows = result.table[result.table["level"] == "model"]
+    assert model_rows["layer"].isna().all() and model_rows["head"].isna().all()
+    assert str(result.table["layer"].dtype) == "Int64"
+    assert str(result.table["sink_share"].dtype) == "Float64"
+    assert (result.table["model"] == "tiny").all()
+    assert [p["step"] for p in result.summary["points"]] == [0, 16, 512]
+
+
+def test_parts_sum_to_the_entropy_change_at_every_level(series):
+    _, _, result = series
+    table = result.table
+    gap = (table["delta_sink"] + table["delta_content"] - table["delta_entropy"]).abs()
+    assert float(gap.max()) < 1e-10
+    change = (table["entropy_to"] - table["entropy_from"] - table["delta_entropy"]).abs()
+    assert float(change.max()) < 1e-10
+    shares = table["sink_share"].astype(float)
+    assert np.allclose(shares, table["delta_sink"] / table["delta_entropy"], rtol=1e-12)
+
+
+def test_pair_numbers_match_a_direct_computation_from_the_captures(series):
+    pts, models, result = series
+    caps = [
+        capture_windows(models[p.spec], windows(), record_rows="none", batch_size=4) for p in pts
+    ]
+    a, b = caps[0], caps[2]
+    both = a.has_content & b.has_content
+    dh = b.entropy - a.entropy
+    dc = ((1 - a.sink_mass) + (1 - b.sink_mass)) / 2 * (b.content_entropy - a.content_entropy)
+    row = result.table[(result.table["pair_kind"] == "first_last")]
+    model = row[row["level"] == "model"].iloc[0]
+    assert model["n_rows"] == int(both.sum())
+    assert math.isclose(model["delta_entropy"], dh[both].mean(), rel_tol=1e-12)
+    assert math.isclose(model["delta_content"], dc[both].mean(), rel_tol=1e-12)
+    assert math.isclose(model["sink_share"], (dh - dc)[both].sum() / dh[both].sum(), rel_tol=1e-9)
+    layer1 = row[(row["level"] == "layer") & (row["layer"] == 1)].iloc[0]
+    assert math.isclose(layer1["delta_sink"], (dh - dc)[:, 1][both[:, 1]].mean(), rel_tol=1e-9)
+    first = result.checkpoints[
+        (result.checkpoints["step"] == 0) & (result.checkpoints["level"] == "model")
+    ].iloc[0]
+    assert math.isclose(first["entropy"], a.entropy[a.has_content].mean(), rel_tol=1e-12)
+    assert math.isclose(first["mean_sink_mass"], a.sink_mass[a.has_content].mean(), rel_tol=1e-12)
+
+
+def eager_log_rows(model, window):
+    """float64 log-probabilities ``(layer, head, query, key)`` from eager output_attentions."""
+    ids = torch.as_tensor([window])
+    out = _forward(model, ids, torch.ones_like(ids), output_attentions=True)
+    probs = torch.stack([a[0] for a in out.attentions]).double()
+    return torch.log(probs).numpy()
+
+
+def test_head_means_match_entropy_change_split_on_eager_rows(series):
+    pts, models, result = series
+    sums = {"total": np.zeros((N_LAYERS, N_HEADS)), "sink": np.zeros((N_LAYERS, N_HEADS)),
+            "content": np.zeros((N_LAYERS, N_HEADS))}
+    count = 0
+    for window in windows():
+        lp0 = eager_log_rows(models[pts[0].spec], window)
+        lp1 = eager_log_rows(models[pts[1].spec], window)
+        for query in range(1, len(window)):  # query 0 has no content key
+            split = entropy_change_split(
+                lp0[:, :, query, : query + 1], lp1[:, :, query, : query + 1], sink=0
+            )
+            sums["total"] += split.total
+            sums["sink"] += split.sink
+            sums["content"] += split.content
+            count += 1
+    heads = result.table[
+        (result.table["pair_kind"] == "consecutive")
+        & (result.table["pair_from"] == 0)
+        & (result.table["level"] == "head")
+    ].sort_values(["layer", "head"])
+    assert (heads["n_rows"] == count).all()
+    for name, column in (("total", "delta_entropy"), ("sink", "delta_sink"),
+                         ("content", "delta_content")):
+        expected = (sums[name] / count).reshape(-1)
+        np.testing.assert_allclose(heads[column].to_numpy(), expected, rtol=0, atol=2e-6)
+
+
+def test_an_unchanged_model_has_an_undefined_share():
+    pts = points(2)
+    model = neox(0)
+    result = collapse(pts, windows(2), loader=loader_of({p.spec: model for p in pts}))
+    model_row = result.table[result.table["level"] == "model"].iloc[0]
+    assert model_row["delta_entropy"] == 0.0
+    assert model_row["sink_share"] is pd.NA
+    assert model_row["sink_share_note"] == (
+        "|delta_entropy| = 0 nats <= share_atol 1e-09: undefined"
+    )
+    assert result.summary["first_last"]["sink_share"] is None
+    assert result.table["sink_share"].isna().all()
+
+
+def test_opposite_parts_are_noted():
+    pts = points(2)
+    models = {pts[0].spec: neox(0), pts[1].spec: neox(1)}
+    result = collapse(pts, windows(), loader=loader_of(models))
+    for _, row in result.table.iterrows():
+        if row["delta_sink"] * row["delta_content"] < 0:
+            assert row["sink_share_note"] == (
+                "sink and content parts have opposite signs: share outside [0, 1]"
+            )
+        else:
+            assert row["sink_share_note"] == ""
+
+
+def test_write_collapse_and_figure(series, tmp_path):
+    from attncoda.report.figures_training import collapse_figure
+
+    _, _, result = series
+    table_path, checkpoints_path, summary_path = write_collapse(result, tmp_path / "out")
+    back = pd.read_parquet(table_path)
+    assert tuple(back.columns) == COLUMNS
+    assert back["sink_share"].isna().sum() == result.table["sink_share"].isna().sum()
+    assert len(pd.read_parquet(checkpoints_path)) == len(result.checkpoints)
+    summary = json.loads(summary_path.read_text())
+    assert "NaN" not in summary_path.read_text()
+    assert len(summary["pairs"]) == 2
+    figure = collapse_figure(result.table, tmp_path / "collapse.png", model="tiny")
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def raises(message: str):
+    return pytest.raises(AttncodaError, match=f"^{re.escape(message)}$")
+
+
+def test_errors():
+    pts = points(2)
+    same = loader_of({p.spec: neox(0) for p in pts})
+    with raises("collapse needs a series of at least 2 checkpoints, got 1"):
+        collapse(pts[:1], windows(), loader=same)
+    with raises("series points must have increasing, distinct steps, got [16, 0]"):
+        collapse(pts[::-1], windows(), loader=same)
+    with raises("series_points must hold SeriesPoint items (see parse_series), got str"):
+        collapse(["a", "b"], windows(), loader=same)
+    with raises("windows_ids is empty: give at least one window of token ids"):
+        collapse(pts, [], loader=same)
+    with raises(
+        "window 1 must be a sequence of at least 2 token ids (a row needs a key besides the "
+        "sink to have content), got [5]"
+    ):
+        collapse(pts, [[1, 2, 3], [5]], loader=same)
+    with raises("share_atol must be a non-negative number, got -1.0"):
+        collapse(pts, windows(), loader=same, share_atol=-1.0)
+    with raises(
+        "checkpoint step16 has another vocab_size than step0 (compared: vocab_size): a series "
+        "must share one tokenizer"
+    ):
+        collapse(pts, windows(), loader=loader_of({"ckpt0": neox(0), "ckpt16": neox(0, vocab=130)}))
+    with raises(
+        "checkpoint step0 has a vocabulary of 120 tokens, but the windows hold token id 125: "
+        "make the windows with this series' tokenizer"
+    ):
+        collapse(pts, [[1, 125]], loader=same)
+    with raises(
+        "checkpoint step16 has 3 layers x 4 heads, step0 has 2 x 4: a series must keep its "
+        "architecture"
+    ):
+        collapse(pts, windows(), loader=loader_of({"ckpt0": neox(0), "ckpt16": neox(0, 3)}))
+
+
+def test_tokenizers_must_share_their_vocabulary():
+    class Tok:
+        def __init__(self, vocab):
+            self.vocab = vocab
+            self.pad_token_id = 0
+
+        def get_vocab(self):
+            return dict(self.vocab)
+
+    pts = points(2)
+    models = {p.spec: neox(0) for p in pts}
+    tokenizers = {"ckpt0": Tok({"a": 0, "b": 1}), "ckpt16": Tok({"a": 1, "b": 0})}
+    with raises(
+        "checkpoint step16 has another tokenizer vocabulary than step0 (compared: tokenizer "
+        "vocabulary): a series must share one tokenizer"
+    ):
+        collapse(pts, windows(), loader=loader_of(models, tokenizers))
+
+
+def test_moving_sink_keys_are_refused():
+    shape = (1, 1, 1, 3)
+    zeros = np.zeros(shape)
+
+    def stats(label, sink):
+        return _Stats(0, label, zeros, zeros, zeros, zeros, zeros > 0, (np.asarray(sink),))
+
+    with raises(
+        "the sink keys of window 0 differ between step0 ([0]) and step8 ([0, 2]): the split "
+        "needs the same sink keys at every checkpoint; use sink='first' or explicit positions"
+    ):
+        _check_same_layout(stats("step0", [0]), stats("step8", [0, 2]))

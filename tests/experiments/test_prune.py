@@ -1,0 +1,288 @@
+"""prune(): head rankings, held-out perplexity, gradient importance, and their errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pd = pytest.importorskip("pandas")
+
+from attncoda._errors import AttncodaError  # noqa: E402
+from attncoda.capture.ablation import ablate, head_gates  # noqa: E402
+from attncoda.experiments.prune import (  # noqa: E402
+    COLUMNS,
+    gradient_importance,
+    head_ranking,
+    prune,
+    split_windows,
+    window_losses,
+    write_prune,
+)
+
+VOCAB = 120
+
+
+def tiny(family: str, seed: int = 0):
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    configs = {
+        "llama": lambda: transformers.LlamaConfig(**common, num_key_value_heads=2),
+        "gpt_neox": lambda: transformers.GPTNeoXConfig(**common),
+        "gpt2": lambda: transformers.GPT2Config(
+            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64
+        ),
+    }
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(
+        configs[family](), attn_implementation="eager"
+    )
+    return model.eval()
+
+
+def windows(n: int = 6, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    lengths = [12, 9, 14, 10, 11, 13, 8, 15][:n]
+    return [rng.integers(0, VOCAB, size=length).tolist() for length in lengths]
+
+
+def hf_perplexity(model, wins) -> float:
+    """exp of the mean over windows of transformers' own ``labels=`` loss, one window a call."""
+    losses = []
+    with torch.no_grad():
+        for window in wins:
+            ids = torch.as_tensor([window])
+            losses.append(float(model(input_ids=ids, labels=ids).loss))
+    return math.exp(sum(losses) / len(losses))
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox", "gpt2"])
+def test_unpruned_perplexity_equals_transformers_loss(family):
+    model = tiny(family)
+    profile, evaluation = split_windows(windows(), 3, 3)
+    result = prune(model, None, profile, evaluation, channels=["random"], orders=["high"], ks=[1],
+                   batch_size=2)
+    base = result.table[result.table["k"] == 0].iloc[0]
+    reference = hf_perplexity(model, evaluation)
+    assert math.isclose(base["perplexity"], reference, rel_tol=1e-4)
+    assert math.isclose(result.summary["baseline_perplexity"], reference, rel_tol=1e-4)
+    assert (base["channel"], base["order"], base["ablation"], base["ratio"], base["heads"]) == (
+        "none", "none", "none", 1.0, ""
+    )
+
+
+def test_window_losses_do_not_depend_on_the_batch_size():
+    model = tiny("llama")
+    wins = windows()
+    one = window_losses(model, wins, batch_size=1)
+    many = window_losses(model, wins, batch_size=6)
+    np.testing.assert_allclose(one, many, rtol=1e-5)
+    assert one.shape == (6,) and one.dtype == np.float64
+
+
+def heads_table():
+    return pd.DataFrame(
+        {
+            "layer": [0, 0, 1, 1],
+            "head": [0, 1, 0, 1],
+            "sink_mass": [0.1, 0.7, 0.7, 0.3],
+            "sink_balance": [1.0, -2.0, 0.5, 0.0],
+            "entropy": [2.0, 1.0, 3.0, 0.5],
+            "content_entropy": pd.array([1.5, 2.5, None, 1.0], dtype="Float64"),
+        }
+    )
+
+
+def test_head_ranking_orders_and_ties():
+    table = heads_table()
+    high = head_ranking(table, "sink_mass", "high")
+    assert list(zip(high["layer"], high["head"], strict=True)) == [(0, 1), (1, 0), (1, 1), (0, 0)]
+    assert high["rank"].tolist() == [0, 1, 2, 3]
+    low = head_ranking(table, "sink_mass", "low")
+    assert list(zip(low["layer"], low["head"], strict=True)) == [(0, 0), (1, 1), (0, 1), (1, 0)]
+    full = head_ranking(table, "full_entropy", "high")
+    assert full["value"].tolist() == [3.0, 2.0, 1.0, 0.5]
+    balance = head_ranking(table, "sink_balance", "low")
+    assert list(zip(balance["layer"], balance["head"], strict=True))[0] == (0, 1)
+
+
+def test_random_ranking_is_seeded():
+    table = heads_table()
+    a = head_ranking(table, "random", "high", seed=3)
+    b = head_ranking(table, "random", "high", seed=3)
+    low = head_ranking(table, "random", "low", seed=3)
+    assert a.equals(b)
+    forward = list(zip(a["layer"], a["head"], strict=True))
+    assert list(zip(low["layer"], low["head"], strict=True)) == forward[::-1]
+    orders = {tuple(head_ranking(table, "random", "high", seed=s)["head"]) for s in range(20)}
+    assert len(orders) > 1
+
+
+def raises(message: str):
+    return pytest.raises(AttncodaError, match=f"^{re.escape(message)}$")
+
+
+def test_head_ranking_errors():
+    table = heads_table()
+    with raises(
+        "unknown channel 'entropy': use one of sink_mass, sink_balance, content_entropy, "
+        "full_entropy, random, gradient"
+    ):
+        head_ranking(table, "entropy", "high")
+    with raises("unknown order 'up': use 'high' (prune the highest values first) or 'low'"):
+        head_ranking(table, "sink_mass", "up")
+    with raises(
+        "the heads table has no column 'gradient_importance' for channel 'gradient' (compute it "
+        "with gradient_importance)"
+    ):
+        head_ranking(table, "gradient", "high")
+    with raises("the heads table has no column 'sink_mass' for channel 'sink_mass'"):
+        head_ranking(table.drop(columns="sink_mass"), "sink_mass", "high")
+    with raises("the heads table has no column 'layer'"):
+        head_ranking(table.drop(columns="layer"), "random", "high")
+    with raises("channel 'content_entropy' has no finite value for heads 1.0"):
+        head_ranking(table, "content_entropy", "high")
+
+
+@pytest.fixture(scope="module")
+def grid():
+    model = tiny("llama")
+    profile, evaluation = split_windows(windows(8), 4, 4)
+    result = prune(
+        model,
+        None,
+        profile,
+        evaluation,
+        channels=["sink_mass", "content_entropy", "full_entropy", "random", "gradient"],
+        orders=["high", "low"],
+        ablations=["zero", "sink"],
+        ks=[4, 1, 2, 2],
+        seed=1,
+        model_name="tiny-llama",
+    )
+    return model, profile, evaluation, result
+
+
+def test_prune_table(grid):
+    model, profile, evaluation, result = grid
+    table = result.table
+    assert tuple(table.columns) == COLUMNS
+    assert len(table) == 1 + 2 * 5 * 2 * 3
+    assert (table["model"] == "tiny-llama").all()
+    base = table.iloc[0]
+    assert np.allclose(table["ratio"], table["perplexity"] / base["perplexity"], rtol=1e-12)
+    assert np.allclose(np.exp(table["mean_nll"]), table["perplexity"], rtol=1e-12)
+    assert sorted(table["k"].unique().tolist()) == [0, 1, 2, 4]
+    assert "gradient_importance" in result.heads.columns
+    assert result.summary["eval_windows"] == ["#0", "#1", "#2", "#3"]
+    assert result.summary["ks"] == [1, 2, 4]
+
+
+def test_prune_rows_are_the_ranked_heads_under_ablate(grid):
+    model, profile, evaluation, result = grid
+    ranking = head_ranking(result.heads, "sink_mass", "high")
+    row = result.table[
+        (result.table["channel"] == "sink_mass")
+        & (result.table["order"] == "high")
+        & (result.table["ablation"] == "sink")
+        & (result.table["k"] == 2)
+    ].iloc[0]
+    chosen = list(zip(ranking["layer"][:2], ranking["head"][:2], strict=True))
+    assert row["heads"] == ",".join(f"{a}.{b}" for a, b in chosen)
+    plan: dict[int, list[int]] = {}
+    for layer, head in chosen:
+        plan.setdefault(int(layer), []).append(int(head))
+    with ablate(model, plan, "sink"):
+        nll = float(np.mean(window_losses(model, evaluation)))
+    assert row["mean_nll"] == nll
+
+
+def test_gradient_importance_is_the_summed_absolute_gate_gradient():
+    model = tiny("gpt_neox")
+    wins = windows(3)
+    expected = torch.zeros(2, 4, dtype=torch.float64)
+    for window in wins:
+        ids = torch.as_tensor([window])
+        gates = torch.ones(2, 4, requires_grad=True)
+        with head_gates(model, gates):
+            loss = model(input_ids=ids, labels=ids).loss
+        (grad,) = torch.autograd.grad(loss, gates)
+        expected += grad.abs().double()
+    got = gradient_importance(model, wins, batch_size=2)
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-7)
+    assert all(p.requires_grad for p in model.parameters())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_write_prune_and_figure(grid, tmp_path):
+    from attncoda.report.figures_training import prune_figure
+
+    _, _, _, result = grid
+    table_path, heads_path, summary_path = write_prune(result, tmp_path / "out")
+    assert pd.read_parquet(table_path).equals(result.table)
+    assert len(pd.read_parquet(heads_path)) == 8
+    assert json.loads(summary_path.read_text())["n_heads"] == 4
+    figure = prune_figure(result.table, tmp_path / "prune.png", model="tiny")
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_prune_errors():
+    model = tiny("llama")
+    profile, evaluation = split_windows(windows(), 3, 3)
+
+    def call(**kwargs):
+        args = dict(channels=["random"], orders=["high"], ablations=["zero"], ks=[1])
+        args.update(kwargs)
+        return prune(model, None, profile, evaluation, **args)
+
+    with raises(
+        "unknown channel 'entropy': use one of sink_mass, sink_balance, content_entropy, "
+        "full_entropy, random, gradient"
+    ):
+        call(channels=["random", "entropy"])
+    with raises("unknown order 'top': use one of high, low"):
+        call(orders=["top"])
+    with raises("unknown ablation 'mean': use one of zero, uniform, sink"):
+        call(ablations=["mean"])
+    with raises("channels is empty: give at least one"):
+        call(channels=[])
+    with raises("ks is empty: give at least one"):
+        call(ks=[])
+    with raises("k=9 is more than the 8 heads of tiny"):
+        call(ks=[1, 9], model_name="tiny")
+    with raises("k must be a positive integer, got 0"):
+        call(ks=[0])
+    with raises("k must be a positive integer, got 1.5"):
+        call(ks=[1.5])
+    with raises("batch_size must be a positive integer, got 0"):
+        call(batch_size=0)
+    with raises("eval window 0 equals profile window 3: evaluate on held-out windows, disjoint "
+                "from the profiling ones"):
+        prune(model, None, windows()[:4], evaluation, channels=["random"], ks=[1])
+    with raises("profile_windows is empty: give at least one window of token ids"):
+        prune(model, None, [], evaluation, channels=["random"], ks=[1])
+    with raises("eval_windows window 1 has 1 tokens: a window needs at least 2 (one predicted "
+                "token)"):
+        prune(model, None, profile, [[1, 2], [3]], channels=["random"], ks=[1])
+
+
+def test_split_windows():
+    wins = windows(8)
+    profile, evaluation = split_windows(wins, 3, 2)
+    assert profile == wins[:3] and evaluation == wins[6:]
+    with raises("n_profile + n_eval = 9 windows, but only 8 are given: profiling and evaluation "
+                "windows must be disjoint"):
+        split_windows(wins, 5, 4)
+    with raises("n_eval must be a positive integer, got 0"):
+        split_windows(wins, 5, 0)
