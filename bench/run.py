@@ -37,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", action="store_true", help="also print a cProfile breakdown of attncoda's side"
     )
+    parser.add_argument("--only", choices=("coda", "capture"), help="run one part (default: both)")
     parser.add_argument(
-        "--only", choices=("coda", "capture"), help="run one part (default: both)"
+        "--long", action="store_true", help="also measure capture memory at L=8192 (minutes)"
     )
     args = parser.parse_args(argv)
     if args.threads > 0:
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         import capture_bench
 
         captured = capture_bench.run(
-            quick=args.quick, repeats=args.repeats, threads=max(args.threads, 1)
+            quick=args.quick, repeats=args.repeats, threads=max(args.threads, 1), long=args.long
         )
         print(capture_bench.table(captured))
     print(

@@ -23,8 +23,12 @@ def tiny_llama(tmp_path_factory):
     _, tokenizer, _ = load_model("minilm")
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
         max_position_embeddings=256,
     )
     folder = tmp_path_factory.mktemp("tiny-llama")
@@ -87,17 +91,43 @@ def test_train_tiny_then_collapse(tmp_path, capsys):
     assert "first_last" in printed and "sink share" in printed
     table = pd.read_parquet(out / "collapse.parquet")
     model = table[table["level"] == "model"]
-    assert ((model["delta_sink"] + model["delta_content"] - model["delta_entropy"]).abs()
-            <= 1e-10).all()
+    assert (
+        (model["delta_sink"] + model["delta_content"] - model["delta_entropy"]).abs() <= 1e-10
+    ).all()
     assert (out / "collapse.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_prune(tmp_path, capsys, tiny_llama):
     out = tmp_path / "prune"
-    args = ["prune", tiny_llama, "--channels", "sink_mass,random", "--k", "1,2",
-            "--profile-docs", "2", "--eval-docs", "2", "--out", str(out)]
+    args = [
+        "prune",
+        tiny_llama,
+        "--channels",
+        "sink_mass,random",
+        "--k",
+        "1,2",
+        "--profile-docs",
+        "2",
+        "--eval-docs",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     assert "unpruned perplexity" in capsys.readouterr().out
     table = pd.read_parquet(out / "prune.parquet")
     assert set(table["k"]) == {0, 1, 2}
     assert (out / "prune.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_shipped_predictor_loads_and_abstains_outside_its_range():
+    from attncoda.experiments.predictor import Predictor
+    from attncoda.run.conventions import shipped_predictor
+
+    predictor = Predictor.from_json(shipped_predictor())
+    assert "smollm2" in predictor.training_models and "minilm" in predictor.training_models
+    inside = dict(zip(predictor.features, (lo for lo, _ in predictor.training_range), strict=True))
+    assert not predictor.apply(inside).abstained
+    outside = {**inside, "mean_sink_mass": 0.99}
+    result = predictor.apply(outside)
+    assert result.abstained and "mean_sink_mass" in result.reason

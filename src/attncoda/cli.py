@@ -350,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--overwrite", action="store_true")
     fit.set_defaults(func=_predictor_fit)
     app = prs.add_parser("apply", help="predict, measure and give the verdict")
-    app.add_argument("predictor", help="a predictor JSON file")
+    app.add_argument("predictor", help="a predictor JSON file, or 'shipped' for the built-in one")
     app.add_argument("models", nargs="+")
     _corpus_options(app, docs=16)
     app.set_defaults(func=_predictor_apply)

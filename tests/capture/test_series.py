@@ -28,8 +28,18 @@ def test_pythia_revisions_are_the_154_names_in_order():
     assert len(set(names)) == 154
     assert names[0] == "step0" and names[-1] == "step143000"
     assert names[:12] == [
-        "step0", "step1", "step2", "step4", "step8", "step16", "step32", "step64", "step128",
-        "step256", "step512", "step1000",
+        "step0",
+        "step1",
+        "step2",
+        "step4",
+        "step8",
+        "step16",
+        "step32",
+        "step64",
+        "step128",
+        "step256",
+        "step512",
+        "step1000",
     ]
     steps = [int(name.removeprefix("step")) for name in names]
     assert steps == sorted(steps)

@@ -133,8 +133,11 @@ def eager_log_rows(model, window):
 
 def test_head_means_match_entropy_change_split_on_eager_rows(series):
     pts, models, result = series
-    sums = {"total": np.zeros((N_LAYERS, N_HEADS)), "sink": np.zeros((N_LAYERS, N_HEADS)),
-            "content": np.zeros((N_LAYERS, N_HEADS))}
+    sums = {
+        "total": np.zeros((N_LAYERS, N_HEADS)),
+        "sink": np.zeros((N_LAYERS, N_HEADS)),
+        "content": np.zeros((N_LAYERS, N_HEADS)),
+    }
     count = 0
     for window in windows():
         lp0 = eager_log_rows(models[pts[0].spec], window)
@@ -153,8 +156,11 @@ def test_head_means_match_entropy_change_split_on_eager_rows(series):
         & (result.table["level"] == "head")
     ].sort_values(["layer", "head"])
     assert (heads["n_rows"] == count).all()
-    for name, column in (("total", "delta_entropy"), ("sink", "delta_sink"),
-                         ("content", "delta_content")):
+    for name, column in (
+        ("total", "delta_entropy"),
+        ("sink", "delta_sink"),
+        ("content", "delta_content"),
+    ):
         expected = (sums[name] / count).reshape(-1)
         np.testing.assert_allclose(heads[column].to_numpy(), expected, rtol=0, atol=2e-6)
 

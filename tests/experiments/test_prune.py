@@ -71,14 +71,19 @@ def hf_perplexity(model, wins) -> float:
 def test_unpruned_perplexity_equals_transformers_loss(family):
     model = tiny(family)
     profile, evaluation = split_windows(windows(), 3, 3)
-    result = prune(model, None, profile, evaluation, channels=["random"], orders=["high"], ks=[1],
-                   batch_size=2)
+    result = prune(
+        model, None, profile, evaluation, channels=["random"], orders=["high"], ks=[1], batch_size=2
+    )
     base = result.table[result.table["k"] == 0].iloc[0]
     reference = hf_perplexity(model, evaluation)
     assert math.isclose(base["perplexity"], reference, rel_tol=1e-4)
     assert math.isclose(result.summary["baseline_perplexity"], reference, rel_tol=1e-4)
     assert (base["channel"], base["order"], base["ablation"], base["ratio"], base["heads"]) == (
-        "none", "none", "none", 1.0, ""
+        "none",
+        "none",
+        "none",
+        1.0,
+        "",
     )
 
 
@@ -267,13 +272,16 @@ def test_prune_errors():
         call(ks=[1.5])
     with raises("batch_size must be a positive integer, got 0"):
         call(batch_size=0)
-    with raises("eval window 0 equals profile window 3: evaluate on held-out windows, disjoint "
-                "from the profiling ones"):
+    with raises(
+        "eval window 0 equals profile window 3: evaluate on held-out windows, disjoint "
+        "from the profiling ones"
+    ):
         prune(model, None, windows()[:4], evaluation, channels=["random"], ks=[1])
     with raises("profile_windows is empty: give at least one window of token ids"):
         prune(model, None, [], evaluation, channels=["random"], ks=[1])
-    with raises("eval_windows window 1 has 1 tokens: a window needs at least 2 (one predicted "
-                "token)"):
+    with raises(
+        "eval_windows window 1 has 1 tokens: a window needs at least 2 (one predicted token)"
+    ):
         prune(model, None, profile, [[1, 2], [3]], channels=["random"], ks=[1])
 
 
@@ -281,8 +289,10 @@ def test_split_windows():
     wins = windows(8)
     profile, evaluation = split_windows(wins, 3, 2)
     assert profile == wins[:3] and evaluation == wins[6:]
-    with raises("n_profile + n_eval = 9 windows, but only 8 are given: profiling and evaluation "
-                "windows must be disjoint"):
+    with raises(
+        "n_profile + n_eval = 9 windows, but only 8 are given: profiling and evaluation "
+        "windows must be disjoint"
+    ):
         split_windows(wins, 5, 4)
     with raises("n_eval must be a positive integer, got 0"):
         split_windows(wins, 5, 0)

@@ -87,8 +87,7 @@ def test_minilm_flips_equal_an_independent_count(tmp_path):
     with torch.no_grad():
         for w in windows:
             ids = torch.tensor([w.input_ids])
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                        output_attentions=True)
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
             stacked = torch.cat(out.attentions, dim=1)[0]  # (layers*heads, L, L)
             attentions.append(stacked.double().numpy())
     assert sum(a.shape[1] for a in attentions) == sum(d.logp.shape[1] for d in rows.rows.docs)

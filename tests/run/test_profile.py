@@ -22,7 +22,10 @@ def test_head_sink_mass_equals_eager_output_attentions(tmp_path, name, docs):
     result = profile(name, tmp_path, docs=docs, loaded=(model, tokenizer, info))
     heads = pd.read_parquet(tmp_path / "heads.parquet")
     assert {p.name for p in result.files} == {
-        "rows.parquet", "heads.parquet", "profile.png", "manifest.json"
+        "rows.parquet",
+        "heads.parquet",
+        "profile.png",
+        "manifest.json",
     }
     rows = pd.read_parquet(tmp_path / "rows.parquet")
     assert len(rows) == heads["n_rows"].sum()
@@ -36,8 +39,7 @@ def test_head_sink_mass_equals_eager_output_attentions(tmp_path, name, docs):
     with torch.no_grad():
         for w in windows:
             ids = torch.tensor([w.input_ids])
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                        output_attentions=True)
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
             att = torch.cat(out.attentions, dim=1)[0].double().numpy()  # (L*H, q, k)
             # Rows with content: every row of a bidirectional model; causal query 0 has only
             # the sink key and is left out.

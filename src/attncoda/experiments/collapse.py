@@ -50,19 +50,52 @@ __all__ = [
 
 #: Columns of :attr:`CollapseResult.table` (``collapse.parquet``), in order.
 COLUMNS = (
-    "model", "pair_kind", "pair_from", "pair_to", "label_from", "label_to", "level", "layer",
-    "head", "n_rows", "mean_sink_mass_from", "mean_sink_mass_to", "entropy_from", "entropy_to",
-    "content_entropy_from", "content_entropy_to", "delta_entropy", "delta_sink",
-    "delta_content", "sink_share", "sink_share_note",
+    "model",
+    "pair_kind",
+    "pair_from",
+    "pair_to",
+    "label_from",
+    "label_to",
+    "level",
+    "layer",
+    "head",
+    "n_rows",
+    "mean_sink_mass_from",
+    "mean_sink_mass_to",
+    "entropy_from",
+    "entropy_to",
+    "content_entropy_from",
+    "content_entropy_to",
+    "delta_entropy",
+    "delta_sink",
+    "delta_content",
+    "sink_share",
+    "sink_share_note",
 )
 #: Columns of :attr:`CollapseResult.checkpoints` (``collapse_checkpoints.parquet``).
 CHECKPOINT_COLUMNS = (
-    "model", "step", "label", "level", "layer", "head", "n_rows", "mean_sink_mass", "entropy",
-    "content_entropy", "sink_balance",
+    "model",
+    "step",
+    "label",
+    "level",
+    "layer",
+    "head",
+    "n_rows",
+    "mean_sink_mass",
+    "entropy",
+    "content_entropy",
+    "sink_balance",
 )
 _PAIR_MEANS = (
-    "mean_sink_mass_from", "mean_sink_mass_to", "entropy_from", "entropy_to",
-    "content_entropy_from", "content_entropy_to", "delta_entropy", "delta_sink", "delta_content",
+    "mean_sink_mass_from",
+    "mean_sink_mass_to",
+    "entropy_from",
+    "entropy_to",
+    "content_entropy_from",
+    "content_entropy_to",
+    "delta_entropy",
+    "delta_sink",
+    "delta_content",
 )
 _CHECKPOINT_MEANS = ("mean_sink_mass", "entropy", "content_entropy", "sink_balance")
 DEFAULT_SHARE_ATOL = 1e-9
@@ -143,9 +176,7 @@ def _check_points(series_points: object) -> list[Any]:
         return parse_series(series_points)
     points = list(series_points)  # type: ignore[call-overload]
     if len(points) < 2:
-        raise AttncodaError(
-            f"collapse needs a series of at least 2 checkpoints, got {len(points)}"
-        )
+        raise AttncodaError(f"collapse needs a series of at least 2 checkpoints, got {len(points)}")
     for point in points:
         if not isinstance(point, SeriesPoint):
             raise AttncodaError(
@@ -234,8 +265,9 @@ def _levels(sums: dict[str, np.ndarray], counts: np.ndarray):
 
     def means(select):
         n = int(counts[select].sum())
-        return n, {name: float(value[select].sum()) / n if n else math.nan
-                   for name, value in sums.items()}
+        return n, {
+            name: float(value[select].sum()) / n if n else math.nan for name, value in sums.items()
+        }
 
     n, m = means(np.ones_like(counts, dtype=bool))
     yield "model", None, None, n, m
@@ -374,9 +406,20 @@ def _frame(records: list[dict[str, Any]], columns: Sequence[str], floats: Sequen
 
 
 def _model_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    keep = ("pair_from", "pair_to", "n_rows", "delta_entropy", "delta_sink", "delta_content",
-            "sink_share", "sink_share_note", "entropy_from", "entropy_to",
-            "mean_sink_mass_from", "mean_sink_mass_to")
+    keep = (
+        "pair_from",
+        "pair_to",
+        "n_rows",
+        "delta_entropy",
+        "delta_sink",
+        "delta_content",
+        "sink_share",
+        "sink_share_note",
+        "entropy_from",
+        "entropy_to",
+        "mean_sink_mass_from",
+        "mean_sink_mass_to",
+    )
     return {k: records[0][k] for k in keep}
 
 
@@ -435,8 +478,10 @@ def collapse(
     """
     points = _check_points(series_points)
     windows = _check_windows(windows_ids)
-    if isinstance(share_atol, bool) or not isinstance(share_atol, (int, float)) or not (
-        share_atol >= 0
+    if (
+        isinstance(share_atol, bool)
+        or not isinstance(share_atol, (int, float))
+        or not (share_atol >= 0)
     ):
         raise AttncodaError(f"share_atol must be a non-negative number, got {share_atol!r}")
     if loader is None:

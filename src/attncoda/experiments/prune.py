@@ -68,7 +68,15 @@ CHANNEL_COLUMNS = {
 }
 #: Columns of :attr:`PruneResult.table` (``prune.parquet``).
 COLUMNS = (
-    "model", "channel", "order", "ablation", "k", "perplexity", "ratio", "mean_nll", "heads",
+    "model",
+    "channel",
+    "order",
+    "ablation",
+    "k",
+    "perplexity",
+    "ratio",
+    "mean_nll",
+    "heads",
 )
 
 
@@ -346,9 +354,7 @@ def _check_list(values: object, name: str, allowed: Sequence[str] | None) -> lis
         for item in items:
             if item not in allowed:
                 singular = name.removesuffix("s")
-                raise AttncodaError(
-                    f"unknown {singular} {item!r}: use one of {', '.join(allowed)}"
-                )
+                raise AttncodaError(f"unknown {singular} {item!r}: use one of {', '.join(allowed)}")
     return list(dict.fromkeys(items))
 
 
@@ -391,8 +397,13 @@ def prune(
     profile_windows: Sequence[Any],
     eval_windows: Sequence[Any],
     *,
-    channels: Sequence[str] = ("sink_mass", "sink_balance", "content_entropy", "full_entropy",
-                               "random"),
+    channels: Sequence[str] = (
+        "sink_mass",
+        "sink_balance",
+        "content_entropy",
+        "full_entropy",
+        "random",
+    ),
     orders: Sequence[str] = ORDERS,
     ablations: Sequence[str] = ("zero",),
     ks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
@@ -489,14 +500,21 @@ def prune(
         iterator = tqdm(jobs, desc="prune", unit="eval")
     base = mean_nll("zero", [])
     records = [
-        {"model": name, "channel": "none", "order": "none", "ablation": "none", "k": 0,
-         "perplexity": math.exp(base), "ratio": 1.0, "mean_nll": base, "heads": ""}
+        {
+            "model": name,
+            "channel": "none",
+            "order": "none",
+            "ablation": "none",
+            "k": 0,
+            "perplexity": math.exp(base),
+            "ratio": 1.0,
+            "mean_nll": base,
+            "heads": "",
+        }
     ]
     for ablation, channel, order, k in iterator:
         ranking = rankings[(channel, order)]
-        chosen = list(
-            zip(ranking["layer"][:k].tolist(), ranking["head"][:k].tolist(), strict=True)
-        )
+        chosen = list(zip(ranking["layer"][:k].tolist(), ranking["head"][:k].tolist(), strict=True))
         nll = mean_nll(ablation, chosen)
         records.append(
             {

@@ -154,11 +154,21 @@ def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: b
     return predictor
 
 
+def shipped_predictor() -> Path:
+    """The frozen predictor shipped with attncoda (see ``experiments/data/PROVENANCE.md``)."""
+    from importlib.resources import files
+
+    return Path(str(files("attncoda.experiments") / "data" / "flip_predictor.json"))
+
+
 def apply_predictor(path: str | Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Apply a frozen predictor to measured models: prediction, measurement and verdict."""
+    """Apply a frozen predictor to measured models: prediction, measurement and verdict.
+
+    ``path`` is a predictor file, or ``"shipped"`` for the one shipped with attncoda.
+    """
     from attncoda.experiments.predictor import Predictor, verdict
 
-    predictor = Predictor.from_json(path)
+    predictor = Predictor.from_json(shipped_predictor() if str(path) == "shipped" else path)
     outcomes = []
     for row in rows:
         prediction = predictor.apply(row["features"])
