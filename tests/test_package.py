@@ -60,7 +60,7 @@ def test_coda_names_are_exported_at_top_level():
 
 def test_demo_command_prints_the_three_views():
     result = subprocess.run(
-        [sys.executable, "-m", "attncoda.cli", "demo"],
+        [sys.executable, "-m", "attncoda.cli", "demo", "--example-only"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -76,7 +76,11 @@ def test_console_script_demo():
     if not script.exists():
         pytest.skip("the attncoda console script is not installed beside this interpreter")
     result = subprocess.run(
-        [str(script), "demo"], capture_output=True, text=True, timeout=120, check=False
+        [str(script), "demo", "--example-only"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "aitchison" in result.stdout
