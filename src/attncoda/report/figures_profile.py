@@ -34,7 +34,9 @@ def profile_heatmap(heads: Any, path: str | os.PathLike[str], *, model: str, sin
     table = heads.assign(sink_term=heads["binary_term"] + heads["within_sink_term"])
     n_layers = int(table["layer"].max()) + 1
     n_heads = int(table["head"].max()) + 1
-    fig, axes = plt.subplots(1, 4, figsize=(4.2 * 4, 0.28 * n_layers + 2.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, 4, figsize=(4.6 * 4, 0.28 * n_layers + 2.2), squeeze=False, layout="constrained"
+    )
     for ax, (column, label, cmap) in zip(axes[0], PANELS, strict=True):
         grid = np.full((n_layers, n_heads), np.nan)
         grid[table["layer"].to_numpy(), table["head"].to_numpy()] = table[column].to_numpy(float)
@@ -42,7 +44,7 @@ def profile_heatmap(heads: Any, path: str | os.PathLike[str], *, model: str, sin
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+        fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle(
         f"{model}: per-head means over rows with content (sink = {sink}); "
         "H(p) = sink part + content part exactly, no keep/drop convention needed",
