@@ -1,4 +1,4 @@
-"""Shared figure plumbing: the Agg backend, atomic PNG writes."""
+"""Shared figure plumbing: pyplot-free figures on the Agg canvas, atomic PNG writes."""
 
 from __future__ import annotations
 
@@ -10,19 +10,17 @@ from typing import Any
 from attncoda.store import atomic_write_bytes
 
 
-def pyplot() -> Any:
-    """matplotlib.pyplot on the non-interactive Agg backend (imported on first use)."""
-    import matplotlib
+def figure(**kwargs: Any) -> Any:
+    """A :class:`matplotlib.figure.Figure` with constrained layout, outside pyplot's state
+    (nothing to close, safe in threads and servers). matplotlib is imported on first use."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    kwargs.setdefault("layout", "constrained")
+    return Figure(**kwargs)
 
 
 def save_png(fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
-    """Render ``fig`` to PNG in memory, write it atomically, close it; return the path."""
+    """Render ``fig`` to PNG in memory and write it atomically; return the path."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-    pyplot().close(fig)
+    fig.savefig(buffer, format="png", dpi=dpi)
     return atomic_write_bytes(path, buffer.getvalue())

@@ -7,13 +7,12 @@ variant and the Spearman correlation of its axis 1 with sink mass.
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 from typing import Any
 
 from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, ClusterResult
-from attncoda.store.files import atomic_write_bytes
+from attncoda.report.figures import save_png
 
 __all__ = ["cluster_figure"]
 
@@ -92,7 +91,4 @@ def cluster_figure(result: ClusterResult, path: str | os.PathLike[str]) -> Path:
     Path
         ``path``.
     """
-    fig = _figure(result)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return save_png(_figure(result), path)

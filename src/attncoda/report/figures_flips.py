@@ -12,7 +12,6 @@ state); :func:`save_figure` writes one to PNG atomically.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.store import atomic_write_bytes
+from attncoda.report.figures import save_png
 
 __all__ = [
     "CONVENTIONS_LABEL",
@@ -226,9 +225,7 @@ def safety_figure(grid: Any, metrics: Any = None) -> Any:
 
 def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
     """Render ``fig`` to PNG in memory and write it atomically; return the path."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return save_png(fig, path, dpi=dpi)
 
 
 def plot_flip_rates(table: Any, path: str | os.PathLike[str]) -> Path:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from attncoda.report.figures import pyplot, save_png
+from attncoda.report.figures import figure, save_png
 
 PANELS = (
     ("sink_mass", "sink mass s", "magma"),
@@ -30,13 +30,11 @@ def profile_heatmap(heads: Any, path: str | os.PathLike[str], *, model: str, sin
     model, sink : str
         Named in the title, with the fact that entropies need no keep/drop convention.
     """
-    plt = pyplot()
     table = heads.assign(sink_term=heads["binary_term"] + heads["within_sink_term"])
     n_layers = int(table["layer"].max()) + 1
     n_heads = int(table["head"].max()) + 1
-    fig, axes = plt.subplots(
-        1, 4, figsize=(4.6 * 4, 0.28 * n_layers + 2.2), squeeze=False, layout="constrained"
-    )
+    fig = figure(figsize=(4.6 * 4, 0.28 * n_layers + 2.2))
+    axes = fig.subplots(1, 4, squeeze=False)
     for ax, (column, label, cmap) in zip(axes[0], PANELS, strict=True):
         grid = np.full((n_layers, n_heads), np.nan)
         grid[table["layer"].to_numpy(), table["head"].to_numpy()] = table[column].to_numpy(float)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.report.figures import pyplot, save_png
+from attncoda.report.figures import figure, save_png
 
 __all__ = ["collapse_figure", "prune_figure"]
 
@@ -52,14 +52,14 @@ def collapse_figure(
     model, sink : str
         Named in the title.
     """
-    plt = pyplot()
     rows = _model_pairs(table)
     d_sink = rows["delta_sink"].to_numpy(np.float64)
     d_content = rows["delta_content"].to_numpy(np.float64)
     d_total = rows["delta_entropy"].to_numpy(np.float64)
     labels = [f"{a}→{b}" for a, b in zip(rows["pair_from"], rows["pair_to"], strict=True)]
     x = np.arange(len(rows))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(max(9.0, 0.45 * len(x) + 6.0), 4.6))
+    fig = figure(figsize=(max(9.0, 0.45 * len(x) + 6.0), 4.6), layout=None)
+    left, right = fig.subplots(1, 2)
     pos_bottom = np.zeros(len(x))
     neg_bottom = np.zeros(len(x))
     for values, colour, name in (
@@ -118,16 +118,18 @@ def prune_figure(table: Any, path: str | os.PathLike[str], *, model: str) -> Pat
     model : str
         Named in the title.
     """
-    plt = pyplot()
     curves = table[table["k"] > 0]
     if curves.empty:
         raise AttncodaError("the prune table has no pruned rows (k > 0) to plot")
     ablations = list(dict.fromkeys(curves["ablation"]))
     channels = list(dict.fromkeys(curves["channel"]))
     width = max(6.2 * len(ablations), 11.0)
-    fig, axes = plt.subplots(1, len(ablations), figsize=(width, 5.0), squeeze=False, sharey=True)
+    fig = figure(figsize=(width, 5.0), layout=None)
+    axes = fig.subplots(1, len(ablations), squeeze=False, sharey=True)
     ks = sorted({0, *curves["k"].astype(int).tolist()})
-    cmap = plt.get_cmap("tab10")
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
     for ax, ablation in zip(axes[0], ablations, strict=True):
         part = curves[curves["ablation"] == ablation]
         for index, channel in enumerate(channels):
