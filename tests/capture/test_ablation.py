@@ -20,33 +20,14 @@ from attncoda.capture.ablation import (  # noqa: E402
 )
 from attncoda.capture.attention import Recorder, routed  # noqa: E402
 from attncoda.capture.capture import _forward, capture  # noqa: E402
+from tiny_models import VOCAB  # noqa: E402
+from tiny_models import tiny as _tiny  # noqa: E402
 
-VOCAB = 120
 HEAD_DIM = 8  # hidden 32 / 4 heads
 
 
 def tiny(family: str, seed: int = 0):
-    """A seeded 2-layer, 4-head model (GQA with 2 kv heads for Llama), eager, eval."""
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=256,
-    )
-    configs = {
-        "llama": lambda: transformers.LlamaConfig(**common, num_key_value_heads=2),
-        "gpt_neox": lambda: transformers.GPTNeoXConfig(**common),
-        "gpt2": lambda: transformers.GPT2Config(
-            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=256
-        ),
-    }
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(
-        configs[family](), attn_implementation="eager"
-    )
-    return model.eval()
+    return _tiny(family, seed=seed, positions=256, eager=True)
 
 
 def out_projection(model, layer: int):

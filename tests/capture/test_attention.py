@@ -19,77 +19,12 @@ from attncoda.capture.attention import (  # noqa: E402
     row_statistics,
 )
 from attncoda.capture.capture import _forward  # noqa: E402
-
-VOCAB = 120
+from tiny_models import VOCAB  # noqa: E402
+from tiny_models import tiny as _tiny  # noqa: E402
 
 
 def tiny(family: str, dtype=torch.float32, **extra):
-    """A seeded 2-layer, 4-head model of ``family`` built from a config (GQA: 2 kv heads)."""
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=2048,
-    )
-    gqa = dict(common, num_key_value_heads=2)
-    configs = {
-        "gpt2": lambda: transformers.GPT2Config(
-            vocab_size=VOCAB,
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            n_positions=2048,
-            bos_token_id=1,
-            eos_token_id=1,
-        ),
-        "gpt2-upcast": lambda: transformers.GPT2Config(
-            vocab_size=VOCAB,
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            n_positions=2048,
-            bos_token_id=1,
-            eos_token_id=1,
-            reorder_and_upcast_attn=True,
-            scale_attn_by_inverse_layer_idx=True,
-        ),
-        "gpt_neox": lambda: transformers.GPTNeoXConfig(**common),
-        "opt": lambda: transformers.OPTConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            ffn_dim=64,
-            max_position_embeddings=2048,
-            word_embed_proj_dim=32,
-        ),
-        "llama": lambda: transformers.LlamaConfig(**gqa),
-        "qwen2": lambda: transformers.Qwen2Config(**gqa),
-        "mistral": lambda: transformers.MistralConfig(**gqa),
-        "bert": lambda: transformers.BertConfig(**common),
-        "bloom": lambda: transformers.BloomConfig(
-            vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4
-        ),
-        "falcon": lambda: transformers.FalconConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            new_decoder_architecture=False,
-            alibi=False,
-        ),
-    }
-    config = configs[family]()
-    for key, value in extra.items():
-        setattr(config, key, value)
-    torch.manual_seed(0)
-    if family == "bert":
-        model = transformers.BertModel(config)
-    else:
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    return model.to(dtype).eval()
+    return _tiny(family, dtype, **extra)
 
 
 def batch(length: int, padding: str, docs: int = 3, seed: int = 1):

@@ -18,65 +18,14 @@ from attncoda.capture.capture import (  # noqa: E402
     capture_frame,
     capture_windows,
 )
+from tiny_models import VOCAB  # noqa: E402
+from tiny_models import tiny as _tiny  # noqa: E402
 
-VOCAB = 120
 FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
 
 
 def tiny(family: str, dtype=torch.float32):
-    """A seeded 2-layer, 4-head model of ``family`` built from a config (GQA: 2 kv heads)."""
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
-    configs = {
-        "gpt2": lambda: transformers.GPT2Config(
-            vocab_size=VOCAB,
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            n_positions=512,
-            bos_token_id=1,
-            eos_token_id=1,
-        ),
-        "gpt_neox": lambda: transformers.GPTNeoXConfig(**common),
-        "opt": lambda: transformers.OPTConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            ffn_dim=64,
-            max_position_embeddings=512,
-            word_embed_proj_dim=32,
-        ),
-        "llama": lambda: transformers.LlamaConfig(**common, num_key_value_heads=2, bos_token_id=1),
-        "qwen2": lambda: transformers.Qwen2Config(**common, num_key_value_heads=2),
-        "mistral": lambda: transformers.MistralConfig(**common, num_key_value_heads=2),
-        "bert": lambda: transformers.BertConfig(**common),
-        "bloom": lambda: transformers.BloomConfig(
-            vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4
-        ),
-        "gpt_neo": lambda: transformers.GPTNeoConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_layers=2,
-            num_heads=4,
-            attention_types=[[["global", "local"], 1]],
-            window_size=4,
-            max_position_embeddings=512,
-        ),
-    }
-    torch.manual_seed(0)
-    config = configs[family]()
-    if family == "bert":
-        model = transformers.BertModel(config)
-    else:
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    return model.to(dtype).eval()
+    return _tiny(family, dtype, positions=512)
 
 
 def spiked_gpt2(token: int = 7):

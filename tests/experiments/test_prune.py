@@ -24,31 +24,12 @@ from attncoda.experiments.prune import (  # noqa: E402
     window_losses,
     write_prune,
 )
-
-VOCAB = 120
+from tiny_models import VOCAB  # noqa: E402
+from tiny_models import tiny as _tiny  # noqa: E402
 
 
 def tiny(family: str, seed: int = 0):
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    configs = {
-        "llama": lambda: transformers.LlamaConfig(**common, num_key_value_heads=2),
-        "gpt_neox": lambda: transformers.GPTNeoXConfig(**common),
-        "gpt2": lambda: transformers.GPT2Config(
-            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64
-        ),
-    }
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(
-        configs[family](), attn_implementation="eager"
-    )
-    return model.eval()
+    return _tiny(family, seed=seed, positions=64, eager=True)
 
 
 def windows(n: int = 6, seed: int = 0) -> list[list[int]]:

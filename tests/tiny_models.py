@@ -1,0 +1,92 @@
+"""Tiny seeded models of every family the tests route, built from configs (no weights to
+download). Shared by the capture, ablation and prune tests."""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+VOCAB = 120
+
+
+def _configs(positions: int) -> dict:
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=positions,
+    )
+    gqa = dict(common, num_key_value_heads=2)
+    gpt2 = dict(
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=positions,
+        bos_token_id=1,
+        eos_token_id=1,
+    )
+    return {
+        "gpt2": lambda: transformers.GPT2Config(**gpt2),
+        "gpt2-upcast": lambda: transformers.GPT2Config(
+            **gpt2, reorder_and_upcast_attn=True, scale_attn_by_inverse_layer_idx=True
+        ),
+        "gpt_neox": lambda: transformers.GPTNeoXConfig(**common),
+        "opt": lambda: transformers.OPTConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            ffn_dim=64,
+            max_position_embeddings=positions,
+            word_embed_proj_dim=32,
+        ),
+        "llama": lambda: transformers.LlamaConfig(**gqa, bos_token_id=1),
+        "qwen2": lambda: transformers.Qwen2Config(**gqa),
+        "mistral": lambda: transformers.MistralConfig(**gqa),
+        "bert": lambda: transformers.BertConfig(**common),
+        "bloom": lambda: transformers.BloomConfig(
+            vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4
+        ),
+        "falcon": lambda: transformers.FalconConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            new_decoder_architecture=False,
+            alibi=False,
+        ),
+        "gpt_neo": lambda: transformers.GPTNeoConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_layers=2,
+            num_heads=4,
+            attention_types=[[["global", "local"], 1]],
+            window_size=4,
+            max_position_embeddings=positions,
+        ),
+    }
+
+
+def tiny(
+    family: str,
+    dtype=torch.float32,
+    *,
+    seed: int = 0,
+    positions: int = 2048,
+    eager: bool = False,
+    **extra,
+):
+    """A seeded 2-layer, 4-head model of ``family`` in eval mode (GQA with 2 KV heads for
+    Llama, Qwen2 and Mistral); ``extra`` sets config fields; ``eager`` builds it with eager
+    attention (the reference implementation) instead of the library default."""
+    config = _configs(positions)[family]()
+    for key, value in extra.items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    kwargs = {"attn_implementation": "eager"} if eager else {}
+    auto = transformers.AutoModel if family == "bert" else transformers.AutoModelForCausalLM
+    model = auto.from_config(config, **kwargs)
+    return model.to(dtype).eval()
