@@ -33,19 +33,25 @@ from attncoda.coda import (
 
 __version__ = "0.1.0"
 
-# Names served lazily so that `import attncoda` stays free of torch and transformers.
+# Names served lazily so that `import attncoda` stays free of torch and transformers. (The
+# single-batch `capture` function lives at attncoda.capture.capture.capture: the name
+# `attncoda.capture` is the subpackage.)
 _LAZY = {
     "load_model": ("attncoda.capture.models", "load_model"),
     "corpus": ("attncoda.capture.corpus", None),
+    "capture_windows": ("attncoda.capture.capture", "capture_windows"),
+    "Capture": ("attncoda.capture.capture", "Capture"),
 }
 
 __all__ = [
     "AitchisonSplit",
     "AttncodaError",
+    "Capture",
     "EntropyChange",
     "EntropySplit",
     "aitchison",
     "aitchison_split",
+    "capture_windows",
     "clr",
     "corpus",
     "entropy",
