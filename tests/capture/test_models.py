@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 huggingface_hub = pytest.importorskip("huggingface_hub")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture import models  # noqa: E402
+from attncoda.capture import _gguf, models  # noqa: E402
 from attncoda.capture.models import ModelInfo, cache_dir, embedded_models, load_model  # noqa: E402
 
 FORMS = (
@@ -362,7 +362,7 @@ class _FakeDequantise:
 @pytest.fixture
 def fake_gguf(tmp_path, cache, monkeypatch):
     dequantise = _FakeDequantise()
-    monkeypatch.setattr(models, "_dequantise", dequantise)
+    monkeypatch.setattr(_gguf, "_dequantise", dequantise)
     path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF fake weights")
     return path, dequantise
@@ -493,7 +493,7 @@ def smollm2(tmp_path_factory):
         def refuse(path):
             raise AssertionError("the cached load read the GGUF file")
 
-        patch.setattr(models, "_dequantise", refuse)
+        patch.setattr(_gguf, "_dequantise", refuse)
         second = load_model("smollm2")
         yield first, second, cache_dir()
 

@@ -1,0 +1,227 @@
+"""The GGUF path of :func:`attncoda.load_model`: dequantise once, cache as safetensors.
+
+transformers reads a GGUF file in seconds but refuses to ``save_pretrained`` the result, so a
+plain model is rebuilt from its config and saved, with its tokenizer, into a folder of the
+user cache keyed by the file's name, size and modification time. The folder is written under
+a temporary name, synced and renamed, and carries a metadata file listing every file's size:
+a half-written or damaged folder is never read.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from attncoda._errors import AttncodaError
+
+# Bump when the layout of a GGUF cache folder changes: old folders are then never read.
+_CACHE_FORMAT = 1
+_CACHE_META = "attncoda-cache.json"
+_TEMP_PREFIX = ".tmp-"
+# A temp folder untouched this long belongs to a crashed writer (a write takes seconds).
+_STALE_TEMP_S = 3600.0
+
+
+def cache_dir() -> Path:
+    """Return the folder where attncoda caches dequantised models.
+
+    ``$ATTNCODA_CACHE`` if set, else ``$XDG_CACHE_HOME/attncoda``, else
+    ``~/.cache/attncoda``. The folder is not created here.
+
+    Returns
+    -------
+    pathlib.Path
+    """
+    explicit = os.environ.get("ATTNCODA_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg).expanduser() / "attncoda"
+    return Path.home() / ".cache" / "attncoda"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_gguf(path: Path, dtype: torch.dtype, notes: list[str]) -> tuple[Any, Any, bool, str]:
+    """Return ``(model, tokenizer, from_cache, fingerprint)`` for a GGUF file."""
+    parent = cache_dir() / "gguf"
+    final = parent / _cache_key(path)
+    _remove_stale_temps(parent)
+    meta = _read_cache_meta(final)
+    if meta is not None:
+        model = _from_cache(final, dtype)
+        tokenizer = None
+        if meta["tokenizer"]:
+            tokenizer = AutoTokenizer.from_pretrained(final)
+        else:
+            notes.append("no tokenizer: transformers could not read one from the GGUF file")
+        return model, tokenizer, True, meta["fingerprint"]
+    if final.exists():
+        _discard(final)
+    model, tokenizer = _dequantise(path)
+    if tokenizer is None:
+        notes.append("no tokenizer: transformers could not read one from the GGUF file")
+    fingerprint = f"sha256:{sha256_file(path)}"
+    try:
+        _write_cache(final, model, tokenizer, path, fingerprint)
+    except OSError as err:
+        message = f"GGUF cache not written to {str(final)!r}: {err}"
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        notes.append("GGUF cache not written; the next load dequantises again")
+        return _retype(model, dtype), tokenizer, False, fingerprint
+    if dtype != torch.float32:
+        # Read back what later loads will read, so the first load gives the same model.
+        model = _from_cache(final, dtype)
+    return model, tokenizer, False, fingerprint
+
+
+def _from_cache(folder: Path, dtype: torch.dtype) -> Any:
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=dtype)
+
+
+def _retype(model: Any, dtype: torch.dtype) -> Any:
+    """``model`` in ``dtype`` as ``from_pretrained(..., dtype=dtype)`` would build it.
+
+    ``Module.to(dtype)`` would also cast float32 buffers that transformers keeps in float32
+    (the RoPE ``inv_freq``), and so change the logits.
+    """
+    if dtype == torch.float32:
+        return model
+    typed = AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=dtype)
+    typed.load_state_dict(model.state_dict())
+    return typed
+
+
+def _cache_key(path: Path) -> str:
+    stat = path.stat()
+    stamp = f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}|{_CACHE_FORMAT}"
+    return f"{path.stem}-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
+
+
+def _dequantise(path: Path) -> tuple[Any, Any]:
+    """Dequantise a GGUF file into a plain float32 model (and its tokenizer, or None)."""
+    try:
+        quantised = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+        )
+    except (ValueError, KeyError, OSError) as err:
+        raise AttncodaError(
+            f"transformers {transformers.__version__} cannot load the GGUF file "
+            f"{str(path)!r}: {err}"
+        ) from err
+    # save_pretrained refuses a model loaded through the GGUF quantiser: rebuild a plain
+    # model of the same config and give it the dequantised weights.
+    config = copy.deepcopy(quantised.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager", dtype=torch.float32
+    )
+    model.load_state_dict(quantised.state_dict())
+    del quantised
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except (ValueError, KeyError, OSError):
+        tokenizer = None
+    return model, tokenizer
+
+
+def _read_cache_meta(folder: Path) -> dict[str, Any] | None:
+    """The cache metadata if ``folder`` is a complete cache folder, else None."""
+    try:
+        meta = json.loads((folder / _CACHE_META).read_text(encoding="utf-8"))
+        complete = meta["format"] == _CACHE_FORMAT and all(
+            (folder / name).stat().st_size == size for name, size in meta["files"].items()
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return meta if complete else None
+
+
+def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprint: str) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{final.name}-", dir=final.parent))
+    try:
+        model.save_pretrained(temp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(temp)
+        stat = gguf.stat()
+        meta = {
+            "format": _CACHE_FORMAT,
+            "gguf_name": gguf.name,
+            "gguf_size": stat.st_size,
+            "gguf_mtime_ns": stat.st_mtime_ns,
+            "fingerprint": fingerprint,
+            "tokenizer": tokenizer is not None,
+            "transformers_version": transformers.__version__,
+            "files": {p.name: p.stat().st_size for p in sorted(temp.iterdir()) if p.is_file()},
+        }
+        (temp / _CACHE_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        _fsync_folder(temp)
+        try:
+            os.rename(temp, final)
+        except OSError:
+            if _read_cache_meta(final) is None:
+                raise
+            # Another process finished the same cache first; its copy is as good as ours.
+            shutil.rmtree(temp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+
+
+def _fsync_folder(folder: Path) -> None:
+    # Without this a power loss after the rename can leave empty files under a valid name.
+    for path in folder.iterdir():
+        if path.is_file():
+            with path.open("rb") as handle:
+                os.fsync(handle.fileno())
+    if hasattr(os, "O_DIRECTORY"):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove_stale_temps(parent: Path) -> None:
+    """Delete temp folders left by crashed writers; recent ones may belong to a live one."""
+    if not parent.is_dir():
+        return
+    now = time.time()
+    for temp in parent.glob(f"{_TEMP_PREFIX}*"):
+        try:
+            stale = now - temp.stat().st_mtime > _STALE_TEMP_S
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _discard(folder: Path) -> None:
+    """Remove an incomplete cache folder; rename first so no reader sees it half-deleted."""
+    aside = folder.with_name(f"{_TEMP_PREFIX}discard-{folder.name}-{os.getpid()}")
+    try:
+        os.rename(folder, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
