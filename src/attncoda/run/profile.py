@@ -24,7 +24,7 @@ class ProfileResult:
     files : tuple of Path
         rows.parquet, heads.parquet, manifest.json, profile.png.
     captured : Captured
-        The capture itself, for callers that go on (experiments reuse it).
+        The capture itself (statistics only; no full rows recorded).
     """
 
     out: Path
@@ -58,9 +58,7 @@ def profile(
     from attncoda.report.figures_profile import profile_heatmap
     from attncoda.store import write_table
 
-    # Long windows record a sample of 128 rows per document (the default), enough for the
-    # experiments; a profile needs none when the windows are long.
-    record = "auto" if max_tokens <= 1024 else "none"
+    # The profile tables hold per-row statistics only: no full rows are recorded.
     captured = capture_corpus(
         spec,
         text=text,
@@ -71,7 +69,7 @@ def profile(
         seed=seed,
         progress=progress,
         loaded=loaded,
-        record_rows=record,
+        record_rows="none",
     )
     out = Path(out)
     rows = captured.capture.to_frame()
