@@ -241,12 +241,10 @@ def _sink_columns(sink: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sink key indices ``(batch, k_max)`` padded with 0, and which of them are real."""
     counts = sink.sum(-1)
     width = max(int(counts.max()) if counts.numel() else 0, 1)
-    index = torch.zeros(sink.shape[0], width, dtype=torch.long, device=sink.device)
+    # A stable sort puts each document's sink positions first, in order.
+    index = torch.argsort((~sink).to(torch.int8), dim=-1, stable=True)[:, :width]
     valid = torch.arange(width, device=sink.device)[None, :] < counts[:, None]
-    for doc in range(sink.shape[0]):
-        found = sink[doc].nonzero()[:, 0]
-        index[doc, : found.numel()] = found
-    return index, valid
+    return index, valid.to(sink.device)
 
 
 def row_statistics(

@@ -67,7 +67,8 @@ class Capture:
         ``"logits"`` or ``"last_hidden_state"``.
     token_logprob : numpy.ndarray or None
         float64 ``(doc, query_pos)``: ``log p(token[query_pos + 1] | tokens <= query_pos)``
-        (nats) for causal language models; valid where ``query_pos < n_tokens - 1``.
+        (nats) for causal language models with ``keep_outputs`` (a pass over the vocabulary,
+        so not computed otherwise); valid where ``query_pos < n_tokens - 1``.
     causal : bool
         Whether the rows are causal (each query sees the keys up to itself).
     sink_spec, mode, zeros, model_class : str
@@ -366,7 +367,8 @@ def capture(
     prepend_bos : bool
         Prepend the BOS id (tokenizer's, else the model config's) to every document.
     keep_outputs : bool
-        Keep the logits (or last hidden state) in ``Capture.outputs``.
+        Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
+        language models the next-token log-likelihoods in ``Capture.token_logprob``.
 
     Returns
     -------
@@ -444,7 +446,7 @@ def _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about: dict[
     result = out.logits if kind == "logits" else out.last_hidden_state
     outputs: np.ndarray | None = None
     token_logprob: np.ndarray | None = None
-    if kind == "logits" and causal:
+    if keep_outputs and kind == "logits" and causal:
         token_logprob = np.zeros((len(docs), width))
         for d, (doc, off) in enumerate(zip(docs, offsets.tolist(), strict=True)):
             # One logsumexp pass over the vocabulary (not a full log-softmax copy).
