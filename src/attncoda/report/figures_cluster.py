@@ -65,6 +65,8 @@ def _figure(result: ClusterResult) -> Any:
         ax.set_title(_panel_title(result, variant), fontsize=10)
         ax.set_xlabel("MDS axis 1")
         ax.set_ylabel("MDS axis 2")
+        # Summed distances reach 1e4-1e5: scientific tick labels keep them from colliding.
+        ax.ticklabel_format(style="sci", scilimits=(-3, 3))
     fig.colorbar(
         ScalarMappable(norm=norm, cmap="viridis"),
         ax=axes.ravel().tolist(),
