@@ -11,6 +11,8 @@ splits exactly into its sink and content terms.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import array_api_compat
@@ -185,31 +187,48 @@ def _dot(xp: Any, a: Any, b: Any) -> Any:
 
 
 def _pairwise_mean(xp: Any, p: Any, metric: str, h: Any) -> Any:
-    """Mean over rows of JSD or TV for every head pair, in blocks (upper triangle)."""
+    """Mean over rows of JSD or TV for every head pair, in blocks (upper triangle).
+
+    numpy releases the GIL in its elementwise loops, so for numpy input the blocks run on a
+    few threads (one per core, at most 4); the per-pair sums are still added in block order,
+    so the result does not depend on the thread count. Other namespaces (torch) use their own
+    intra-op threads and run the blocks in order.
+    """
     heads, rows, keys = p.shape
     item = p.dtype.itemsize
     tiny = float(xp.finfo(p.dtype).smallest_normal)
     row_step = max(1, min(rows, _CHUNK_BYTES // max(1, heads * keys * item)))
-    total = xp.zeros((heads, heads), dtype=p.dtype, device=array_api_compat.device(p))
-    for r0 in range(0, rows, row_step):
+
+    def block(task: tuple[int, int, int]) -> Any:
+        r0, a0, a1 = task
         pr = p[:, r0 : r0 + row_step, :]
-        n_rows = pr.shape[1]
+        pa, pb = pr[a0:a1, None, :, :], pr[None, a0:, :, :]
+        if metric == "tv":
+            d = xp.sum(xp.abs(pa - pb), axis=-1) / 2
+        else:
+            both = pa + pb  # = 2 m; sum(m log m) = sum(both log both)/2 - log 2
+            # Adding the smallest normal number leaves every positive entry's log as it is
+            # and turns 0 log 0 into 0 * log(tiny) = 0, without a masking pass.
+            logs = xp.log(both + tiny)
+            h_m = math.log(2.0) - _dot(xp, both, logs) / 2
+            hr = h[:, r0 : r0 + row_step]
+            d = xp.clip(h_m - (hr[a0:a1, None, :] + hr[None, a0:, :]) / 2, min=0.0)
+        return xp.sum(d, axis=-1)  # (a1 - a0, heads - a0)
+
+    tasks = []
+    for r0 in range(0, rows, row_step):
+        n_rows = min(row_step, rows - r0)
         head_step = max(1, _CHUNK_BYTES // max(1, heads * n_rows * keys * item))
-        for a0 in range(0, heads, head_step):
-            a1 = min(heads, a0 + head_step)
-            pa, pb = pr[a0:a1, None, :, :], pr[None, a0:, :, :]
-            if metric == "tv":
-                d = xp.sum(xp.abs(pa - pb), axis=-1) / 2
-            else:
-                both = pa + pb  # = 2 m; sum(m log m) = sum(both log both)/2 - log 2
-                # Adding the smallest normal number leaves every positive entry's log as it
-                # is and turns 0 log 0 into 0 * log(tiny) = 0, without a masking pass.
-                logs = xp.log(both + tiny)
-                h_m = math.log(2.0) - _dot(xp, both, logs) / 2
-                hr = h[:, r0 : r0 + n_rows]
-                d = xp.clip(h_m - (hr[a0:a1, None, :] + hr[None, a0:, :]) / 2, min=0.0)
-            block = xp.sum(d, axis=-1)  # (a1 - a0, heads - a0)
-            total[a0:a1, a0:] = total[a0:a1, a0:] + block
+        tasks += [(r0, a0, min(heads, a0 + head_step)) for a0 in range(0, heads, head_step)]
+    workers = min(4, os.cpu_count() or 1)
+    if array_api_compat.is_numpy_namespace(xp) and workers > 1 and len(tasks) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            blocks = list(pool.map(block, tasks))
+    else:
+        blocks = [block(task) for task in tasks]
+    total = xp.zeros((heads, heads), dtype=p.dtype, device=array_api_compat.device(p))
+    for (_, a0, a1), part in zip(tasks, blocks, strict=True):
+        total[a0:a1, a0:] = total[a0:a1, a0:] + part
     # Only b >= a is filled for every a; mirror it onto the lower triangle.
     idx = xp.arange(heads, device=array_api_compat.device(p))
     upper = idx[None, :] >= idx[:, None]
