@@ -7,7 +7,7 @@
 
 Every figure names the two conventions it compares in its title and colour or axis labels.
 Figures are :class:`matplotlib.figure.Figure` objects drawn on the Agg canvas (no pyplot
-state); :func:`save_figure` writes one to PNG atomically.
+state); :func:`attncoda.report.figures.save_png` writes one to PNG atomically.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ __all__ = [
     "plot_flip_rates",
     "plot_safety",
     "safety_figure",
-    "save_figure",
 ]
 
 CONVENTIONS_LABEL = "keep vs drop"
@@ -223,16 +222,11 @@ def safety_figure(grid: Any, metrics: Any = None) -> Any:
     return fig
 
 
-def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
-    """Render ``fig`` to PNG in memory and write it atomically; return the path."""
-    return save_png(fig, path, dpi=dpi)
-
-
 def plot_flip_rates(table: Any, path: str | os.PathLike[str]) -> Path:
     """:func:`flip_rate_figure` saved as PNG at ``path``; returns the path."""
-    return save_figure(flip_rate_figure(table), path)
+    return save_png(flip_rate_figure(table), path)
 
 
 def plot_safety(grid: Any, path: str | os.PathLike[str], metrics: Any = None) -> Path:
     """:func:`safety_figure` saved as PNG at ``path``; returns the path."""
-    return save_figure(safety_figure(grid, metrics), path)
+    return save_png(safety_figure(grid, metrics), path)

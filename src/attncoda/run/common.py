@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -147,12 +146,3 @@ def head_rows(captured: Captured) -> HeadRows:
         docs=tuple(docs),
         sink_mass=sink_mass,
     )
-
-
-def write_manifest(out: Path, command: str, captured: Captured, **extra: Any) -> Path:
-    """``out/manifest.json`` for a run over one captured model."""
-    from attncoda.store import atomic_write_json, run_manifest
-
-    info = captured.info.to_dict() if hasattr(captured.info, "to_dict") else {}
-    manifest = run_manifest(command, captured.config, model_info=info, **extra)
-    return atomic_write_json(Path(out) / "manifest.json", manifest)

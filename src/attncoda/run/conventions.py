@@ -10,7 +10,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.inputs import HeadRows
-from attncoda.run.common import Captured, capture_corpus, head_rows, write_manifest
+from attncoda.run.common import Captured, capture_corpus, head_rows
 
 #: Distances from float32 rows are good to about 1e-7 relative: closer verdicts are ties.
 CAPTURE_TOL = 1e-6
@@ -191,12 +191,11 @@ def apply_predictor(path: str | Path, rows: list[dict[str, Any]]) -> list[dict[s
 
 
 def _manifest(out: Path, command: str, models: list[ModelRows], **settings: Any) -> None:
-    from attncoda.store import atomic_write_json, run_manifest
+    from attncoda.store import write_manifest
 
     configs = [m.captured.config for m in models]
     infos = [m.captured.info.to_dict() for m in models]
-    manifest = run_manifest(command, {"models": configs, **settings}, model_info=infos)
-    atomic_write_json(out / "manifest.json", manifest)
+    write_manifest(out, command, {"models": configs, **settings}, model_info=infos)
 
 
 __all__ = [
@@ -209,5 +208,4 @@ __all__ = [
     "run_cluster",
     "run_flips",
     "run_safety",
-    "write_manifest",
 ]

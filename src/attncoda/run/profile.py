@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attncoda.run.common import Captured, capture_corpus, write_manifest
+from attncoda.run.common import Captured, capture_corpus
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def profile(
     """
     from attncoda.experiments.profile import head_summary, layer_summary
     from attncoda.report.figures_profile import profile_heatmap
-    from attncoda.store import write_table
+    from attncoda.store import write_manifest, write_table
 
     # The profile tables hold per-row statistics only: no full rows are recorded.
     captured = capture_corpus(
@@ -78,7 +78,7 @@ def profile(
         write_table(rows, out / "rows.parquet"),
         write_table(heads, out / "heads.parquet"),
         profile_heatmap(heads, out / "profile.png", model=spec, sink=sink),
-        write_manifest(out, "profile", captured),
+        write_manifest(out, "profile", captured.config, model_info=captured.info.to_dict()),
     )
     return ProfileResult(
         out=out, heads=heads, layers=layer_summary(heads), files=files, captured=captured

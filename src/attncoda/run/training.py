@@ -31,7 +31,7 @@ def run_collapse(
     from attncoda.capture.series import parse_series
     from attncoda.experiments.collapse import collapse, write_collapse
     from attncoda.report.figures_training import collapse_figure
-    from attncoda.store import atomic_write_json, run_manifest
+    from attncoda.store import write_manifest
 
     points = parse_series(series)
     _, tokenizer, _ = load_model(points[0].spec)
@@ -52,7 +52,7 @@ def run_collapse(
         "docs": docs,
         "max_tokens": max_tokens,
     }
-    atomic_write_json(out / "manifest.json", run_manifest("collapse", config))
+    write_manifest(out, "collapse", config)
     return result
 
 
@@ -82,7 +82,7 @@ def run_prune(
     from attncoda.capture.models import load_model
     from attncoda.experiments.prune import prune, split_windows, write_prune
     from attncoda.report.figures_training import prune_figure
-    from attncoda.store import atomic_write_json, run_manifest
+    from attncoda.store import write_manifest
 
     model, tokenizer, info = loaded if loaded is not None else load_model(spec)
     if not info.causal:
@@ -124,7 +124,5 @@ def run_prune(
         "max_tokens": max_tokens,
         "seed": seed,
     }
-    atomic_write_json(
-        out / "manifest.json", run_manifest("prune", config, model_info=info.to_dict())
-    )
+    write_manifest(out, "prune", config, model_info=info.to_dict())
     return result

@@ -7,7 +7,7 @@ from attncoda.store.files import (
     read_table,
     write_table,
 )
-from attncoda.store.manifest import package_versions, run_manifest
+from attncoda.store.manifest import package_versions, run_manifest, write_manifest
 
 __all__ = [
     "atomic_write_bytes",
@@ -16,5 +16,6 @@ __all__ = [
     "read_json",
     "read_table",
     "run_manifest",
+    "write_manifest",
     "write_table",
 ]

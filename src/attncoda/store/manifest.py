@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 from datetime import datetime, timezone
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 _PACKAGES = (
@@ -47,3 +48,10 @@ def run_manifest(command: str, config: dict[str, Any], **extra: Any) -> dict[str
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }
+
+
+def write_manifest(out: str | Path, command: str, config: dict[str, Any], **extra: Any) -> Path:
+    """Write :func:`run_manifest` to ``out/manifest.json``, atomically; return the path."""
+    from attncoda.store.files import atomic_write_json
+
+    return atomic_write_json(Path(out) / "manifest.json", run_manifest(command, config, **extra))
