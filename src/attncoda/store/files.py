@@ -24,12 +24,24 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            # mkstemp makes the file private (0600); results get the usual 0666 & ~umask.
+            os.fchmod(handle.fileno(), 0o666 & ~_UMASK)
             os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once at import (setting and restoring the umask is process-wide, not thread-safe).
+_UMASK = _read_umask()
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:

@@ -1,0 +1,287 @@
+"""A resumable run folder: one manifest, one partition per unit of work, unioned tables.
+
+Layout of a run folder ``DIR``::
+
+    DIR/manifest.json                          config, package versions, model facts
+    DIR/units/<experiment>/<model>@<revision>/ one partition per unit:
+        <table>.parquet ...                    the unit's tables
+        _done.json                             written last: the unit is finished
+    DIR/tables/<table>.parquet                 the union of every unit's partition
+
+A *unit* is ``(model, revision, experiment)``. Every file is written atomically (a temporary
+file in the same folder, then a rename), and ``_done.json`` only after every table of its
+unit, so a run killed at any moment leaves finished units (skipped on rerun) and at most
+unfinished ones (redone from scratch). Units never share files, so they may run in separate
+processes (or on separate machines sharing the folder) at once.
+
+A run folder belongs to one config: opening it with another is refused, and the message names
+the differing keys.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attncoda._errors import AttncodaError
+from attncoda.store.files import atomic_write_json, read_json, read_table, write_table
+from attncoda.store.manifest import run_manifest
+
+DONE = "_done.json"
+MANIFEST = "manifest.json"
+_SLUG = re.compile(r"[^A-Za-z0-9_.+-]+")
+_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+#: ``revision`` of a unit whose model has no revision (an embedded model, a local folder).
+NO_REVISION = "-"
+
+
+def slug(text: str) -> str:
+    """``text`` made safe as one folder name (``/`` and other odd characters become ``_``)."""
+    return _SLUG.sub("_", text).strip("_") or "_"
+
+
+@dataclass(frozen=True, order=True)
+class Unit:
+    """One unit of work: an experiment on one model at one revision.
+
+    Attributes
+    ----------
+    experiment : str
+        ``profile``, ``flips``, ``cluster``, ``safety``, ``predictor``, ``prune``, ``train``
+        or ``collapse``.
+    model : str
+        The model spec as given (``smollm2``, ``owner/name``, a folder, a series name).
+    revision : str
+        The revision (``step512``, a commit), or ``"-"`` for none.
+    """
+
+    experiment: str
+    model: str
+    revision: str = NO_REVISION
+
+    @property
+    def key(self) -> str:
+        """``experiment/model@revision``: how the unit is named in messages and progress."""
+        return f"{self.experiment}/{self.model}@{self.revision}"
+
+    @property
+    def folder(self) -> str:
+        """The unit's partition folder, relative to ``DIR/units``."""
+        return f"{slug(self.experiment)}/{slug(self.model)}@{slug(self.revision)}"
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        if not obj and prefix:
+            out[prefix[:-1]] = {}
+        return out
+    return {prefix[:-1]: obj}
+
+
+def config_differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """The dotted keys whose values differ between two configs (missing counts as differing)."""
+    a, b = _flatten(_plain(stored)), _flatten(_plain(given))
+    return sorted(k for k in set(a) | set(b) if a.get(k, _MISSING) != b.get(k, _MISSING))
+
+
+_MISSING = object()
+
+
+def _plain(obj: Any) -> Any:
+    """JSON's view of ``obj`` (tuples become lists), so a stored and a given config compare."""
+    import json
+
+    from attncoda.store.files import _jsonable
+
+    return json.loads(json.dumps(obj, default=_jsonable))
+
+
+class RunStore:
+    """A run folder holding one config's results, unit by unit.
+
+    Parameters
+    ----------
+    root : path-like
+        The run folder; created if missing.
+    command : str
+        The command that makes the run (recorded in the manifest).
+    config : dict
+        Everything that determines the results: models, revisions, series, settings, corpus
+        hash, seeds. JSON-ready. A folder already holding a manifest with another config is
+        refused.
+
+    Raises
+    ------
+    AttncodaError
+        ``root`` is a file, or holds a run of another command or config (the message names
+        every differing key), or its manifest is unreadable.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], command: str, config: Mapping[str, Any]):
+        self.root = Path(root)
+        self.command = command
+        self.config = _plain(dict(config))
+        if self.root.exists() and not self.root.is_dir():
+            raise AttncodaError(f"--out {str(self.root)!r} is a file: give a folder")
+        manifest_path = self.root / MANIFEST
+        if manifest_path.is_file():
+            stored = read_json(manifest_path)
+            if stored.get("command") != command:
+                raise AttncodaError(
+                    f"{str(self.root)!r} holds a run of {stored.get('command')!r}, not "
+                    f"{command!r}: give another --out"
+                )
+            differing = config_differences(stored.get("config", {}), self.config)
+            if differing:
+                shown = ", ".join(
+                    f"{k} (stored {_get(stored.get('config', {}), k)!r}, given "
+                    f"{_get(self.config, k)!r})"
+                    for k in differing[:8]
+                )
+                more = f" and {len(differing) - 8} more" if len(differing) > 8 else ""
+                raise AttncodaError(
+                    f"{str(self.root)!r} holds a run with another config; differing keys: "
+                    f"{shown}{more}. Rerun with the stored settings to resume it, or give "
+                    f"another --out"
+                )
+            self.manifest = stored
+        else:
+            self.manifest = run_manifest(command, self.config)
+            atomic_write_json(manifest_path, self.manifest)
+
+    # units -----------------------------------------------------------------------------------
+
+    def unit_dir(self, unit: Unit) -> Path:
+        """The folder of ``unit``'s partition."""
+        return self.root / "units" / unit.folder
+
+    def is_done(self, unit: Unit) -> bool:
+        """Whether ``unit`` finished (its ``_done.json`` exists and names it)."""
+        path = self.unit_dir(unit) / DONE
+        if not path.is_file():
+            return False
+        try:
+            return read_json(path).get("unit") == [unit.experiment, unit.model, unit.revision]
+        except AttncodaError:
+            return False
+
+    def begin(self, unit: Unit) -> Path:
+        """Clear what an interrupted attempt at ``unit`` left, and return its folder."""
+        folder = self.unit_dir(unit)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        return folder
+
+    def finish(
+        self,
+        unit: Unit,
+        tables: Mapping[str, Any],
+        facts: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write ``unit``'s tables, then its ``_done.json`` (last, atomically).
+
+        Each table gets ``model`` and ``revision`` columns first (the unit's) so the union of
+        partitions keeps them apart. ``facts`` (JSON-ready: model facts, timings, a status)
+        go into ``_done.json``; they are not tables, and may differ between reruns.
+        """
+        folder = self.unit_dir(unit)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, frame in tables.items():
+            if not _TABLE_NAME.fullmatch(name):
+                raise AttncodaError(f"table name {name!r} must be lower_snake_case")
+            write_table(_keyed(frame, unit), folder / f"{name}.parquet")
+        return atomic_write_json(
+            folder / DONE,
+            {
+                "unit": [unit.experiment, unit.model, unit.revision],
+                "tables": sorted(tables),
+                "facts": dict(facts or {}),
+            },
+        )
+
+    def facts(self, unit: Unit) -> dict[str, Any]:
+        """The facts a finished unit recorded."""
+        return dict(read_json(self.unit_dir(unit) / DONE).get("facts", {}))
+
+    def partition(self, unit: Unit, name: str) -> Any:
+        """Table ``name`` of a finished unit (a pandas DataFrame)."""
+        return read_table(self.unit_dir(unit) / f"{name}.parquet")
+
+    def has_partition(self, unit: Unit, name: str) -> bool:
+        """Whether a finished unit wrote table ``name``."""
+        return self.is_done(unit) and (self.unit_dir(unit) / f"{name}.parquet").is_file()
+
+    # the union -------------------------------------------------------------------------------
+
+    def union(self, name: str, units: Iterable[Unit]) -> Any:
+        """Table ``name`` over ``units`` (in the order given; units without it are passed)."""
+        import pandas as pd
+
+        frames = [self.partition(u, name) for u in units if self.has_partition(u, name)]
+        frames = [f for f in frames if len(f.columns)]
+        if not frames:
+            return None
+        if len(frames) == 1:
+            return frames[0]
+        return pd.concat(frames, ignore_index=True)
+
+    def write_union(self, name: str, units: Iterable[Unit]) -> Path | None:
+        """Write ``DIR/tables/<name>.parquet``, the union of the units' partitions (or remove
+        a stale one when no unit has the table)."""
+        frame = self.union(name, units)
+        if frame is None:
+            (self.root / "tables" / f"{name}.parquet").unlink(missing_ok=True)
+            return None
+        return write_table(frame, self.root / "tables" / f"{name}.parquet")
+
+    def write_table(self, name: str, frame: Any) -> Path:
+        """Write a derived table (computed from partitions) to ``DIR/tables``."""
+        return write_table(frame, self.root / "tables" / f"{name}.parquet")
+
+    def update_manifest(self, **facts: Any) -> Path:
+        """Add what was learnt while running (model facts per unit) to the manifest."""
+        self.manifest = {**self.manifest, **_plain(facts)}
+        return atomic_write_json(self.root / MANIFEST, self.manifest)
+
+
+def _keyed(frame: Any, unit: Unit) -> Any:
+    out = frame.copy()
+    for column in ("revision", "model"):
+        if column in out.columns:
+            out = out.drop(columns=column)
+    out.insert(0, "revision", unit.revision)
+    out.insert(0, "model", unit.model)
+    return out
+
+
+def _get(config: Mapping[str, Any], dotted: str) -> Any:
+    return _flatten(_plain(config)).get(dotted, "<absent>")
+
+
+def read_run_tables(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every table of ``DIR/tables`` as ``{name: DataFrame}`` (sorted by name)."""
+    folder = Path(root) / "tables"
+    if not folder.is_dir():
+        raise AttncodaError(
+            f"{str(root)!r} holds no tables/ folder: give the --out folder of a reproduce run"
+        )
+    return {p.stem: read_table(p) for p in sorted(folder.glob("*.parquet"))}
+
+
+__all__ = [
+    "NO_REVISION",
+    "RunStore",
+    "Unit",
+    "config_differences",
+    "read_run_tables",
+    "slug",
+]
