@@ -20,8 +20,8 @@ from attncoda.coda import entropy_change_split  # noqa: E402
 from attncoda.experiments.collapse import (  # noqa: E402
     CHECKPOINT_COLUMNS,
     COLUMNS,
+    CheckpointStats,
     _check_same_layout,
-    _Stats,
     collapse,
     write_collapse,
 )
@@ -271,7 +271,7 @@ def test_moving_sink_keys_are_refused():
     zeros = np.zeros(shape)
 
     def stats(label, sink):
-        return _Stats(0, label, zeros, zeros, zeros, zeros, zeros > 0, (np.asarray(sink),))
+        return CheckpointStats(0, label, zeros, zeros, zeros, zeros, zeros > 0, (np.asarray(sink),))
 
     with raises(
         "the sink keys of window 0 differ between step0 ([0]) and step8 ([0, 2]): the split "

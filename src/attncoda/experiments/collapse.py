@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,9 +42,14 @@ from attncoda.store.files import atomic_write_json, write_table
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "COLUMNS",
+    "CheckpointStats",
     "CollapseResult",
+    "checkpoint_stats",
     "collapse",
+    "collapse_from_stats",
     "collapse_pair",
+    "stats_frames",
+    "stats_from_frames",
     "write_collapse",
 ]
 
@@ -102,8 +107,13 @@ DEFAULT_SHARE_ATOL = 1e-9
 
 
 @dataclass(frozen=True, eq=False)
-class _Stats:
-    """One checkpoint's row statistics, float64 ``(doc, layer, head, query_pos)``."""
+class CheckpointStats:
+    """One checkpoint's row statistics, float64 ``(doc, layer, head, query_pos)``.
+
+    Made by :func:`checkpoint_stats`; stored and read back with :func:`stats_frames` and
+    :func:`stats_from_frames`, so the checkpoints of a series can be captured apart (in
+    other processes) and assembled by :func:`collapse_from_stats`.
+    """
 
     step: int
     label: str
@@ -212,9 +222,37 @@ def _vocabulary(model: Any, tokenizer: Any) -> tuple[str, Any]:
     return "vocab_size", getattr(model.config.get_text_config(), "vocab_size", None)
 
 
-def _capture(model, tokenizer, windows, sink, batch_size, point) -> _Stats:
+def checkpoint_stats(
+    model: Any,
+    tokenizer: Any,
+    windows_ids: Sequence[Sequence[int]],
+    point: Any,
+    *,
+    sink: str | int | Sequence[int] = "first",
+    batch_size: int = 8,
+) -> CheckpointStats:
+    """Capture one checkpoint's row statistics on the series' windows.
+
+    Parameters
+    ----------
+    model, tokenizer
+        The checkpoint, as :func:`attncoda.load_model` returns them.
+    windows_ids : sequence of sequence of int
+        The series' token windows (the same for every checkpoint).
+    point : SeriesPoint
+        Which checkpoint this is (its ``step`` and ``label`` are recorded).
+    sink : str, int or sequence of int
+        Sink spec, as in :func:`collapse`.
+    batch_size : int
+        Windows per forward pass.
+
+    Returns
+    -------
+    CheckpointStats
+    """
     from attncoda.capture.capture import capture_windows
 
+    windows = _check_windows(windows_ids)
     vocab = getattr(model.config.get_text_config(), "vocab_size", None)
     top = max(int(w.max()) for w in windows)
     if isinstance(vocab, int) and top >= vocab:
@@ -230,7 +268,7 @@ def _capture(model, tokenizer, windows, sink, batch_size, point) -> _Stats:
         tokenizer=tokenizer,
         record_rows="none",
     )
-    return _Stats(
+    return CheckpointStats(
         step=point.step,
         label=point.label,
         sink_mass=cap.sink_mass,
@@ -242,7 +280,7 @@ def _capture(model, tokenizer, windows, sink, batch_size, point) -> _Stats:
     )
 
 
-def _check_same_layout(first: _Stats, other: _Stats) -> None:
+def _check_same_layout(first: CheckpointStats, other: CheckpointStats) -> None:
     if other.sink_mass.shape != first.sink_mass.shape:
         _, l0, h0, _ = first.sink_mass.shape
         _, l1, h1, _ = other.sink_mass.shape
@@ -336,7 +374,9 @@ def collapse_pair(a: Any, b: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return sums, both.sum(axis=(0, 3)).astype(np.int64)
 
 
-def _pair_records(model, kind, a: _Stats, b: _Stats, atol: float) -> list[dict[str, Any]]:
+def _pair_records(
+    model, kind, a: CheckpointStats, b: CheckpointStats, atol: float
+) -> list[dict[str, Any]]:
     sums, counts = collapse_pair(a, b)
     records = []
     for level, layer, head, n, means in _levels(sums, counts):
@@ -365,7 +405,7 @@ def _pair_records(model, kind, a: _Stats, b: _Stats, atol: float) -> list[dict[s
     return records
 
 
-def _checkpoint_records(model, stats: _Stats) -> list[dict[str, Any]]:
+def _checkpoint_records(model, stats: CheckpointStats) -> list[dict[str, Any]]:
     has = np.asarray(stats.has_content, bool)
     values = {
         "mean_sink_mass": stats.sink_mass,
@@ -494,39 +534,88 @@ def collapse(
         from tqdm.auto import tqdm
 
         iterator = tqdm(points, desc="collapse", unit="checkpoint")
-    reference: tuple[str, Any] | None = None
-    first: _Stats | None = None
-    previous: _Stats | None = None
+
+    def captured():
+        reference: tuple[str, Any] | None = None
+        for point in iterator:
+            net, tokenizer, _ = loader(point.spec)
+            vocabulary = _vocabulary(net, tokenizer)
+            if reference is None:
+                reference = vocabulary
+            elif vocabulary != reference:
+                raise AttncodaError(
+                    f"checkpoint {point.label} has another {vocabulary[0]} than "
+                    f"{points[0].label} (compared: {reference[0]}): a series must share one "
+                    f"tokenizer"
+                )
+            stats = checkpoint_stats(
+                net, tokenizer, windows, point, sink=sink, batch_size=batch_size
+            )
+            del net
+            yield stats
+
+    return collapse_from_stats(
+        captured(), windows, points=points, model=name, sink=sink, share_atol=share_atol
+    )
+
+
+def collapse_from_stats(
+    stats: Iterable[CheckpointStats],
+    windows_ids: Sequence[Any],
+    *,
+    points: Sequence[Any],
+    model: str,
+    sink: str | int | Sequence[int] = "first",
+    share_atol: float = DEFAULT_SHARE_ATOL,
+) -> CollapseResult:
+    """Assemble :class:`CollapseResult` from each checkpoint's statistics, in step order.
+
+    Parameters
+    ----------
+    stats : iterable of CheckpointStats
+        One per point, in the order of ``points`` (a generator keeps three in memory).
+    windows_ids : sequence of sequence of int
+        The windows every checkpoint read (for the summary's counts and hash).
+    points : sequence of SeriesPoint
+        The series.
+    model : str
+        Name in the tables.
+    sink : str, int or sequence of int
+        The sink spec the statistics were captured with (recorded).
+    share_atol : float
+        As in :func:`collapse`.
+
+    Returns
+    -------
+    CollapseResult
+        Identical to what :func:`collapse` returns for the same checkpoints.
+    """
+    windows = _check_windows(windows_ids)
+    first: CheckpointStats | None = None
+    previous: CheckpointStats | None = None
     pair_records: list[dict[str, Any]] = []
     checkpoint_records: list[dict[str, Any]] = []
     summary_pairs = []
-    for point in iterator:
-        net, tokenizer, _ = loader(point.spec)
-        vocabulary = _vocabulary(net, tokenizer)
-        if reference is None:
-            reference = vocabulary
-        elif vocabulary != reference:
-            raise AttncodaError(
-                f"checkpoint {point.label} has another {vocabulary[0]} than {points[0].label} "
-                f"(compared: {reference[0]}): a series must share one tokenizer"
-            )
-        stats = _capture(net, tokenizer, windows, sink, batch_size, point)
-        del net
+    n_seen = 0
+    for current in stats:
+        n_seen += 1
         if first is None:
-            first = stats
-        _check_same_layout(first, stats)
-        checkpoint_records.extend(_checkpoint_records(name, stats))
+            first = current
+        _check_same_layout(first, current)
+        checkpoint_records.extend(_checkpoint_records(model, current))
         if previous is not None:
-            records = _pair_records(name, "consecutive", previous, stats, share_atol)
+            records = _pair_records(model, "consecutive", previous, current, share_atol)
             pair_records.extend(records)
             summary_pairs.append(_model_summary(records))
-        previous = stats
-    last_records = _pair_records(name, "first_last", first, previous, share_atol)  # type: ignore[arg-type]
+        previous = current
+    if first is None or previous is None or n_seen < 2:
+        raise AttncodaError(f"collapse needs at least 2 checkpoints' statistics, got {n_seen}")
+    last_records = _pair_records(model, "first_last", first, previous, share_atol)
     pair_records.extend(last_records)
     table = _frame(pair_records, COLUMNS, _PAIR_MEANS)
     checkpoints = _frame(checkpoint_records, CHECKPOINT_COLUMNS, _CHECKPOINT_MEANS)
     summary = {
-        "model": name,
+        "model": model,
         "sink": str(sink),
         "points": [{"step": p.step, "label": p.label, "spec": p.spec} for p in points],
         "n_windows": len(windows),
@@ -540,6 +629,76 @@ def collapse(
         "first_last": _model_summary(last_records),
     }
     return CollapseResult(table=table, checkpoints=checkpoints, summary=summary)
+
+
+_STAT_ARRAYS = ("sink_mass", "entropy", "content_entropy", "sink_balance")
+
+
+def stats_frames(stats: CheckpointStats) -> tuple[Any, Any]:
+    """One checkpoint's statistics as two tidy tables, for storing.
+
+    Returns
+    -------
+    rows : pandas.DataFrame
+        One row per (doc, layer, head, query_pos) of the padded grid: ``sink_mass``,
+        ``entropy``, ``content_entropy`` (nats), ``sink_balance`` (float64, NaN where a row
+        has none) and ``has_content``.
+    sinks : pandas.DataFrame
+        One row per (doc, sink key): ``doc``, ``sink_pos``.
+    """
+    import pandas as pd
+
+    shape = stats.sink_mass.shape
+    index = np.indices(shape).reshape(len(shape), -1)
+    rows = pd.DataFrame(
+        {
+            "doc": index[0].astype(np.int64),
+            "layer": index[1].astype(np.int64),
+            "head": index[2].astype(np.int64),
+            "query_pos": index[3].astype(np.int64),
+            **{
+                name: np.asarray(getattr(stats, name), np.float64).reshape(-1)
+                for name in _STAT_ARRAYS
+            },
+            "has_content": np.asarray(stats.has_content, bool).reshape(-1),
+        }
+    )
+    sinks = pd.DataFrame(
+        [
+            {"doc": doc, "sink_pos": int(pos)}
+            for doc, positions in enumerate(stats.sink_positions)
+            for pos in np.asarray(positions).reshape(-1)
+        ],
+        columns=["doc", "sink_pos"],
+    ).astype(np.int64)
+    return rows, sinks
+
+
+def stats_from_frames(step: int, label: str, rows: Any, sinks: Any) -> CheckpointStats:
+    """Rebuild :class:`CheckpointStats` from the tables of :func:`stats_frames`."""
+    need = ("doc", "layer", "head", "query_pos", *_STAT_ARRAYS, "has_content")
+    missing = [c for c in need if c not in rows.columns]
+    if missing:
+        raise AttncodaError(f"checkpoint statistics table lacks columns {missing}")
+    ordered = rows.sort_values(["doc", "layer", "head", "query_pos"], kind="stable")
+    shape = tuple(int(ordered[c].max()) + 1 for c in ("doc", "layer", "head", "query_pos"))
+    if int(np.prod(shape)) != len(ordered):
+        raise AttncodaError(
+            f"checkpoint statistics table of {label} has {len(ordered)} rows, not the full "
+            f"grid {shape}"
+        )
+    arrays = {n: ordered[n].to_numpy(np.float64).reshape(shape) for n in _STAT_ARRAYS}
+    positions = tuple(
+        np.sort(sinks.loc[sinks["doc"] == doc, "sink_pos"].to_numpy(np.int64))
+        for doc in range(shape[0])
+    )
+    return CheckpointStats(
+        step=int(step),
+        label=str(label),
+        has_content=ordered["has_content"].to_numpy(bool).reshape(shape),
+        sink_positions=positions,
+        **arrays,
+    )
 
 
 def write_collapse(result: CollapseResult, out_dir: str | os.PathLike[str]) -> tuple[Path, ...]:
