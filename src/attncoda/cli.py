@@ -279,9 +279,111 @@ def _demo(args: argparse.Namespace) -> int:
     print(worked_example())
     if args.example_only:
         return 0
-    print("\nNow the same split on a real model:\n")
+    print("\nNow every experiment on the embedded models (attncoda reproduce):\n", flush=True)
     args.out = args.out or str(Path("attncoda-out") / "demo")
-    return _profile(args)
+    return _reproduce(args)
+
+
+def _reproduce_settings(args: argparse.Namespace) -> dict:
+    settings = {}
+    for key in ("rows_docs", "n_boot", "train_steps"):
+        value = getattr(args, key, None)
+        if value is not None:
+            settings[key] = value
+    return settings
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from attncoda.run.reproduce import reproduce
+
+    out = Path(args.out or Path("attncoda-out") / "reproduce")
+    result = reproduce(
+        args.models,
+        out,
+        series=args.series,
+        experiments=args.experiments,
+        scale=args.scale,
+        settings=_reproduce_settings(args),
+        text=args.text,
+        sink=args.sink,
+        seed=args.seed,
+        progress=True,
+    )
+    print(f"{len(result.units)} units: {result.ran} run now, {result.skipped} finished earlier")
+    print(f"tables in {out / 'tables'}")
+    print(f"report: {result.report}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from attncoda.report.html import render_report
+
+    print(f"report: {render_report(args.dir)}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from attncoda.run.sweep import sweep
+
+    out = Path(args.out or Path("attncoda-out") / "sweep")
+    result = sweep(
+        args.models,
+        out,
+        revisions=args.revisions,
+        series=args.series,
+        experiments=args.experiments,
+        scale=args.scale,
+        settings=_reproduce_settings(args),
+        text=args.text,
+        sink=args.sink,
+        seed=args.seed,
+        ray_address=args.ray_address,
+        ray_local=args.ray_local,
+        retries=args.retries,
+        progress=True,
+    )
+    print(f"{len(result.units)} units: {result.ran} run now, {result.skipped} finished earlier")
+    for key, error in result.failed.items():
+        print(f"FAILED {key}: {error}")
+    print(f"tables in {out / 'tables'}")
+    if result.report is not None:
+        print(f"report: {result.report}")
+    return 1 if result.failed else 0
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    from attncoda.run.units import EXPERIMENTS
+
+    p.add_argument(
+        "--models",
+        type=_names,
+        default=("smollm2", "minilm"),
+        help="comma list of models: smollm2, minilm, owner/name[@rev], folders "
+        "(default: smollm2,minilm)",
+    )
+    p.add_argument(
+        "--series",
+        help="checkpoint series of collapse: owner/name@step0,step512,... or a folder of "
+        "stepN checkpoints (default: a train-tiny series trained into OUT/series)",
+    )
+    p.add_argument(
+        "--experiments",
+        type=_names,
+        default=EXPERIMENTS,
+        help=f"comma list of {','.join(EXPERIMENTS)} (default: all)",
+    )
+    p.add_argument(
+        "--scale",
+        default="demo",
+        choices=("demo", "full"),
+        help="demo: minutes on a 2-core CPU; full: the README's settings (default: demo)",
+    )
+    p.add_argument("--rows-docs", type=int, help="windows whose full rows feed flips/cluster")
+    p.add_argument("--n-boot", type=int, help="bootstrap resamples of the flip-rate CI")
+    p.add_argument("--train-steps", type=int, help="steps of the default train-tiny series")
+    p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
+    p.add_argument("--sink", default="first", help="sink spec, as for profile")
+    p.add_argument("--seed", type=int, default=0)
 
 
 def _corpus_options(p: argparse.ArgumentParser, docs: int) -> None:
@@ -305,11 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="the worked example, then a profile of smollm2")
-    demo.add_argument("--model", default="smollm2")
+    demo = sub.add_parser(
+        "demo",
+        help="the worked example, then reproduce on smollm2 and minilm (demo scale)",
+    )
     demo.add_argument("--example-only", action="store_true", help="print the example only")
-    _corpus_options(demo, docs=8)
-    demo.add_argument("--batch-size", type=int, default=8)
+    _run_options(demo)
+    demo.add_argument("--out", help="run folder (default: attncoda-out/demo)")
     demo.set_defaults(func=_demo)
 
     prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
@@ -377,6 +481,48 @@ def build_parser() -> argparse.ArgumentParser:
     pu.add_argument("--eval-docs", type=int, default=16, help="held-out windows")
     _corpus_options(pu, docs=32)
     pu.set_defaults(func=_prune)
+
+    rp = sub.add_parser(
+        "reproduce",
+        help="every experiment on a list of models: a resumable run folder and report.html",
+        description="Runs profile, flips, cluster, safety, predictor apply, collapse and prune "
+        "unit by unit (model, revision, experiment) into OUT. Rerun the same command to "
+        "resume: finished units are skipped; another config in OUT is refused.",
+    )
+    _run_options(rp)
+    rp.add_argument("--out", help="run folder (default: attncoda-out/reproduce)")
+    rp.set_defaults(func=_reproduce)
+
+    re_ = sub.add_parser("report", help="re-render DIR/report.html from DIR's stored tables")
+    re_.add_argument("dir", help="the run folder of a reproduce or sweep run")
+    re_.set_defaults(func=_report)
+
+    sw = sub.add_parser(
+        "sweep",
+        help="reproduce over models x revisions, one Ray task per unit",
+        description="One Ray task per (model, revision, experiment) unit, each writing its own "
+        "partition of the run folder (the store of reproduce). Without --ray-address or "
+        "--ray-local the units run in this process. To use an existing cluster, start it "
+        "(`ray start --head` on one machine, `ray start --address HEAD:6379` on the others; "
+        "every machine needs attncoda installed and the run folder on a shared filesystem) "
+        "and pass --ray-address auto (on a cluster machine) or --ray-address HEAD:6379.",
+    )
+    _run_options(sw)
+    sw.add_argument(
+        "--revisions",
+        type=_names,
+        help="comma list of revisions run for every model (e.g. step0,step512,step143000)",
+    )
+    ray = sw.add_mutually_exclusive_group()
+    ray.add_argument(
+        "--ray-address", help="an existing Ray cluster: auto, or HOST:PORT of its head"
+    )
+    ray.add_argument("--ray-local", type=int, help="start a local Ray instance with N worker CPUs")
+    sw.add_argument(
+        "--retries", type=int, default=2, help="retries of a failed unit before it is reported"
+    )
+    sw.add_argument("--out", help="run folder (default: attncoda-out/sweep)")
+    sw.set_defaults(func=_sweep)
 
     tt = sub.add_parser("train-tiny", help="train a small GPT-NeoX from scratch (checkpoints)")
     tt.add_argument("out", help="folder for the step<N> checkpoints")

@@ -19,6 +19,14 @@ def figure(**kwargs: Any) -> Any:
     return Figure(**kwargs)
 
 
+def png_bytes(fig: Any, dpi: int = 120) -> bytes:
+    """Render ``fig`` to PNG bytes with no ``Software`` text chunk, so the bytes depend on
+    the figure (and the matplotlib version drawing it) only: what an embedded report needs."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
+    return buffer.getvalue()
+
+
 def save_png(fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
     """Render ``fig`` to PNG in memory and write it atomically; return the path."""
     buffer = io.BytesIO()

@@ -3,23 +3,28 @@
 One panel per variant (:data:`attncoda.experiments.cluster.VARIANTS`), heads at their MDS
 coordinates coloured by head sink mass on one shared scale, each panel titled with its
 variant and the Spearman correlation of its axis 1 with sink mass.
+:func:`cluster_figure` draws it from a :class:`ClusterResult`,
+:func:`cluster_figure_from_tables` from the ``cluster`` and ``cluster_summary`` tables of a
+run folder.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from attncoda._errors import AttncodaError
 from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, ClusterResult
 from attncoda.report.figures import save_png
+from attncoda.store.runs import NO_REVISION
 
-__all__ = ["cluster_figure"]
+__all__ = ["cluster_figure", "cluster_figure_from_tables"]
 
 
-def _panel_title(result: ClusterResult, variant: str) -> str:
-    rho = result.artifact["spearman_axis1_vs_sink_mass"][variant]
-    best = result.artifact["max_abs_spearman_any_direction_vs_sink_mass"][variant]
+def _panel_title(variant: str, rho: float | None, best: float | None) -> str:
     stat = "undefined" if rho is None else f"{rho:+.2f}"
     if best is not None:
         stat += f"\nlargest |ρ| over directions = {best:.2f}"
@@ -28,17 +33,101 @@ def _panel_title(result: ClusterResult, variant: str) -> str:
 
 def _figure(result: ClusterResult) -> Any:
     """Build the 2×2 figure (a :class:`matplotlib.figure.Figure`, no pyplot state)."""
+    art = result.artifact
+    return _draw(
+        result.table,
+        rho=art["spearman_axis1_vs_sink_mass"],
+        best=art["max_abs_spearman_any_direction_vs_sink_mass"],
+        degenerate=set(art.get("degenerate_variants", [])),
+        model=art["model"],
+    )
+
+
+def _optional(value: Any) -> float | None:
+    """A stored statistic, ``None`` where the table holds a missing value (NaN / NA)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def cluster_figure_from_tables(table: Any, summary: Any) -> Any:
+    """The four-panel clustering figure of one model, from a run folder's tables.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The ``cluster`` rows of one model (and revision): ``sink_mass``, ``x_<variant>``,
+        ``y_<variant>`` for every variant of :data:`~attncoda.experiments.cluster.VARIANTS`.
+    summary : pandas.DataFrame
+        The ``cluster_summary`` rows of the same model: ``variant``,
+        ``spearman_axis1_vs_sink_mass``, ``max_abs_spearman_any_direction``, ``degenerate``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The same panels as :func:`cluster_figure`.
+
+    Raises
+    ------
+    AttncodaError
+        A table lacks a column or a variant, or holds more than one model.
+    """
+    columns = ["sink_mass", *(f"{a}_{v}" for v in VARIANTS for a in ("x", "y"))]
+    for name, frame, needed in (
+        ("cluster", table, columns),
+        (
+            "cluster_summary",
+            summary,
+            ["variant", "spearman_axis1_vs_sink_mass", "max_abs_spearman_any_direction"],
+        ),
+    ):
+        missing = [c for c in needed if c not in frame.columns]
+        if missing:
+            raise AttncodaError(f"the {name} table lacks the column {missing[0]!r}")
+    if len(table) == 0:
+        raise AttncodaError("the cluster table has no rows to plot")
+    models = list(dict.fromkeys(table["model"])) if "model" in table.columns else ["?"]
+    if len(models) != 1:
+        raise AttncodaError(f"the cluster table must hold one model; got {models}")
+    by_variant = {str(r["variant"]): r for r in summary.to_dict("records")}
+    absent = [v for v in VARIANTS if v not in by_variant]
+    if absent:
+        raise AttncodaError(f"the cluster_summary table has no variant {absent[0]!r}")
+    label = str(models[0])
+    if "revision" in table.columns:
+        revision = str(table["revision"].iloc[0])
+        if revision != NO_REVISION:
+            label = f"{label}@{revision}"
+    return _draw(
+        table,
+        rho={v: _optional(by_variant[v]["spearman_axis1_vs_sink_mass"]) for v in VARIANTS},
+        best={v: _optional(by_variant[v]["max_abs_spearman_any_direction"]) for v in VARIANTS},
+        degenerate={v for v in VARIANTS if bool(by_variant[v].get("degenerate", False))},
+        model=label,
+    )
+
+
+def _draw(
+    table: Any,
+    *,
+    rho: Mapping[str, float | None],
+    best: Mapping[str, float | None],
+    degenerate: set[str],
+    model: str,
+) -> Any:
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
-    table = result.table
     sink_mass = table["sink_mass"].to_numpy()
     low, high = float(sink_mass.min()), float(sink_mass.max())
     if high <= low:  # one sink mass for every head: widen so the colour scale exists
         low, high = low - 0.5, high + 0.5
     norm = Normalize(vmin=low, vmax=high)
-    degenerate = set(result.artifact.get("degenerate_variants", []))
 
     fig = Figure(figsize=(10, 10), layout="constrained")
     axes = fig.subplots(2, 2)
@@ -62,7 +151,7 @@ def _figure(result: ClusterResult) -> Any:
                 ha="center",
                 fontsize=9,
             )
-        ax.set_title(_panel_title(result, variant), fontsize=10)
+        ax.set_title(_panel_title(variant, rho[variant], best[variant]), fontsize=10)
         ax.set_xlabel("MDS axis 1")
         ax.set_ylabel("MDS axis 2")
         # Summed distances reach 1e4-1e5: scientific tick labels keep them from colliding.
@@ -74,7 +163,7 @@ def _figure(result: ClusterResult) -> Any:
         shrink=0.8,
     )
     units = "JS in nats, summed over rows and documents; Aitchison terms summed likewise"
-    fig.suptitle(f"Head clustering (Clark et al. 2019) of {result.artifact['model']}\n{units}")
+    fig.suptitle(f"Head clustering (Clark et al. 2019) of {model}\n{units}")
     return fig
 
 

@@ -179,7 +179,11 @@ def safety_figure(grid: Any, metrics: Any = None) -> Any:
                     if count[i, j] == 0
                     else ("n/a" if math.isnan(rate[i, j]) else f"{rate[i, j]:.2f}")
                 )
-                dark = not math.isnan(rate[i, j]) and rate[i, j] > 0.6 * vmax
+                # White text where the cell's colour is dark (by its luminance).
+                red, green, blue, _ = cmap(min(rate[i, j], vmax) / vmax)
+                dark = (
+                    not math.isnan(rate[i, j]) and 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
+                )
                 ax.text(
                     j,
                     i,

@@ -30,6 +30,11 @@ def profile_heatmap(heads: Any, path: str | os.PathLike[str], *, model: str, sin
     model, sink : str
         Named in the title, with the fact that entropies need no keep/drop convention.
     """
+    return save_png(profile_figure(heads, model=model, sink=sink), path)
+
+
+def profile_figure(heads: Any, *, model: str, sink: str) -> Any:
+    """The figure of :func:`profile_heatmap` (a :class:`matplotlib.figure.Figure`), unsaved."""
     table = heads.assign(sink_term=heads["binary_term"] + heads["within_sink_term"])
     n_layers = int(table["layer"].max()) + 1
     n_heads = int(table["head"].max()) + 1
@@ -48,4 +53,4 @@ def profile_heatmap(heads: Any, path: str | os.PathLike[str], *, model: str, sin
         "H(p) = sink part + content part exactly, no keep/drop convention needed",
         fontsize=11,
     )
-    return save_png(fig, path)
+    return fig

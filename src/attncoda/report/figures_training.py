@@ -11,7 +11,7 @@ import numpy as np
 from attncoda._errors import AttncodaError
 from attncoda.report.figures import figure, save_png
 
-__all__ = ["collapse_figure", "prune_figure"]
+__all__ = ["collapse_figure", "collapse_split_figure", "prune_curve_figure", "prune_figure"]
 
 _SINK_COLOUR = "#c0392b"
 _CONTENT_COLOUR = "#2e86c1"
@@ -52,6 +52,11 @@ def collapse_figure(
     model, sink : str
         Named in the title.
     """
+    return save_png(collapse_split_figure(table, model=model, sink=sink), path)
+
+
+def collapse_split_figure(table: Any, *, model: str, sink: str = "first") -> Any:
+    """The figure of :func:`collapse_figure` (a :class:`matplotlib.figure.Figure`), unsaved."""
     rows = _model_pairs(table)
     d_sink = rows["delta_sink"].to_numpy(np.float64)
     d_content = rows["delta_content"].to_numpy(np.float64)
@@ -97,11 +102,11 @@ def collapse_figure(
     fig.suptitle(
         f"{model}: entropy change of attention rows split into sink and content parts "
         f"(sink = {sink}).\nThe split is exact (two-factor Shapley: sink + content = ΔH for "
-        "every row, head, layer and the model); no keep/drop convention is involved.",
+        "every row, head, layer and the model);\nno keep/drop convention is involved.",
         fontsize=10,
     )
     fig.tight_layout()
-    return save_png(fig, path)
+    return fig
 
 
 def prune_figure(table: Any, path: str | os.PathLike[str], *, model: str) -> Path:
@@ -118,6 +123,11 @@ def prune_figure(table: Any, path: str | os.PathLike[str], *, model: str) -> Pat
     model : str
         Named in the title.
     """
+    return save_png(prune_curve_figure(table, model=model), path)
+
+
+def prune_curve_figure(table: Any, *, model: str) -> Any:
+    """The figure of :func:`prune_figure` (a :class:`matplotlib.figure.Figure`), unsaved."""
     curves = table[table["k"] > 0]
     if curves.empty:
         raise AttncodaError("the prune table has no pruned rows (k > 0) to plot")
@@ -162,4 +172,4 @@ def prune_figure(table: Any, path: str | os.PathLike[str], *, model: str) -> Pat
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0.06 + 0.025 * ((len(labels) + 1) // 2), 1, 1))
-    return save_png(fig, path)
+    return fig

@@ -1,0 +1,309 @@
+"""The self-contained HTML report of a ``reproduce`` run folder.
+
+:func:`render_report` reads ``DIR/manifest.json`` and ``DIR/tables/*.parquet`` only (no model
+is loaded) and writes ``DIR/report.html``: a header with the run's facts, then one
+``<section>`` per experiment (profile, flips, cluster, safety, predictor, collapse, prune).
+Each section sets the paper's claim beside the measured numbers, then the measured tables
+and figures. Every table caption and figure caption names its convention (keep vs drop, or
+none for the exact sink/content splits) and the sink spec of the run.
+
+The page is self-contained (figures are base64 PNGs, CSS is inline, there is no script) and
+deterministic: rendering the same folder twice gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from attncoda.report.html_parts import esc, is_missing, model_label, note, table
+from attncoda.report.html_sections import (
+    Context,
+    cluster_section,
+    flips_section,
+    profile_section,
+    safety_section,
+)
+from attncoda.report.html_training import collapse_section, predictor_section, prune_section
+from attncoda.store import atomic_write_bytes, read_json
+from attncoda.store.runs import read_run_tables
+
+__all__ = ["REPORT_NAME", "SECTIONS", "render_report"]
+
+REPORT_NAME = "report.html"
+
+#: ``(id, title, tables it needs, builder)`` of every section, in page order. A section
+#: whose first table is absent says it was not run.
+SECTIONS: tuple[tuple[str, str, tuple[str, ...], Callable[[Context], str]], ...] = (
+    (
+        "profile",
+        "Profile: sink mass and the exact entropy split",
+        ("profile_heads",),
+        profile_section,
+    ),
+    ("flips", "Flips: verdicts that change between keep and drop", ("flips",), flips_section),
+    (
+        "cluster",
+        "Cluster: head clustering (Clark et al. 2019) under four variants",
+        ("cluster_summary",),
+        cluster_section,
+    ),
+    ("safety", "Safety map: where each convention is safe", ("safety",), safety_section),
+    ("predictor", "Predictor: a frozen flip-rate predictor", ("predictor",), predictor_section),
+    (
+        "collapse",
+        "Collapse: entropy over training, sink vs content",
+        ("collapse",),
+        collapse_section,
+    ),
+    ("prune", "Prune: which channel is safe to prune heads by", ("prune",), prune_section),
+)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;
+max-width:1200px;padding:0 1.5rem 3rem;color:#1b1b1b;line-height:1.45;font-size:15px}
+h1{font-size:1.6rem;margin:1.5rem 0 .3rem}h2{font-size:1.3rem;margin:0 0 .6rem}
+section{border-top:2px solid #ddd;padding-top:1rem;margin-top:2rem}
+table{border-collapse:collapse;margin:.8rem 0 1.2rem;font-size:13px}
+caption{text-align:left;font-weight:600;padding:.2rem 0 .4rem;caption-side:top}
+th,td{border:1px solid #d0d0d0;padding:.2rem .5rem;vertical-align:top;text-align:left}
+th{background:#f3f3f3}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+table.claims{font-size:14px;background:#fbfaf4}table.claims td:first-child{max-width:26rem}
+.convention{font-weight:400;color:#5a3d8a;font-size:.92em}
+figure{margin:1rem 0 1.6rem}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:13px;margin-top:.3rem}
+.not-run{background:#fff4e5;border-left:4px solid #e0a030;padding:.4rem .7rem}
+.note{color:#444;font-size:13.5px}nav ol{columns:2;font-size:14px}
+details{margin:.4rem 0 1rem}summary{cursor:pointer;color:#30508a}
+code{font-size:.92em;word-break:break-all}
+"""
+
+
+def render_report(run_dir: str | os.PathLike[str]) -> Path:
+    """Write the self-contained HTML report of a run folder and return its path.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        A ``reproduce`` run folder: ``manifest.json`` and ``tables/*.parquet``. Any table
+        may be absent (a run of fewer experiments): its section then says it was not run.
+
+    Returns
+    -------
+    pathlib.Path
+        ``run_dir/report.html``, written atomically. A section whose table lacks a column
+        it needs says so instead of its content. The same folder always gives the same
+        bytes (figures are PNGs without a software stamp; the only dates are the manifest's).
+
+    Raises
+    ------
+    AttncodaError
+        ``run_dir`` holds no ``tables/`` folder, or no readable ``manifest.json``; the
+        message names the folder or file.
+
+    Examples
+    --------
+    >>> from attncoda.report.html import render_report
+    >>> render_report("runs/demo")  # doctest: +SKIP
+    PosixPath('runs/demo/report.html')
+    """
+    root = Path(run_dir)
+    tables = read_run_tables(root)
+    manifest = read_json(root / "manifest.json")
+    config = manifest.get("config", {}) if isinstance(manifest, Mapping) else {}
+    ctx = Context(tables=tables, sink=str(config.get("sink", "first")))
+    body = [_header(manifest, ctx)]
+    for section_id, title, needs, build in SECTIONS:
+        present = all(ctx.get(n) is not None for n in needs)
+        inner = _build(build, ctx) if present else _not_run(section_id, needs, config)
+        body.append(
+            f'<section id="{section_id}"><h2>{esc(title)}</h2>\n'
+            + _skipped(ctx, section_id)
+            + inner
+            + "</section>\n"
+        )
+    version = (manifest.get("packages") or {}).get("attncoda")
+    generator = f'<meta name="generator" content="attncoda {esc(version)}">\n' if version else ""
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        + generator
+        + '<link rel="icon" href="data:,">\n'
+        + f"<title>{esc(_title(config))}</title>\n<style>{_CSS}</style></head>\n<body>\n"
+        + "".join(body)
+        + "</body></html>\n"
+    )
+    return atomic_write_bytes(root / REPORT_NAME, page.encode("utf-8"))
+
+
+def _build(build: Callable[[Context], str], ctx: Context) -> str:
+    # A folder written by another version may lack a column: say so in that section and
+    # render the others, rather than refuse the whole report.
+    try:
+        return build(ctx)
+    except KeyError as exc:
+        return note(
+            f"This section could not be rendered: a table lacks the column {exc.args[0]!r}.",
+            "not-run",
+        )
+
+
+def _title(config: Mapping[str, Any]) -> str:
+    models = ", ".join(str(m) for m in config.get("models", [])) or "no models"
+    return f"attncoda report — {models}"
+
+
+def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
+    config = manifest.get("config", {})
+    corpus = config.get("corpus") or {}
+    series = config.get("series") or {}
+    points = series.get("points") or []
+    convention = (
+        f"keep vs drop is compared throughout; each section names its own (sink = {ctx.sink})"
+    )
+    facts = [
+        ("command", f"attncoda {manifest.get('command', '?')}"),
+        ("created", manifest.get("created", "?")),
+        ("models", ", ".join(str(m) for m in config.get("models", [])) or "none"),
+        (
+            "checkpoint series",
+            f"{series.get('name', '?')}: {', '.join(str(p[1]) for p in points)}"
+            if series
+            else "none",
+        ),
+        ("experiments", ", ".join(str(e) for e in config.get("experiments", []))),
+        ("scale", config.get("scale", "?")),
+        (
+            "corpus",
+            f"{corpus.get('spec', '?')}, {corpus.get('n_documents', '?')} documents, "
+            f"sha256 {corpus.get('sha256', '?')}",
+        ),
+        ("sink", ctx.sink),
+        ("seed", config.get("seed", "?")),
+        ("python", manifest.get("python", "?")),
+        (
+            "packages",
+            ", ".join(f"{k} {v}" for k, v in sorted((manifest.get("packages") or {}).items())),
+        ),
+    ]
+    parts = [
+        f"<header><h1>{esc(_title(config))}</h1>\n",
+        note(
+            "Attention rows read as compositions: each section puts the paper's claim beside "
+            "what this run measured. Entropies and Aitchison distances are in nats."
+        ),
+        table("Run", convention, ("", "value"), [(k, str(v)) for k, v in facts]),
+        _settings(config.get("settings") or {}, convention),
+        _models(manifest.get("model_info") or {}, config.get("models") or [], convention),
+        _units(ctx),
+        "<nav><ol>"
+        + "".join(f'<li><a href="#{sid}">{esc(title)}</a></li>' for sid, title, _, _ in SECTIONS)
+        + "</ol></nav></header>\n",
+    ]
+    return "".join(parts)
+
+
+def _settings(settings: Mapping[str, Any], convention: str) -> str:
+    rows = [
+        (key, ", ".join(map(str, v)) if isinstance(v, list) else str(v))
+        for key, v in sorted(settings.items())
+    ]
+    return (
+        "<details><summary>Settings</summary>"
+        + table(
+            "Settings of the run (manifest config.settings)", convention, ("setting", "value"), rows
+        )
+        + "</details>\n"
+    )
+
+
+def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> str:
+    first = [str(m) for m in order]
+
+    def rank(key: str) -> tuple[int, str]:
+        base = key.rsplit("@", 1)[0]
+        return (first.index(base) if base in first else len(first), key)
+
+    rows = []
+    for key in sorted(info, key=rank):
+        m = info[key] or {}
+        rows.append(
+            (
+                key.removesuffix("@-"),
+                str(m.get("architecture", "?")),
+                f"{m.get('n_layers', '?')} × {m.get('n_heads', '?')}",
+                str(m.get("n_kv_heads", "?")),
+                "causal" if m.get("causal") else "bidirectional",
+                "yes" if m.get("prepends_bos") else "no",
+                str(m.get("source", "?")),
+            )
+        )
+    if not rows:
+        return ""
+    return table(
+        "Models (manifest model_info)",
+        convention,
+        (
+            "model",
+            "architecture",
+            "layers × heads",
+            "KV heads",
+            "attention",
+            "BOS prepended",
+            "source",
+        ),
+        rows,
+    )
+
+
+def _units(ctx: Context) -> str:
+    units = ctx.get("units")
+    if units is None:
+        return note("This folder has no units table.", "not-run")
+    experiments = list(dict.fromkeys(str(e) for e in units["experiment"]))
+    labels = list(
+        dict.fromkeys(
+            model_label(m, r) for m, r in zip(units["model"], units["revision"], strict=True)
+        )
+    )
+    status: dict[tuple[str, str], str] = {}
+    notes = []
+    for r in units.to_dict("records"):
+        label = model_label(r["model"], r["revision"])
+        status[(label, str(r["experiment"]))] = str(r["status"])
+        if not is_missing(r["note"]) and str(r["note"]):
+            notes.append(f"{label} / {r['experiment']}: {r['status']}, {r['note']}")
+    rows = [(label, *(status.get((label, e), "—") for e in experiments)) for label in labels]
+    return table(
+        "Units of work: status per model (or checkpoint) and experiment",
+        f"each experiment names its own in its section (sink = {ctx.sink})",
+        ("model", *experiments),
+        rows,
+    ) + "".join(note(n) for n in notes)
+
+
+def _skipped(ctx: Context, section_id: str) -> str:
+    units = ctx.get("units")
+    if units is None:
+        return ""
+    wanted = {section_id, "train"} if section_id == "collapse" else {section_id}
+    lines = [
+        f"{model_label(r['model'], r['revision'])} ({r['experiment']})"
+        + (f": {r['note']}" if not is_missing(r["note"]) and str(r["note"]) else "")
+        for r in units.to_dict("records")
+        if str(r["experiment"]) in wanted and str(r["status"]) != "done"
+    ]
+    if not lines:
+        return ""
+    return note("Units not run for this section — " + "; ".join(lines) + ".", "not-run")
+
+
+def _not_run(section_id: str, needs: Sequence[str], config: Mapping[str, Any]) -> str:
+    experiments = [str(e) for e in config.get("experiments", [])]
+    if section_id not in experiments:
+        why = f"{section_id} is not among this run's experiments ({', '.join(experiments)})"
+    else:
+        why = f"this folder has no tables/{needs[0]}.parquet (no unit produced it)"
+    return note(f"This section was not run: {why}.", "not-run")

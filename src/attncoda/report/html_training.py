@@ -1,0 +1,358 @@
+"""The sections of the HTML report on predictions and training: predictor, collapse, prune.
+
+Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
+Context` they take), each ``*_section(ctx)`` returns the inner HTML of one ``<section>``
+from the run folder's tables alone, every table and figure captioned with its convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attncoda.report.html_parts import (
+    NA,
+    fmt_count,
+    fmt_nats,
+    fmt_num,
+    fmt_pct,
+    fmt_ratio,
+    groups,
+    is_missing,
+    note,
+    paper_vs_measured,
+    table,
+)
+from attncoda.report.html_sections import Context, _figure_or_note
+
+__all__ = ["collapse_section", "predictor_section", "prune_section"]
+
+_VERDICTS = ("confirmed", "abstained", "failed")
+
+
+# predictor -----------------------------------------------------------------------------------
+
+
+def predictor_section(ctx: Context) -> str:
+    """The shipped frozen predictor on each model: prediction or abstention, measured, verdict."""
+    rows = ctx.get("predictor")
+    convention = (
+        "keep vs drop flip rate, mean over the row metrics (predicted and measured), "
+        f"sink = {ctx.sink}"
+    )
+    verdicts = [str(v) for v in rows["verdict"]]
+    trained = [bool(v) for v in rows["in_training_set"]]
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in _VERDICTS)
+    held_out = [v for v, t in zip(verdicts, trained, strict=True) if not t]
+    held = ", ".join(f"{held_out.count(v)} {v}" for v in _VERDICTS)
+    claims = [
+        (
+            "Verdicts of the frozen predictor on models it was not fitted on",
+            "1 confirmation, 1 abstention, 1 failure",
+            f"{held} over {len(held_out)} row(s) not in its training set",
+        ),
+        ("Verdicts over every row of this run", "—", f"{counts} over {len(verdicts)} row(s)"),
+    ]
+    features = [c for c in rows.columns if c.startswith("feature_")]
+    body = []
+    for label, g in groups(rows):
+        for r in g.to_dict("records"):
+            if bool(r["abstained"]) or is_missing(r["predicted"]):
+                predicted = "abstained"
+            else:
+                predicted = (
+                    f"{fmt_pct(r['predicted'])} [{fmt_pct(r['predicted_low'])}, "
+                    f"{fmt_pct(r['predicted_high'])}]"
+                )
+            body.append(
+                (
+                    label + (" *" if bool(r["in_training_set"]) else ""),
+                    *(fmt_num(r[c], 4) for c in features),
+                    predicted,
+                    fmt_pct(r["measured"]),
+                    str(r["verdict"]),
+                    "yes" if bool(r["in_training_set"]) else "no",
+                    "" if is_missing(r["reason"]) else str(r["reason"]),
+                )
+            )
+    return (
+        paper_vs_measured(convention, claims)
+        + table(
+            "The shipped frozen predictor per model (* = the model was in its training set, "
+            "so its verdict is no test)",
+            convention,
+            (
+                "model",
+                *(c.removeprefix("feature_").replace("_", " ") for c in features),
+                "predicted [interval]",
+                "measured",
+                "verdict",
+                "in training set",
+                "reason",
+            ),
+            body,
+        )
+        + note(
+            "confirmed: the measured flip rate lies inside the predicted interval; failed: it "
+            "lies outside; abstained: a feature is outside the predictor's training range."
+        )
+    )
+
+
+# collapse ------------------------------------------------------------------------------------
+
+
+def collapse_section(ctx: Context) -> str:
+    """The entropy change over training split into sink and content parts (nats)."""
+    from attncoda.report.figures_training import collapse_split_figure
+
+    pairs = ctx.get("collapse")
+    convention = (
+        "none — exact two-factor Shapley split of the entropy change, ΔH = ΔH_sink + "
+        f"ΔH_content, sink = {ctx.sink}"
+    )
+    claims, parts = [], []
+    for label, g in groups(pairs):
+        first_last = g[g["pair_kind"] == "first_last"]
+        whole = first_last[first_last["level"] == "model"]
+        for r in whole.to_dict("records"):
+            claims.append(
+                (
+                    f"Sink share of the entropy change, {label} "
+                    f"{r['label_from']} → {r['label_to']}",
+                    "30% (Pythia-70M), 95% (Pythia-1B), 79% (Pythia-1.4B)",
+                    f"{fmt_pct(r['sink_share'])}: ΔH = {fmt_nats(r['delta_entropy'])} = sink "
+                    f"{fmt_nats(r['delta_sink'])} + content {fmt_nats(r['delta_content'])} nats"
+                    + (f" ({r['sink_share_note']})" if _text(r.get("sink_share_note")) else ""),
+                )
+            )
+        shown = first_last[first_last["level"].isin(["model", "layer"])]
+        parts.append(
+            table(
+                f"{label}: first → last checkpoint, the model and each layer (means per row, nats)",
+                convention,
+                _PAIR_HEADERS,
+                [_pair_row(r) for r in shown.to_dict("records")],
+            )
+        )
+        steps = g[(g["pair_kind"] == "consecutive") & (g["level"] == "model")]
+        if len(steps):
+            parts.append(
+                "<details><summary>Consecutive checkpoint pairs</summary>"
+                + table(
+                    f"{label}: consecutive checkpoint pairs, model level (nats)",
+                    convention,
+                    _PAIR_HEADERS,
+                    [_pair_row(r) for r in steps.sort_values("pair_from").to_dict("records")],
+                )
+                + "</details>\n"
+            )
+        parts.append(
+            _figure_or_note(
+                lambda g=g, label=label: collapse_split_figure(g, model=label, sink=ctx.sink),
+                alt=f"Stacked bars of the sink and content parts of the entropy change between "
+                f"consecutive checkpoints of {label}, and their cumulative sums",
+                caption=f"{label}: entropy change per checkpoint pair and cumulated.",
+                convention=convention,
+            )
+        )
+    if not claims:
+        claims.append(
+            (
+                "Sink share of the entropy change, first → last checkpoint",
+                "30% (Pythia-70M), 95% (Pythia-1B), 79% (Pythia-1.4B)",
+                "no model-level first → last pair in the collapse table",
+            )
+        )
+    parts.append(_checkpoints(ctx, convention))
+    parts.append(_training(ctx))
+    return paper_vs_measured(convention, claims) + "".join(parts)
+
+
+_PAIR_HEADERS = (
+    "pair",
+    "level",
+    "rows",
+    "H before",
+    "H after",
+    "ΔH",
+    "ΔH sink",
+    "ΔH content",
+    "sink share",
+    "note",
+)
+
+
+def _text(value: Any) -> str:
+    return "" if is_missing(value) else str(value)
+
+
+def _pair_row(r: dict[str, Any]) -> tuple[str, ...]:
+    level = "model" if r["level"] == "model" else f"layer {r['layer']}"
+    if r["level"] == "head":
+        level = f"layer {r['layer']} head {r['head']}"
+    return (
+        f"{r['label_from']} → {r['label_to']}",
+        level,
+        fmt_count(r["n_rows"]),
+        fmt_nats(r["entropy_from"]),
+        fmt_nats(r["entropy_to"]),
+        fmt_nats(r["delta_entropy"]),
+        fmt_nats(r["delta_sink"]),
+        fmt_nats(r["delta_content"]),
+        fmt_pct(r["sink_share"]),
+        _text(r.get("sink_share_note")),
+    )
+
+
+def _checkpoints(ctx: Context, convention: str) -> str:
+    points = ctx.get("collapse_checkpoints")
+    if points is None:
+        return ""
+    out = []
+    for label, g in groups(points):
+        whole = g[g["level"] == "model"].sort_values("step")
+        out.append(
+            table(
+                f"{label}: model-level means per checkpoint (nats)",
+                convention,
+                ("checkpoint", "step", "rows", "mean sink mass", "H(p)", "H(q)", "sink balance"),
+                [
+                    (
+                        str(r["label"]),
+                        str(r["step"]),
+                        fmt_count(r["n_rows"]),
+                        fmt_pct(r["mean_sink_mass"]),
+                        fmt_nats(r["entropy"]),
+                        fmt_nats(r["content_entropy"]),
+                        fmt_num(r["sink_balance"]),
+                    )
+                    for r in whole.to_dict("records")
+                ],
+            )
+        )
+    return "".join(out)
+
+
+def _training(ctx: Context) -> str:
+    train = ctx.get("train")
+    if train is None:
+        return ""
+    out = []
+    for label, g in groups(train):
+        layers = sorted(dict.fromkeys(int(x) for x in g["layer"]))
+        body = []
+        for step in sorted(dict.fromkeys(int(x) for x in g["step"])):
+            at = g[g["step"] == step]
+            by_layer = dict(zip(at["layer"].astype(int), at["first_token_attention"], strict=True))
+            body.append(
+                (
+                    str(step),
+                    fmt_num(at["train_loss"].iloc[0]),
+                    fmt_num(at["val_loss"].iloc[0]),
+                    *(fmt_pct(by_layer.get(layer)) for layer in layers),
+                )
+            )
+        out.append(
+            "<details><summary>Training of the series</summary>"
+            + table(
+                f"{label}: training losses (nats per token) and mean attention on the first "
+                "token per layer",
+                f"none — first-token attention is the sink mass with sink = first (the "
+                f"report's sink: {ctx.sink})",
+                ("step", "train loss", "validation loss", *(f"layer {i}" for i in layers)),
+                body,
+            )
+            + "</details>\n"
+        )
+    return "".join(out)
+
+
+# prune ---------------------------------------------------------------------------------------
+
+
+def prune_section(ctx: Context) -> str:
+    """Per model: the worst and the best perplexity ratio over channels and orders."""
+    from attncoda.report.figures_training import CHANNEL_LABELS, prune_curve_figure
+
+    prune = ctx.get("prune")
+    convention = (
+        "ranking channels — full entropy H(p) = keep sink, content entropy H(q) = drop sink; "
+        f"sink mass and sink balance need no convention; sink = {ctx.sink}"
+    )
+    claims, body, figures = [], [], []
+    for label, g in groups(prune):
+        curves = g[g["k"] > 0]
+        base = g[g["k"] == 0]
+        baseline = fmt_num(base["perplexity"].iloc[0], 2) if len(base) else NA
+        if not len(curves):
+            claims.append((f"Perplexity ratio, {label}", "more than 100×", "no pruned rows"))
+            continue
+        k_max = int(curves["k"].max())
+        worst = curves.loc[curves["ratio"].astype(float).idxmax()]
+        at_max = curves[curves["k"] == k_max]
+        best = at_max.loc[at_max["ratio"].astype(float).idxmin()]
+        claims.append(
+            (
+                f"Worst perplexity ratio when pruning by a channel, {label}",
+                "more than 100× (pruning by the wrong channel)",
+                f"{fmt_ratio(worst['ratio'])} ({_line(worst, CHANNEL_LABELS)}, k = "
+                f"{int(worst['k'])})",
+            )
+        )
+        claims.append(
+            (
+                f"Best channel at the largest k = {k_max}, {label}",
+                "—",
+                f"{fmt_ratio(best['ratio'])} ({_line(best, CHANNEL_LABELS)})",
+            )
+        )
+        keys = ["channel", "order", "ablation"]
+        for key, line in curves.groupby(keys, sort=False):
+            top = line.loc[line["ratio"].astype(float).idxmax()]
+            last = line[line["k"] == line["k"].max()].iloc[0]
+            body.append(
+                (
+                    label,
+                    CHANNEL_LABELS.get(str(key[0]), str(key[0])),
+                    f"{key[1]} first",
+                    str(key[2]),
+                    baseline,
+                    fmt_ratio(top["ratio"]),
+                    str(int(top["k"])),
+                    f"{fmt_ratio(last['ratio'])} (k = {int(last['k'])})",
+                )
+            )
+        figures.append(
+            _figure_or_note(
+                lambda g=g, label=label: prune_curve_figure(g, model=label),
+                alt=f"Perplexity ratio against the number of heads pruned for {label}, one line "
+                "per ranking channel and order, log scale",
+                caption=f"{label}: perplexity ratio to the unpruned model on held-out text.",
+                convention=convention,
+            )
+        )
+    return (
+        paper_vs_measured(convention, claims)
+        + table(
+            "Pruning heads ranked by each channel: the worst ratio and the ratio at the largest "
+            "k, per model",
+            convention,
+            (
+                "model",
+                "channel",
+                "order",
+                "ablation",
+                "unpruned perplexity",
+                "worst ratio",
+                "at k",
+                "ratio at largest k",
+            ),
+            body,
+        )
+        + "".join(figures)
+    )
+
+
+def _line(row: Any, labels: dict[str, str]) -> str:
+    channel = labels.get(str(row["channel"]), str(row["channel"]))
+    return f"{channel}, {row['order']} first, {row['ablation']}"

@@ -1,0 +1,429 @@
+"""``attncoda reproduce``: every experiment on a list of models, resumable, with a report.
+
+The run is a list of units ``(model, revision, experiment)`` (:mod:`attncoda.run.units`)
+over one run folder (:class:`attncoda.store.runs.RunStore`). Finished units are skipped on
+rerun; a killed run resumes and ends with the same tables. At the end the partitions are
+unioned into ``DIR/tables``, the collapse split is assembled from the checkpoints' partitions,
+and ``DIR/report.html`` is rendered from the tables alone.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attncoda._errors import AttncodaError
+from attncoda.run.units import EXPERIMENTS, MODEL_EXPERIMENTS, run_unit, split_spec
+from attncoda.store.runs import NO_REVISION, RunStore, Unit
+
+#: Settings of each scale. ``demo`` fits a 2-core CPU in minutes; ``full`` is what the
+#: README's results were measured with. Both read 128-token windows for the recorded rows,
+#: as the shipped predictor was fitted on (sink statistics depend on the window length).
+SCALES: dict[str, dict[str, Any]] = {
+    "demo": {
+        "profile_docs": 8,
+        "profile_tokens": 128,
+        "rows_docs": 4,
+        "rows_tokens": 128,
+        "n_boot": 200,
+        "clusters": 4,
+        "safety_bins": 5,
+        "train_size": "small",
+        "train_steps": 256,
+        "train_window": 128,
+        "train_batch_size": 16,
+        "collapse_docs": 16,
+        "collapse_tokens": 128,
+        "prune_channels": [
+            "sink_mass",
+            "sink_balance",
+            "content_entropy",
+            "full_entropy",
+            "random",
+        ],
+        "prune_orders": ["high", "low"],
+        "prune_ablations": ["zero"],
+        "prune_ks": [4, 16, 64],
+        "prune_profile_docs": 8,
+        "prune_eval_docs": 4,
+        "prune_tokens": 128,
+    },
+    "full": {
+        "profile_docs": 32,
+        "profile_tokens": 128,
+        "rows_docs": 16,
+        "rows_tokens": 128,
+        "n_boot": 1000,
+        "clusters": 4,
+        "safety_bins": 5,
+        "train_size": "small",
+        "train_steps": 1000,
+        "train_window": 128,
+        "train_batch_size": 16,
+        "collapse_docs": 32,
+        "collapse_tokens": 128,
+        "prune_channels": [
+            "sink_mass",
+            "sink_balance",
+            "content_entropy",
+            "full_entropy",
+            "random",
+        ],
+        "prune_orders": ["high", "low"],
+        "prune_ablations": ["zero"],
+        "prune_ks": [1, 2, 4, 8, 16, 32, 64],
+        "prune_profile_docs": 16,
+        "prune_eval_docs": 16,
+        "prune_tokens": 128,
+    },
+}
+
+#: Tables unioned over the units into ``DIR/tables``, in this order.
+UNIT_TABLES = (
+    "profile_heads",
+    "flips",
+    "flips_by_layer",
+    "cluster",
+    "cluster_summary",
+    "cluster_agreement",
+    "safety",
+    "safety_grid",
+    "predictor",
+    "prune",
+    "prune_heads",
+    "train",
+)
+
+
+@dataclass(frozen=True)
+class ReproduceResult:
+    """What a reproduce run left.
+
+    Attributes
+    ----------
+    out : Path
+        The run folder.
+    report : Path or None
+        ``out/report.html`` (``None`` when not rendered).
+    units : list of Unit
+        Every unit of the run, in order.
+    ran, skipped : int
+        Units computed in this call, and units found finished.
+    """
+
+    out: Path
+    report: Path | None
+    units: list[Unit]
+    ran: int
+    skipped: int
+
+
+def run_config(
+    models: Sequence[str],
+    *,
+    series: str | None = None,
+    experiments: Sequence[str] = EXPERIMENTS,
+    scale: str = "demo",
+    settings: Mapping[str, Any] | None = None,
+    text: str | None = None,
+    sink: str = "first",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The config of a reproduce run: everything that determines its tables.
+
+    Raises
+    ------
+    AttncodaError
+        No model, an unknown experiment, scale or setting, or a bad series.
+    """
+    from attncoda.capture.corpus import corpus_source
+
+    models = [m.strip() for m in models if m and m.strip()]
+    if not models and "collapse" not in experiments:
+        raise AttncodaError("give at least one model (e.g. --models smollm2,minilm)")
+    if len(set(models)) != len(models):
+        raise AttncodaError(f"a model is listed twice in {models}")
+    unknown = [e for e in experiments if e not in EXPERIMENTS]
+    if unknown or not experiments:
+        raise AttncodaError(
+            f"unknown experiment(s) {unknown or list(experiments)}: use a comma list of "
+            f"{', '.join(EXPERIMENTS)}"
+        )
+    if scale not in SCALES:
+        raise AttncodaError(f"unknown scale {scale!r}: use one of {', '.join(SCALES)}")
+    merged = dict(SCALES[scale])
+    for key, value in (settings or {}).items():
+        if key not in merged:
+            raise AttncodaError(f"unknown setting {key!r}: use one of {', '.join(merged)}")
+        merged[key] = list(value) if isinstance(value, tuple) else value
+    return {
+        "models": models,
+        "experiments": [e for e in EXPERIMENTS if e in experiments],
+        "scale": scale,
+        "settings": merged,
+        "series": _series_config(series, merged) if "collapse" in experiments else None,
+        "sink": str(sink),
+        "seed": int(seed),
+        "corpus": {"text": text, **corpus_source(text)},
+    }
+
+
+def _series_config(series: str | None, settings: Mapping[str, Any]) -> dict[str, Any]:
+    if series is None:
+        from attncoda.capture.train import checkpoint_steps
+
+        steps = checkpoint_steps(int(settings["train_steps"]))
+        return {
+            "name": "train-tiny",
+            "spec": None,
+            "points": [[s, f"step{s}", f"run:series/train-tiny/step{s}"] for s in steps],
+        }
+    from attncoda.capture.series import parse_series
+
+    points = parse_series(series)
+    repo, at, _ = points[0].spec.partition("@")
+    name = repo if at else Path(series).name
+    return {
+        "name": name,
+        "spec": series,
+        "points": [[p.step, p.label, p.spec] for p in points],
+    }
+
+
+def plan(config: Mapping[str, Any]) -> list[Unit]:
+    """Every unit of a run, in the order they run."""
+    units = []
+    experiments = config["experiments"]
+    for spec in config["models"]:
+        model, revision = split_spec(spec)
+        units += [Unit(e, model, revision) for e in MODEL_EXPERIMENTS if e in experiments]
+    series = config.get("series")
+    if series:
+        if series["spec"] is None:
+            units.append(Unit("train", series["name"], NO_REVISION))
+        units += [Unit("collapse", series["name"], label) for _, label, _ in series["points"]]
+        if "predictor" in experiments:
+            ends = {series["points"][0][1], series["points"][-1][1]}
+            units += [
+                Unit("predictor", series["name"], label)
+                for _, label, _ in series["points"]
+                if label in ends
+            ]
+    return units
+
+
+def reproduce(
+    models: Sequence[str],
+    out: str | Path,
+    *,
+    series: str | None = None,
+    experiments: Sequence[str] = EXPERIMENTS,
+    scale: str = "demo",
+    settings: Mapping[str, Any] | None = None,
+    text: str | None = None,
+    sink: str = "first",
+    seed: int = 0,
+    progress: bool = True,
+    report: bool = True,
+    executor: Callable[[list[Unit], dict[str, Any], Path], None] | None = None,
+) -> ReproduceResult:
+    """Run every experiment on ``models`` into the run folder ``out``, then the report.
+
+    Parameters
+    ----------
+    models : sequence of str
+        Model specs (``smollm2``, ``minilm``, ``owner/name[@revision]``, a folder).
+    out : path-like
+        The run folder. A folder holding a run of this config resumes it (finished units are
+        skipped); one holding another config is refused.
+    series : str, optional
+        The checkpoint series of ``collapse`` (``owner/name@step0,step512`` or a folder of
+        ``stepN`` checkpoints); default: a ``train-tiny`` series trained into
+        ``out/series/train-tiny``.
+    experiments : sequence of str
+        A subset of :data:`attncoda.run.units.EXPERIMENTS`.
+    scale : str
+        ``"demo"`` or ``"full"`` (:data:`SCALES`); ``settings`` overrides single settings.
+    text, sink, seed
+        The corpus (default: the embedded one), the sink spec and the seed of every
+        experiment.
+    progress : bool
+        Print one line per unit and an overall progress bar (on stderr).
+    report : bool
+        Render ``out/report.html`` at the end.
+    executor : callable, optional
+        ``executor(units, config, out)`` runs the units not yet finished (the Ray sweep
+        passes one); default: in this process, in order.
+
+    Returns
+    -------
+    ReproduceResult
+    """
+    config = run_config(
+        models,
+        series=series,
+        experiments=experiments,
+        scale=scale,
+        settings=settings,
+        text=text,
+        sink=sink,
+        seed=seed,
+    )
+    root = Path(out)
+    store = RunStore(root, "reproduce", config)
+    units = plan(config)
+    todo = [u for u in units if not store.is_done(u)]
+    skipped = len(units) - len(todo)
+    if executor is None:
+        _run_in_process(units, config, root, store, progress)
+    else:
+        executor(todo, config, root)
+    path = finalise(store, units, report=report)
+    if progress:
+        print(f"reproduce: {len(todo)} units run, {skipped} already finished", file=sys.stderr)
+    return ReproduceResult(out=root, report=path, units=units, ran=len(todo), skipped=skipped)
+
+
+def _run_in_process(
+    units: list[Unit], config: dict[str, Any], root: Path, store: RunStore, progress: bool
+) -> None:
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(units), desc="reproduce", unit="unit", file=sys.stderr)
+    try:
+        for index, unit in enumerate(units, 1):
+            head = f"[{index:>{len(str(len(units)))}}/{len(units)}] {unit.key}"
+            if store.is_done(unit):
+                _say(bar, f"{head}: finished earlier, skipped")
+            else:
+                if bar is not None:
+                    bar.set_postfix_str(unit.key)
+                start = time.perf_counter()
+                try:
+                    facts = run_unit(unit, config, root)
+                except AttncodaError as exc:
+                    raise AttncodaError(f"unit {unit.key} failed: {exc}") from exc
+                note = f" ({facts['note']})" if facts.get("note") else ""
+                _say(bar, f"{head}: {facts['status']} in {time.perf_counter() - start:.1f} s{note}")
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _say(bar: Any, line: str) -> None:
+    if bar is None:
+        return
+    bar.write(line, file=sys.stderr)
+
+
+def finalise(
+    store: RunStore,
+    units: list[Unit],
+    *,
+    report: bool = True,
+    failed: Mapping[str, str] | None = None,
+) -> Path | None:
+    """Union the partitions into ``DIR/tables``, assemble collapse, write the unit list and
+    the model facts, and render the report.
+
+    Every unit must be finished, except those in ``failed`` (``{unit.key: error}``, from a
+    sweep): they are left out of the tables and listed in ``units`` with status
+    ``"failed"`` and their error. Collapse is assembled only when every checkpoint finished.
+    """
+    import pandas as pd
+
+    failed = dict(failed or {})
+    missing = [u.key for u in units if not store.is_done(u) and u.key not in failed]
+    if missing:
+        raise AttncodaError(
+            f"{len(missing)} unit(s) of {str(store.root)!r} are not finished ({missing[0]}, "
+            "...): run the same command again to finish them"
+        )
+    done = [u for u in units if u.key not in failed]
+    for name in UNIT_TABLES:
+        store.write_union(name, done)
+    series = store.config.get("series")
+    if series and not any(u.experiment in ("train", "collapse") for u in units if u not in done):
+        _assemble_collapse(store, units, series)
+    records = []
+    facts_by_unit = {}
+    for unit in units:
+        if unit.key in failed:
+            facts = {"status": "failed", "note": failed[unit.key]}
+        else:
+            facts = store.facts(unit)
+        facts_by_unit[unit.key] = facts.get("model_info")
+        records.append(
+            {
+                "experiment": unit.experiment,
+                "model": unit.model,
+                "revision": unit.revision,
+                "status": facts.get("status", "done"),
+                "note": facts.get("note", ""),
+            }
+        )
+    store.write_table("units", pd.DataFrame(records))
+    infos = {k: v for k, v in facts_by_unit.items() if v}
+    models: dict[str, Any] = {}
+    for key, info in infos.items():
+        models.setdefault(key.split("/", 1)[1], info)
+    store.update_manifest(model_info=models)
+    if not report:
+        return None
+    from attncoda.report.html import render_report
+
+    return render_report(store.root)
+
+
+def _assemble_collapse(store: RunStore, units: list[Unit], series: Mapping[str, Any]) -> None:
+    from attncoda.capture.series import SeriesPoint
+    from attncoda.experiments.collapse import collapse_from_stats, stats_from_frames
+    from attncoda.run.units import resolve, series_windows
+
+    points = [
+        SeriesPoint(step=int(s), label=label, spec=resolve(store.root, spec))
+        for s, label, spec in series["points"]
+    ]
+    by_label = {u.revision: u for u in units if u.experiment == "collapse"}
+
+    def stats():
+        for point in points:
+            unit = by_label[point.label]
+            yield stats_from_frames(
+                point.step,
+                point.label,
+                store.partition(unit, "collapse_rows"),
+                store.partition(unit, "collapse_sinks"),
+            )
+
+    windows = series_windows(store.config, store.root)
+    result = collapse_from_stats(
+        stats(),
+        windows,
+        points=points,
+        model=series["name"],
+        sink=store.config["sink"],
+    )
+    for name, frame in (("collapse", result.table), ("collapse_checkpoints", result.checkpoints)):
+        frame = frame.copy()
+        frame.insert(1, "revision", NO_REVISION)
+        store.write_table(name, frame)
+
+
+__all__ = [
+    "SCALES",
+    "UNIT_TABLES",
+    "ReproduceResult",
+    "finalise",
+    "plan",
+    "reproduce",
+    "run_config",
+]

@@ -1,0 +1,395 @@
+"""One unit of work of a reproduce run or a sweep: an experiment on one model at one revision.
+
+:func:`run_unit` computes a unit's tables from the run config alone and writes them as the
+unit's partition of the store. It holds no state between calls but caches (the loaded model,
+its capture, its flip result), so a process that runs several units of one model loads and
+captures it once; the results do not depend on what the process ran before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from attncoda._errors import AttncodaError
+from attncoda.store.runs import NO_REVISION, RunStore, Unit
+
+#: The experiments of a reproduce run, in the order they run for each model.
+MODEL_EXPERIMENTS = ("profile", "flips", "cluster", "safety", "predictor", "prune")
+#: Every experiment name a run config may list.
+EXPERIMENTS = (*MODEL_EXPERIMENTS, "collapse")
+
+_CACHE: dict[tuple, Any] = {}
+
+
+def clear_cache() -> None:
+    """Forget every loaded model, capture and flip result of this process."""
+    _CACHE.clear()
+
+
+def model_spec(unit: Unit) -> str:
+    """What :func:`attncoda.load_model` loads for ``unit`` (``model@revision`` when set)."""
+    return unit.model if unit.revision == NO_REVISION else f"{unit.model}@{unit.revision}"
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """``"owner/name@rev"`` -> ``("owner/name", "rev")``; no ``@`` -> ``(spec, "-")``."""
+    if "@" in spec and not Path(spec).exists():
+        model, _, revision = spec.rpartition("@")
+        if model and revision:
+            return model, revision
+    return spec, NO_REVISION
+
+
+def _cached(key: tuple, make: Any) -> Any:
+    if key not in _CACHE:
+        # One model's objects at a time: a new model evicts the previous one's.
+        if key[0] == "load":
+            for old in [k for k in _CACHE if k[0] == "load" and k != key]:
+                del _CACHE[old]
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def _quiet_load(spec: str) -> tuple:
+    """:func:`attncoda.load_model` without transformers' per-load progress bar (a run prints
+    one line per unit instead)."""
+    from transformers.utils import logging as hf_logging
+
+    from attncoda.capture.models import load_model
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return load_model(spec)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _loaded(spec: str) -> tuple:
+    return _cached(("load", spec), lambda: _quiet_load(spec))
+
+
+def _series_point(config: Mapping[str, Any], root: Path, revision: str) -> Any:
+    from attncoda.capture.series import SeriesPoint
+
+    for step, label, spec in config["series"]["points"]:
+        if label == revision:
+            return SeriesPoint(step=int(step), label=label, spec=resolve(root, spec))
+    raise AttncodaError(f"the run's series has no checkpoint {revision!r}")
+
+
+def resolve(root: Path, spec: str) -> str:
+    """A series checkpoint spec; ``run:<path>`` is relative to the run folder."""
+    return str(root / spec[4:]) if spec.startswith("run:") else spec
+
+
+def unit_spec(unit: Unit, config: Mapping[str, Any], root: Path) -> str:
+    """The loadable spec of a unit's model (a series checkpoint resolves to its folder)."""
+    series = config.get("series") or {}
+    if series and unit.model == series.get("name") and unit.revision != NO_REVISION:
+        return _series_point(config, root, unit.revision).spec
+    return model_spec(unit)
+
+
+def _model_rows(spec: str, name: str, config: Mapping[str, Any]) -> Any:
+    from attncoda.run.conventions import model_rows
+
+    s = config["settings"]
+
+    def make():
+        rows = model_rows(
+            spec,
+            text=config["corpus"]["text"],
+            sink=config["sink"],
+            max_tokens=s["rows_tokens"],
+            docs=s["rows_docs"],
+            seed=config["seed"],
+            loaded=_loaded(spec),
+        )
+        # Tables name the model as the run does (a series checkpoint by its series name).
+        from dataclasses import replace
+
+        return replace(rows, rows=replace(rows.rows, model=name))
+
+    return _cached(("rows", spec), make)
+
+
+def _flips(spec: str, name: str, config: Mapping[str, Any]) -> Any:
+    from attncoda.experiments.flips import flips
+    from attncoda.run.conventions import CAPTURE_TOL
+
+    s = config["settings"]
+    rows = _model_rows(spec, name, config)
+    return _cached(
+        ("flips", spec),
+        lambda: flips(rows.rows, n_boot=s["n_boot"], seed=config["seed"], tol=CAPTURE_TOL),
+    )
+
+
+def _profile(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    from attncoda.experiments.profile import head_summary
+    from attncoda.run.common import capture_corpus
+
+    s = config["settings"]
+    captured = capture_corpus(
+        spec,
+        text=config["corpus"]["text"],
+        sink=config["sink"],
+        max_tokens=s["profile_tokens"],
+        docs=s["profile_docs"],
+        seed=config["seed"],
+        loaded=_loaded(spec),
+        record_rows="none",
+    )
+    return {"profile_heads": head_summary(captured.capture.to_frame())}
+
+
+def _cluster(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    import pandas as pd
+
+    from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, cluster
+
+    s = config["settings"]
+    result = cluster(
+        _model_rows(spec, unit.model, config).rows,
+        seed=config["seed"],
+        n_clusters=s["clusters"],
+    )
+    art = result.artifact
+    summary = pd.DataFrame(
+        {
+            "variant": list(VARIANTS),
+            "title": [VARIANT_TITLES[v] for v in VARIANTS],
+            "spearman_axis1_vs_sink_mass": [
+                art["spearman_axis1_vs_sink_mass"][v] for v in VARIANTS
+            ],
+            "max_abs_spearman_any_direction": [
+                art["max_abs_spearman_any_direction_vs_sink_mass"][v] for v in VARIANTS
+            ],
+            "degenerate": [v in art["degenerate_variants"] for v in VARIANTS],
+            "mean_sink_share_of_aitchison_sq": art["mean_sink_share_of_aitchison_sq"],
+        }
+    )
+    for column in ("spearman_axis1_vs_sink_mass", "max_abs_spearman_any_direction"):
+        summary[column] = summary[column].astype("float64")
+    agreement = pd.DataFrame(
+        [
+            {"variant_a": key.split("|")[0], "variant_b": key.split("|")[1], "adjusted_rand": v}
+            for key, v in art["adjusted_rand"].items()
+        ]
+    )
+    return {"cluster": result.table, "cluster_summary": summary, "cluster_agreement": agreement}
+
+
+def _safety(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    from attncoda.experiments.safety import safety_map
+
+    result = safety_map(
+        _model_rows(spec, unit.model, config).rows,
+        n_bins=config["settings"]["safety_bins"],
+        flips_result=_flips(spec, unit.model, config),
+    )
+    return {"safety": result.table, "safety_grid": result.grid}
+
+
+def _predictor(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    import pandas as pd
+
+    from attncoda.experiments.predictor import Predictor, predictor_row
+    from attncoda.run.conventions import apply_predictor, shipped_predictor
+
+    rows = _model_rows(spec, unit.model, config)
+    row = predictor_row(rows.rows, _flips(spec, unit.model, config))
+    (outcome,) = apply_predictor("shipped", [row])
+    trained_on = Predictor.from_json(shipped_predictor()).training_models
+    label = unit.model if unit.revision == NO_REVISION else f"{unit.model} {unit.revision}"
+    p = outcome["prediction"]
+    record = {
+        **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
+        "abstained": bool(p.abstained),
+        "reason": p.reason,
+        "predicted": p.point,
+        "predicted_low": p.low,
+        "predicted_high": p.high,
+        "measured": outcome["measured"],
+        "verdict": outcome["verdict"],
+        "in_training_set": any(label == t or unit.model == t for t in trained_on),
+    }
+    frame = pd.DataFrame([record])
+    for column in ("predicted", "predicted_low", "predicted_high"):
+        frame[column] = frame[column].astype("float64")
+    return {"predictor": frame}
+
+
+def _prune(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    from attncoda.experiments.prune import prune, split_windows
+    from attncoda.run.common import corpus_windows
+
+    s = config["settings"]
+    model, tokenizer, info = _loaded(spec)
+    if not info.causal:
+        return None
+    windows, _ = corpus_windows(
+        tokenizer,
+        text=config["corpus"]["text"],
+        max_tokens=s["prune_tokens"],
+        docs=s["prune_profile_docs"] + s["prune_eval_docs"],
+    )
+    profile_windows, eval_windows = split_windows(
+        windows, s["prune_profile_docs"], s["prune_eval_docs"]
+    )
+    result = prune(
+        model,
+        tokenizer,
+        profile_windows,
+        eval_windows,
+        channels=tuple(s["prune_channels"]),
+        orders=tuple(s["prune_orders"]),
+        ablations=tuple(s["prune_ablations"]),
+        ks=tuple(k for k in s["prune_ks"] if k <= info.n_layers * info.n_heads),
+        sink=config["sink"],
+        seed=config["seed"],
+        model_name=unit.model,
+    )
+    return {"prune": result.table, "prune_heads": result.heads}
+
+
+def _train(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    import pandas as pd
+
+    from attncoda.capture.train import train_tiny
+
+    s = config["settings"]
+    result = train_tiny(
+        root / "series" / "train-tiny",
+        steps=s["train_steps"],
+        seed=config["seed"],
+        size=s["train_size"],
+        window=s["train_window"],
+        batch_size=s["train_batch_size"],
+        corpus=config["corpus"]["text"],
+        threads=1,
+        progress=False,
+    )
+    rows = []
+    for step, tr, va, att in zip(
+        result.steps, result.train_loss, result.val_loss, result.first_token_attention, strict=True
+    ):
+        for layer, value in enumerate(att):
+            rows.append(
+                {
+                    "step": int(step),
+                    "train_loss": float(tr),
+                    "val_loss": float(va),
+                    "layer": layer,
+                    "first_token_attention": float(value),
+                }
+            )
+    return {"train": pd.DataFrame(rows)}
+
+
+def series_windows(config: Mapping[str, Any], root: Path) -> list:
+    """The token windows every checkpoint of the run's series reads (first one's tokenizer)."""
+    from attncoda.run.common import corpus_windows
+
+    s = config["settings"]
+    first = _series_point(config, root, config["series"]["points"][0][1])
+
+    def make():
+        _, tokenizer, _ = _loaded_tokenizer(first.spec)
+        windows, _ = corpus_windows(
+            tokenizer,
+            text=config["corpus"]["text"],
+            max_tokens=s["collapse_tokens"],
+            docs=s["collapse_docs"],
+        )
+        return [w.input_ids for w in windows]
+
+    return _cached(("series_windows", first.spec), make)
+
+
+def _loaded_tokenizer(spec: str) -> tuple:
+    key = ("load", spec)
+    if key in _CACHE:
+        return _CACHE[key]
+    return _cached(("tokenizer", spec), lambda: _quiet_load(spec))
+
+
+def _collapse(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    from attncoda.experiments.collapse import checkpoint_stats, stats_frames
+
+    point = _series_point(config, root, unit.revision)
+    windows = series_windows(config, root)
+    model, tokenizer, _ = _loaded(point.spec)
+    stats = checkpoint_stats(model, tokenizer, windows, point, sink=config["sink"])
+    rows, sinks = stats_frames(stats)
+    return {"collapse_rows": rows, "collapse_sinks": sinks}
+
+
+def run_unit(unit: Unit, config: Mapping[str, Any], root: str | Path) -> dict[str, Any]:
+    """Compute ``unit`` and write its partition into the run folder ``root``.
+
+    The folder must already hold the run's manifest (made by :class:`RunStore` with this
+    ``config``). A finished unit is not redone. Returns the facts recorded with the unit:
+    ``status`` (``"done"``, ``"skipped"`` for a unit that does not apply to its model, with
+    ``note``), ``seconds``, and the model facts.
+    """
+    root = Path(root)
+    store = RunStore(root, "reproduce", config)
+    if store.is_done(unit):
+        return {**store.facts(unit), "resumed": True}
+    store.begin(unit)
+    start = time.perf_counter()
+    facts: dict[str, Any] = {"status": "done", "note": ""}
+    if unit.experiment == "train":
+        tables = _train(unit, config, root)
+    elif unit.experiment == "collapse":
+        tables = _collapse(unit, config, root)
+    elif unit.experiment in MODEL_EXPERIMENTS:
+        spec = unit_spec(unit, config, root)
+        run = {
+            "profile": _profile,
+            "flips": _flips_unit,
+            "cluster": _cluster,
+            "safety": _safety,
+            "predictor": _predictor,
+            "prune": _prune,
+        }[unit.experiment]
+        found = run(unit, spec, config)
+        info = _loaded(spec)[2]
+        facts["model_info"] = info.to_dict()
+        if found is None:
+            facts["status"] = "skipped"
+            facts["note"] = (
+                f"prune measures perplexity, which needs a causal language model; "
+                f"{unit.model} is {info.architecture}"
+            )
+            found = {}
+        tables = found
+    else:
+        raise AttncodaError(f"unknown experiment {unit.experiment!r}: use one of {EXPERIMENTS}")
+    facts["seconds"] = round(time.perf_counter() - start, 3)
+    store.finish(unit, tables, facts)
+    return facts
+
+
+def _flips_unit(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    result = _flips(spec, unit.model, config)
+    return {"flips": result.table, "flips_by_layer": result.by_layer}
+
+
+__all__ = [
+    "EXPERIMENTS",
+    "MODEL_EXPERIMENTS",
+    "clear_cache",
+    "model_spec",
+    "resolve",
+    "run_unit",
+    "series_windows",
+    "split_spec",
+    "unit_spec",
+]

@@ -1,0 +1,47 @@
+"""Fixtures of the report tests: one small ``reproduce`` run folder, shared by the session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+#: The smallest settings that still give every table of a reproduce run (~10 s on CPU).
+TINY_SETTINGS = {
+    "profile_docs": 2,
+    "profile_tokens": 32,
+    "rows_docs": 3,
+    "rows_tokens": 32,
+    "n_boot": 20,
+    "train_size": "tiny",
+    "train_steps": 16,
+    "collapse_docs": 4,
+    "collapse_tokens": 32,
+    "prune_ks": [1, 2],
+    "prune_profile_docs": 2,
+    "prune_eval_docs": 2,
+    "prune_tokens": 32,
+    "prune_channels": ["sink_mass", "random"],
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished ``reproduce`` run folder of two tiny trained checkpoints (its report included).
+
+    Treat it as read-only: copy it (:func:`copy_run` in ``test_html``) before changing it.
+    """
+    from attncoda.capture.train import train_tiny
+    from attncoda.run.reproduce import reproduce
+
+    root = tmp_path_factory.mktemp("tiny-run")
+    series = root / "tt"
+    train_tiny(series, steps=16, size="tiny", progress=False)
+    out = root / "run"
+    reproduce(
+        [str(series / "step8"), str(series / "step16")],
+        out,
+        settings=TINY_SETTINGS,
+        progress=False,
+    )
+    return out

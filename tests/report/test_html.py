@@ -1,0 +1,263 @@
+"""The HTML report of a run folder: self-contained, deterministic, every convention named."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from attncoda import AttncodaError
+from attncoda.report.html import SECTIONS, render_report
+from attncoda.report.html_parts import fmt_nats, fmt_pct, fmt_ratio
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SECTION_IDS = ["profile", "flips", "cluster", "safety", "predictor", "collapse", "prune"]
+
+
+class Page(HTMLParser):
+    """What the report holds: sections (with their text), tables, figures and images."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.sections: list[str] = []
+        self.section_text: dict[str, list[str]] = {}
+        self.tables: list[dict[str, Any]] = []
+        self.figures: list[dict[str, Any]] = []
+        self.images: list[dict[str, str | None]] = []
+        self.scripts = 0
+        self.meta: list[dict[str, str | None]] = []
+        self._capture: list[str] | None = None
+        self._in_figure = False
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        section = self.sections[-1] if self.sections else None
+        if tag == "section":
+            self.sections.append(str(a.get("id")))
+            self.section_text[str(a.get("id"))] = []
+        elif tag == "table":
+            self.tables.append({"caption": None, "section": section})
+        elif tag == "figure":
+            self._in_figure = True
+            self.figures.append({"caption": None, "images": [], "section": section})
+        elif tag == "img":
+            self.images.append(a)
+            if self._in_figure:
+                self.figures[-1]["images"].append(a)
+        elif tag in ("caption", "figcaption"):
+            self._capture = []
+        elif tag == "script":
+            self.scripts += 1
+        elif tag == "meta":
+            self.meta.append(a)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "caption" and self._capture is not None:
+            self.tables[-1]["caption"] = "".join(self._capture)
+            self._capture = None
+        elif tag == "figcaption" and self._capture is not None:
+            self.figures[-1]["caption"] = "".join(self._capture)
+            self._capture = None
+        elif tag == "figure":
+            self._in_figure = False
+
+    def handle_data(self, data: str) -> None:
+        if self._capture is not None:
+            self._capture.append(data)
+        if self.sections:
+            self.section_text[self.sections[-1]].append(data)
+
+    def text_of(self, section: str) -> str:
+        return " ".join(" ".join(self.section_text[section]).split())
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    """The report's inputs only (manifest and tables) copied to ``dst``."""
+    dst.mkdir(parents=True)
+    shutil.copy2(src / "manifest.json", dst / "manifest.json")
+    shutil.copytree(src / "tables", dst / "tables")
+    return dst
+
+
+@pytest.fixture(scope="module")
+def report(tiny_run: Path) -> Path:
+    return tiny_run / "report.html"
+
+
+@pytest.fixture(scope="module")
+def page(report: Path) -> Page:
+    return Page(report.read_text(encoding="utf-8"))
+
+
+def test_reproduce_writes_the_report_with_seven_sections_in_order(report, page):
+    assert report.is_file()
+    assert page.sections == SECTION_IDS
+    assert [s[0] for s in SECTIONS] == SECTION_IDS
+
+
+def test_every_image_is_an_embedded_png_that_decodes(page):
+    assert len(page.images) >= 7
+    for img in page.images:
+        src = str(img["src"])
+        assert src.startswith("data:image/png;base64,"), src[:40]
+        data = base64.b64decode(src.split(",", 1)[1], validate=True)
+        assert data.startswith(PNG_SIGNATURE)
+        assert img.get("alt"), "every image has alt text"
+
+
+def test_every_table_and_figure_names_its_convention(page):
+    assert len(page.tables) >= 15
+    for t in page.tables:
+        assert t["caption"] and "Convention:" in t["caption"], t
+    assert page.figures
+    for f in page.figures:
+        assert f["caption"] and "Convention:" in f["caption"], f
+        assert len(f["images"]) == 1
+    assert all(img in sum((f["images"] for f in page.figures), []) for img in page.images)
+    # the run's sink spec (manifest config.sink) is named beside the convention
+    assert all("sink = first" in f["caption"] for f in page.figures)
+
+
+def test_every_section_has_a_paper_vs_measured_table_and_the_paper_numbers(page, report):
+    for section in SECTION_IDS:
+        captions = [t["caption"] for t in page.tables if t["section"] == section]
+        assert any(c.startswith("Paper vs measured") for c in captions), section
+    text = report.read_text(encoding="utf-8")
+    for number in ("17–47%", "30%", "95%", "79%", "100×"):
+        assert number in text, number
+    assert "no paper number" in page.text_of("safety")
+    assert "1 confirmation, 1 abstention, 1 failure" in page.text_of("predictor")
+
+
+def test_measured_numbers_are_the_tables(tiny_run, page):
+    flips = pd.read_parquet(tiny_run / "tables" / "flips.parquet")
+    text = page.text_of("flips")
+    low, high = flips["flip_rate"].min(), flips["flip_rate"].max()
+    assert f"{fmt_pct(low)}–{fmt_pct(high)} over 2 model(s) × 5 metric(s)" in text
+    for rate in flips["flip_rate"]:
+        assert fmt_pct(rate) in text
+
+    collapse = pd.read_parquet(tiny_run / "tables" / "collapse.parquet")
+    row = collapse[(collapse["pair_kind"] == "first_last") & (collapse["level"] == "model")]
+    (r,) = row.to_dict("records")
+    text = page.text_of("collapse")
+    assert f"{fmt_pct(r['sink_share'])}: ΔH = {fmt_nats(r['delta_entropy'])}" in text
+
+    prune = pd.read_parquet(tiny_run / "tables" / "prune.parquet")
+    text = page.text_of("prune")
+    for _, g in prune.groupby("model"):
+        assert fmt_ratio(g["ratio"].max()) in text
+
+    predictor = pd.read_parquet(tiny_run / "tables" / "predictor.parquet")
+    counts = predictor["verdict"].value_counts()
+    text = page.text_of("predictor")
+    expected = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("confirmed", "abstained", "failed"))
+    assert f"{expected} over {len(predictor)} row(s)" in text
+
+
+def test_self_contained_no_script_no_external_url(report, page):
+    text = report.read_text(encoding="utf-8")
+    assert page.scripts == 0
+    assert "http:" not in text and "https:" not in text and "url(" not in text
+    links = re.findall(r'(?:src|href)="([^"]*)"', text)
+    assert links and all(u.startswith(("data:", "#")) for u in links)
+    manifest = json.loads((report.parent / "manifest.json").read_text())
+    version = manifest["packages"]["attncoda"]
+    assert {"name": "generator", "content": f"attncoda {version}"} in page.meta
+
+
+def test_rendering_again_gives_identical_bytes(tiny_run, tmp_path):
+    copy = copy_run(tiny_run, tmp_path / "copy")
+    # reproduce rendered the first one; the copy's render is the second
+    assert render_report(copy).read_bytes() == (tiny_run / "report.html").read_bytes()
+
+
+def test_a_folder_without_tables_is_refused_by_name(tmp_path):
+    folder = tmp_path / "not-a-run"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("{}")
+    with pytest.raises(AttncodaError, match=str(folder)):
+        render_report(folder)
+    assert not (folder / "report.html").exists()
+
+
+def test_absent_tables_render_as_sections_not_run(tiny_run, tmp_path):
+    copy = copy_run(tiny_run, tmp_path / "copy")
+    for name in ("prune", "prune_heads", "cluster", "cluster_summary", "cluster_agreement"):
+        (copy / "tables" / f"{name}.parquet").unlink()
+    page = Page(render_report(copy).read_text(encoding="utf-8"))
+    assert page.sections == SECTION_IDS
+    for section in ("prune", "cluster"):
+        assert "This section was not run" in page.text_of(section)
+        assert not [f for f in page.figures if f["section"] == section]
+    assert "not run" not in page.text_of("flips")
+    assert [f for f in page.figures if f["section"] == "flips"]
+    for t in page.tables:
+        assert "Convention:" in t["caption"]
+
+
+def test_a_table_lacking_a_column_spoils_only_its_section(tiny_run, tmp_path):
+    copy = copy_run(tiny_run, tmp_path / "copy")
+    path = copy / "tables" / "profile_heads.parquet"
+    pd.read_parquet(path).drop(columns="content_term").to_parquet(path, index=False)
+    for name in ("safety", "safety_grid", "cluster", "prune"):
+        (copy / "tables" / f"{name}.parquet").unlink()  # faster; not what is tested
+    page = Page(render_report(copy).read_text(encoding="utf-8"))
+    assert "could not be rendered: a table lacks the column 'content_term'" in page.text_of(
+        "profile"
+    )
+    assert [f for f in page.figures if f["section"] == "flips"]
+
+
+def test_strings_from_tables_are_escaped(tiny_run, tmp_path):
+    copy = copy_run(tiny_run, tmp_path / "copy")
+    evil = '<script>alert("x")</script>&'
+    for name in ("flips", "units", "predictor"):
+        path = copy / "tables" / f"{name}.parquet"
+        frame = pd.read_parquet(path)
+        frame["model"] = frame["model"].where(frame["model"] != frame["model"].iloc[0], evil)
+        frame.to_parquet(path, index=False)
+    for name in ("safety", "safety_grid", "cluster", "profile_heads", "prune"):
+        (copy / "tables" / f"{name}.parquet").unlink()  # faster; not what is tested
+    text = render_report(copy).read_text(encoding="utf-8")
+    page = Page(text)
+    assert page.scripts == 0
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in text
+    assert evil in page.text_of("flips")
+
+
+def test_cluster_figure_from_tables_matches_the_result_figure(tiny_run):
+    from attncoda.report.figures_cluster import cluster_figure_from_tables
+
+    heads = pd.read_parquet(tiny_run / "tables" / "cluster.parquet")
+    summary = pd.read_parquet(tiny_run / "tables" / "cluster_summary.parquet")
+    model = heads["model"].iloc[0]
+    fig = cluster_figure_from_tables(
+        heads[heads["model"] == model], summary[summary["model"] == model]
+    )
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert len(titles) == 4
+    keep = summary[(summary["model"] == model) & (summary["variant"] == "keep")].iloc[0]
+    assert f"= {keep['spearman_axis1_vs_sink_mass']:+.2f}" in titles[0]
+    with pytest.raises(AttncodaError, match="one model"):
+        cluster_figure_from_tables(heads, summary)
+    with pytest.raises(AttncodaError, match="'x_drop'"):
+        cluster_figure_from_tables(heads[heads["model"] == model].drop(columns="x_drop"), summary)
+
+
+@pytest.mark.browser
+def test_the_report_opens_in_chromium_without_console_errors(report, tmp_path):
+    from browser import assert_page_ok, check_page
+
+    result = check_page(report, tmp_path / "report.png")
+    assert_page_ok(result)
+    assert len(result["images"]) >= 7

@@ -1,0 +1,195 @@
+"""``attncoda reproduce``: a killed run resumes to the tables of an uninterrupted one; a
+rerun skips finished units; another config is refused; ``report`` re-renders alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from attncoda import AttncodaError
+from attncoda.capture.train import train_tiny
+from attncoda.cli import main
+from attncoda.experiments.collapse import collapse, collapse_from_stats, stats_frames
+from attncoda.run.reproduce import plan, reproduce, run_config
+
+SETTINGS = {
+    "profile_docs": 2,
+    "profile_tokens": 32,
+    "rows_docs": 3,
+    "rows_tokens": 32,
+    "n_boot": 20,
+    "train_size": "tiny",
+    "train_steps": 16,
+    "collapse_docs": 4,
+    "collapse_tokens": 32,
+    "prune_ks": [1, 2],
+    "prune_profile_docs": 2,
+    "prune_eval_docs": 2,
+    "prune_tokens": 32,
+    "prune_channels": ["sink_mass", "random"],
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> list[str]:
+    folder = tmp_path_factory.mktemp("series") / "tt"
+    train_tiny(folder, steps=16, size="tiny", progress=False)
+    return [str(folder / "step8"), str(folder / "step16")]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, models) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "whole"
+    result = reproduce(models, out, settings=SETTINGS, progress=False)
+    assert result.ran == len(result.units) and result.skipped == 0
+    return out
+
+
+def _tables(out: Path) -> dict[str, pd.DataFrame]:
+    return {p.name: pd.read_parquet(p) for p in sorted((out / "tables").glob("*.parquet"))}
+
+
+def _assert_same_tables(a: Path, b: Path) -> None:
+    left, right = _tables(a), _tables(b)
+    assert sorted(left) == sorted(right)
+    for name in left:
+        pd.testing.assert_frame_equal(left[name], right[name], check_exact=True, obj=name)
+
+
+def _done(out: Path) -> int:
+    return len(list((out / "units").glob("*/*/_done.json"))) if (out / "units").exists() else 0
+
+
+def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupted):
+    config = run_config(models, settings=SETTINGS)
+    units = plan(config)
+    per_model = ["profile", "flips", "cluster", "safety", "predictor", "prune"]
+    assert [u.experiment for u in units[:6]] == per_model
+    assert [u.revision for u in units if u.experiment == "collapse"] == [
+        "step0",
+        "step1",
+        "step2",
+        "step4",
+        "step8",
+        "step16",
+    ]
+    assert [u.key for u in units if u.model == "train-tiny" and u.experiment != "collapse"] == [
+        "train/train-tiny@-",
+        "predictor/train-tiny@step0",
+        "predictor/train-tiny@step16",
+    ]
+    tables = _tables(uninterrupted)
+    for name in ("flips", "cluster", "safety", "predictor", "prune", "collapse", "units"):
+        assert f"{name}.parquet" in tables
+    units_table = tables["units.parquet"]
+    assert len(units_table) == len(units) and set(units_table["status"]) == {"done"}
+    assert set(tables["flips.parquet"]["model"]) == set(models)
+    # the collapse table assembled from stored checkpoint partitions equals collapse() direct
+    direct = collapse(Path(models[0]).parent, _series_windows(uninterrupted), model="train-tiny")
+    stored = tables["collapse.parquet"].drop(columns="revision")
+    pd.testing.assert_frame_equal(stored, direct.table.drop(columns=[]), check_exact=True)
+
+
+def _series_windows(out: Path):
+    from attncoda.run.units import series_windows
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    return series_windows(manifest["config"], out)
+
+
+def test_sigkill_partway_then_resume_gives_identical_tables(tmp_path, models, uninterrupted):
+    out = tmp_path / "killed"
+    script = (
+        "from attncoda.run.reproduce import reproduce; "
+        f"reproduce({models!r}, {str(out)!r}, settings={SETTINGS!r}, progress=False)"
+    )
+    total = len(plan(run_config(models, settings=SETTINGS)))
+    for kill_after in (2, 9, 14):  # inside the first model, the second, the series
+        proc = subprocess.Popen([sys.executable, "-c", script])
+        deadline = time.monotonic() + 120
+        while _done(out) < kill_after and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.kill()  # SIGKILL: no handler runs, files may be half-written
+        proc.wait()
+        assert _done(out) < total, "the run finished before it was killed"
+    assert not (out / "tables").exists()
+    result = reproduce(models, out, settings=SETTINGS, progress=False)
+    assert result.skipped >= 14 and result.ran == total - result.skipped
+    _assert_same_tables(out, uninterrupted)
+
+
+def test_rerun_skips_everything_and_keeps_tables(tmp_path, models, uninterrupted):
+    before = {p.name: p.read_bytes() for p in (uninterrupted / "tables").glob("*.parquet")}
+    result = reproduce(models, uninterrupted, settings=SETTINGS, progress=False)
+    assert result.ran == 0 and result.skipped == len(result.units)
+    after = {p.name: p.read_bytes() for p in (uninterrupted / "tables").glob("*.parquet")}
+    assert after == before
+
+
+def test_other_config_is_refused_naming_the_keys(models, uninterrupted, capsys):
+    changed = {**SETTINGS, "n_boot": 21}
+    with pytest.raises(AttncodaError, match=r"settings\.n_boot \(stored 20, given 21\)"):
+        reproduce(models, uninterrupted, settings=changed, progress=False)
+    code = main(
+        ["reproduce", "--models", ",".join(models), "--seed", "5", "--out", str(uninterrupted)]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "differing keys" in err and "seed (stored 0, given 5)" in err
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(AttncodaError, match="unknown experiment"):
+        run_config(["x"], experiments=["flips", "nope"])
+    with pytest.raises(AttncodaError, match="unknown setting 'n_bootz'"):
+        run_config(["x"], settings={"n_bootz": 1})
+    with pytest.raises(AttncodaError, match="unknown scale"):
+        run_config(["x"], scale="huge")
+    with pytest.raises(AttncodaError, match="listed twice"):
+        run_config(["x", "x"])
+
+
+def test_checkpoint_stats_round_trip_through_tables(models):
+    from attncoda.capture.models import load_model
+    from attncoda.capture.series import parse_series
+    from attncoda.experiments.collapse import checkpoint_stats, stats_from_frames
+
+    points = parse_series(Path(models[0]).parent)[-3:]
+    windows = [[0, 5, 9, 30, 7, 2], [0, 11, 3, 8]]
+    frames = []
+    for point in points:
+        model, tokenizer, _ = load_model(point.spec)
+        frames.append(stats_frames(checkpoint_stats(model, tokenizer, windows, point)))
+    rebuilt = [
+        stats_from_frames(p.step, p.label, rows.sample(frac=1, random_state=0), sinks)
+        for p, (rows, sinks) in zip(points, frames, strict=True)
+    ]
+    got = collapse_from_stats(rebuilt, windows, points=points, model="m")
+    want = collapse(points, windows, model="m")
+    pd.testing.assert_frame_equal(got.table, want.table, check_exact=True)
+    pd.testing.assert_frame_equal(got.checkpoints, want.checkpoints, check_exact=True)
+    assert got.summary == want.summary
+    with pytest.raises(AttncodaError, match="not the full grid"):
+        stats_from_frames(1, "step1", frames[0][0].iloc[1:], frames[0][1])
+
+
+def test_report_command_rebuilds_identical_html_without_a_model(uninterrupted):
+    report = uninterrupted / "report.html"
+    before = report.read_bytes()
+    report.unlink()
+    script = (
+        "import sys; from attncoda.cli import main; rc = main(['report', sys.argv[1]]); "
+        "assert 'torch' not in sys.modules, 'report imported torch'; sys.exit(rc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(uninterrupted)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"report: {report}" in done.stdout
+    assert report.read_bytes() == before
