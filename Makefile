@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --long --record
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

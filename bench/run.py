@@ -1,4 +1,5 @@
-"""Run every attncoda benchmark: ``python bench/run.py [--quick] [--threads N] [--profile]``.
+"""Run every attncoda benchmark: ``python bench/run.py [--quick] [--threads N] [--profile]
+[--only coda|capture|sweep] [--long] [--record [FILE]]``.
 
 Prints a table (name, ours, reference, ratio, target, met?) and, last, the same figures as
 one line of JSON. Timings are reported, never asserted.
@@ -17,6 +18,8 @@ import json
 import os
 import platform
 import sys
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 THREAD_VARIABLES = (
@@ -37,9 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", action="store_true", help="also print a cProfile breakdown of attncoda's side"
     )
-    parser.add_argument("--only", choices=("coda", "capture"), help="run one part (default: both)")
+    parser.add_argument(
+        "--only", choices=("coda", "capture", "sweep"), help="run one part (default: all)"
+    )
     parser.add_argument(
         "--long", action="store_true", help="also measure capture memory at L=8192 (minutes)"
+    )
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const=str(Path(__file__).resolve().parent / "RESULTS.md"),
+        help="also write the figures, with the date and the machine, to a Markdown file "
+        "(default bench/RESULTS.md)",
     )
     args = parser.parse_args(argv)
     if args.threads > 0:
@@ -53,15 +65,20 @@ def main(argv: list[str] | None = None) -> int:
     import coda_bench
 
     threads = args.threads if args.threads > 0 else "default"
-    print(
+    started = datetime.now(timezone.utc)
+    clock = time.perf_counter()
+    setting = (
         f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}, "
         f"{os.cpu_count()} cpus, threads={threads}, quick={args.quick}, "
-        f"repeats={args.repeats}"
+        f"repeats={args.repeats}, long={args.long}"
     )
+    print(setting)
+    tables: list[tuple[str, str]] = []
     results = []
     if args.only in (None, "coda"):
         results = coda_bench.run(quick=args.quick, repeats=args.repeats)
-        print(coda_bench.table(results))
+        tables.append(("P3, P4: coda (head_distances, clr)", coda_bench.table(results)))
+        print(tables[-1][1])
         if args.profile:
             print(coda_bench.profile())
     captured = []
@@ -71,19 +88,75 @@ def main(argv: list[str] | None = None) -> int:
         captured = capture_bench.run(
             quick=args.quick, repeats=args.repeats, threads=max(args.threads, 1), long=args.long
         )
-        print(capture_bench.table(captured))
-    print(
-        json.dumps(
-            {
-                "bench": "attncoda",
-                "quick": args.quick,
-                "threads": threads,
-                "results": [r.as_dict() for r in results],
-                "capture": captured,
-            }
+        tables.append(("P1, P2: capture (SmolLM2)", capture_bench.table(captured)))
+        print(tables[-1][1])
+    swept = None
+    if args.only in (None, "sweep"):
+        import sweep_bench
+
+        swept = sweep_bench.bench_sweep(quick=args.quick)
+        tables.append(("P5: sweep on Ray", sweep_bench.table(swept)))
+        print(tables[-1][1])
+    figures = {
+        "bench": "attncoda",
+        "date": started.isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "threads": threads,
+        "results": [r.as_dict() for r in results],
+        "capture": captured,
+        "sweep": swept,
+    }
+    print(json.dumps(figures))
+    if args.record:
+        path = Path(args.record)
+        path.write_text(
+            _markdown(started, time.perf_counter() - clock, setting, argv, tables, figures),
+            encoding="utf-8",
         )
-    )
+        print(f"recorded in {path}")
     return 0
+
+
+def machine() -> str:
+    """The machine in one line: CPU model, cores, memory, OS, and the load when measured."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = ""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f", {kib / 2**20:.1f} GiB memory"
+    except (OSError, ValueError, IndexError):
+        pass
+    load = ""
+    if hasattr(os, "getloadavg"):
+        load = ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    return f"{model}, {os.cpu_count()} cores{memory}, {platform.platform()}{load}"
+
+
+def _markdown(started, seconds, setting, argv, tables, figures) -> str:
+    command = " ".join(["python bench/run.py", *(argv if argv is not None else sys.argv[1:])])
+    parts = [
+        "# Benchmark results",
+        "",
+        f"Written by `{command}` (rerun it to replace this file). Ratios are measured against",
+        "the reference in the same run; targets are in `bench/README.md`, with what explains",
+        "the ones missed.",
+        "",
+        f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')} ({seconds / 60:.1f} minutes)",
+        f"- machine: {machine()}",
+        f"- setting: {setting}",
+        "",
+    ]
+    for title, text in tables:
+        parts += [f"## {title}", "", "```", text.rstrip(), "```", ""]
+    parts += ["## The same figures as JSON", "", "```json", json.dumps(figures, indent=1), "```"]
+    return "\n".join(parts) + "\n"
 
 
 if __name__ == "__main__":
