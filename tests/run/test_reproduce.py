@@ -193,3 +193,18 @@ def test_report_command_rebuilds_identical_html_without_a_model(uninterrupted):
     assert done.returncode == 0, done.stderr
     assert f"report: {report}" in done.stdout
     assert report.read_bytes() == before
+
+
+def test_a_given_series_is_used_instead_of_training_one(tmp_path, models):
+    series = Path(models[0]).parent
+    out = tmp_path / "given"
+    result = reproduce(
+        [], out, series=str(series), experiments=["collapse"], settings=SETTINGS, progress=False
+    )
+    assert [u.key for u in result.units] == [f"collapse/tt@step{s}" for s in (0, 1, 2, 4, 8, 16)]
+    assert not (out / "series").exists()
+    stored = pd.read_parquet(out / "tables" / "collapse.parquet").drop(columns="revision")
+    direct = collapse(series, _series_windows(out), model="tt")
+    pd.testing.assert_frame_equal(stored, direct.table, check_exact=True)
+    html = (out / "report.html").read_text()
+    assert "This section was not run" in html
