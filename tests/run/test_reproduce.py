@@ -208,3 +208,30 @@ def test_a_given_series_is_used_instead_of_training_one(tmp_path, models):
     pd.testing.assert_frame_equal(stored, direct.table, check_exact=True)
     html = (out / "report.html").read_text()
     assert "This section was not run" in html
+
+
+def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupted):
+    import numpy as np
+
+    from attncoda.experiments.flips import flips
+    from attncoda.run import units as run_units
+    from attncoda.run.conventions import CAPTURE_TOL
+    from attncoda.store.runs import Unit
+
+    config = json.loads((uninterrupted / "manifest.json").read_text())["config"]
+    unit = Unit("safety", models[0])
+    assert (
+        uninterrupted / "units" / Unit("flips", models[0]).folder / "flips_result.npz"
+    ).is_file()
+    run_units.clear_cache()
+    stored = run_units._stored_flips(unit, config, uninterrupted)
+    rows = run_units._model_rows(models[0], models[0], config).rows
+    fresh = flips(rows, n_boot=SETTINGS["n_boot"], seed=0, tol=CAPTURE_TOL)
+    assert stored.distances.keys() == fresh.distances.keys()
+    for key, value in fresh.distances.items():
+        np.testing.assert_array_equal(stored.distances[key], value)
+    for metric, value in fresh.bootstrap.items():
+        np.testing.assert_array_equal(stored.bootstrap[metric], value)
+    assert (stored.n_docs, stored.n_rows, stored.tol) == (fresh.n_docs, fresh.n_rows, fresh.tol)
+    assert stored.table["flip_rate"].tolist() == fresh.table["flip_rate"].tolist()
+    run_units.clear_cache()

@@ -278,7 +278,8 @@ def _run_in_process(
 # on Ray ------------------------------------------------------------------------------------
 
 
-#: The order in which a sweep hands units to Ray: longest first. Measured at the demo scale
+#: The order in which a sweep hands units to Ray (after the train and flips units, which
+#: others wait for): longest first. Measured at the demo scale
 #: on a small train-tiny model, each unit in a process of its own (as on Ray, where flips,
 #: cluster, safety and predictor each capture their model's rows): cluster 1.6 s, safety
 #: 0.9 s, flips and predictor 0.8 s, prune 0.7 s, profile 0.4 s. Prune runs dozens of full
@@ -393,9 +394,21 @@ def _run_on_ray(
         train = _train_unit(todo)
         train_ref = None if train is None else task.remote(train, config, str(root))
         refs: dict[Any, Unit] = {} if train is None else {train_ref: train}
-        for unit in sorted(todo, key=lambda u: _COST_RANK.get(u.experiment, len(_COST_RANK))):
-            if unit != train:
+        # The flips units go next: the safety and predictor units of the same model wait for
+        # them and read their stored distances instead of computing them again.
+        flips_refs = {}
+        for unit in todo:
+            if unit.experiment == "flips":
                 after = [train_ref] if train_ref is not None and _needs_train(unit, config) else []
+                ref = task.remote(unit, config, str(root), *after)
+                refs[ref] = unit
+                flips_refs[(unit.model, unit.revision)] = ref
+        for unit in sorted(todo, key=lambda u: _COST_RANK.get(u.experiment, len(_COST_RANK))):
+            if unit != train and unit.experiment != "flips":
+                after = [train_ref] if train_ref is not None and _needs_train(unit, config) else []
+                if unit.experiment in ("safety", "predictor"):
+                    flips_ref = flips_refs.get((unit.model, unit.revision))
+                    after += [flips_ref] if flips_ref is not None else []
                 refs[task.remote(unit, config, str(root), *after)] = unit
         failed: dict[str, str] = {}
         pending = list(refs)

@@ -118,19 +118,77 @@ def _model_rows(spec: str, name: str, config: Mapping[str, Any]) -> Any:
     return _cached(("rows", spec), make)
 
 
-def _flips(spec: str, name: str, config: Mapping[str, Any]) -> Any:
+#: What the flips unit keeps beside its tables, so that the safety and predictor units of
+#: the same model (in another process, on Ray) need not recompute the pooled distances.
+FLIPS_ARRAYS = "flips_result.npz"
+
+
+def _flips(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> Any:
+    """The flip result of ``unit``'s model: from this process's cache, else from the
+    finished flips unit's partition, else computed."""
     from attncoda.experiments.flips import flips
     from attncoda.run.conventions import CAPTURE_TOL
 
-    s = config["settings"]
-    rows = _model_rows(spec, name, config)
-    return _cached(
-        ("flips", spec),
-        lambda: flips(rows.rows, n_boot=s["n_boot"], seed=config["seed"], tol=CAPTURE_TOL),
+    def make():
+        stored = _stored_flips(unit, config, root)
+        if stored is not None:
+            return stored
+        s = config["settings"]
+        rows = _model_rows(spec, unit.model, config)
+        return flips(rows.rows, n_boot=s["n_boot"], seed=config["seed"], tol=CAPTURE_TOL)
+
+    return _cached(("flips", spec), make)
+
+
+def _stored_flips(unit: Unit, config: Mapping[str, Any], root: Path) -> Any:
+    import io
+
+    import numpy as np
+
+    from attncoda.experiments.flips import FlipsResult
+
+    store = RunStore(root, "reproduce", config)
+    source = Unit("flips", unit.model, unit.revision)
+    path = store.unit_dir(source) / FLIPS_ARRAYS
+    if not store.is_done(source) or not path.is_file():
+        return None
+    arrays = np.load(io.BytesIO(path.read_bytes()))
+    distances = {}
+    bootstrap = {}
+    for key in arrays.files:
+        kind, _, rest = key.partition(":")
+        if kind == "distance":
+            metric, _, convention = rest.partition(":")
+            distances[(metric, convention)] = arrays[key]
+        elif kind == "bootstrap":
+            bootstrap[rest] = arrays[key]
+    return FlipsResult(
+        model=unit.model,
+        table=store.partition(source, "flips").drop(columns="revision"),
+        by_layer=store.partition(source, "flips_by_layer").drop(columns="revision"),
+        distances=distances,
+        bootstrap=bootstrap,
+        n_docs=int(arrays["n_docs"]),
+        n_rows=int(arrays["n_rows"]),
+        tol=float(arrays["tol"]),
     )
 
 
-def _profile(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+def _write_flips_arrays(result: Any, folder: Path) -> None:
+    import io
+
+    import numpy as np
+
+    from attncoda.store import atomic_write_bytes
+
+    arrays = {f"distance:{m}:{c}": d for (m, c), d in result.distances.items()}
+    arrays.update({f"bootstrap:{m}": b for m, b in result.bootstrap.items()})
+    buffer = io.BytesIO()
+    np.savez(buffer, n_docs=result.n_docs, n_rows=result.n_rows, tol=result.tol, **arrays)
+    atomic_write_bytes(folder / FLIPS_ARRAYS, buffer.getvalue())
+
+
+def _profile(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     from attncoda.experiments.profile import head_summary
     from attncoda.run.common import capture_corpus
 
@@ -148,7 +206,7 @@ def _profile(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]
     return {"profile_heads": head_summary(captured.capture.to_frame())}
 
 
-def _cluster(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+def _cluster(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     import pandas as pd
 
     from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, cluster
@@ -185,25 +243,25 @@ def _cluster(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]
     return {"cluster": result.table, "cluster_summary": summary, "cluster_agreement": agreement}
 
 
-def _safety(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+def _safety(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     from attncoda.experiments.safety import safety_map
 
     result = safety_map(
         _model_rows(spec, unit.model, config).rows,
         n_bins=config["settings"]["safety_bins"],
-        flips_result=_flips(spec, unit.model, config),
+        flips_result=_flips(unit, spec, config, root),
     )
     return {"safety": result.table, "safety_grid": result.grid}
 
 
-def _predictor(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
+def _predictor(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     import pandas as pd
 
     from attncoda.experiments.predictor import Predictor, predictor_row
     from attncoda.run.conventions import apply_predictor, shipped_predictor
 
     rows = _model_rows(spec, unit.model, config)
-    row = predictor_row(rows.rows, _flips(spec, unit.model, config))
+    row = predictor_row(rows.rows, _flips(unit, spec, config, root))
     (outcome,) = apply_predictor("shipped", [row])
     trained_on = Predictor.from_json(shipped_predictor()).training_models
     label = unit.model if unit.revision == NO_REVISION else f"{unit.model} {unit.revision}"
@@ -225,7 +283,7 @@ def _predictor(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, An
     return {"predictor": frame}
 
 
-def _prune(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any] | None:
+def _prune(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any] | None:
     from attncoda.experiments.prune import prune, split_windows
     from attncoda.run.common import corpus_windows
 
@@ -359,7 +417,7 @@ def run_unit(unit: Unit, config: Mapping[str, Any], root: str | Path) -> dict[st
             "predictor": _predictor,
             "prune": _prune,
         }[unit.experiment]
-        found = run(unit, spec, config)
+        found = run(unit, spec, config, root)
         info = _loaded(spec)[2]
         facts["model_info"] = info.to_dict()
         if found is None:
@@ -377,8 +435,9 @@ def run_unit(unit: Unit, config: Mapping[str, Any], root: str | Path) -> dict[st
     return facts
 
 
-def _flips_unit(unit: Unit, spec: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    result = _flips(spec, unit.model, config)
+def _flips_unit(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    result = _flips(unit, spec, config, root)
+    _write_flips_arrays(result, RunStore(root, "reproduce", config).unit_dir(unit))
     return {"flips": result.table, "flips_by_layer": result.by_layer}
 
 
