@@ -235,3 +235,17 @@ def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupt
     assert (stored.n_docs, stored.n_rows, stored.tol) == (fresh.n_docs, fresh.n_rows, fresh.tol)
     assert stored.table["flip_rate"].tolist() == fresh.table["flip_rate"].tolist()
     run_units.clear_cache()
+
+
+def test_the_process_cache_holds_one_model_at_a_time():
+    from attncoda.run import units as run_units
+
+    run_units.clear_cache()
+    try:
+        for kind, value in (("load", 1), ("rows", 2), ("flips", 3), ("series_windows", 4)):
+            run_units._cached((kind, "a"), lambda v=value: v)
+        assert run_units._cached(("rows", "a"), lambda: 99) == 2  # cached: not made again
+        run_units._cached(("load", "b"), lambda: 5)
+        assert sorted(run_units._CACHE) == [("load", "b"), ("series_windows", "a")]
+    finally:
+        run_units.clear_cache()

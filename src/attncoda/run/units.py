@@ -22,6 +22,7 @@ MODEL_EXPERIMENTS = ("profile", "flips", "cluster", "safety", "predictor", "prun
 EXPERIMENTS = (*MODEL_EXPERIMENTS, "collapse")
 
 _CACHE: dict[tuple, Any] = {}
+_PER_MODEL = ("load", "rows", "flips")
 
 
 def clear_cache() -> None:
@@ -45,9 +46,10 @@ def split_spec(spec: str) -> tuple[str, str]:
 
 def _cached(key: tuple, make: Any) -> Any:
     if key not in _CACHE:
-        # One model's objects at a time: a new model evicts the previous one's.
+        # One model's objects at a time: loading a new model evicts the previous one's model,
+        # captured rows and flip result (a Ray worker may run units of hundreds of models).
         if key[0] == "load":
-            for old in [k for k in _CACHE if k[0] == "load" and k != key]:
+            for old in [k for k in _CACHE if k[0] in _PER_MODEL and k[1] != key[1]]:
                 del _CACHE[old]
         _CACHE[key] = make()
     return _CACHE[key]
