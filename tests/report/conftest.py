@@ -6,23 +6,7 @@ from pathlib import Path
 
 import pytest
 
-#: The smallest settings that still give every table of a reproduce run (~10 s on CPU).
-TINY_SETTINGS = {
-    "profile_docs": 2,
-    "profile_tokens": 32,
-    "rows_docs": 3,
-    "rows_tokens": 32,
-    "n_boot": 20,
-    "train_size": "tiny",
-    "train_steps": 16,
-    "collapse_docs": 4,
-    "collapse_tokens": 32,
-    "prune_ks": [1, 2],
-    "prune_profile_docs": 2,
-    "prune_eval_docs": 2,
-    "prune_tokens": 32,
-    "prune_channels": ["sink_mass", "random"],
-}
+from tiny_runs import TINY_SETTINGS
 
 
 @pytest.fixture(scope="session")

@@ -17,23 +17,9 @@ from attncoda.capture.train import train_tiny
 from attncoda.cli import main
 from attncoda.experiments.collapse import collapse, collapse_from_stats, stats_frames
 from attncoda.run.reproduce import plan, reproduce, run_config
+from tiny_runs import TINY_SETTINGS
 
-SETTINGS = {
-    "profile_docs": 2,
-    "profile_tokens": 32,
-    "rows_docs": 3,
-    "rows_tokens": 32,
-    "n_boot": 20,
-    "train_size": "tiny",
-    "train_steps": 16,
-    "collapse_docs": 4,
-    "collapse_tokens": 32,
-    "prune_ks": [1, 2],
-    "prune_profile_docs": 2,
-    "prune_eval_docs": 2,
-    "prune_tokens": 32,
-    "prune_channels": ["sink_mass", "random"],
-}
+SETTINGS = TINY_SETTINGS
 
 
 @pytest.fixture(scope="module")

@@ -29,25 +29,12 @@ from attncoda.store.runs import RunStore, Unit, read_run_tables
 sys.path.insert(0, str(Path(__file__).parent))
 from ray_cluster import Cluster, local_cluster  # noqa: E402
 
+from tiny_runs import TINY_SETTINGS  # noqa: E402
+
 if importlib.util.find_spec("ray") is None:  # not imported here: see ray_cluster.local_cluster
     pytest.skip("ray is not installed (pip install -e '.[ray]')", allow_module_level=True)
 
-SETTINGS = dict(
-    profile_docs=2,
-    profile_tokens=32,
-    rows_docs=3,
-    rows_tokens=32,
-    n_boot=20,
-    train_size="tiny",
-    train_steps=16,
-    collapse_docs=4,
-    collapse_tokens=32,
-    prune_ks=[1, 2],
-    prune_profile_docs=2,
-    prune_eval_docs=2,
-    prune_tokens=32,
-    prune_channels=["sink_mass", "random"],
-)
+SETTINGS = TINY_SETTINGS
 #: Key columns of each table: no two rows of a table may share them.
 KEYS = {
     "profile_heads": ["model", "revision", "layer", "head"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,62 +23,46 @@ from attncoda.store.runs import NO_REVISION, RunStore, Unit
 #: Settings of each scale. ``demo`` fits a 2-core CPU in minutes; ``full`` is what the
 #: README's results were measured with. Both read 128-token windows for the recorded rows,
 #: as the shipped predictor was fitted on (sink statistics depend on the window length).
+_DEMO: dict[str, Any] = {
+    "profile_docs": 8,
+    "profile_tokens": 128,
+    "rows_docs": 4,
+    "rows_tokens": 128,
+    "n_boot": 200,
+    "clusters": 4,
+    "safety_bins": 5,
+    "train_size": "small",
+    "train_steps": 256,
+    "train_window": 128,
+    "train_batch_size": 16,
+    "collapse_docs": 16,
+    "collapse_tokens": 128,
+    "prune_channels": [
+        "sink_mass",
+        "sink_balance",
+        "content_entropy",
+        "full_entropy",
+        "random",
+    ],
+    "prune_orders": ["high", "low"],
+    "prune_ablations": ["zero"],
+    "prune_ks": [4, 16, 64],
+    "prune_profile_docs": 8,
+    "prune_eval_docs": 4,
+    "prune_tokens": 128,
+}
 SCALES: dict[str, dict[str, Any]] = {
-    "demo": {
-        "profile_docs": 8,
-        "profile_tokens": 128,
-        "rows_docs": 4,
-        "rows_tokens": 128,
-        "n_boot": 200,
-        "clusters": 4,
-        "safety_bins": 5,
-        "train_size": "small",
-        "train_steps": 256,
-        "train_window": 128,
-        "train_batch_size": 16,
-        "collapse_docs": 16,
-        "collapse_tokens": 128,
-        "prune_channels": [
-            "sink_mass",
-            "sink_balance",
-            "content_entropy",
-            "full_entropy",
-            "random",
-        ],
-        "prune_orders": ["high", "low"],
-        "prune_ablations": ["zero"],
-        "prune_ks": [4, 16, 64],
-        "prune_profile_docs": 8,
-        "prune_eval_docs": 4,
-        "prune_tokens": 128,
-    },
+    "demo": _DEMO,
     "full": {
+        **_DEMO,
         "profile_docs": 32,
-        "profile_tokens": 128,
         "rows_docs": 16,
-        "rows_tokens": 128,
         "n_boot": 1000,
-        "clusters": 4,
-        "safety_bins": 5,
-        "train_size": "small",
         "train_steps": 1000,
-        "train_window": 128,
-        "train_batch_size": 16,
         "collapse_docs": 32,
-        "collapse_tokens": 128,
-        "prune_channels": [
-            "sink_mass",
-            "sink_balance",
-            "content_entropy",
-            "full_entropy",
-            "random",
-        ],
-        "prune_orders": ["high", "low"],
-        "prune_ablations": ["zero"],
         "prune_ks": [1, 2, 4, 8, 16, 32, 64],
         "prune_profile_docs": 16,
         "prune_eval_docs": 16,
-        "prune_tokens": 128,
     },
 }
 
@@ -216,6 +200,23 @@ def plan(config: Mapping[str, Any]) -> list[Unit]:
     return units
 
 
+def open_run(
+    models: Sequence[str], out: str | Path, **options: Any
+) -> tuple[dict[str, Any], RunStore, list[Unit], list[Unit]]:
+    """Open (or make) the run folder ``out`` for ``models`` and ``options`` (those of
+    :func:`run_config`).
+
+    Returns
+    -------
+    config, store, units, todo
+        The run config, its store, every unit in order, and the units not yet finished.
+    """
+    config = run_config(models, **options)
+    store = RunStore(Path(out), "reproduce", config)
+    units = plan(config)
+    return config, store, units, [u for u in units if not store.is_done(u)]
+
+
 def reproduce(
     models: Sequence[str],
     out: str | Path,
@@ -229,7 +230,6 @@ def reproduce(
     seed: int = 0,
     progress: bool = True,
     report: bool = True,
-    executor: Callable[[list[Unit], dict[str, Any], Path], None] | None = None,
 ) -> ReproduceResult:
     """Run every experiment on ``models`` into the run folder ``out``, then the report.
 
@@ -255,16 +255,14 @@ def reproduce(
         Print one line per unit and an overall progress bar (on stderr).
     report : bool
         Render ``out/report.html`` at the end.
-    executor : callable, optional
-        ``executor(units, config, out)`` runs the units not yet finished (the Ray sweep
-        passes one); default: in this process, in order.
 
     Returns
     -------
     ReproduceResult
     """
-    config = run_config(
+    config, store, units, todo = open_run(
         models,
+        out,
         series=series,
         experiments=experiments,
         scale=scale,
@@ -273,15 +271,9 @@ def reproduce(
         sink=sink,
         seed=seed,
     )
-    root = Path(out)
-    store = RunStore(root, "reproduce", config)
-    units = plan(config)
-    todo = [u for u in units if not store.is_done(u)]
+    root = store.root
     skipped = len(units) - len(todo)
-    if executor is None:
-        _run_in_process(units, config, root, store, progress)
-    else:
-        executor(todo, config, root)
+    _run_in_process(units, config, root, store, progress)
     path = finalise(store, units, report=report)
     if progress:
         print(f"reproduce: {len(todo)} units run, {skipped} already finished", file=sys.stderr)

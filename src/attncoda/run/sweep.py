@@ -55,9 +55,9 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.run.reproduce import finalise, plan, run_config
+from attncoda.run.reproduce import finalise, open_run
 from attncoda.run.units import EXPERIMENTS, split_spec
-from attncoda.store.runs import NO_REVISION, RunStore, Unit
+from attncoda.store.runs import NO_REVISION, Unit
 
 #: CPUs each Ray task asks for (and torch threads it runs with).
 TASK_CPUS = 1
@@ -173,8 +173,9 @@ def sweep(
         raise AttncodaError(f"--ray-local {ray_local} must be at least 1 (worker CPUs)")
     if int(retries) < 0:
         raise AttncodaError(f"--retries {retries} must be 0 or more")
-    config = run_config(
+    config, store, units, todo = open_run(
         expand_models(models, revisions),
+        out,
         series=series,
         experiments=experiments,
         scale=scale,
@@ -183,10 +184,7 @@ def sweep(
         sink=sink,
         seed=seed,
     )
-    root = Path(out)
-    store = RunStore(root, "reproduce", config)
-    units = plan(config)
-    todo = [u for u in units if not store.is_done(u)]
+    root = store.root
     skipped = len(units) - len(todo)
     log = _Progress(len(todo), progress)
     try:
