@@ -284,34 +284,39 @@ def _demo(args: argparse.Namespace) -> int:
     return _reproduce(args)
 
 
-def _reproduce_settings(args: argparse.Namespace) -> dict:
-    settings = {}
-    for key in ("rows_docs", "n_boot", "train_steps"):
-        value = getattr(args, key, None)
-        if value is not None:
-            settings[key] = value
-    return settings
+def _run_options_of(args: argparse.Namespace) -> dict:
+    """The keyword arguments that ``reproduce`` and ``sweep`` share, from ``_run_options``."""
+    settings = {
+        key: getattr(args, key)
+        for key in ("rows_docs", "n_boot", "train_steps")
+        if getattr(args, key, None) is not None
+    }
+    return {
+        "series": args.series,
+        "experiments": args.experiments,
+        "scale": args.scale,
+        "settings": settings,
+        "text": args.text,
+        "sink": args.sink,
+        "seed": args.seed,
+        "progress": True,
+    }
+
+
+def _print_run(result, out: Path) -> None:
+    print(f"{len(result.units)} units: {result.ran} run now, {result.skipped} finished earlier")
+    for key, error in getattr(result, "failed", {}).items():
+        print(f"FAILED {key}: {error}")
+    print(f"tables in {out / 'tables'}")
+    if result.report is not None:
+        print(f"report: {result.report}")
 
 
 def _reproduce(args: argparse.Namespace) -> int:
     from attncoda.run.reproduce import reproduce
 
     out = Path(args.out or Path("attncoda-out") / "reproduce")
-    result = reproduce(
-        args.models,
-        out,
-        series=args.series,
-        experiments=args.experiments,
-        scale=args.scale,
-        settings=_reproduce_settings(args),
-        text=args.text,
-        sink=args.sink,
-        seed=args.seed,
-        progress=True,
-    )
-    print(f"{len(result.units)} units: {result.ran} run now, {result.skipped} finished earlier")
-    print(f"tables in {out / 'tables'}")
-    print(f"report: {result.report}")
+    _print_run(reproduce(args.models, out, **_run_options_of(args)), out)
     return 0
 
 
@@ -330,24 +335,12 @@ def _sweep(args: argparse.Namespace) -> int:
         args.models,
         out,
         revisions=args.revisions,
-        series=args.series,
-        experiments=args.experiments,
-        scale=args.scale,
-        settings=_reproduce_settings(args),
-        text=args.text,
-        sink=args.sink,
-        seed=args.seed,
         ray_address=args.ray_address,
         ray_local=args.ray_local,
         retries=args.retries,
-        progress=True,
+        **_run_options_of(args),
     )
-    print(f"{len(result.units)} units: {result.ran} run now, {result.skipped} finished earlier")
-    for key, error in result.failed.items():
-        print(f"FAILED {key}: {error}")
-    print(f"tables in {out / 'tables'}")
-    if result.report is not None:
-        print(f"report: {result.report}")
+    _print_run(result, out)
     return 1 if result.failed else 0
 
 

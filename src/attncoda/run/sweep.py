@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.run.reproduce import finalise, open_run
+from attncoda.run.reproduce import ReproduceResult, finalise, open_run
 from attncoda.run.units import EXPERIMENTS, split_spec
 from attncoda.store.runs import NO_REVISION, Unit
 
@@ -64,31 +64,17 @@ TASK_CPUS = 1
 
 
 @dataclass(frozen=True)
-class SweepResult:
-    """What a sweep left.
+class SweepResult(ReproduceResult):
+    """What a sweep left: :class:`~attncoda.run.reproduce.ReproduceResult` (``ran`` does
+    not count failed units) and
 
     Attributes
     ----------
-    out : Path
-        The run folder.
-    report : Path or None
-        ``out/report.html`` (``None`` when not rendered).
-    units : list of Unit
-        Every unit of the run, in order.
-    ran : int
-        Units computed in this call (failed ones not counted).
-    skipped : int
-        Units found finished when the call began.
     failed : dict
         ``{unit.key: "ExceptionType: message"}`` for each unit that still failed after its
         retries (or whose ``train`` unit failed).
     """
 
-    out: Path
-    report: Path | None
-    units: list[Unit]
-    ran: int
-    skipped: int
     failed: dict[str, str]
 
 
