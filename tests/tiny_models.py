@@ -7,6 +7,8 @@ import torch
 import transformers
 
 VOCAB = 120
+#: Families built as bare encoders (AutoModel); the others as causal language models.
+ENCODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet")
 
 
 def _configs(positions: int) -> dict:
@@ -58,6 +60,52 @@ def _configs(positions: int) -> dict:
             new_decoder_architecture=False,
             alibi=False,
         ),
+        "qwen3": lambda: transformers.Qwen3Config(**gqa, head_dim=8),
+        "phi3": lambda: transformers.Phi3Config(**gqa, pad_token_id=0),
+        "phi": lambda: transformers.PhiConfig(**common),
+        "gemma": lambda: transformers.GemmaConfig(**gqa, head_dim=8),
+        # Soft-capped logits and sliding-window layers, as in Gemma 2.
+        "gemma2": lambda: transformers.Gemma2Config(
+            **gqa, head_dim=8, sliding_window=4, attn_logit_softcapping=2.0
+        ),
+        "gemma3": lambda: transformers.Gemma3TextConfig(
+            **gqa,
+            head_dim=8,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        # Learned per-head sink logits (s_aux) and a sliding-window layer, as in GPT-OSS.
+        "gpt_oss": lambda: transformers.GptOssConfig(
+            **gqa,
+            head_dim=8,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        "olmo2": lambda: transformers.Olmo2Config(**gqa),
+        "starcoder2": lambda: transformers.Starcoder2Config(**gqa),
+        "granite": lambda: transformers.GraniteConfig(**gqa),
+        "stablelm": lambda: transformers.StableLmConfig(**gqa),
+        "mixtral": lambda: transformers.MixtralConfig(
+            **gqa, num_local_experts=4, num_experts_per_tok=2
+        ),
+        "gptj": lambda: transformers.GPTJConfig(
+            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=positions, rotary_dim=4
+        ),
+        "roberta": lambda: transformers.RobertaConfig(**common),
+        "xlm-roberta": lambda: transformers.XLMRobertaConfig(**common),
+        "camembert": lambda: transformers.CamembertConfig(**common),
+        "electra": lambda: transformers.ElectraConfig(**common, embedding_size=32),
+        "distilbert": lambda: transformers.DistilBertConfig(
+            vocab_size=VOCAB,
+            dim=32,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=64,
+            max_position_embeddings=positions,
+        ),
+        "mpnet": lambda: transformers.MPNetConfig(**common),
         "gpt_neo": lambda: transformers.GPTNeoConfig(
             vocab_size=VOCAB,
             hidden_size=32,
@@ -80,13 +128,13 @@ def tiny(
     **extra,
 ):
     """A seeded 2-layer, 4-head model of ``family`` in eval mode (GQA with 2 KV heads for
-    Llama, Qwen2 and Mistral); ``extra`` sets config fields; ``eager`` builds it with eager
+    the families built from ``gqa``); ``extra`` sets config fields; ``eager`` builds it with eager
     attention (the reference implementation) instead of the library default."""
     config = _configs(positions)[family]()
     for key, value in extra.items():
         setattr(config, key, value)
     torch.manual_seed(seed)
     kwargs = {"attn_implementation": "eager"} if eager else {}
-    auto = transformers.AutoModel if family == "bert" else transformers.AutoModelForCausalLM
+    auto = transformers.AutoModel if family in ENCODERS else transformers.AutoModelForCausalLM
     model = auto.from_config(config, **kwargs)
     return model.to(dtype).eval()

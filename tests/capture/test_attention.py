@@ -120,18 +120,18 @@ def test_odd_blocks_are_close_to_eager(family):
 @pytest.mark.parametrize("family", ["llama", "qwen2", "mistral"])
 def test_keys_and_values_arrive_unexpanded(family, monkeypatch):
     seen = []
-    original = attention._scores
+    original = attention.attncoda_attention
 
-    def spy(module, query, key, scaling):
-        seen.append((query.shape[1], key.shape[1]))
-        return original(module, query, key, scaling)
+    def spy(module, query, key, value, *args, **kwargs):
+        seen.append((query.shape[1], key.shape[1], value.shape[1]))
+        return original(module, query, key, value, *args, **kwargs)
 
-    monkeypatch.setattr(attention, "_scores", spy)
+    monkeypatch.setattr(attention, "attncoda_attention", spy)
     model = tiny(family)
     ids, mask = batch(12, "none")
     with routed(model):
         _forward(model, ids, mask)
-    assert seen == [(4, 2), (4, 2)]
+    assert seen == [(4, 2, 2), (4, 2, 2)]
 
 
 def test_training_mode_raises_in_the_attention_function():
@@ -146,15 +146,30 @@ def test_training_mode_raises_in_the_attention_function():
     )
 
 
-def test_softcap_is_refused():
+def test_an_unknown_keyword_is_refused_by_name():
     module = torch.nn.Module().eval()
     q = torch.zeros(1, 2, 3, 4)
     with pytest.raises(AttncodaError) as info:
-        attncoda_attention(module, q, q, q, None, softcap=30.0)
+        attncoda_attention(module, q, q, q, None, alibi_slopes=0.5)
     assert str(info.value) == (
-        "Module passes softcap=30.0, which the attncoda attention function does not "
-        "implement: use mode='outputs'"
+        "Module passes the attention keyword alibi_slopes=0.5, which the attncoda attention "
+        "function does not implement: capture this model with mode='outputs' (eager "
+        "output_attentions)"
     )
+
+
+def test_softcap_is_applied_before_the_mask():
+    module = torch.nn.Module().eval()
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 5, 8) * 4, torch.randn(1, 2, 5, 8) * 4, torch.randn(1, 2, 5, 8)
+    mask = torch.zeros(1, 1, 5, 5).masked_fill(torch.ones(5, 5).triu(1).bool(), -3.4e38)
+    out, weights = attncoda_attention(module, q, k, v, mask, scaling=0.5, softcap=2.0)
+    # Hand-written Gemma 2 soft-capping: tanh(z / c) * c, then the mask, then the softmax.
+    capped = torch.tanh(q @ k.transpose(-1, -2) * 0.5 / 2.0) * 2.0
+    probs = torch.softmax(capped + mask, -1)
+    assert float(capped.abs().max()) <= 2.0
+    assert torch.allclose(weights, probs, atol=1e-7)
+    assert torch.allclose(out, (probs @ v).transpose(1, 2), atol=1e-6)
 
 
 def test_function_without_recorder_returns_eager_weights():

@@ -321,7 +321,7 @@ def test_sink_specs_through_capture():
     raises(
         lambda: capture(model, ids, mask, sink="frist"),
         "unknown sink spec 'frist': use 'first', 'auto', positions like '0' or '0,1', a token "
-        "like '[CLS]' or 'id:101'",
+        "like '[CLS]' or 'id:101', 'learned', or one of these with ',learned'",
     )
 
 
@@ -386,16 +386,19 @@ def test_outputs_mode_matches_routed():
         np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 
-def test_unroutable_model_needs_outputs_mode():
+def test_unroutable_model_falls_back_to_outputs_unless_routing_is_forced():
     model = tiny("bloom")
     ids, mask = pad(docs(), "left")
     raises(
-        lambda: capture(model, ids, mask),
+        lambda: capture(model, ids, mask, mode="attention"),
         "BloomForCausalLM does not route its attention through transformers' "
         "AttentionInterface, so capture cannot read its scores: use mode='outputs' (eager "
         "output_attentions with an explicit zero policy)",
     )
     cap = capture(model, ids, mask, mode="outputs")
+    fallback = capture(model, ids, mask)
+    assert fallback.mode == cap.mode == "outputs"
+    np.testing.assert_array_equal(fallback.entropy, cap.entropy)  # the same eager pass
     assert cap.causal and cap.model_class == "BloomForCausalLM"
     for name in FLOATS:
         assert np.isfinite(getattr(cap, name)).all()
@@ -468,8 +471,8 @@ def test_argument_errors():
     ids = torch.tensor([[4, 5, 6]])
     raises(
         lambda: capture(model, ids, mode="eager"),
-        "unknown mode 'eager': use 'attention' (routed, exact) or 'outputs' (eager "
-        "output_attentions)",
+        "unknown mode 'eager': use 'auto' (route when possible), 'attention' (routed, exact) "
+        "or 'outputs' (eager output_attentions)",
     )
     raises(
         lambda: capture(model, ids, zeros="clip"),

@@ -8,7 +8,10 @@ import pytest
 from attncoda._errors import AttncodaError
 from attncoda.capture.sinks import AUTO_EPSILON, SinkSpec, auto_sinks, parse_sink, resolve_sinks
 
-HINT = "use 'first', 'auto', positions like '0' or '0,1', a token like '[CLS]' or 'id:101'"
+HINT = (
+    "use 'first', 'auto', positions like '0' or '0,1', a token like '[CLS]' or 'id:101', "
+    "'learned', or one of these with ',learned'"
+)
 
 
 class FakeTokenizer:
@@ -37,6 +40,10 @@ def raises(call, message):
         ("[CLS]", SinkSpec("token", "[CLS]", token="[CLS]")),
         ("<|endoftext|>", SinkSpec("token", "<|endoftext|>", token="<|endoftext|>")),
         ("token:Ġthe", SinkSpec("token", "token:Ġthe", token="Ġthe")),
+        ("learned", SinkSpec("learned", "learned", learned=True)),
+        ("first,learned", SinkSpec("first", "first,learned", learned=True)),
+        (" learned , 1,0", SinkSpec("positions", "0,1,learned", positions=(0, 1), learned=True)),
+        ("[CLS],learned", SinkSpec("token", "[CLS],learned", token="[CLS]", learned=True)),
     ],
 )
 def test_parse(spec, expected):
@@ -55,7 +62,7 @@ def test_parse_exact_message_example():
     raises(
         lambda: parse_sink("frist"),
         "unknown sink spec 'frist': use 'first', 'auto', positions like '0' or '0,1', a token "
-        "like '[CLS]' or 'id:101'",
+        "like '[CLS]' or 'id:101', 'learned', or one of these with ',learned'",
     )
 
 

@@ -101,8 +101,12 @@ def test_parts_sum_to_the_entropy_change_at_every_level(series):
 
 def test_pair_numbers_match_a_direct_computation_from_the_captures(series):
     pts, models, result = series
+    # The batch size of the series fixture: the same batches give the same float32 rows
+    # (an op sequence identical by construction). What remains is the float64 summation
+    # order of the means (numpy's SIMD loops differ between CPUs), relative to terms far
+    # larger than their mean (~3e-6 nats): hence rel_tol=1e-9, not bit-equality.
     caps = [
-        capture_windows(models[p.spec], windows(), record_rows="none", batch_size=4) for p in pts
+        capture_windows(models[p.spec], windows(), record_rows="none", batch_size=3) for p in pts
     ]
     a, b = caps[0], caps[2]
     both = a.has_content & b.has_content
@@ -111,16 +115,16 @@ def test_pair_numbers_match_a_direct_computation_from_the_captures(series):
     row = result.table[(result.table["pair_kind"] == "first_last")]
     model = row[row["level"] == "model"].iloc[0]
     assert model["n_rows"] == int(both.sum())
-    assert math.isclose(model["delta_entropy"], dh[both].mean(), rel_tol=1e-12)
-    assert math.isclose(model["delta_content"], dc[both].mean(), rel_tol=1e-12)
+    assert math.isclose(model["delta_entropy"], dh[both].mean(), rel_tol=1e-9)
+    assert math.isclose(model["delta_content"], dc[both].mean(), rel_tol=1e-9)
     assert math.isclose(model["sink_share"], (dh - dc)[both].sum() / dh[both].sum(), rel_tol=1e-9)
     layer1 = row[(row["level"] == "layer") & (row["layer"] == 1)].iloc[0]
     assert math.isclose(layer1["delta_sink"], (dh - dc)[:, 1][both[:, 1]].mean(), rel_tol=1e-9)
     first = result.checkpoints[
         (result.checkpoints["step"] == 0) & (result.checkpoints["level"] == "model")
     ].iloc[0]
-    assert math.isclose(first["entropy"], a.entropy[a.has_content].mean(), rel_tol=1e-12)
-    assert math.isclose(first["mean_sink_mass"], a.sink_mass[a.has_content].mean(), rel_tol=1e-12)
+    assert math.isclose(first["entropy"], a.entropy[a.has_content].mean(), rel_tol=1e-9)
+    assert math.isclose(first["mean_sink_mass"], a.sink_mass[a.has_content].mean(), rel_tol=1e-9)
 
 
 def eager_log_rows(model, window):

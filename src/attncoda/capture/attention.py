@@ -39,6 +39,7 @@ __all__ = [
     "Recorder",
     "attncoda_attention",
     "register",
+    "routable",
     "routed",
     "row_statistics",
 ]
@@ -50,7 +51,7 @@ STATISTICS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", 
 _ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
     "attncoda_recorder", default=None
 )
-_UPCAST_CACHE: dict[type, bool] = {}
+_RECIPES: dict[type, _Recipe] = {}
 
 
 def register() -> None:
@@ -64,6 +65,13 @@ def register() -> None:
 
     AttentionInterface.register(ATTENTION_NAME, attncoda_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
+
+
+def routable(model) -> bool:
+    """Whether ``model``'s class routes its attention through transformers'
+    ``AttentionInterface`` (so :func:`routed` can switch it to ``"attncoda"``)."""
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    return bool(can_set is not None and can_set())
 
 
 def unroutable_message(model: object) -> str:
@@ -93,8 +101,7 @@ def routed(model, recorder: Recorder | None = None) -> Iterator[None]:
         When the model class does not use the AttentionInterface (e.g. Bloom, Falcon).
     """
     register()
-    can_set = getattr(type(model), "_can_set_attn_implementation", None)
-    if can_set is None or not can_set():
+    if not routable(model):
         raise AttncodaError(unroutable_message(model))
     previous = model.config._attn_implementation
     model.set_attn_implementation(ATTENTION_NAME)
@@ -106,51 +113,122 @@ def routed(model, recorder: Recorder | None = None) -> Iterator[None]:
         model.set_attn_implementation(previous)
 
 
-def _upcasts_softmax(module) -> bool:
-    """Whether the family's eager function takes the softmax in float32 then casts back.
+@dataclass(frozen=True)
+class _Recipe:
+    """The dtype choices of a family's eager attention function, read from its source.
 
-    GPT-2 and BERT take the softmax in the scores' dtype; Llama, OPT, GPT-NeoX, ... pass
-    ``dtype=torch.float32``. Identical for float32 models; matters for float16/bfloat16.
+    ``upcast_softmax``: the softmax runs in float32 and casts back (Llama, OPT, GPT-NeoX,
+    ...; GPT-2 and BERT take it in the scores' dtype). ``float32_scores``: the scores are a
+    float32 matmul of upcast queries and keys (GPT-J, CodeGen, GPT-Neo). Both matter only
+    for float16/bfloat16 weights.
     """
+
+    upcast_softmax: bool
+    float32_scores: bool
+
+
+def _recipe(module) -> _Recipe:
     cls = type(module)
-    if cls not in _UPCAST_CACHE:
+    if cls not in _RECIPES:
         eager = getattr(sys.modules.get(cls.__module__), "eager_attention_forward", None)
         try:
             source = inspect.getsource(eager) if eager is not None else ""
         except (OSError, TypeError):
             source = ""
-        _UPCAST_CACHE[cls] = "dtype=torch.float32" in source or not source
-    return _UPCAST_CACHE[cls]
+        _RECIPES[cls] = _Recipe(
+            upcast_softmax="dtype=torch.float32" in source or not source,
+            float32_scores="query.to(torch.float32)" in source,
+        )
+    return _RECIPES[cls]
 
 
-def _scores(module, query, key, scaling):
-    """Scores ``(batch, head, q, key_pos)`` exactly as the family's eager code computes them.
+#: Keywords that families pass to the attention function and that carry no arithmetic of
+#: the eager path: the mask already encodes causality, padding and the sliding window, and
+#: the rest is bookkeeping for caches and other kernels. Anything else is refused by name.
+IGNORED_KEYWORDS = frozenset(
+    {
+        "sliding_window",
+        "is_causal",
+        "position_ids",
+        "cache_position",
+        "past_key_values",
+        "past_key_value",
+        "use_cache",
+        "output_attentions",
+        "layer_idx",
+        "head_mask",
+        "token_type_ids",
+        "encoder_hidden_states",
+        "encoder_attention_mask",
+        "return_dict",
+        "output_hidden_states",
+        "output_router_logits",
+    }
+)
+#: Keywords the function implements, as the families' eager functions do.
+IMPLEMENTED_KEYWORDS = frozenset({"softcap", "s_aux"})
 
-    Queries are grouped per key/value head: ``(batch, kv_head, group*q, head_dim)`` against
-    the unexpanded keys, so K is never repeated.
+
+def _check_keywords(module, kwargs) -> None:
+    for name, value in kwargs.items():
+        if value is None or name in IGNORED_KEYWORDS or name in IMPLEMENTED_KEYWORDS:
+            continue
+        raise AttncodaError(
+            f"{type(module).__name__} passes the attention keyword {name}={value!r}, which "
+            f"the attncoda attention function does not implement: capture this model with "
+            f"mode='outputs' (eager output_attentions)"
+        )
+
+
+def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
+    """transformers' ``repeat_kv``: ``(batch, kv_head, pos, d)`` -> ``(batch, head, pos, d)``.
+
+    The same expand-and-reshape as eager, so the score and output matmuls see the very
+    tensors eager multiplies (bit-identical outputs by construction).
     """
-    b, h, q, d = query.shape
-    kv = key.shape[1]
+    if groups == 1:
+        return states
+    b, kv, n, d = states.shape
+    return states[:, :, None].expand(b, kv, groups, n, d).reshape(b, kv * groups, n, d)
+
+
+def _scores(module, query, key_states, scaling, softcap):
+    """Scores ``(batch, head, q, key_pos)`` exactly as the family's eager code computes them."""
+    if _recipe(module).float32_scores:
+        query, key_states = query.to(torch.float32), key_states.to(torch.float32)
     if getattr(module, "reorder_and_upcast_attn", False):
         # GPT-2's eager path for this flag: float32 baddbmm with the scale as alpha.
+        b, h, q, d = query.shape
+        k = key_states.shape[2]
         qf = query.reshape(-1, q, d).float()
-        kf = key.transpose(-1, -2).reshape(-1, d, key.shape[2]).float()
-        out = torch.empty(b * h, q, key.shape[2], dtype=torch.float32, device=query.device)
+        kf = key_states.transpose(-1, -2).reshape(-1, d, k).float()
+        out = torch.empty(b * h, q, k, dtype=torch.float32, device=query.device)
         out = torch.baddbmm(out, qf, kf, beta=0, alpha=scaling)
-        return out.reshape(b, h, q, key.shape[2])
-    if kv != h:
-        query = query.reshape(b, kv, (h // kv) * q, d)
-    scores = torch.matmul(query, key.transpose(-1, -2))
-    return scores.reshape(b, h, q, key.shape[2]) * scaling
+        return out.reshape(b, h, q, k)
+    scores = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if softcap is not None:
+        # Gemma 2's logit soft-capping, before the mask as in its eager function.
+        scores = torch.tanh(scores / softcap) * softcap
+    return scores
 
 
-def _weighted_values(probs, value):
-    """``probs @ value`` per key/value head, ``(batch, head, q, head_dim)``."""
-    b, h, q, k = probs.shape
-    kv = value.shape[1]
-    if kv != h:
-        return torch.matmul(probs.reshape(b, kv, (h // kv) * q, k), value).reshape(b, h, q, -1)
-    return torch.matmul(probs, value)
+def _softmax(scores, s_aux, upcast: bool, query_dtype, value_dtype):
+    """The family's softmax of one block: ``(probs over the token keys, float32 log-rows)``.
+
+    With learned sinks (GPT-OSS ``s_aux``) the row has one more, virtual key: its logit is
+    appended as the last column, as GPT-OSS's eager function does, and the log-rows keep
+    that column so the statistics see the sink's mass.
+    """
+    if s_aux is not None:
+        b, h, q, _ = scores.shape
+        sinks = s_aux.reshape(1, -1, 1, 1).expand(b, -1, q, -1).to(scores.dtype)
+        combined = torch.cat([scores, sinks], dim=-1)
+        combined = combined - combined.max(dim=-1, keepdim=True).values
+        probs = torch.softmax(combined, dim=-1, dtype=combined.dtype)
+        return probs[..., :-1].to(value_dtype), combined
+    if upcast:
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(query_dtype), scores
+    return torch.softmax(scores, dim=-1).type(value_dtype), scores
 
 
 def attncoda_attention(
@@ -165,11 +243,16 @@ def attncoda_attention(
     query : torch.Tensor
         ``(batch, head, query_pos, head_dim)``.
     key, value : torch.Tensor
-        ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention.
+        ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention;
+        expanded once per layer exactly as eager's ``repeat_kv`` does.
     attention_mask : torch.Tensor or None
         Additive mask ``(batch, 1, query_pos, key_pos)`` from ``eager_mask``.
     scaling : float, optional
         Score scale; ``head_dim ** -0.5`` when None.
+    **kwargs
+        ``softcap`` (Gemma 2: ``tanh(z / c) * c`` before the mask) and ``s_aux`` (GPT-OSS:
+        one learned sink logit per head, a virtual key that takes mass and has no value);
+        the keywords of ``IGNORED_KEYWORDS``; any other keyword is refused.
 
     Returns
     -------
@@ -178,26 +261,37 @@ def attncoda_attention(
     attn_weights : torch.Tensor or None
         The probabilities ``(batch, head, query_pos, key_pos)`` when the layer fit in one
         block (as eager returns them), else None.
+
+    Notes
+    -----
+    A layer whose queries fit in one block runs eager's own op sequence (see
+    docs/design.md, "Exactness"), so outputs are bit-identical to eager by construction.
+    Longer layers differ only by the row blocking of the two matmuls, within float32
+    rounding.
     """
     if module.training:
         raise AttncodaError(
             f"{type(module).__name__} is in training mode: attention capture runs in eval mode "
             f"only (call model.eval())"
         )
-    for name in ("softcap", "s_aux"):
-        if kwargs.get(name) is not None:
-            raise AttncodaError(
-                f"{type(module).__name__} passes {name}={kwargs[name]!r}, which the attncoda "
-                f"attention function does not implement: use mode='outputs'"
-            )
+    _check_keywords(module, kwargs)
+    softcap = kwargs.get("softcap")
+    s_aux = kwargs.get("s_aux")
     recorder = _ACTIVE.get()
     block = recorder.block_size if recorder is not None else 512
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    upcast = _upcasts_softmax(module)
+    upcast = _recipe(module).upcast_softmax
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
-    layer = recorder.begin_layer(b, h, q_len, k_len) if recorder is not None else -1
+    groups = h // key.shape[1]
+    key_states = _repeat_kv(key, groups)
+    value_states = _repeat_kv(value, groups)
+    layer = (
+        recorder.begin_layer(b, h, q_len, k_len, learned=s_aux is not None)
+        if recorder is not None
+        else -1
+    )
     # >>> ablation hook (attncoda.capture.ablation): None unless ablate()/head_gates() is active
     edit = _ablation.layer_edit(module, query, attention_mask)
     # <<< ablation hook
@@ -205,29 +299,34 @@ def attncoda_attention(
     probs = None
     for start in range(0, q_len, block):
         stop = min(start + block, q_len)
-        scores = _scores(module, query[:, :, start:stop], key, scaling)
+        whole = start == 0 and stop == q_len
+        block_query = query if whole else query[:, :, start:stop]
+        scores = _scores(module, block_query, key_states, scaling, softcap)
         visible = None
         if attention_mask is not None:
-            mask = attention_mask[:, :, start:stop]
+            mask = attention_mask if whole else attention_mask[:, :, start:stop]
             if mask.dtype == torch.bool:
                 visible = mask
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             else:
                 visible = mask > torch.finfo(mask.dtype).min / 2
                 scores = scores + mask
-        if upcast:
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-        else:
-            probs = torch.softmax(scores, dim=-1).type(value.dtype)
-        part = _weighted_values(probs, value)
+        probs, logits = _softmax(scores, s_aux, upcast, query.dtype, value_states.dtype)
+        part = torch.matmul(probs, value_states)
         # >>> ablation hook: replace or gate the ablated heads' outputs of this block
         if edit is not None:
             part = edit(part, value, visible)
         # <<< ablation hook
         if recorder is not None:
-            log_rows = torch.log_softmax(scores, dim=-1, dtype=torch.float32)
-            recorder.add_block(layer, start, log_rows, visible, probs=probs)
-        if start == 0 and stop == q_len:
+            log_rows = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+            if s_aux is not None:
+                # The virtual key is visible to every query; the layer's own probs lack it.
+                if visible is not None:
+                    visible = torch.cat([visible, visible.new_ones((*visible.shape[:3], 1))], -1)
+                recorder.add_block(layer, start, log_rows, visible)
+            else:
+                recorder.add_block(layer, start, log_rows, visible, probs=probs)
+        if whole:
             output = part
         else:
             if output is None:
@@ -362,6 +461,9 @@ class Recorder:
         Per document, the sorted padded query positions whose full rows are kept.
     block_size : int
         Queries per block.
+    learned : bool
+        Whether the learned sink (the virtual key of a layer with ``s_aux``) belongs to the
+        sink set ``S``; otherwise it is one more key of the content ``C``.
 
     Attributes
     ----------
@@ -370,7 +472,10 @@ class Recorder:
         coordinates (empty dicts in the ``auto`` pass).
     rows : list of list of torch.Tensor
         Per layer and document, float32 log-probabilities ``(head, n_recorded, n_real)``,
-        key 0 = first real token, ``-inf`` off the visible keys.
+        key 0 = first real token, ``-inf`` off the visible keys; layers with a learned sink
+        have one more column, the virtual key, last (``n_real + 1``).
+    virtual : list of bool
+        Per layer, whether its rows have the virtual key.
     received, received_count : torch.Tensor
         ``auto`` pass only: float64 ``(batch, pos)`` attention each key received, summed
         over layers, heads and real queries, and how many such rows could see it.
@@ -381,19 +486,32 @@ class Recorder:
     sink: torch.Tensor | None
     record: list[torch.Tensor]
     block_size: int = 512
+    learned: bool = False
     stats: list[dict[str, torch.Tensor]] = field(default_factory=list)
     rows: list[list[torch.Tensor]] = field(default_factory=list)
+    virtual: list[bool] = field(default_factory=list)
     received: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
     received_count: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
 
-    def begin_layer(self, batch: int, heads: int, q_len: int, k_len: int) -> int:
-        """Allocate one layer's outputs; returns its index."""
+    def begin_layer(
+        self, batch: int, heads: int, q_len: int, k_len: int, learned: bool = False
+    ) -> int:
+        """Allocate one layer's outputs; returns its index.
+
+        ``learned`` says the layer has a learned sink logit per head (a virtual key).
+        """
         if q_len != k_len or (batch, q_len) != tuple(self.query_real.shape):
             raise AttncodaError(
                 f"attention capture needs one full forward pass over the batch without a "
                 f"cache: got queries {q_len}, keys {k_len} for a batch of shape "
                 f"{tuple(self.query_real.shape)}"
             )
+        if self.learned and not learned:
+            raise AttncodaError(
+                f"sink 'learned' needs learned sink logits (s_aux), but attention call "
+                f"{len(self.stats)} of this model has none: use a token sink such as 'first'"
+            )
+        self.virtual.append(learned)
         if self.sink is None:
             if self.received.numel() == 0:
                 self.received = torch.zeros(batch, k_len, dtype=torch.float64)
@@ -407,7 +525,7 @@ class Recorder:
         n_real = self.query_real.sum(-1).tolist()
         self.rows.append(
             [
-                torch.full((heads, len(pos), n), -math.inf)
+                torch.full((heads, len(pos), n + int(learned)), -math.inf)
                 for pos, n in zip(self.record, n_real, strict=True)
             ]
         )
@@ -417,24 +535,30 @@ class Recorder:
         """Fold one block of log-softmax rows ``(batch, head, q, key_pos)`` in.
 
         ``probs``, when given, is the layer's own softmax of the same scores (it saves the
-        statistics one exponential pass).
+        statistics one exponential pass). In a layer with a learned sink, ``log_rows`` and
+        ``visible`` have the virtual key as one more, last column.
         """
         stop = start + log_rows.shape[2]
         device = log_rows.device
+        virtual = self.virtual[layer]
         if visible is None:
             visible = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)
         b, _, q, k = log_rows.shape
         visible = visible.expand(b, 1, q, k)
         real_q = self.query_real[:, start:stop].to(device)
         if self.sink is None:
-            seen = visible & real_q[:, None, :, None]
+            tokens = k - int(virtual)
+            seen = (visible & real_q[:, None, :, None])[..., :tokens]
             p = log_rows.exp() if probs is None or probs.dtype != log_rows.dtype else probs
-            received = p.masked_fill(~seen, 0.0).sum((1, 2), dtype=torch.float64)
+            received = p[..., :tokens].masked_fill(~seen, 0.0).sum((1, 2), dtype=torch.float64)
             self.received += received.cpu()
             count = seen.sum((1, 2)).to(torch.float64) * log_rows.shape[1]
             self.received_count += count.cpu()
             return
-        stats = row_statistics(log_rows, visible, self.sink.to(device), probs=probs)
+        sink = self.sink.to(device)
+        if virtual:
+            sink = torch.cat([sink, sink.new_full((b, 1), self.learned)], dim=-1)
+        stats = row_statistics(log_rows, visible, sink, probs=probs)
         for name, value in stats.items():
             self.stats[layer][name][:, :, start:stop] = value.cpu()
         for doc, positions in enumerate(self.record):
@@ -442,8 +566,11 @@ class Recorder:
             if not bool(inside.any()):
                 continue
             lo = int(self.offsets[doc])
-            n = self.rows[layer][doc].shape[-1]
+            n = self.rows[layer][doc].shape[-1] - int(virtual)
             local = (positions[inside] - start).to(device)
-            rows = log_rows[doc, :, local, lo : lo + n].to(torch.float32)
-            seen = visible[doc, :, local, lo : lo + n]
+            columns = torch.arange(lo, lo + n, device=device)
+            if virtual:
+                columns = torch.cat([columns, columns.new_full((1,), k - 1)])
+            rows = log_rows[doc][:, local][..., columns].to(torch.float32)
+            seen = visible[doc][:, local][..., columns]
             self.rows[layer][doc][:, inside] = rows.masked_fill(~seen, -math.inf).cpu()

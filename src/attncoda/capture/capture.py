@@ -3,8 +3,10 @@
 ``mode="attention"`` routes every layer through the registered ``"attncoda"`` attention
 function (exact, bounded memory). ``mode="outputs"`` runs eager with
 ``output_attentions=True`` and reads the returned probabilities, for architectures that do
-not use transformers' AttentionInterface (e.g. Bloom, Falcon); exact zeros then need a
-policy (``zeros="raise"`` or ``"floor"``) because the statistics take logs.
+not use transformers' AttentionInterface (e.g. MPNet, Bloom, Falcon); exact zeros then need
+a policy (``zeros="raise"`` or ``"floor"``) because the statistics take logs.
+``mode="auto"`` (the default) routes a model that can be routed and reads the others'
+eager outputs; ``Capture.mode`` records which was used.
 """
 
 from __future__ import annotations
@@ -19,12 +21,24 @@ import numpy as np
 import torch
 
 from .._errors import AttncodaError
-from .attention import STATISTICS, Recorder, routed, unroutable_message
+from .attention import STATISTICS, Recorder, routable, routed, unroutable_message
 from .sinks import auto_sinks, parse_sink, resolve_sinks
 
-__all__ = ["Capture", "capture", "capture_frame", "capture_windows"]
+__all__ = [
+    "MODES",
+    "Capture",
+    "capture",
+    "capture_frame",
+    "capture_windows",
+    "first_position",
+    "position_ids",
+]
+
+#: Capture modes: route when possible, always route, or read eager output_attentions.
+MODES = ("auto", "attention", "outputs")
 
 _ROWS_AUTO = 128
+_CALLS_ROUTED: dict[type, bool] = {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,12 +69,15 @@ class Capture:
     token_ids : numpy.ndarray
         int64 ``(doc, query_pos)``, -1 outside ``query_mask`` (BOS included if prepended).
     sink_positions : tuple of numpy.ndarray
-        Per document, the sink key positions (relative to the first real token).
+        Per document, the sink key positions (relative to the first real token); with
+        ``sink`` including ``"learned"``, the virtual key's column ``n_tokens`` too.
     row_positions : tuple of numpy.ndarray
         Per document, the query positions whose full rows were recorded.
     rows : tuple of numpy.ndarray
         Per document, float32 log-probabilities ``(layer, head, n_recorded, n_tokens)``,
-        key 0 = first real token, ``-inf`` where the key is not visible to the query.
+        key 0 = first real token, ``-inf`` where the key is not visible to the query. For a
+        model with learned sinks (``virtual_keys == 1``) each row has one more column, the
+        virtual key, last: ``(layer, head, n_recorded, n_tokens + 1)``.
     outputs : numpy.ndarray or None
         float32 ``(doc, query_pos, width)``: logits or last hidden state (``keep_outputs``).
     outputs_kind : str
@@ -71,8 +88,13 @@ class Capture:
         so not computed otherwise); valid where ``query_pos < n_tokens - 1``.
     causal : bool
         Whether the rows are causal (each query sees the keys up to itself).
+    virtual_keys : int
+        1 when the model's rows carry a learned sink (GPT-OSS ``s_aux``), a key that is no
+        token and that every query sees; ``n_keys`` counts it. It is in the sink set when
+        ``sink_spec`` includes ``"learned"`` and a content key otherwise.
     sink_spec, mode, zeros, model_class : str
-        What produced the capture.
+        What produced the capture; ``mode`` is the one used (``"attention"`` or
+        ``"outputs"``), also when ``"auto"`` was asked for.
     n_floored : int
         Probabilities clipped to the dtype's tiny under ``zeros="floor"``.
     bos_token_id : int or None
@@ -98,6 +120,7 @@ class Capture:
     outputs_kind: str
     token_logprob: np.ndarray | None
     causal: bool
+    virtual_keys: int
     sink_spec: str
     mode: str
     zeros: str
@@ -205,12 +228,51 @@ def _record_plan(lengths: Sequence[int], record_rows, seed: int, first_doc: int)
     return plan
 
 
+def first_position(model) -> int:
+    """The position id a model gives the first token of an unpadded input.
+
+    0 for most families; ``padding_idx + 1`` for those whose position embedding reserves a
+    padding row (RoBERTa, XLM-R, CamemBERT, MPNet, ...), which number positions from there.
+    """
+    for module in model.modules():
+        table = getattr(module, "position_embeddings", None)
+        if isinstance(table, torch.nn.Embedding) and table.padding_idx is not None:
+            return int(table.padding_idx) + 1
+    return 0
+
+
+def position_ids(model, mask: torch.Tensor) -> torch.Tensor | None:
+    """Position ids that give every left-padded document the positions it has alone.
+
+    None when no document is left-padded: then the model's own positions are already
+    those of each document run alone (padding only follows the real tokens), and passing
+    none keeps the model's own computation, whatever its numbering.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+    mask : torch.Tensor
+        ``(batch, pos)`` of 0/1, each row's real tokens contiguous.
+
+    Returns
+    -------
+    torch.Tensor or None
+        int64 ``(batch, pos)``: ``first_position(model) + 0..n-1`` on the real tokens;
+        padding gets the first position minus one, clamped at 0 (it is masked anyway).
+    """
+    if not bool((mask[:, 0] == 0).any()):
+        return None
+    start = first_position(model)
+    counted = mask.cumsum(-1) - 1
+    return torch.where(mask.bool(), counted + start, max(start - 1, 0)).long()
+
+
 def _forward(model, ids, mask, output_attentions: bool = False):
     params = inspect.signature(model.forward).parameters
     kwargs = {"input_ids": ids, "attention_mask": mask}
-    if "position_ids" in params:
-        # Real tokens get positions 0..n-1 whatever the padding side.
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+    positions = position_ids(model, mask) if "position_ids" in params else None
+    if positions is not None:
+        kwargs["position_ids"] = positions
     if "use_cache" in params:
         kwargs["use_cache"] = False
     if output_attentions:
@@ -267,7 +329,7 @@ def _eager(model) -> Iterator[None]:
             c._attn_implementation = previous[key]
 
 
-def _run(model, ids, mask, sinks, record, mode, zeros, block_size):
+def _run(model, ids, mask, sinks, record, mode, zeros, block_size, learned=False):
     """One forward pass; returns (recorder, model output, n_floored)."""
     real = mask.bool()
     offsets = real.long().argmax(-1)
@@ -281,14 +343,14 @@ def _run(model, ids, mask, sinks, record, mode, zeros, block_size):
             sink_mask[doc, torch.as_tensor(pos) + off] = True
 
     def recorder(sink_mask, record_padded):
-        return Recorder(real.cpu(), offsets.cpu(), sink_mask, record_padded, block_size)
+        return Recorder(
+            real.cpu(), offsets.cpu(), sink_mask, record_padded, block_size, learned=learned
+        )
 
     if mode == "attention":
         rec = recorder(sink_mask, record_padded)
         with routed(model, rec):
             out = _forward(model, ids, mask)
-        if not rec.stats:
-            raise AttncodaError(unroutable_message(model))
         return rec, out, 0
     with _eager(model):
         out = _forward(model, ids, mask, output_attentions=True)
@@ -304,11 +366,43 @@ def _run(model, ids, mask, sinks, record, mode, zeros, block_size):
         visible = visible & torch.ones_like(visible[0, 0]).tril()
     rec, floored = recorder(sink_mask, record_padded), 0
     for layer, probs in enumerate(atts):
+        _check_closed(probs, layer, visible, model)
         log_rows, zeros_here = _log_probs(probs, layer, visible, offsets, zeros)
         floored += zeros_here
         b, h, q, k = log_rows.shape
         rec.add_block(rec.begin_layer(b, h, q, k), 0, log_rows, visible)
     return rec, out, floored
+
+
+def _check_closed(probs, layer: int, visible, model) -> None:
+    """Refuse eager rows that do not sum to 1: their missing mass sits on no token."""
+    total = probs.to(torch.float64).masked_fill(~visible.expand_as(probs), 0.0).sum(-1)
+    rows = visible.any(-1).expand_as(total)
+    gap = (total - 1.0).abs().masked_fill(~rows, 0.0)
+    worst = float(gap.max()) if gap.numel() else 0.0
+    if worst > 1e-3:
+        raise AttncodaError(
+            f"{type(model).__name__}'s eager attention rows of layer {layer} sum to "
+            f"{1.0 - worst:.6g}, not 1: the missing mass sits on no token (learned sinks?); "
+            f"capture it with mode='attention', which reads the sink logits"
+        )
+
+
+def _routes_a_call(model, ids, mask, block_size: int) -> bool:
+    """Whether a forward pass of one short document reaches the attention function.
+
+    Some classes pass transformers' source heuristic yet compute attention themselves;
+    one forward of a few tokens tells (cached per class).
+    """
+    cls = type(model)
+    if cls not in _CALLS_ROUTED:
+        probe = Recorder(
+            torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.long), None, [], 2
+        )
+        with routed(model, probe):
+            _forward(model, ids[:1, -2:], torch.ones_like(mask[:1, -2:]))
+        _CALLS_ROUTED[cls] = bool(probe.stats)
+    return _CALLS_ROUTED[cls]
 
 
 def _to_real(values: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
@@ -328,7 +422,7 @@ def capture(
     block_size: int = 512,
     record_rows="auto",
     seed: int = 0,
-    mode: str = "attention",
+    mode: str = "auto",
     zeros: str = "raise",
     prepend_bos: bool = False,
     keep_outputs: bool = False,
@@ -346,8 +440,9 @@ def capture(
         ``(batch, pos)`` of 0/1; each row's real tokens must be contiguous (left or right
         padding). All ones when omitted.
     sink : str, int or sequence of int
-        ``"first"``, ``"auto"``, positions (``"0,1"``) or a token (``"[CLS]"``,
-        ``"id:101"``); see :mod:`attncoda.capture.sinks`.
+        ``"first"``, ``"auto"``, positions (``"0,1"``), a token (``"[CLS]"``,
+        ``"id:101"``), ``"learned"``, or a token spec with ``",learned"``; see
+        :mod:`attncoda.capture.sinks`.
     tokenizer : optional
         For token sinks and the BOS id.
     block_size : int
@@ -360,8 +455,10 @@ def capture(
         with ``k``.
     seed : int
         Seeds the row sample (per document: ``(seed, document index)``).
-    mode : {"attention", "outputs"}
-        Routed attention function, or eager ``output_attentions`` probabilities.
+    mode : {"auto", "attention", "outputs"}
+        Routed attention function, eager ``output_attentions`` probabilities, or (``"auto"``)
+        the first for models that route their attention through transformers'
+        AttentionInterface and the second for the others.
     zeros : {"raise", "floor"}
         ``mode="outputs"`` only: what to do with a visible key of probability exactly 0.
     prepend_bos : bool
@@ -380,10 +477,10 @@ def capture(
         Bad arguments, a model whose attention cannot be routed (``mode="attention"``), a
         zero probability under ``zeros="raise"``, sink specs that do not fit a document.
     """
-    if mode not in ("attention", "outputs"):
+    if mode not in MODES:
         raise AttncodaError(
-            f"unknown mode {mode!r}: use 'attention' (routed, exact) or 'outputs' (eager "
-            f"output_attentions)"
+            f"unknown mode {mode!r}: use 'auto' (route when possible), 'attention' (routed, "
+            f"exact) or 'outputs' (eager output_attentions)"
         )
     if zeros not in ("raise", "floor"):
         raise AttncodaError(f"unknown zero policy {zeros!r}: use 'raise' or 'floor'")
@@ -395,6 +492,14 @@ def capture(
             f"(call model.eval())"
         )
     spec = parse_sink(sink)
+    asked_auto = mode == "auto"
+    if asked_auto:
+        mode = "attention" if routable(model) else "outputs"
+    if spec.learned and mode == "outputs":
+        raise AttncodaError(
+            f"sink {spec.text!r} needs the learned sink logits, which eager outputs do not "
+            f"carry: capture {type(model).__name__} with mode='attention'"
+        )
     ids, mask = _as_batch(input_ids, attention_mask)
     docs = [ids[b][mask[b].bool()].numpy() for b in range(ids.shape[0])]
     bos = None
@@ -403,20 +508,37 @@ def capture(
         docs = [np.concatenate([[bos], doc]).astype(np.int64) for doc in docs]
         ids, mask = _pad(docs, 0, bool((mask[:, 0] == 0).any()))
     sinks = None if spec.kind == "auto" else resolve_sinks(spec, docs, tokenizer)
+    if mode == "attention" and not _routes_a_call(model, ids, mask, block_size):
+        if not asked_auto:
+            raise AttncodaError(unroutable_message(model))
+        mode = "outputs"
     lengths = [len(doc) for doc in docs]
     record = _record_plan(lengths, record_rows, seed, _first_doc)
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
     offsets = mask.argmax(-1).cpu()
     if sinks is None:
-        first, _, _ = _run(model, ids, mask, None, [r[:0] for r in record], mode, zeros, block_size)
+        first, _, _ = _run(
+            model, ids, mask, None, [r[:0] for r in record], mode, zeros, block_size, spec.learned
+        )
         received, count = first.received.numpy(), first.received_count.numpy()
         sinks = [
             auto_sinks(received[d, o : o + n], count[d, o : o + n])
             for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
         ]
-    rec, out, floored = _run(model, ids, mask, sinks, record, mode, zeros, block_size)
+    rec, out, floored = _run(
+        model, ids, mask, sinks, record, mode, zeros, block_size, spec.learned
+    )
+    virtual = int(any(rec.virtual))
+    if virtual and not all(rec.virtual):
+        raise AttncodaError(
+            f"{type(model).__name__} has learned sink logits in some layers only: capture "
+            f"needs them in every layer or in none"
+        )
+    if spec.learned:
+        sinks = [np.append(s, len(doc)) for s, doc in zip(sinks, docs, strict=True)]
     about: dict[str, Any] = {
+        "virtual_keys": virtual,
         "sink_spec": spec.text,
         "mode": mode,
         "zeros": zeros,
@@ -441,7 +563,8 @@ def _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about: dict[
     has_sink = (stats["n_sink"] > 0) & keep
     has_content = (stats["n_keys"] - stats["n_sink"] > 0) & keep
     arange = torch.arange(width)
-    causal = bool(((stats["n_keys"] <= arange + 1) | ~keep).all())
+    tokens_seen = stats["n_keys"] - about["virtual_keys"]
+    causal = bool(((tokens_seen <= arange + 1) | ~keep).all())
     kind = "logits" if getattr(out, "logits", None) is not None else "last_hidden_state"
     result = out.logits if kind == "logits" else out.last_hidden_state
     outputs: np.ndarray | None = None

@@ -37,6 +37,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from attncoda._errors import AttncodaError
 from attncoda.capture._gguf import cache_dir, load_gguf, sha256_file
+from attncoda.capture.attention import routable
 
 __all__ = ["ModelInfo", "cache_dir", "embedded_models", "load_model"]
 
@@ -142,6 +143,10 @@ class ModelInfo:
         listing ``"<hex>  <name>\\n"`` sorted by name), or ``"git:<commit>"`` for the hub.
     notes : tuple of str
         Anything a reader of the manifest should know (missing tokenizer, cache not written).
+    capture_mode : str
+        ``"attention"`` when the class routes its attention through transformers'
+        AttentionInterface (capture reads its scores), ``"outputs"`` when capture reads its
+        eager ``output_attentions`` instead (MPNet, Bloom, Falcon, ...).
     """
 
     spec: str
@@ -163,6 +168,7 @@ class ModelInfo:
     from_cache: bool
     fingerprint: str | None
     notes: tuple[str, ...] = ()
+    capture_mode: str = "attention"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a JSON-serialisable dict (``notes`` becomes a list)."""
@@ -576,6 +582,7 @@ def _describe(
         from_cache=from_cache,
         fingerprint=fingerprint,
         notes=tuple(notes),
+        capture_mode="attention" if routable(model) else "outputs",
     )
 
 

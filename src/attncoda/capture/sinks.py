@@ -9,7 +9,11 @@ A spec is one of
 - ``"auto"``: keys whose mean received attention exceeds ``AUTO_EPSILON`` (0.3), after Gu et
   al. (2024), "When attention sink emerges in language models". The mean runs over layers,
   heads and the queries that can see the key; it is computed per document in a first pass
-  and the statistics are then computed with the chosen set.
+  and the statistics are then computed with the chosen set;
+- ``"learned"``: the learned per-head sink logit of models such as GPT-OSS (``s_aux``), a
+  virtual key that takes probability mass but is no token. It combines with any token spec
+  above, e.g. ``"first,learned"``. Without ``learned`` in the spec, the virtual key of such
+  a model is one more key of the content ``C``: it stays part of every row's composition.
 
 All positions are relative to the first real token of a document, so left and right
 padding resolve to the same sinks.
@@ -19,20 +23,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .._errors import AttncodaError
 
-__all__ = ["AUTO_EPSILON", "SinkSpec", "auto_sinks", "parse_sink", "resolve_sinks", "token_id"]
+__all__ = ["AUTO_EPSILON", "LEARNED", "SinkSpec", "auto_sinks", "parse_sink", "resolve_sinks", "token_id"]
 
 #: Threshold on the mean received attention for ``sink="auto"`` (Gu et al. 2024).
 AUTO_EPSILON = 0.3
+#: The spec item that puts a model's learned sink logits (a virtual key) in the sink set.
+LEARNED = "learned"
 
 _POSITIONS = re.compile(r"^\s*\d+\s*(,\s*\d+\s*)*$")
 _TOKEN_ID = re.compile(r"^id:(\d+)$")
-_HINT = "use 'first', 'auto', positions like '0' or '0,1', a token like '[CLS]' or 'id:101'"
+_HINT = (
+    "use 'first', 'auto', positions like '0' or '0,1', a token like '[CLS]' or 'id:101', "
+    "'learned', or one of these with ',learned'"
+)
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,8 @@ class SinkSpec:
     Attributes
     ----------
     kind : str
-        ``"first"``, ``"positions"``, ``"token"`` or ``"auto"``.
+        ``"first"``, ``"positions"``, ``"token"``, ``"auto"`` or ``"learned"`` (the learned
+        sink alone, no token key).
     text : str
         The spec as a string (recorded with every capture).
     positions : tuple of int
@@ -51,6 +61,8 @@ class SinkSpec:
         For ``"token"`` given as a string: the token to look up in the tokenizer.
     token_id : int or None
         For ``"token"`` given as ``"id:N"``: the id.
+    learned : bool
+        Whether the learned sink (a virtual key) belongs to the sink set.
     """
 
     kind: str
@@ -58,6 +70,7 @@ class SinkSpec:
     positions: tuple[int, ...] = ()
     token: str | None = None
     token_id: int | None = None
+    learned: bool = False
 
 
 def _unknown(spec: object) -> AttncodaError:
@@ -102,6 +115,8 @@ def parse_sink(spec: str | int | Sequence[int] | SinkSpec) -> SinkSpec:
     (0, 1)
     >>> parse_sink("id:101").token_id
     101
+    >>> parse_sink("first,learned").learned
+    True
     """
     if isinstance(spec, SinkSpec):
         return spec
@@ -114,6 +129,13 @@ def parse_sink(spec: str | int | Sequence[int] | SinkSpec) -> SinkSpec:
     if not isinstance(spec, str):
         raise _unknown(spec)
     text = spec.strip()
+    items = [item.strip() for item in text.split(",")]
+    if LEARNED in items:
+        rest = ",".join(item for item in items if item != LEARNED)
+        if not rest:
+            return SinkSpec(LEARNED, LEARNED, learned=True)
+        base = parse_sink(rest)
+        return replace(base, text=f"{base.text},{LEARNED}", learned=True)
     if text in ("first", "auto"):
         return SinkSpec(text, text)
     if _POSITIONS.match(text):
@@ -174,6 +196,8 @@ def resolve_sinks(
     if parsed.kind == "auto":
         raise AttncodaError("sink 'auto' is resolved by capture(): it needs a first pass")
     out = []
+    if parsed.kind == LEARNED:
+        return [np.zeros(0, dtype=np.int64) for _ in docs]
     if parsed.kind == "first":
         return [np.zeros(1, dtype=np.int64) for _ in docs]
     if parsed.kind == "positions":

@@ -219,6 +219,12 @@ def _settings(settings: Mapping[str, Any], convention: str) -> str:
     )
 
 
+def _capture_route(facts: Mapping[str, Any]) -> str:
+    """How capture read the model: its scores, or (the fallback) eager outputs."""
+    mode = facts.get("capture_mode", "attention")
+    return "routed scores" if mode == "attention" else "eager output_attentions (fallback)"
+
+
 def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> str:
     first = [str(m) for m in order]
 
@@ -236,6 +242,7 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
                 f"{m.get('n_layers', '?')} × {m.get('n_heads', '?')}",
                 str(m.get("n_kv_heads", "?")),
                 "causal" if m.get("causal") else "bidirectional",
+                _capture_route(m),
                 "yes" if m.get("prepends_bos") else "no",
                 str(m.get("source", "?")),
             )
@@ -251,6 +258,7 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
             "layers × heads",
             "KV heads",
             "attention",
+            "capture",
             "BOS prepended",
             "source",
         ),

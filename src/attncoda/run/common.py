@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,15 @@ def capture_corpus(
         block_size=block_size,
         progress=progress,
     )
+    if cap.mode == "outputs":
+        # The automatic fallback changes how rows are read (eager probabilities, a zero
+        # policy): say so where the run is watched; the manifest records it too.
+        print(
+            f"note: {spec} ({cap.model_class}) does not route its attention through "
+            f"transformers' AttentionInterface: capture reads its eager output_attentions "
+            f"(zeros={cap.zeros!r})",
+            file=sys.stderr,
+        )
     config = {
         "model": spec,
         "revision": getattr(info, "revision", None),
