@@ -25,7 +25,7 @@ transformers = pytest.importorskip("transformers")
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.attention import routable, routed  # noqa: E402
 from attncoda.capture.capture import _forward, capture, capture_windows  # noqa: E402
-from tiny_models import ENCODERS, VOCAB  # noqa: E402
+from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
 #: Families that route their attention through transformers' AttentionInterface.
@@ -230,7 +230,9 @@ def test_learned_sink_is_a_virtual_key_of_the_sink_set():
     # The virtual key is one more key of every row: query i of a causal row sees i + 2 in
     # the global layer 1 (layer 0 has a sliding window of 4 tokens).
     np.testing.assert_array_equal(learned.n_keys[0, 1, 0, : n[0]], np.arange(n[0]) + 2)
-    np.testing.assert_array_equal(learned.n_keys[0, 0, 0, : n[0]], np.minimum(np.arange(n[0]) + 2, 5))
+    np.testing.assert_array_equal(
+        learned.n_keys[0, 0, 0, : n[0]], np.minimum(np.arange(n[0]) + 2, 5)
+    )
     # Its column in the recorded rows is n_tokens, last, and it sits in the sink set.
     assert [list(p) for p in learned.sink_positions] == [[int(k)] for k in n]
     assert [list(p) for p in both.sink_positions] == [[0, int(k)] for k in n]

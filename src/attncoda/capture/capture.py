@@ -31,6 +31,7 @@ __all__ = [
     "capture_frame",
     "capture_windows",
     "first_position",
+    "forward_kwargs",
     "position_ids",
 ]
 
@@ -267,9 +268,14 @@ def position_ids(model, mask: torch.Tensor) -> torch.Tensor | None:
     return torch.where(mask.bool(), counted + start, max(start - 1, 0)).long()
 
 
-def _forward(model, ids, mask, output_attentions: bool = False):
+def forward_kwargs(model, ids, mask, output_attentions: bool = False) -> dict[str, Any]:
+    """The keyword arguments of one cache-free forward pass over a padded batch.
+
+    ``input_ids`` and ``attention_mask``; ``position_ids`` only where left padding would
+    shift them (:func:`position_ids`); ``use_cache=False`` where the model takes it.
+    """
     params = inspect.signature(model.forward).parameters
-    kwargs = {"input_ids": ids, "attention_mask": mask}
+    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
     positions = position_ids(model, mask) if "position_ids" in params else None
     if positions is not None:
         kwargs["position_ids"] = positions
@@ -277,8 +283,12 @@ def _forward(model, ids, mask, output_attentions: bool = False):
         kwargs["use_cache"] = False
     if output_attentions:
         kwargs["output_attentions"] = True
+    return kwargs
+
+
+def _forward(model, ids, mask, output_attentions: bool = False):
     with torch.no_grad():
-        return model(**kwargs)
+        return model(**forward_kwargs(model, ids, mask, output_attentions))
 
 
 def _log_probs(probs, layer, visible, offsets, zeros: str) -> tuple[torch.Tensor, int]:
@@ -526,9 +536,7 @@ def capture(
             auto_sinks(received[d, o : o + n], count[d, o : o + n])
             for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
         ]
-    rec, out, floored = _run(
-        model, ids, mask, sinks, record, mode, zeros, block_size, spec.learned
-    )
+    rec, out, floored = _run(model, ids, mask, sinks, record, mode, zeros, block_size, spec.learned)
     virtual = int(any(rec.virtual))
     if virtual and not all(rec.virtual):
         raise AttncodaError(

@@ -29,7 +29,15 @@ import numpy as np
 
 from .._errors import AttncodaError
 
-__all__ = ["AUTO_EPSILON", "LEARNED", "SinkSpec", "auto_sinks", "parse_sink", "resolve_sinks", "token_id"]
+__all__ = [
+    "AUTO_EPSILON",
+    "LEARNED",
+    "SinkSpec",
+    "auto_sinks",
+    "parse_sink",
+    "resolve_sinks",
+    "token_id",
+]
 
 #: Threshold on the mean received attention for ``sink="auto"`` (Gu et al. 2024).
 AUTO_EPSILON = 0.3

@@ -30,7 +30,6 @@ loss computes it for one window; perplexity is ``exp`` of the mean of those wind
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 import os
 from collections.abc import Sequence
@@ -231,16 +230,6 @@ def head_ranking(heads_table: Any, channel: str, order: str, seed: int = 0) -> A
     )
 
 
-def _forward_kwargs(model, ids, mask) -> dict[str, Any]:
-    params = inspect.signature(model.forward).parameters
-    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-    if "position_ids" in params:
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
-    if "use_cache" in params:
-        kwargs["use_cache"] = False
-    return kwargs
-
-
 def _batches(model, windows: Sequence[np.ndarray], batch_size: int):
     """Right-padded batches ``(ids, mask)`` on the model's device."""
     import torch
@@ -292,12 +281,14 @@ def window_losses(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.n
     """
     import torch
 
+    from attncoda.capture.capture import forward_kwargs
+
     batch_size = _check_batch_size(batch_size)
     ids_list = _check_windows(windows, "windows")
     out = []
     with torch.no_grad():
         for ids, mask in _batches(model, ids_list, batch_size):
-            result = model(**_forward_kwargs(model, ids, mask))
+            result = model(**forward_kwargs(model, ids, mask))
             out.append(_mean_nll(result.logits, ids, mask).double().cpu().numpy())
     return np.concatenate(out)
 
@@ -322,6 +313,7 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
     import torch
 
     from attncoda.capture.ablation import head_counts, head_gates
+    from attncoda.capture.capture import forward_kwargs
 
     batch_size = _check_batch_size(batch_size)
     ids_list = _check_windows(windows, "windows")
@@ -337,7 +329,7 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
                     (ids.shape[0], n_layers, n_heads), device=ids.device, requires_grad=True
                 )
                 with head_gates(model, gates):
-                    logits = model(**_forward_kwargs(model, ids, mask)).logits
+                    logits = model(**forward_kwargs(model, ids, mask)).logits
                 (grad,) = torch.autograd.grad(_mean_nll(logits, ids, mask).sum(), gates)
                 total += grad.abs().sum(0).double().cpu()
     finally:
