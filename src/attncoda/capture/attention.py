@@ -6,16 +6,15 @@ under the name ``"attncoda"`` (with ``eager_mask`` as its mask function: without
 function would receive no mask at all), switches the model to it and restores the previous
 implementation afterwards.
 
-The function reproduces each family's eager float operations (scores, scaling, additive
-mask, softmax, cast, output matmul), so a model's outputs are bit-identical to eager when a
-layer's queries fit in one block. Longer inputs are processed ``block_size`` queries at a
-time, so a layer never holds more than ``batch x head x block x key_pos`` scores. Keys and
-values arrive unexpanded under grouped-query attention and are never repeated: queries are
-grouped per key/value head instead.
+The function runs each family's own eager float operations (``repeat_kv``, scores,
+scaling, soft-capping, additive mask, softmax, cast, learned sinks, output matmul), so a
+layer whose queries fit in one block gives outputs bit-identical to eager by construction
+(docs/design.md, "Exactness"). Longer inputs are processed ``block_size`` queries at a time,
+so a layer never holds more than ``batch x head x block x key_pos`` scores.
 
 While a :class:`Recorder` is active, every block's rows are also turned into statistics:
 float32 log-softmax of the scores, masked keys set to ``-inf``, re-closed (renormalised) in
-float64 so the exact identities of the compositional split hold to float64 precision.
+float64 so the exact identities of the compositional split hold to float32 rounding.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class Capture:
     ----------
     sink_mass, entropy, content_entropy, within_sink_entropy, sink_balance : numpy.ndarray
         float64 ``(doc, layer, head, query_pos)``: ``s``, ``H(p)``, ``H(q)``, ``H(p_S/s)``
-        and the balance ``b`` of DESIGN §1.
+        and the balance ``b`` (docs/design.md).
     n_keys : numpy.ndarray
         int64 ``(doc, layer, head, query_pos)``: keys the row attends to.
     has_content, has_sink : numpy.ndarray
