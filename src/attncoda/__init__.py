@@ -41,6 +41,7 @@ _LAZY = {
     "corpus": ("attncoda.capture.corpus", None),
     "capture_windows": ("attncoda.capture.capture", "capture_windows"),
     "Capture": ("attncoda.capture.capture", "Capture"),
+    "from_attentions": ("attncoda.capture.given", "from_attentions"),
 }
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "entropy",
     "entropy_change_split",
     "entropy_split",
+    "from_attentions",
     "head_distances",
     "load_model",
     "log_probs",

@@ -82,7 +82,7 @@ class Capture:
     outputs : numpy.ndarray or None
         float32 ``(doc, query_pos, width)``: logits or last hidden state (``keep_outputs``).
     outputs_kind : str
-        ``"logits"`` or ``"last_hidden_state"``.
+        ``"logits"``, ``"last_hidden_state"``, or ``"none"`` for given attention.
     token_logprob : numpy.ndarray or None
         float64 ``(doc, query_pos)``: ``log p(token[query_pos + 1] | tokens <= query_pos)``
         (nats) for causal language models with ``keep_outputs`` (a pass over the vocabulary,
@@ -95,7 +95,8 @@ class Capture:
         ``sink_spec`` includes ``"learned"`` and a content key otherwise.
     sink_spec, mode, zeros, model_class : str
         What produced the capture; ``mode`` is the one used (``"attention"`` or
-        ``"outputs"``), also when ``"auto"`` was asked for.
+        ``"outputs"``), also when ``"auto"`` was asked for, and ``"given"`` for attention a
+        user handed to :func:`attncoda.capture.given.from_attentions`.
     n_floored : int
         Probabilities clipped to the dtype's tiny under ``zeros="floor"``.
     bos_token_id : int or None
@@ -573,8 +574,11 @@ def _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about: dict[
     arange = torch.arange(width)
     tokens_seen = stats["n_keys"] - about["virtual_keys"]
     causal = bool(((tokens_seen <= arange + 1) | ~keep).all())
-    kind = "logits" if getattr(out, "logits", None) is not None else "last_hidden_state"
-    result = out.logits if kind == "logits" else out.last_hidden_state
+    if out is None:  # attention given by the user: no model outputs
+        kind, result, keep_outputs = "none", None, False
+    else:
+        kind = "logits" if getattr(out, "logits", None) is not None else "last_hidden_state"
+        result = out.logits if kind == "logits" else out.last_hidden_state
     outputs: np.ndarray | None = None
     token_logprob: np.ndarray | None = None
     if keep_outputs and kind == "logits" and causal:

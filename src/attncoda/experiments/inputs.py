@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,3 +73,49 @@ class HeadRows:
     def layer_of(self) -> np.ndarray:
         """Layer of each flattened head, shape (head,)."""
         return np.arange(self.n_layers * self.n_heads) // self.n_heads
+
+
+def head_rows(cap: Any, model: str) -> HeadRows:
+    """The recorded rows of every head of a capture, per document, as the experiments
+    consume them.
+
+    Parameters
+    ----------
+    cap : attncoda.Capture
+        From a model run or from :func:`attncoda.from_attentions`; it must have recorded rows.
+    model : str
+        The name that labels the tables.
+
+    Returns
+    -------
+    HeadRows
+        Heads flattened layer-major; each document's rows keep key 0 = its first real token
+        and a key mask of the keys each recorded query sees. ``sink_mass`` is each head's
+        mean over the rows that have content.
+    """
+    if not cap.rows or all(r.shape[2] == 0 for r in cap.rows):
+        raise AttncodaError(
+            f"the capture of {model!r} recorded no full rows: run it with "
+            "record_rows='auto' (or a number of rows per document)"
+        )
+    n_layers, n_heads = cap.n_layers, cap.n_heads
+    docs = []
+    for rows, sinks in zip(cap.rows, cap.sink_positions, strict=True):
+        if rows.shape[2] == 0:
+            continue
+        logp = rows.reshape(n_layers * n_heads, rows.shape[2], rows.shape[3])
+        key_mask = np.isfinite(rows[0, 0])
+        docs.append(DocRows(logp=logp, key_mask=key_mask, sink=tuple(int(s) for s in sinks)))
+    with_content = cap.has_content
+    mass = np.where(with_content, cap.sink_mass, 0.0).sum(axis=(0, 3))
+    count = with_content.sum(axis=(0, 3))
+    if (count == 0).any():
+        raise AttncodaError(f"some heads of {model!r} have no row with content")
+    sink_mass = (mass / count).reshape(n_layers * n_heads)
+    return HeadRows(
+        model=model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        docs=tuple(docs),
+        sink_mass=sink_mass,
+    )

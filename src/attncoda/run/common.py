@@ -6,10 +6,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from attncoda._errors import AttncodaError
-from attncoda.experiments.inputs import DocRows, HeadRows
+from attncoda.experiments.inputs import HeadRows
+from attncoda.experiments.inputs import head_rows as rows_of_capture
 
 
 @dataclass(frozen=True)
@@ -123,36 +122,6 @@ def capture_corpus(
 
 
 def head_rows(captured: Captured) -> HeadRows:
-    """The recorded rows of every head, per document, as the experiments consume them.
-
-    Heads are flattened layer-major; each document's rows keep key 0 = its first real token
-    and a key mask of the keys each recorded query sees. ``sink_mass`` is each head's mean
-    over the rows that have content.
-    """
-    cap = captured.capture
-    if not cap.rows or all(r.shape[2] == 0 for r in cap.rows):
-        raise AttncodaError(
-            f"the capture of {captured.spec!r} recorded no full rows: run it with "
-            "record_rows='auto' (or a number of rows per document)"
-        )
-    n_layers, n_heads = cap.n_layers, cap.n_heads
-    docs = []
-    for rows, sinks in zip(cap.rows, cap.sink_positions, strict=True):
-        if rows.shape[2] == 0:
-            continue
-        logp = rows.reshape(n_layers * n_heads, rows.shape[2], rows.shape[3])
-        key_mask = np.isfinite(rows[0, 0])
-        docs.append(DocRows(logp=logp, key_mask=key_mask, sink=tuple(int(s) for s in sinks)))
-    with_content = cap.has_content
-    mass = np.where(with_content, cap.sink_mass, 0.0).sum(axis=(0, 3))
-    count = with_content.sum(axis=(0, 3))
-    if (count == 0).any():
-        raise AttncodaError(f"some heads of {captured.spec!r} have no row with content")
-    sink_mass = (mass / count).reshape(n_layers * n_heads)
-    return HeadRows(
-        model=captured.spec,
-        n_layers=n_layers,
-        n_heads=n_heads,
-        docs=tuple(docs),
-        sink_mass=sink_mass,
-    )
+    """The recorded rows of every head of a captured model (see
+    :func:`attncoda.experiments.inputs.head_rows`), labelled with its spec."""
+    return rows_of_capture(captured.capture, captured.spec)

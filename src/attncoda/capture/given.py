@@ -1,0 +1,395 @@
+"""Attention a user already has: Hugging Face outputs, TransformerLens caches, arrays.
+
+:func:`from_attentions` turns attention computed elsewhere into the same :class:`Capture`
+a model run gives, so every experiment that needs no model (profile, flips, cluster,
+safety, predictor apply, collapse) runs on it. The statistics are those of
+:func:`attncoda.capture.attention.row_statistics`, computed in float64 from the given rows.
+
+Masked keys are structural, never zeros: keys outside ``attention_mask``, keys after the
+query in a causal row, and ``-inf`` logits (TransformerLens fills masked scores with
+``-inf``) are not keys of the row. A probability of exactly 0 on a key that is visible
+follows the zero policy (``zeros="raise"`` or ``"floor"``), because the statistics take logs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._errors import AttncodaError
+from .attention import Recorder
+from .capture import Capture, _assemble, _record_plan
+from .sinks import auto_sinks, parse_sink, resolve_sinks
+
+__all__ = ["KINDS", "from_attentions"]
+
+#: What the given numbers are: probabilities, log-probabilities or pre-softmax logits.
+KINDS = ("probs", "log_probs", "logits")
+_TL_SCORES = re.compile(r"^blocks\.(\d+)\.attn\.hook_attn_scores$")
+_TL_PATTERN = re.compile(r"^blocks\.(\d+)\.attn\.hook_pattern$")
+# Scores at or below this are masked keys (transformers adds the dtype's minimum).
+_MASKED = torch.finfo(torch.float32).min / 2
+
+
+def _tensor(array: Any, what: str) -> torch.Tensor:
+    if isinstance(array, torch.Tensor):
+        return array.detach().to("cpu", torch.float64)
+    try:
+        return torch.as_tensor(np.asarray(array, dtype=np.float64))
+    except (TypeError, ValueError) as err:
+        raise AttncodaError(f"{what} is not a numeric array: {err}") from None
+
+
+def _transformer_lens(cache: Any) -> tuple[list[torch.Tensor], str] | None:
+    """The per-layer tensors of a TransformerLens ``ActivationCache`` (or any mapping with
+    its hook names): exact scores when every layer has them, else patterns."""
+    keys = list(cache.keys()) if hasattr(cache, "keys") else []
+    for pattern, kind in ((_TL_SCORES, "logits"), (_TL_PATTERN, "probs")):
+        found = {int(m.group(1)): k for k in keys if (m := pattern.match(str(k)))}
+        if found:
+            if sorted(found) != list(range(len(found))):
+                raise AttncodaError(
+                    f"the cache has {kind} for layers {sorted(found)}: give every layer from 0"
+                )
+            return [cache[found[layer]] for layer in range(len(found))], kind
+    return None
+
+
+def _as_documents(attn: Any, kind: str) -> tuple[list[torch.Tensor], str, str]:
+    """Per document ``(layer, head, query_pos, key_pos)`` float64 tensors, the kind, and
+    what the input was."""
+    if isinstance(attn, Mapping) or type(attn).__name__ == "ActivationCache":
+        found = _transformer_lens(attn)
+        if found is None:
+            raise AttncodaError(
+                "the cache holds no 'blocks.{l}.attn.hook_attn_scores' or "
+                "'blocks.{l}.attn.hook_pattern': run the model with run_with_cache and keep "
+                "the attention hooks"
+            )
+        layers, kind = found
+        stacked = torch.stack([_tensor(a, f"layer {i}") for i, a in enumerate(layers)], 1)
+        return list(stacked), kind, type(attn).__name__
+    if isinstance(attn, tuple):
+        if not attn:
+            raise AttncodaError("the attentions tuple is empty: give one tensor per layer")
+        layers = [_tensor(a, f"layer {i}") for i, a in enumerate(attn)]
+        shapes = {tuple(a.shape) for a in layers}
+        if len(shapes) != 1 or layers[0].ndim != 4:
+            raise AttncodaError(
+                f"the attentions tuple must hold one (batch, head, query_pos, key_pos) tensor "
+                f"per layer, all of one shape; got shapes {sorted(shapes)}"
+            )
+        return list(torch.stack(layers, 1)), kind, "tuple"
+    if isinstance(attn, list):
+        if not attn:
+            raise AttncodaError("the list of documents is empty: give at least one array")
+        docs = [_tensor(a, f"document {i}") for i, a in enumerate(attn)]
+        for i, doc in enumerate(docs):
+            if doc.ndim != 4 or doc.shape[-1] != doc.shape[-2]:
+                raise AttncodaError(
+                    f"document {i} has shape {tuple(doc.shape)}: each document must be "
+                    f"(layer, head, query_pos, key_pos) with query_pos == key_pos"
+                )
+        return docs, kind, "list"
+    array = _tensor(attn, "attn")
+    if array.ndim == 4:
+        array = array[None]
+    if array.ndim != 5:
+        raise AttncodaError(
+            f"attn has shape {tuple(array.shape)}: give (batch, layer, head, query_pos, "
+            f"key_pos) or (layer, head, query_pos, key_pos)"
+        )
+    return list(array), kind, type(attn).__name__
+
+
+def _pad(docs: list[torch.Tensor], kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A right-padded batch ``(batch, layer, head, pos, pos)`` and its 0/1 mask."""
+    layers, heads = docs[0].shape[:2]
+    for i, doc in enumerate(docs):
+        if tuple(doc.shape[:2]) != (layers, heads):
+            raise AttncodaError(
+                f"document {i} has {doc.shape[0]} layers x {doc.shape[1]} heads, document 0 "
+                f"has {layers} x {heads}: every document must come from one model"
+            )
+    width = max(int(doc.shape[-1]) for doc in docs)
+    fill = 0.0 if kind == "probs" else -math.inf
+    batch = torch.full((len(docs), layers, heads, width, width), fill, dtype=torch.float64)
+    mask = torch.zeros((len(docs), width), dtype=torch.long)
+    for i, doc in enumerate(docs):
+        n = doc.shape[-1]
+        batch[i, :, :, :n, :n] = doc
+        mask[i, :n] = 1
+    return batch, mask
+
+
+def _visible(values, kind: str, real: torch.Tensor, causal: bool | None):
+    """bool ``(batch, layer, 1, pos, pos)``: the keys each query sees; and causality.
+
+    Keys outside the mask, later keys of a causal row, and (logits and log-probabilities)
+    ``-inf`` entries are structural. The statistics take one key mask per layer, so the
+    heads of a layer must agree on their ``-inf`` entries (a causal mask or a sliding
+    window do).
+    """
+    length = real.shape[1]
+    pair = real[:, None, None, :, None] & real[:, None, None, None, :]
+    upper = torch.ones(length, length, dtype=torch.bool).triu(1)
+    if kind == "probs":
+        hidden = None
+        blank = values == 0
+    else:
+        blank = ~(values > _MASKED)
+        hidden = blank & pair
+        if not bool((hidden.all(2) == hidden.any(2)).all()):
+            layer = int((hidden.all(2) != hidden.any(2)).nonzero()[0][1])
+            raise AttncodaError(
+                f"the heads of layer {layer} mask different keys (-inf): give every head of "
+                f"a layer the same mask, or probabilities with kind='probs'"
+            )
+    looks_causal = bool((blank | ~(pair & upper)).all())
+    if causal is None:
+        causal = looks_causal
+    elif causal and not looks_causal:
+        raise AttncodaError(
+            "causal=True, but some query gives weight to a later key: pass causal=False, or "
+            "give causal attention"
+        )
+    visible = pair & ~upper if causal else pair
+    if hidden is not None:
+        visible = visible & ~hidden.any(2, keepdim=True)
+    b, n_layers, _, q, k = values.shape
+    return visible.expand(b, n_layers, 1, q, k), causal
+
+
+def _log_rows(values, kind: str, visible, zeros: str) -> tuple[torch.Tensor, int]:
+    """float64 log-probabilities ``(batch, layer, head, pos, pos)``, 0 off the visible keys."""
+    floored = 0
+    if kind == "logits":
+        logits = values.masked_fill(~visible, -math.inf)
+        logs = torch.log_softmax(logits, dim=-1)
+    elif kind == "log_probs":
+        logs = values.masked_fill(~visible, -math.inf)
+    else:
+        if bool((values < 0).any()) or not bool(torch.isfinite(values).all()):
+            raise AttncodaError(
+                "attention probabilities must be finite and non-negative: pass "
+                "kind='logits' or kind='log_probs' for other numbers"
+            )
+        zero = visible & (values == 0)
+        floored = int(zero.sum())
+        if floored and zeros == "raise":
+            doc, layer, head, query, key = (int(v) for v in zero.nonzero()[0])
+            raise AttncodaError(
+                f"attention probability is exactly 0 at document {doc}, layer {layer}, head "
+                f"{head}, query_pos {query}, key_pos {key} on a visible key: its log is -inf; "
+                f"pass zeros='floor' to clip zeros to {torch.finfo(torch.float64).tiny:g} and "
+                f"count them, or give kind='logits' with -inf on masked keys"
+            )
+        tiny = torch.finfo(torch.float64).tiny
+        logs = torch.log(torch.where(zero, tiny, values)).masked_fill(~visible, -math.inf)
+    rows = visible.any(-1)
+    total = torch.logsumexp(logs, -1).masked_fill(~rows, 0.0)
+    worst = float(total.abs().max()) if total.numel() else 0.0
+    if kind != "logits" and worst > 1e-3:
+        raise AttncodaError(
+            f"attention rows sum to {math.exp(-worst):.6g} on their visible keys, not 1 (within "
+            f"1e-3): pass kind='logits' for unnormalised scores, or give the attention_mask "
+            f"that the rows were computed with"
+        )
+    return logs.masked_fill(~visible, 0.0), floored
+
+
+def _batch_mask(attention_mask, batch: torch.Tensor, docs: list[torch.Tensor]) -> torch.Tensor:
+    width = batch.shape[-1]
+    if attention_mask is None:
+        return torch.ones((batch.shape[0], width), dtype=torch.long)
+    mask = torch.as_tensor(np.asarray(attention_mask)).to(torch.long)
+    if tuple(mask.shape) != (batch.shape[0], width):
+        raise AttncodaError(
+            f"attention_mask has shape {tuple(mask.shape)}, the attention gives "
+            f"{batch.shape[0]} documents of {width} positions: they must match"
+        )
+    from .capture import _as_batch
+
+    return _as_batch(torch.zeros_like(mask), mask)[1]
+
+
+def _tokens(tokens, mask: torch.Tensor) -> list[np.ndarray] | None:
+    if tokens is None:
+        return None
+    if isinstance(tokens, list) and tokens and np.ndim(tokens[0]) == 1:
+        found = [np.asarray(t, dtype=np.int64) for t in tokens]
+    else:
+        array = np.asarray(tokens, dtype=np.int64)
+        if array.ndim == 1:
+            array = array[None]
+        if array.shape != tuple(mask.shape):
+            raise AttncodaError(
+                f"tokens have shape {array.shape}, the attention gives {tuple(mask.shape)} "
+                f"(document, position): they must match"
+            )
+        found = [array[d][mask[d].bool().numpy()] for d in range(len(array))]
+    lengths = mask.sum(-1).tolist()
+    for d, (t, n) in enumerate(zip(found, lengths, strict=True)):
+        if len(t) != n:
+            raise AttncodaError(f"document {d} has {n} real positions but {len(t)} tokens")
+    return found
+
+
+def from_attentions(
+    attn: Any,
+    *,
+    kind: str = "probs",
+    sink: Any = "first",
+    tokens: Any = None,
+    attention_mask: Any = None,
+    causal: bool | None = None,
+    method: str = "exact",
+    zeros: str = "raise",
+    record_rows: Any = "auto",
+    tokenizer: Any = None,
+    seed: int = 0,
+) -> Capture:
+    """The :class:`Capture` of attention computed elsewhere.
+
+    Parameters
+    ----------
+    attn : tuple, ActivationCache, array, tensor or list
+        A Hugging Face ``outputs.attentions`` tuple (layer -> ``(batch, head, query_pos,
+        key_pos)``); a TransformerLens ``ActivationCache`` (``blocks.{l}.attn.
+        hook_attn_scores``, exact logits with ``-inf`` on masked keys, when present, else
+        ``hook_pattern``); a numpy array or torch tensor ``(batch, layer, head, query_pos,
+        key_pos)`` or ``(layer, head, query_pos, key_pos)``; or a list of per-document
+        ``(layer, head, n, n)`` arrays of different lengths.
+    kind : {"probs", "log_probs", "logits"}
+        What the numbers are. Ignored for an ActivationCache (its hook says).
+    sink : str, int or sequence of int
+        As in :func:`attncoda.capture.capture.capture`; token sinks need ``tokens``.
+    tokens : array-like, optional
+        int token ids ``(batch, pos)`` (or one list per document).
+    attention_mask : array-like, optional
+        ``(batch, pos)`` of 0/1, real tokens contiguous (left or right padding).
+    causal : bool, optional
+        Whether each query sees only keys up to itself; inferred from the pattern when None
+        (causal when every later key has probability 0, or a ``-inf`` logit).
+    method : {"exact"}
+        Statistics from the given rows (the only method: the rows are already there).
+    zeros : {"raise", "floor"}
+        A visible key of probability exactly 0 (``kind="probs"``).
+    record_rows : {"auto", "all", "none"} or int
+        Which query rows to keep in full, as in capture.
+    tokenizer : optional
+        For token sinks given as strings (``"[CLS]"``).
+    seed : int
+        Seeds the row sample.
+
+    Returns
+    -------
+    Capture
+        ``mode="given"``, ``model_class`` names the input type; statistics in nats,
+        ``(doc, layer, head, query_pos)`` in real-token coordinates.
+
+    Raises
+    ------
+    AttncodaError
+        An unknown kind, method or zero policy; shapes that do not fit; rows that do not sum
+        to 1; a zero under ``zeros="raise"``; a token sink without ``tokens``.
+    """
+    if kind not in KINDS:
+        raise AttncodaError(f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
+    if method != "exact":
+        raise AttncodaError(
+            f"method {method!r} does not apply to given attention: the rows are already "
+            f"materialised, so use method='exact'"
+        )
+    if zeros not in ("raise", "floor"):
+        raise AttncodaError(f"unknown zero policy {zeros!r}: use 'raise' or 'floor'")
+    spec = parse_sink(sink)
+    if spec.learned:
+        raise AttncodaError(
+            "sink 'learned' needs the learned sink logits, which given attention does not "
+            "carry: use a token sink such as 'first'"
+        )
+    docs, kind, source = _as_documents(attn, kind)
+    if len(docs) > 1 and len({tuple(d.shape) for d in docs}) > 1:
+        batch, mask = _pad(docs, kind)
+        if attention_mask is not None:
+            raise AttncodaError(
+                "attention_mask is for one padded array: documents of different lengths are "
+                "padded here, so leave attention_mask out"
+            )
+    else:
+        batch = torch.stack(docs)
+        if batch.shape[-1] != batch.shape[-2]:
+            raise AttncodaError(
+                f"attention has {batch.shape[-2]} queries and {batch.shape[-1]} keys: give "
+                f"self-attention over one sequence (query_pos == key_pos)"
+            )
+        mask = _batch_mask(attention_mask, batch, docs)
+    real = mask.bool()
+    offsets = real.long().argmax(-1)
+    lengths = real.sum(-1).tolist()
+    token_docs = _tokens(tokens, mask)
+    if spec.kind == "token" and token_docs is None:
+        raise AttncodaError(f"sink {spec.text!r} names a token: pass tokens= (the token ids)")
+    id_docs = token_docs or [np.zeros(n, dtype=np.int64) for n in lengths]
+    visible, causal = _visible(batch, kind, real, causal)
+    logs, floored = _log_rows(batch, kind, visible, zeros)
+    record = _record_plan(lengths, record_rows, seed, 0)
+    record_padded = [torch.as_tensor(r) + int(o) for r, o in zip(record, offsets, strict=True)]
+
+    def recorded(sink_mask, plan) -> Recorder:
+        rec = Recorder(real, offsets, sink_mask, plan, block_size=batch.shape[-1])
+        b, n_layers, h, q, k = logs.shape
+        for layer in range(n_layers):
+            index = rec.begin_layer(b, h, q, k)
+            rows = logs[:, layer].clone()  # row_statistics uses its input as scratch
+            rec.add_block(index, 0, rows, visible[:, layer])
+        return rec
+
+    if spec.kind == "auto":
+        first = recorded(None, [r[:0] for r in record_padded])
+        received, count = first.received.numpy(), first.received_count.numpy()
+        sinks = [
+            auto_sinks(received[d, o : o + n], count[d, o : o + n])
+            for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
+        ]
+    else:
+        sinks = resolve_sinks(spec, id_docs, tokenizer)
+    sink_mask = torch.zeros_like(real)
+    for d, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
+        sink_mask[d, torch.as_tensor(pos, dtype=torch.long) + off] = True
+    rec = recorded(sink_mask, record_padded)
+    about: dict[str, Any] = {
+        "virtual_keys": 0,
+        "sink_spec": spec.text,
+        "mode": "given",
+        "zeros": zeros,
+        "model_class": source,
+        "n_floored": floored,
+        "bos_token_id": None,
+        "block_size": int(batch.shape[-1]),
+        "seed": seed,
+    }
+    cap = _assemble(rec, None, id_docs, sinks, record, offsets, False, about)
+    if token_docs is None:
+        cap = _without_tokens(cap)
+    if cap.causal != causal and bool(cap.query_mask.sum()):
+        cap = _with_causal(cap, causal)
+    return cap
+
+
+def _without_tokens(cap: Capture) -> Capture:
+    from dataclasses import replace
+
+    return replace(cap, token_ids=np.full_like(cap.token_ids, -1))
+
+
+def _with_causal(cap: Capture, causal: bool) -> Capture:
+    from dataclasses import replace
+
+    return replace(cap, causal=causal)
