@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(BIN)/python -c "import attncoda, sys; assert 'torch' not in sys.modules"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench docs
 	$(BIN)/mypy
 
 bench: $(STAMP)

@@ -131,3 +131,68 @@ def test_shipped_predictor_loads_and_abstains_outside_its_range():
     outside = {**inside, "mean_sink_mass": 0.99}
     result = predictor.apply(outside)
     assert result.abstained and "mean_sink_mass" in result.reason
+
+
+def test_profile_and_flips_read_saved_attention(tmp_path, capsys):
+    """Attention saved by a past run (.npz, .pt, .safetensors) runs without any model."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    from tiny_models import VOCAB, tiny
+
+    model = tiny("llama", eager=True)
+    rng = np.random.default_rng(0)
+    ids = torch.as_tensor(rng.integers(3, VOCAB, size=(3, 12)))
+    with torch.no_grad():
+        attentions = model(input_ids=ids, output_attentions=True).attentions
+    stacked = torch.stack(attentions, 1)
+    np.savez(tmp_path / "a.npz", attentions=stacked.numpy(), input_ids=ids.numpy())
+    torch.save(tuple(attentions), tmp_path / "a.pt")
+    save_file({"scores": torch.log(stacked)}, str(tmp_path / "a.safetensors"))
+    np.save(tmp_path / "ids.npy", ids.numpy())
+
+    out = tmp_path / "p"
+    assert main(["profile", "--attentions", str(tmp_path / "a.npz"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "a.npz: 3 documents of given attention, sink = first" in printed
+    heads = pd.read_parquet(out / "heads.parquet")
+    assert len(heads) == 2 * 4
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model_info"]["capture_mode"] == "given"
+    files = [str(tmp_path / f"a.{ext}") for ext in ("npz", "pt", "safetensors")]
+    flips_out = tmp_path / "f"
+    args = ["flips", "--attentions", *files, "--tokens", str(tmp_path / "ids.npy")]
+    assert main([*args, "--n-boot", "20", "--out", str(flips_out)]) == 0
+    table = pd.read_parquet(flips_out / "flips.parquet")
+    assert sorted(set(table["model"])) == ["a.npz", "a.pt", "a.safetensors"]
+    rates = table.pivot(index="metric", columns="model", values="flip_rate")
+    # The same attention three ways (probabilities twice, log-probabilities as logits):
+    # one float32 rounding apart, so at most one boundary verdict per metric differs.
+    spread = (rates.max(axis=1) - rates.min(axis=1)) * table["n_triplets"].max()
+    assert float(spread.max()) <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["profile"], "profile needs a model or --attentions FILE (not both, not neither)"),
+        (
+            ["profile", "minilm", "--attentions", "x.npz"],
+            "profile needs a model or --attentions FILE (not both, not neither)",
+        ),
+        (["flips"], "flips needs a model or --attentions FILE (not both, not neither)"),
+        (
+            ["profile", "--attentions", "missing.npz"],
+            "attention file 'missing.npz' does not exist",
+        ),
+        (
+            ["profile", "--attentions", "a.csv"],
+            "attention file 'a.csv' is not one of .npz, .pt, .safetensors: save the array with "
+            "numpy.savez, torch.save or safetensors",
+        ),
+    ],
+)
+def test_attention_file_errors(argv, message, capsys):
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"attncoda: error: {message}\n"

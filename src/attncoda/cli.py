@@ -48,10 +48,14 @@ def _print_layers(layers) -> None:
 def _profile(args: argparse.Namespace) -> int:
     from attncoda.run.profile import profile
 
-    out = _out(args, "profile", [args.model])
+    _one_source([args.model] if args.model else [], args.attentions, "profile")
+    given = _given(args, [args.attentions], record_rows="none") if args.attentions else None
+    name = args.model or given[0].spec
+    out = _out(args, "profile", [name])
     result = profile(
-        args.model,
+        name,
         out,
+        captured=None if given is None else given[0],
         text=args.text,
         sink=args.sink,
         max_tokens=args.max_tokens,
@@ -60,10 +64,11 @@ def _profile(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=True,
     )
-    print(
-        f"{args.model}: {result.captured.capture.n_docs} windows of up to "
-        f"{args.max_tokens} tokens, sink = {args.sink}"
-    )
+    n_docs = result.captured.capture.n_docs
+    if given is None:
+        print(f"{name}: {n_docs} windows of up to {args.max_tokens} tokens, sink = {args.sink}")
+    else:
+        print(f"{name}: {n_docs} documents of given attention, sink = {args.sink}")
     _print_layers(result.layers)
     print("wrote " + ", ".join(str(f) for f in result.files))
     return 0
@@ -87,12 +92,16 @@ def _rows(args: argparse.Namespace, models: Sequence[str]):
 
 
 def _flips(args: argparse.Namespace) -> int:
-    from attncoda.run.conventions import run_flips
+    from attncoda.run.common import head_rows
+    from attncoda.run.conventions import ModelRows, run_flips
 
-    out = _out(args, "flips", args.models)
-    table, _, _ = run_flips(
-        _rows(args, args.models), out, metrics=args.metrics, n_boot=args.n_boot, seed=args.seed
-    )
+    _one_source(args.models, args.attentions, "flips")
+    if args.attentions:
+        models = [ModelRows(captured=c, rows=head_rows(c)) for c in _given(args, args.attentions)]
+    else:
+        models = _rows(args, args.models)
+    out = _out(args, "flips", [m.captured.spec for m in models])
+    table, _, _ = run_flips(models, out, metrics=args.metrics, n_boot=args.n_boot, seed=args.seed)
     print("flip rate of 'which head is closer' verdicts, keep vs drop (95% bootstrap CI):")
     for row in table.itertuples(index=False):
         print(
@@ -392,6 +401,43 @@ def _corpus_options(p: argparse.ArgumentParser, docs: int) -> None:
     p.add_argument("--out", help="output folder (default: attncoda-out/<command>/<model>)")
 
 
+def _attention_options(p: argparse.ArgumentParser, several: bool) -> None:
+    p.add_argument(
+        "--attentions",
+        nargs="+" if several else None,
+        metavar="FILE",
+        help="attention saved by a past run (.npz, .pt or .safetensors) instead of a model",
+    )
+    p.add_argument("--tokens", help="token ids (batch, pos) for token sinks (.npy, .npz, .pt)")
+    p.add_argument(
+        "--kind",
+        choices=("probs", "log_probs", "logits"),
+        help="what the saved numbers are (default: probs, or logits for 'scores' arrays)",
+    )
+
+
+def _given(args: argparse.Namespace, files: Sequence[str], record_rows="auto"):
+    """The Captured of each attention file (no model is loaded)."""
+    from attncoda.run.common import capture_file
+
+    return [
+        capture_file(
+            f,
+            tokens=args.tokens,
+            kind=args.kind,
+            sink=args.sink,
+            record_rows=record_rows,
+            seed=args.seed,
+        )
+        for f in files
+    ]
+
+
+def _one_source(models: Sequence[str], files: Sequence[str] | None, command: str) -> None:
+    if bool(models) == bool(files):
+        raise AttncodaError(f"{command} needs a model or --attentions FILE (not both, not neither)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every ``attncoda`` command."""
     parser = argparse.ArgumentParser(
@@ -410,13 +456,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
-    prof.add_argument("model", help="smollm2 | minilm | owner/name[@rev] | folder | file.gguf")
+    prof.add_argument(
+        "model", nargs="?", help="smollm2 | minilm | owner/name[@rev] | folder | file.gguf"
+    )
+    _attention_options(prof, several=False)
     _corpus_options(prof, docs=32)
     prof.add_argument("--batch-size", type=int, default=8)
     prof.set_defaults(func=_profile)
 
     fl = sub.add_parser("flips", help="flip rate of head-similarity verdicts, keep vs drop")
-    fl.add_argument("models", nargs="+")
+    fl.add_argument("models", nargs="*")
+    _attention_options(fl, several=True)
     fl.add_argument(
         "--metrics",
         type=_metrics,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from .attention import Recorder
 from .capture import Capture, _assemble, _record_plan
 from .sinks import auto_sinks, parse_sink, resolve_sinks
 
-__all__ = ["KINDS", "from_attentions"]
+__all__ = ["ATTENTION_FILES", "KINDS", "from_attentions", "read_attentions"]
 
 #: What the given numbers are: probabilities, log-probabilities or pre-softmax logits.
 KINDS = ("probs", "log_probs", "logits")
@@ -393,3 +394,65 @@ def _with_causal(cap: Capture, causal: bool) -> Capture:
     from dataclasses import replace
 
     return replace(cap, causal=causal)
+
+
+#: File types :func:`read_attentions` reads.
+ATTENTION_FILES = (".npz", ".pt", ".safetensors")
+_ARRAY_KEYS = ("attentions", "attention", "attn", "patterns", "scores", "logits")
+_TOKEN_KEYS = ("input_ids", "tokens", "token_ids")
+
+
+def read_attentions(path: str | Path) -> dict[str, Any]:
+    """Attention saved by a past run: ``.npz``, ``.pt`` or ``.safetensors``.
+
+    The file holds one array ``(batch, layer, head, query_pos, key_pos)`` (or ``(layer,
+    head, query_pos, key_pos)``) under ``attentions`` (or ``attn``, ``patterns``,
+    ``scores``, ``logits``, or as its only array), or per-layer arrays under TransformerLens
+    hook names; optionally ``input_ids`` (or ``tokens``) and ``attention_mask``. A ``.pt``
+    file may also hold a Hugging Face attentions tuple.
+
+    Returns
+    -------
+    dict
+        ``attn`` (for :func:`from_attentions`), ``tokens`` and ``attention_mask`` (None when
+        absent), and ``kind`` when the key says (``scores``/``logits`` -> ``"logits"``).
+    """
+    path = Path(path)
+    if path.suffix not in ATTENTION_FILES:
+        raise AttncodaError(
+            f"attention file {str(path)!r} is not one of {', '.join(ATTENTION_FILES)}: save "
+            f"the array with numpy.savez, torch.save or safetensors"
+        )
+    if not path.is_file():
+        raise AttncodaError(f"attention file {str(path)!r} does not exist")
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                content: Any = {k: data[k] for k in data.files}
+        elif path.suffix == ".pt":
+            content = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            from safetensors.torch import load_file
+
+            content = load_file(str(path))
+    except Exception as err:  # the readers raise many types for a damaged file
+        raise AttncodaError(
+            f"attention file {str(path)!r} could not be read ({type(err).__name__}: {err}): "
+            f"give a file written by numpy.savez, torch.save or safetensors"
+        ) from None
+    if not isinstance(content, Mapping):
+        return {"attn": content, "tokens": None, "attention_mask": None, "kind": None}
+    tokens = next((content[k] for k in _TOKEN_KEYS if k in content), None)
+    mask = content.get("attention_mask")
+    if _transformer_lens(content) is not None:
+        return {"attn": dict(content), "tokens": tokens, "attention_mask": mask, "kind": None}
+    arrays = [k for k in _ARRAY_KEYS if k in content]
+    others = [k for k in content if k not in (*_TOKEN_KEYS, "attention_mask")]
+    key = arrays[0] if arrays else (others[0] if len(others) == 1 else None)
+    if key is None:
+        raise AttncodaError(
+            f"attention file {str(path)!r} holds {sorted(content)}: name the attention array "
+            f"'attentions' (or save only that array)"
+        )
+    kind = "logits" if key in ("scores", "logits") else None
+    return {"attn": content[key], "tokens": tokens, "attention_mask": mask, "kind": kind}

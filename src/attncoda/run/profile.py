@@ -46,20 +46,22 @@ def profile(
     seed: int = 0,
     progress: bool = False,
     loaded: tuple | None = None,
+    captured: Captured | None = None,
 ) -> ProfileResult:
     """Capture ``docs`` windows of the corpus and write the per-row and per-head tables.
 
     Writes ``rows.parquet`` (one row per document, layer, head and real query position),
     ``heads.parquet`` (per-head means over rows with content, and row counts),
     ``manifest.json`` and ``profile.png`` (layer × head heatmaps of sink mass and the exact
-    entropy split) into ``out``.
+    entropy split) into ``out``. ``captured`` (e.g. :func:`attncoda.run.common.capture_file`
+    of attention saved elsewhere) replaces the model run.
     """
     from attncoda.experiments.profile import head_summary, layer_summary
     from attncoda.report.figures_profile import profile_heatmap
     from attncoda.store import write_manifest, write_table
 
     # The profile tables hold per-row statistics only: no full rows are recorded.
-    captured = capture_corpus(
+    captured = captured or capture_corpus(
         spec,
         text=text,
         sink=sink,

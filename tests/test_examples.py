@@ -1,0 +1,37 @@
+"""The example scripts of docs/examples run as a user runs them, and say what they promise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+
+
+def test_bring_your_own_prints_flip_rates_and_saves_the_profile(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "bring_your_own.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if "flip rate" in line]
+    assert [line.split()[0] for line in lines] == [
+        "cosine",
+        "jsd",
+        "entropy_gap",
+        "hellinger",
+        "tv",
+    ]
+    rates = [float(line.split()[3].rstrip("%")) for line in lines]
+    assert all(0.0 < rate < 100.0 for rate in rates)
+    png = tmp_path / "profile.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {png}" in done.stdout
