@@ -18,3 +18,25 @@ TINY_SETTINGS = {
     "prune_tokens": 32,
     "prune_channels": ["sink_mass", "random"],
 }
+
+
+def run_tables(out):
+    """Every table of a run folder, ``{file name: DataFrame}``."""
+    import pandas as pd
+
+    return {p.name: pd.read_parquet(p) for p in sorted((out / "tables").glob("*.parquet"))}
+
+
+def assert_same_tables(a, b) -> None:
+    """The two run folders hold the same tables, bit for bit (same machine, same ops)."""
+    import pandas as pd
+
+    left, right = run_tables(a), run_tables(b)
+    assert sorted(left) == sorted(right)
+    for name in left:
+        pd.testing.assert_frame_equal(left[name], right[name], check_exact=True, obj=name)
+
+
+def done_units(out) -> int:
+    """How many units of a run folder have finished."""
+    return len(list((out / "units").glob("*/*/_done.json"))) if (out / "units").exists() else 0

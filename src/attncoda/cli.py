@@ -444,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attncoda",
         description="Attention rows as compositional data: exact sink/content splits.",
     )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an unexpected error"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser(
@@ -590,6 +593,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttncodaError as exc:
         print(f"attncoda: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            "attncoda: interrupted: finished units are kept and the unfinished one cleared; "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    except Exception as exc:  # one line, not a traceback, unless asked for
+        if args.debug:
+            raise
+        print(
+            f"attncoda: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug "
+            f"for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

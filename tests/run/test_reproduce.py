@@ -13,43 +13,12 @@ import pandas as pd
 import pytest
 
 from attncoda import AttncodaError
-from attncoda.capture.train import train_tiny
 from attncoda.cli import main
 from attncoda.experiments.collapse import collapse, collapse_from_stats, stats_frames
 from attncoda.run.reproduce import plan, reproduce, run_config
-from tiny_runs import TINY_SETTINGS
+from tiny_runs import TINY_SETTINGS, assert_same_tables, done_units, run_tables
 
 SETTINGS = TINY_SETTINGS
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> list[str]:
-    folder = tmp_path_factory.mktemp("series") / "tt"
-    train_tiny(folder, steps=16, size="tiny", progress=False)
-    return [str(folder / "step8"), str(folder / "step16")]
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, models) -> Path:
-    out = tmp_path_factory.mktemp("runs") / "whole"
-    result = reproduce(models, out, settings=SETTINGS, progress=False)
-    assert result.ran == len(result.units) and result.skipped == 0
-    return out
-
-
-def _tables(out: Path) -> dict[str, pd.DataFrame]:
-    return {p.name: pd.read_parquet(p) for p in sorted((out / "tables").glob("*.parquet"))}
-
-
-def _assert_same_tables(a: Path, b: Path) -> None:
-    left, right = _tables(a), _tables(b)
-    assert sorted(left) == sorted(right)
-    for name in left:
-        pd.testing.assert_frame_equal(left[name], right[name], check_exact=True, obj=name)
-
-
-def _done(out: Path) -> int:
-    return len(list((out / "units").glob("*/*/_done.json"))) if (out / "units").exists() else 0
 
 
 def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupted):
@@ -70,7 +39,7 @@ def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupte
         "predictor/train-tiny@step0",
         "predictor/train-tiny@step16",
     ]
-    tables = _tables(uninterrupted)
+    tables = run_tables(uninterrupted)
     for name in ("flips", "cluster", "safety", "predictor", "prune", "collapse", "units"):
         assert f"{name}.parquet" in tables
     units_table = tables["units.parquet"]
@@ -99,15 +68,15 @@ def test_sigkill_partway_then_resume_gives_identical_tables(tmp_path, models, un
     for kill_after in (2, 9, 14):  # inside the first model, the second, the series
         proc = subprocess.Popen([sys.executable, "-c", script])
         deadline = time.monotonic() + 120
-        while _done(out) < kill_after and proc.poll() is None and time.monotonic() < deadline:
+        while done_units(out) < kill_after and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         proc.kill()  # SIGKILL: no handler runs, files may be half-written
         proc.wait()
-        assert _done(out) < total, "the run finished before it was killed"
+        assert done_units(out) < total, "the run finished before it was killed"
     assert not (out / "tables").exists()
     result = reproduce(models, out, settings=SETTINGS, progress=False)
     assert result.skipped >= 14 and result.ran == total - result.skipped
-    _assert_same_tables(out, uninterrupted)
+    assert_same_tables(out, uninterrupted)
 
 
 def test_rerun_skips_everything_and_keeps_tables(tmp_path, models, uninterrupted):

@@ -9,16 +9,20 @@ and ``DIR/report.html`` is rendered from the tables alone.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.run.units import EXPERIMENTS, MODEL_EXPERIMENTS, run_unit, split_spec
-from attncoda.store.runs import NO_REVISION, RunStore, Unit
+from attncoda.store.lock import writer_lock
+from attncoda.store.runs import DONE, NO_REVISION, RunStore, Unit
 
 #: Settings of each scale. ``demo`` fits a 2-core CPU in minutes; ``full`` is what the
 #: README's results were measured with. Both read 128-token windows for the recorded rows,
@@ -273,11 +277,39 @@ def reproduce(
     )
     root = store.root
     skipped = len(units) - len(todo)
-    _run_in_process(units, config, root, store, progress)
-    path = finalise(store, units, report=report)
+    with writing(store, "reproduce"):
+        _run_in_process(units, config, root, store, progress)
+        path = finalise(store, units, report=report)
     if progress:
         print(f"reproduce: {len(todo)} units run, {skipped} already finished", file=sys.stderr)
     return ReproduceResult(out=root, report=path, units=units, ran=len(todo), skipped=skipped)
+
+
+@contextlib.contextmanager
+def writing(store: RunStore, command: str) -> Iterator[None]:
+    """Be the one writer of ``store``'s folder inside the block, and end cleanly on a signal.
+
+    Holds the folder's writer lock (a second writer is refused, a stale lock taken over).
+    SIGTERM is turned into ``KeyboardInterrupt`` (as Ctrl-C is), so the unit in progress is
+    abandoned, its partial folder cleared, and the lock released: the next run resumes.
+    """
+    handler = None
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with writer_lock(store.root, command):
+            try:
+                yield
+            except KeyboardInterrupt:
+                store.clear_unfinished()
+                raise
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def _run_in_process(
@@ -294,6 +326,9 @@ def _run_in_process(
             if store.is_done(unit):
                 _say(bar, f"{head}: finished earlier, skipped")
             else:
+                damage = store.damage(unit) if (store.unit_dir(unit) / DONE).is_file() else None
+                if damage:
+                    _say(bar, f"{head}: its files do not match _done.json ({damage}), redone")
                 if bar is not None:
                     bar.set_postfix_str(unit.key)
                 start = time.perf_counter()

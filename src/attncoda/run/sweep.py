@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.run.reproduce import ReproduceResult, finalise, open_run
+from attncoda.run.reproduce import ReproduceResult, finalise, open_run, writing
 from attncoda.run.units import EXPERIMENTS, split_spec
 from attncoda.store.runs import NO_REVISION, Unit
 
@@ -173,18 +173,19 @@ def sweep(
     root = store.root
     skipped = len(units) - len(todo)
     log = _Progress(len(todo), progress)
-    try:
-        if not todo:
-            failed = {}
-        elif ray_address is None and ray_local is None:
-            failed = _run_in_process(todo, config, root, int(retries), log)
-        else:
-            failed = _run_on_ray(
-                todo, config, root, int(retries), log, address=ray_address, local=ray_local
-            )
-    finally:
-        log.close()
-    path = finalise(store, units, report=report, failed=failed)
+    with writing(store, "sweep"):
+        try:
+            if not todo:
+                failed = {}
+            elif ray_address is None and ray_local is None:
+                failed = _run_in_process(todo, config, root, int(retries), log)
+            else:
+                failed = _run_on_ray(
+                    todo, config, root, int(retries), log, address=ray_address, local=ray_local
+                )
+        finally:
+            log.close()
+        path = finalise(store, units, report=report, failed=failed)
     if progress:
         print(
             f"sweep: {len(todo) - len(failed)} units run, {skipped} already finished, "

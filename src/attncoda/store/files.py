@@ -6,6 +6,7 @@ over the target (``os.replace`` is atomic on POSIX and Windows within one filesy
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -19,7 +20,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically; create the parent folder if needed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        _refuse_full(exc, target, len(data))
+        raise
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -28,10 +33,23 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             os.fchmod(handle.fileno(), 0o666 & ~_UMASK)
             os.fsync(handle.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        _refuse_full(exc, target, len(data))
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _refuse_full(exc: OSError, target: Path, size: int) -> None:
+    """A full disk (or quota) as one clear error; other OSErrors go on as they are."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise AttncodaError(
+            f"no space left on the device for {str(target)!r} ({size} bytes): free some "
+            f"space and rerun; nothing half-written was kept"
+        ) from None
 
 
 def _read_umask() -> int:

@@ -5,7 +5,9 @@ Layout of a run folder ``DIR``::
     DIR/manifest.json                          config, package versions, model facts
     DIR/units/<experiment>/<model>@<revision>/ one partition per unit:
         <table>.parquet ...                    the unit's tables
-        _done.json                             written last: the unit is finished
+        _done.json                             written last: the unit is finished, with
+                                               the size and sha256 of each of its files
+    DIR/.lock                                  the writer's pid and host while it runs
     DIR/tables/<table>.parquet                 the union of every unit's partition
 
 A *unit* is ``(model, revision, experiment)``. Every file is written atomically (a temporary
@@ -20,6 +22,7 @@ the differing keys.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -133,7 +136,18 @@ class RunStore:
             raise AttncodaError(f"--out {str(self.root)!r} is a file: give a folder")
         manifest_path = self.root / MANIFEST
         if manifest_path.is_file():
-            stored = read_json(manifest_path)
+            try:
+                stored = read_json(manifest_path)
+            except AttncodaError as exc:
+                raise AttncodaError(
+                    f"the run manifest {str(manifest_path)!r} is corrupt ({exc}): move the "
+                    f"folder aside, or give another --out"
+                ) from None
+            if not isinstance(stored, dict):
+                raise AttncodaError(
+                    f"the run manifest {str(manifest_path)!r} is corrupt (not a JSON object): "
+                    f"move the folder aside, or give another --out"
+                )
             if stored.get("command") != command:
                 raise AttncodaError(
                     f"{str(self.root)!r} holds a run of {stored.get('command')!r}, not "
@@ -164,14 +178,38 @@ class RunStore:
         return self.root / "units" / unit.folder
 
     def is_done(self, unit: Unit) -> bool:
-        """Whether ``unit`` finished (its ``_done.json`` exists and names it)."""
+        """Whether ``unit`` finished: its ``_done.json`` names it and every file it lists
+        has the recorded size and sha256 (see :meth:`damage`)."""
         path = self.unit_dir(unit) / DONE
         if not path.is_file():
             return False
         try:
-            return read_json(path).get("unit") == [unit.experiment, unit.model, unit.revision]
+            done = read_json(path)
         except AttncodaError:
             return False
+        if done.get("unit") != [unit.experiment, unit.model, unit.revision]:
+            return False
+        return self.damage(unit, done) is None
+
+    def damage(self, unit: Unit, done: Mapping[str, Any] | None = None) -> str | None:
+        """Why a finished unit's files cannot be trusted (a file missing, truncated or
+        changed since ``_done.json`` recorded it), or None when they all match."""
+        folder = self.unit_dir(unit)
+        if done is None:
+            try:
+                done = read_json(folder / DONE)
+            except AttncodaError as exc:
+                return str(exc)
+        for name, want in dict(done.get("files", {})).items():
+            file = folder / name
+            if not file.is_file():
+                return f"{name} is missing"
+            size = file.stat().st_size
+            if size != want.get("bytes"):
+                return f"{name} has {size} bytes, {want.get('bytes')} were written"
+            if _sha256(file) != want.get("sha256"):
+                return f"{name} changed since it was written (sha256 differs)"
+        return None
 
     def begin(self, unit: Unit) -> Path:
         """Clear what an interrupted attempt at ``unit`` left, and return its folder."""
@@ -180,6 +218,16 @@ class RunStore:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         return folder
+
+    def clear_unfinished(self) -> list[Path]:
+        """Remove every unit folder without a ``_done.json`` (what an interrupted run left);
+        return them."""
+        cleared = []
+        for done_parent in sorted((self.root / "units").glob("*/*")):
+            if done_parent.is_dir() and not (done_parent / DONE).is_file():
+                shutil.rmtree(done_parent)
+                cleared.append(done_parent)
+        return cleared
 
     def finish(
         self,
@@ -199,11 +247,17 @@ class RunStore:
             if not _TABLE_NAME.fullmatch(name):
                 raise AttncodaError(f"table name {name!r} must be lower_snake_case")
             write_table(_keyed(frame, unit), folder / f"{name}.parquet")
+        files = {
+            p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+            for p in sorted(folder.iterdir())
+            if p.is_file() and p.name != DONE and not p.name.startswith(".")
+        }
         return atomic_write_json(
             folder / DONE,
             {
                 "unit": [unit.experiment, unit.model, unit.revision],
                 "tables": sorted(tables),
+                "files": files,
                 "facts": dict(facts or {}),
             },
         )
@@ -251,6 +305,22 @@ class RunStore:
         """Add what was learnt while running (model facts per unit) to the manifest."""
         self.manifest = {**self.manifest, **_plain(facts)}
         return atomic_write_json(self.root / MANIFEST, self.manifest)
+
+
+_HASHES: dict[tuple[str, int, int], str] = {}
+
+
+def _sha256(path: Path) -> str:
+    """The file's sha256, remembered per (path, size, mtime) within the process."""
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHES:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        _HASHES[key] = digest.hexdigest()
+    return _HASHES[key]
 
 
 def _keyed(frame: Any, unit: Unit) -> Any:

@@ -1,0 +1,26 @@
+"""Fixtures of the run tests: two tiny checkpoints as models, and one uninterrupted run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attncoda.capture.train import train_tiny
+from attncoda.run.reproduce import reproduce
+from tiny_runs import TINY_SETTINGS
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> list[str]:
+    folder = tmp_path_factory.mktemp("series") / "tt"
+    train_tiny(folder, steps=16, size="tiny", progress=False)
+    return [str(folder / "step8"), str(folder / "step16")]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, models) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "whole"
+    result = reproduce(models, out, settings=TINY_SETTINGS, progress=False)
+    assert result.ran == len(result.units) and result.skipped == 0
+    return out
