@@ -46,6 +46,8 @@ __all__ = [
 ATTENTION_NAME = "attncoda"
 #: Float statistics per (batch, head, query_pos), in the order of :func:`row_statistics`.
 STATISTICS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
+#: Integer counts per (batch, head, query_pos): keys, sink keys, keys of probability 0.
+COUNTS = ("n_keys", "n_sink", "n_zero")
 
 _ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
     "attncoda_recorder", default=None
@@ -366,7 +368,9 @@ def row_statistics(
         Log-probabilities ``(batch, head, query_pos, key_pos)``; used as scratch (entries
         off the visible keys are set to 0 in place).
     visible : torch.Tensor
-        bool ``(batch, 1, query_pos, key_pos)``: keys each query attends to.
+        bool ``(batch, 1, query_pos, key_pos)`` (or one mask per head, ``(batch, head,
+        query_pos, key_pos)``): keys each query attends to. A visible key whose
+        log-probability is ``-inf`` is left out of its row and counted in ``n_zero``.
     sink : torch.Tensor
         bool ``(batch, key_pos)``: the sink keys of each document.
     probs : torch.Tensor, optional
@@ -377,7 +381,7 @@ def row_statistics(
     -------
     dict
         ``(batch, head, query_pos)`` tensors: ``n_keys``, ``n_sink`` (int64 ``n`` and
-        ``k``), ``sink_mass`` ``s``, ``entropy`` ``H(p)``, ``content_entropy`` ``H(q)``
+        ``k``), ``n_zero`` (int64: visible keys of probability exactly 0, left out), ``sink_mass`` ``s``, ``entropy`` ``H(p)``, ``content_entropy`` ``H(q)``
         with ``q = p_C/(1-s)``, ``within_sink_entropy`` ``H(p_S/s)`` and ``sink_balance``
         ``sqrt(k m / n) (mean_S log p - mean_C log p)`` (float64). Rows without content
         (``m == 0``) or without a visible sink (``k == 0``) get 0.0 where a quantity is
@@ -386,7 +390,14 @@ def row_statistics(
     f64 = torch.float64
     batch, heads, queries, keys = log_rows.shape
     shape = (batch, heads, queries)
-    visible = visible.expand(batch, 1, queries, keys)
+    visible = visible.expand(batch, visible.shape[1], queries, keys)
+    # A visible key whose log-probability is -inf (its probability is exactly 0: a score of
+    # -inf, or an underflow) has no place in a composition: it leaves the row, per head,
+    # and is counted, so no statistic becomes NaN.
+    zero = visible & torch.isneginf(log_rows)
+    n_zero = zero.sum(-1)
+    if bool(n_zero.any()):
+        visible = visible & ~zero
     if probs is None or probs.dtype != log_rows.dtype:
         probs = log_rows.exp().masked_fill(~visible, 0.0)
     # Off the visible keys the logs become 0 (in place: the caller's rows are scratch), so
@@ -399,7 +410,7 @@ def row_statistics(
     content_mass = torch.matmul(probs, content_cols)[..., 0].to(f64)
     # The sink columns (few): gathered once; the rest derives from them.
     index, valid = _sink_columns(sink)
-    cols = index[:, None, None, :].expand(batch, 1, queries, index.shape[1])
+    cols = index[:, None, None, :].expand(batch, visible.shape[1], queries, index.shape[1])
     in_sink = torch.gather(visible, -1, cols) & valid[:, None, None, :]
     cols = cols.expand(batch, heads, -1, -1)
     sink_logs = torch.gather(logs, -1, cols).to(f64).masked_fill(~in_sink, 0.0)
@@ -433,6 +444,7 @@ def row_statistics(
     return {
         "n_keys": n,
         "n_sink": k,
+        "n_zero": n_zero.expand(shape),
         "sink_mass": sink_mass / total,
         "entropy": torch.log(total) - plogp / total,
         "content_entropy": torch.where(has_content, content_entropy, 0.0),
@@ -518,8 +530,8 @@ class Recorder:
             self.stats.append({})
             return len(self.stats) - 1
         layer = {name: torch.zeros(batch, heads, q_len, dtype=torch.float64) for name in STATISTICS}
-        layer["n_keys"] = torch.zeros(batch, heads, q_len, dtype=torch.int64)
-        layer["n_sink"] = torch.zeros(batch, heads, q_len, dtype=torch.int64)
+        for name in COUNTS:
+            layer[name] = torch.zeros(batch, heads, q_len, dtype=torch.int64)
         self.stats.append(layer)
         n_real = self.query_real.sum(-1).tolist()
         self.rows.append(

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .._errors import AttncodaError
-from .attention import STATISTICS, Recorder, routable, routed, unroutable_message
+from .attention import COUNTS, STATISTICS, Recorder, routable, routed, unroutable_message
 from .sinks import auto_sinks, parse_sink, resolve_sinks
 
 __all__ = [
@@ -99,6 +99,10 @@ class Capture:
         user handed to :func:`attncoda.capture.given.from_attentions`.
     n_floored : int
         Probabilities clipped to the dtype's tiny under ``zeros="floor"``.
+    n_zero_keys : int
+        Visible keys whose log-probability was ``-inf`` (a score of ``-inf``, or a
+        probability that underflowed to 0), summed over rows: each was left out of its
+        row's composition (and of ``n_keys``), so no statistic is NaN.
     bos_token_id : int or None
         The BOS id prepended to every document, None when none was.
     block_size, seed : int
@@ -128,6 +132,7 @@ class Capture:
     zeros: str
     model_class: str
     n_floored: int
+    n_zero_keys: int
     bos_token_id: int | None
     block_size: int
     seed: int
@@ -566,7 +571,7 @@ def _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about: dict[
     query_mask = torch.arange(width)[None, :] < lengths[:, None]
     keep = query_mask[:, None, None, :]
     stats = {}
-    for name in (*STATISTICS, "n_keys", "n_sink"):
+    for name in (*STATISTICS, *COUNTS):
         stacked = torch.stack([layer[name] for layer in rec.stats], dim=1)
         stats[name] = torch.where(keep, _to_real(stacked, offsets, width), 0)
     has_sink = (stats["n_sink"] > 0) & keep
@@ -600,6 +605,7 @@ def _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about: dict[
     arrays: dict[str, Any] = {name: stats[name].numpy() for name in (*STATISTICS, "n_keys")}
     return Capture(
         **arrays,
+        n_zero_keys=int(stats["n_zero"].sum()),
         has_content=has_content.numpy(),
         has_sink=has_sink.numpy(),
         query_mask=query_mask.numpy(),
@@ -635,7 +641,7 @@ def _concatenate(parts: Sequence[Capture]) -> Capture:
             merged[f.name] = tuple(v for value in values for v in value)
         elif f.name == "n_tokens":
             merged[f.name] = np.concatenate(values)
-        elif f.name == "n_floored":
+        elif f.name in ("n_floored", "n_zero_keys"):
             merged[f.name] = sum(values)
         elif f.name == "causal":
             merged[f.name] = all(values)
