@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attncoda._errors import AttncodaError
+from attncoda.cli_args import Parser, validate
 
 METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
 
@@ -440,7 +441,7 @@ def _one_source(models: Sequence[str], files: Sequence[str] | None, command: str
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every ``attncoda`` command."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="attncoda",
         description="Attention rows as compositional data: exact sink/content splits.",
     )
@@ -589,6 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attncoda`` console script."""
     args = build_parser().parse_args(argv)
     try:
+        validate(args)
         return int(args.func(args))
     except AttncodaError as exc:
         print(f"attncoda: error: {exc}", file=sys.stderr)

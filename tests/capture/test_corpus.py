@@ -232,29 +232,35 @@ def test_load_corpus_and_corpus_source_for_a_file(tmp_path):
 
 def test_read_corpus_missing_path(tmp_path):
     path = tmp_path / "nope.txt"
-    with raises(f"Corpus path '{path}' does not exist."):
+    with raises(
+        f"corpus path '{path}' does not exist: give a .txt or .jsonl file, or a folder of them"
+    ):
         read_corpus(path)
 
 
 def test_load_corpus_unknown_spec_is_a_missing_path():
-    with raises("Corpus path 'embeded' does not exist."):
+    with raises(
+        "corpus path 'embeded' does not exist: give a .txt or .jsonl file, or a folder of them"
+    ):
         load_corpus("embeded")
 
 
 def test_read_corpus_rejects_other_extensions(tmp_path):
     csv = tmp_path / "table.csv"
     csv.write_text("a,b\n", encoding="utf-8")
-    with raises(f"Corpus file '{csv}' has '.csv'; accepted: .txt, .jsonl."):
+    with raises(f"corpus file '{csv}' has '.csv'; accepted: .txt, .jsonl"):
         read_corpus(csv)
     bare = tmp_path / "README"
     bare.write_text("text\n", encoding="utf-8")
-    with raises(f"Corpus file '{bare}' has no extension; accepted: .txt, .jsonl."):
+    with raises(f"corpus file '{bare}' has no extension; accepted: .txt, .jsonl"):
         read_corpus(bare)
 
 
 def test_read_corpus_folder_without_corpus_files(tmp_path):
     (tmp_path / "table.csv").write_text("a,b\n", encoding="utf-8")
-    with raises(f"Corpus folder '{tmp_path}' holds no .txt or .jsonl file."):
+    with raises(
+        f"corpus folder '{tmp_path}' holds no .txt or .jsonl file: add one, or give a file"
+    ):
         read_corpus(tmp_path)
 
 
@@ -265,44 +271,46 @@ def test_read_corpus_folder_without_corpus_files(tmp_path):
 def test_read_corpus_empty_files(tmp_path, name, content):
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
-    with raises(f"Corpus file '{path}' holds no document."):
+    with raises(f"corpus file '{path}' holds no document: give a file with some text"):
         read_corpus(path)
 
 
 @pytest.mark.parametrize(
     ("line", "problem"),
     [
-        ("not json", "is not valid JSON: Expecting value."),
-        ('{"text": "unterminated', "is not valid JSON: Unterminated string starting at."),
-        ('["a list"]', "is not a JSON object."),
-        ('{"title": "no text"}', "has no 'text' (a non-empty string)."),
-        ('{"text": "  "}', "has no 'text' (a non-empty string)."),
-        ('{"text": 3}', "has no 'text' (a non-empty string)."),
-        ('{"id": 3, "text": "t"}', "has an 'id' that is not a non-empty string."),
-        ('{"id": "", "text": "t"}', "has an 'id' that is not a non-empty string."),
-        ('{"title": ["t"], "text": "t"}', "has a 'title' that is not a string."),
-        ('{"id": "first", "text": "t"}', "repeats the document id 'first'."),
+        ("not json", "is not valid JSON: Expecting value"),
+        ('{"text": "unterminated', "is not valid JSON: Unterminated string starting at"),
+        ('["a list"]', "is not a JSON object"),
+        ('{"title": "no text"}', "has no 'text' (a non-empty string)"),
+        ('{"text": "  "}', "has no 'text' (a non-empty string)"),
+        ('{"text": 3}', "has no 'text' (a non-empty string)"),
+        ('{"id": 3, "text": "t"}', "has an 'id' that is not a non-empty string"),
+        ('{"id": "", "text": "t"}', "has an 'id' that is not a non-empty string"),
+        ('{"title": ["t"], "text": "t"}', "has a 'title' that is not a string"),
+        ('{"id": "first", "text": "t"}', "repeats the document id 'first'"),
     ],
 )
 def test_read_jsonl_bad_line_names_file_and_line(tmp_path, line, problem):
     path = tmp_path / "bad.jsonl"
     good = json.dumps({"id": "first", "text": "Fine."})
     path.write_text(f"{good}\n\n{line}\n{good}\n", encoding="utf-8")
-    with raises(f"Corpus file '{path}' line 3 {problem}"):
+    with raises(f"corpus file '{path}' line 3 {problem}"):
         read_corpus(path)
 
 
 def test_read_corpus_duplicate_ids_across_files(tmp_path):
     (tmp_path / "a.txt").write_text("One.\n", encoding="utf-8")
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": "Two."}) + "\n", encoding="utf-8")
-    with raises(f"Document id 'a:0' occurs twice in corpus '{tmp_path}'."):
+    with raises(f"document id 'a:0' occurs twice in corpus '{tmp_path}'"):
         read_corpus(tmp_path)
 
 
 def test_read_corpus_rejects_non_utf8(tmp_path):
     path = tmp_path / "latin.txt"
     path.write_bytes("Caf\xe9.".encode("latin-1"))
-    with raises(f"Corpus file '{path}' is not UTF-8 text: invalid continuation byte."):
+    with raises(
+        f"corpus file '{path}' is not UTF-8 text (invalid continuation byte): give a text file"
+    ):
         read_corpus(path)
 
 
@@ -313,16 +321,16 @@ def test_read_corpus_rejects_non_utf8(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"max_tokens": 0}, "max_tokens must be a positive integer, got 0."),
-        ({"max_tokens": -5}, "max_tokens must be a positive integer, got -5."),
-        ({"max_tokens": 8, "min_tokens": 0}, "min_tokens must be a positive integer, got 0."),
+        ({"max_tokens": 0}, "max_tokens must be a positive integer, got 0"),
+        ({"max_tokens": -5}, "max_tokens must be a positive integer, got -5"),
+        ({"max_tokens": 8, "min_tokens": 0}, "min_tokens must be a positive integer, got 0"),
         (
             {"max_tokens": 8},
-            "max_tokens=8 is smaller than min_tokens=16; raise max_tokens or lower min_tokens.",
+            "max_tokens=8 is smaller than min_tokens=16; raise max_tokens or lower min_tokens",
         ),
         (
             {"max_tokens": 32, "n_windows": 0},
-            "n_windows must be a positive integer or None, got 0.",
+            "n_windows must be a positive integer or None, got 0",
         ),
     ],
 )
@@ -334,7 +342,7 @@ def test_windows_argument_errors(kwargs, message):
 def test_windows_special_tokens_leave_no_room():
     tokenizer = WordTokenizer(prefix=(1,), suffix=(2,))
     with raises(
-        "max_tokens=2 leaves no room for text: the tokenizer adds 2 special tokens to each window."
+        "max_tokens=2 leaves no room for text: the tokenizer adds 2 special tokens to each window"
     ):
         windows([Document("a", _words(40))], tokenizer, max_tokens=2, min_tokens=1)
     # Without special tokens the same budget is fine.
@@ -345,13 +353,13 @@ def test_windows_special_tokens_leave_no_room():
 def test_windows_none_long_enough():
     docs = [Document("a", _words(5)), Document("b", _words(9))]
     with raises(
-        "No window reaches min_tokens=16: 2 documents, 14 tokens in all, the longest 9 tokens "
-        "plus 2 special tokens; lower min_tokens or give longer documents."
+        "no window reaches min_tokens=16: 2 documents, 14 tokens in all, the longest 9 tokens "
+        "plus 2 special tokens; lower min_tokens or give longer documents"
     ):
         windows(docs, WordTokenizer(prefix=(1,), suffix=(2,)), max_tokens=32)
     with raises(
-        "No window reaches min_tokens=16: 0 documents, 0 tokens in all, the longest 0 tokens "
-        "plus 0 special tokens; lower min_tokens or give longer documents."
+        "no window reaches min_tokens=16: 0 documents, 0 tokens in all, the longest 0 tokens "
+        "plus 0 special tokens; lower min_tokens or give longer documents"
     ):
         windows([], WordTokenizer(), max_tokens=32)
 
@@ -359,7 +367,7 @@ def test_windows_none_long_enough():
 def test_windows_special_tokens_inside_text_are_refused():
     with raises(
         "InsideTokenizer adds special tokens inside the text, not only around it; "
-        "pass add_special_tokens=False."
+        "pass add_special_tokens=False"
     ):
         windows([Document("a", _words(40))], InsideTokenizer(), max_tokens=32)
 
@@ -528,10 +536,10 @@ def test_batch_of_real_windows(minilm):
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
-        ((), {"padding_side": "middle"}, "padding_side must be 'right' or 'left', got 'middle'."),
-        ((), {"pad_token_id": None}, "pad_token_id must be an integer token id, got None."),
-        ((), {"pad_token_id": 1.0}, "pad_token_id must be an integer token id, got 1.0."),
-        (([],), {}, "batch() needs at least one window."),
+        ((), {"padding_side": "middle"}, "padding_side must be 'right' or 'left', got 'middle'"),
+        ((), {"pad_token_id": None}, "pad_token_id must be an integer token id, got None"),
+        ((), {"pad_token_id": 1.0}, "pad_token_id must be an integer token id, got 1.0"),
+        (([],), {}, "batch() needs at least one window"),
     ],
 )
 def test_batch_errors(args, kwargs, message):

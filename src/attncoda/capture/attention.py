@@ -381,8 +381,9 @@ def row_statistics(
     -------
     dict
         ``(batch, head, query_pos)`` tensors: ``n_keys``, ``n_sink`` (int64 ``n`` and
-        ``k``), ``n_zero`` (int64: visible keys of probability exactly 0, left out), ``sink_mass`` ``s``, ``entropy`` ``H(p)``, ``content_entropy`` ``H(q)``
-        with ``q = p_C/(1-s)``, ``within_sink_entropy`` ``H(p_S/s)`` and ``sink_balance``
+        ``k``), ``n_zero`` (int64: visible keys of probability exactly 0, left out),
+        ``sink_mass`` ``s``, ``entropy`` ``H(p)``, ``content_entropy`` ``H(q)`` with
+        ``q = p_C/(1-s)``, ``within_sink_entropy`` ``H(p_S/s)`` and ``sink_balance``
         ``sqrt(k m / n) (mean_S log p - mean_C log p)`` (float64). Rows without content
         (``m == 0``) or without a visible sink (``k == 0``) get 0.0 where a quantity is
         undefined; the caller masks them with ``n_keys - n_sink`` and ``n_sink``.

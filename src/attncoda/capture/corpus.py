@@ -197,13 +197,13 @@ def read_corpus(path: str | os.PathLike[str]) -> list[Document]:
         files = sorted(f for f in p.iterdir() if f.is_file() and _suffix(f) in ACCEPTED_SUFFIXES)
         if not files:
             raise AttncodaError(
-                f"Corpus folder '{p}' holds no {' or '.join(ACCEPTED_SUFFIXES)} file."
+                f"corpus folder '{p}' holds no {' or '.join(ACCEPTED_SUFFIXES)} file: add one, or give a file"
             )
         docs = [doc for f in files for doc in _read_file(f)]
     elif p.is_file():
         docs = _read_file(p)
     else:
-        raise AttncodaError(f"Corpus path '{p}' does not exist.")
+        raise AttncodaError(f"corpus path '{p}' does not exist: give a .txt or .jsonl file, or a folder of them")
     _check_unique_ids(docs, f"corpus '{p}'")
     return docs
 
@@ -296,18 +296,18 @@ def _read_file(p: Path) -> list[Document]:
     if suffix not in ACCEPTED_SUFFIXES:
         shown = f"'{suffix}'" if suffix else "no extension"
         raise AttncodaError(
-            f"Corpus file '{p}' has {shown}; accepted: {', '.join(ACCEPTED_SUFFIXES)}."
+            f"corpus file '{p}' has {shown}; accepted: {', '.join(ACCEPTED_SUFFIXES)}"
         )
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise AttncodaError(f"Corpus file '{p}' is not UTF-8 text: {err.reason}.") from None
+        raise AttncodaError(f"corpus file '{p}' is not UTF-8 text ({err.reason}): give a text file") from None
     if suffix == ".txt":
         docs = _parse_txt(text, p.stem)
     else:
         docs = _parse_jsonl(text, str(p), p.stem)
     if not docs:
-        raise AttncodaError(f"Corpus file '{p}' holds no document.")
+        raise AttncodaError(f"corpus file '{p}' holds no document: give a file with some text")
     return docs
 
 
@@ -323,24 +323,24 @@ def _parse_jsonl(text: str, name: str, stem: str) -> list[Document]:
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        where = f"Corpus file '{name}' line {line_no}"
+        where = f"corpus file '{name}' line {line_no}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise AttncodaError(f"{where} is not valid JSON: {err.msg}.") from None
+            raise AttncodaError(f"{where} is not valid JSON: {err.msg}") from None
         if not isinstance(record, dict):
-            raise AttncodaError(f"{where} is not a JSON object.")
+            raise AttncodaError(f"{where} is not a JSON object")
         body = record.get("text")
         if not isinstance(body, str) or not body.strip():
-            raise AttncodaError(f"{where} has no 'text' (a non-empty string).")
+            raise AttncodaError(f"{where} has no 'text' (a non-empty string)")
         doc_id = record.get("id", f"{stem}:{len(docs)}")
         title = record.get("title", "")
         if not isinstance(doc_id, str) or not doc_id:
-            raise AttncodaError(f"{where} has an 'id' that is not a non-empty string.")
+            raise AttncodaError(f"{where} has an 'id' that is not a non-empty string")
         if not isinstance(title, str):
-            raise AttncodaError(f"{where} has a 'title' that is not a string.")
+            raise AttncodaError(f"{where} has a 'title' that is not a string")
         if doc_id in seen:
-            raise AttncodaError(f"{where} repeats the document id '{doc_id}'.")
+            raise AttncodaError(f"{where} repeats the document id '{doc_id}'")
         seen.add(doc_id)
         docs.append(Document(doc_id, body, title))
     return docs
@@ -350,7 +350,7 @@ def _check_unique_ids(docs: Sequence[Document], where: str) -> None:
     seen: set[str] = set()
     for doc in docs:
         if doc.id in seen:
-            raise AttncodaError(f"Document id '{doc.id}' occurs twice in {where}.")
+            raise AttncodaError(f"document id '{doc.id}' occurs twice in {where}")
         seen.add(doc.id)
 
 
@@ -417,7 +417,7 @@ def windows(
     if max_tokens <= n_special:
         raise AttncodaError(
             f"max_tokens={max_tokens} leaves no room for text: the tokenizer adds {n_special} "
-            "special tokens to each window."
+            "special tokens to each window"
         )
     body = max_tokens - n_special
 
@@ -455,25 +455,25 @@ def windows(
     ]
     if not ordered:
         raise AttncodaError(
-            f"No window reaches min_tokens={min_tokens}: {len(docs)} documents, "
+            f"no window reaches min_tokens={min_tokens}: {len(docs)} documents, "
             f"{n_doc_tokens} tokens in all, the longest {longest} tokens plus {n_special} "
-            "special tokens; lower min_tokens or give longer documents."
+            "special tokens; lower min_tokens or give longer documents"
         )
     return ordered if n_windows is None else ordered[:n_windows]
 
 
 def _check_window_args(max_tokens: int, min_tokens: int, n_windows: int | None) -> None:
     if max_tokens <= 0:
-        raise AttncodaError(f"max_tokens must be a positive integer, got {max_tokens}.")
+        raise AttncodaError(f"max_tokens must be a positive integer, got {max_tokens}")
     if min_tokens <= 0:
-        raise AttncodaError(f"min_tokens must be a positive integer, got {min_tokens}.")
+        raise AttncodaError(f"min_tokens must be a positive integer, got {min_tokens}")
     if max_tokens < min_tokens:
         raise AttncodaError(
             f"max_tokens={max_tokens} is smaller than min_tokens={min_tokens}; "
-            "raise max_tokens or lower min_tokens."
+            "raise max_tokens or lower min_tokens"
         )
     if n_windows is not None and n_windows <= 0:
-        raise AttncodaError(f"n_windows must be a positive integer or None, got {n_windows}.")
+        raise AttncodaError(f"n_windows must be a positive integer or None, got {n_windows}")
 
 
 def _special_tokens(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -491,7 +491,7 @@ def _special_tokens(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
             return tuple(with_special[:lo]), tuple(with_special[lo + len(plain) :])
     raise AttncodaError(
         f"{type(tokenizer).__name__} adds special tokens inside the text, not only around it; "
-        "pass add_special_tokens=False."
+        "pass add_special_tokens=False"
     )
 
 
@@ -550,11 +550,11 @@ def batch(
     [[5, 6, 7], [0, 0, 8]]
     """
     if padding_side not in ("right", "left"):
-        raise AttncodaError(f"padding_side must be 'right' or 'left', got {padding_side!r}.")
+        raise AttncodaError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
     if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int):
-        raise AttncodaError(f"pad_token_id must be an integer token id, got {pad_token_id!r}.")
+        raise AttncodaError(f"pad_token_id must be an integer token id, got {pad_token_id!r}")
     if not windows:
-        raise AttncodaError("batch() needs at least one window.")
+        raise AttncodaError("batch() needs at least one window")
     width = max(w.n_tokens for w in windows)
     input_ids: list[list[int]] = []
     attention_mask: list[list[int]] = []
