@@ -47,15 +47,6 @@ KEYS = {
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> list[str]:
-    from attncoda.capture.train import train_tiny
-
-    folder = tmp_path_factory.mktemp("tiny") / "tt"
-    train_tiny(folder, steps=16, size="tiny", progress=False)
-    return [str(folder / "step8"), str(folder / "step16")]
-
-
-@pytest.fixture(scope="module")
 def reference(models, tmp_path_factory) -> Path:
     """The in-process reproduce run every sweep is compared with."""
     out = tmp_path_factory.mktemp("reference") / "run"
