@@ -196,3 +196,20 @@ def test_profile_and_flips_read_saved_attention(tmp_path, capsys):
 def test_attention_file_errors(argv, message, capsys):
     assert main(argv) == 2
     assert capsys.readouterr().err == f"attncoda: error: {message}\n"
+
+
+def test_a_short_text_is_profiled_whole(tmp_path, capsys):
+    """--docs is an upper bound: one paragraph gives one window, and the run says so."""
+    text = tmp_path / "one-paragraph.txt"
+    text.write_text("The river rose all night, and by dawn the fields were a lake.\n")
+    out = tmp_path / "p"
+    assert main(["profile", "minilm", "--text", str(text), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert (
+        "note: the corpus gives 1 window of up to 128 tokens (docs=32 asked for): using all "
+        "of them" in captured.err
+    )
+    assert "minilm: 1 window of up to 128 tokens" in captured.out
+    rows = pd.read_parquet(out / "rows.parquet")
+    assert set(rows["doc"]) == {0}
+    assert json.loads((out / "manifest.json").read_text())["config"]["corpus"]["windows"] == 1

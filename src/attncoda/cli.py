@@ -67,7 +67,8 @@ def _profile(args: argparse.Namespace) -> int:
     )
     n_docs = result.captured.capture.n_docs
     if given is None:
-        print(f"{name}: {n_docs} windows of up to {args.max_tokens} tokens, sink = {args.sink}")
+        windows = f"{n_docs} window{'s' if n_docs != 1 else ''}"
+        print(f"{name}: {windows} of up to {args.max_tokens} tokens, sink = {args.sink}")
     else:
         print(f"{name}: {n_docs} documents of given attention, sink = {args.sink}")
     _print_layers(result.layers)
