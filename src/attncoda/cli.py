@@ -173,6 +173,7 @@ def _train_tiny(args: argparse.Namespace) -> int:
 
     result = train_tiny(
         args.out,
+        task=args.task,
         steps=args.steps,
         seed=args.seed,
         size=args.size,
@@ -191,6 +192,20 @@ def _train_tiny(args: argparse.Namespace) -> int:
         result.steps, result.train_loss, result.val_loss, result.first_token_attention, strict=True
     ):
         print(f"{step:>6}  {tr:>10.3f}  {va:>8.3f}  " + " ".join(f"{a:.3f}" for a in att))
+    if result.bos_attention_non_trigger:
+        print("mean attention on <|bos|> per head, at trigger / non-trigger queries")
+        for step, trig, rest in zip(
+            result.steps,
+            result.bos_attention_trigger,
+            result.bos_attention_non_trigger,
+            strict=True,
+        ):
+            heads = [
+                f"L{layer}H{head} {t:.2f}/{n:.2f}"
+                for layer, (lt, ln) in enumerate(zip(trig, rest, strict=True))
+                for head, (t, n) in enumerate(zip(lt, ln, strict=True))
+            ]
+            print(f"{step:>6}  " + "  ".join(heads))
     print(f"{result.steps_per_second:.2f} steps/s; checkpoints in {result.out_dir}")
     return 0
 
@@ -517,14 +532,23 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", help="run folder (default: attncoda-out/sweep)")
     sw.set_defaults(func=_sweep)
 
+    from attncoda.capture.tasks import TASKS  # numpy only: no torch at parse time
+
     tt = sub.add_parser("train-tiny", help="train a small GPT-NeoX from scratch (checkpoints)")
     tt.add_argument("out", help="folder for the step<N> checkpoints")
-    tt.add_argument("--steps", type=int, default=1000)
+    tt.add_argument(
+        "--task",
+        default="text",
+        choices=TASKS,
+        help="text: the corpus; bigram-backcopy: the synthetic task on which a sink grows",
+    )
+    # None: the task's own default (TASK_DEFAULTS).
+    tt.add_argument("--steps", type=int, help="default: 1000 (text), 2000 (bigram-backcopy)")
     tt.add_argument("--seed", type=int, default=0)
-    tt.add_argument("--size", default="small", choices=("tiny", "small"))
-    tt.add_argument("--window", type=int, default=128)
-    tt.add_argument("--batch-size", type=int, default=16)
-    tt.add_argument("--lr", type=float, default=2e-3)
+    tt.add_argument("--size", choices=("tiny", "small"), help="default: small (text), tiny (task)")
+    tt.add_argument("--window", type=int, help="default: 128 (text), 64 (bigram-backcopy)")
+    tt.add_argument("--batch-size", type=int, help="default: 16 (text), 32 (bigram-backcopy)")
+    tt.add_argument("--lr", type=float, help="default: 2e-3 (text), 1e-2 (bigram-backcopy)")
     tt.add_argument("--threads", type=int, default=1)
     tt.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     tt.add_argument("--overwrite", action="store_true")
