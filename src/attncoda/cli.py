@@ -303,7 +303,7 @@ def _run_options_of(args: argparse.Namespace) -> dict:
     """The keyword arguments that ``reproduce`` and ``sweep`` share, from ``_run_options``."""
     settings = {
         key: getattr(args, key)
-        for key in ("rows_docs", "n_boot", "train_steps")
+        for key in ("rows_docs", "n_boot", "train_steps", "train_task")
         if getattr(args, key, None) is not None
     }
     return {
@@ -372,7 +372,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--series",
         help="checkpoint series of collapse: owner/name@step0,step512,... or a folder of "
-        "stepN checkpoints (default: a train-tiny series trained into OUT/series)",
+        "stepN checkpoints (default: a train-tiny series trained into OUT/series, on "
+        "--train-task)",
     )
     p.add_argument(
         "--experiments",
@@ -389,6 +390,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows-docs", type=int, help="windows whose full rows feed flips/cluster")
     p.add_argument("--n-boot", type=int, help="bootstrap resamples of the flip-rate CI")
     p.add_argument("--train-steps", type=int, help="steps of the default train-tiny series")
+    p.add_argument(
+        "--train-task",
+        choices=("bigram-backcopy", "text"),
+        help="task of the default train-tiny series: bigram-backcopy (a sink grows; the "
+        "default) or text (the corpus; no sink grows)",
+    )
     p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     p.add_argument("--sink", default="first", help="sink spec, as for profile")
     p.add_argument("--seed", type=int, default=0)

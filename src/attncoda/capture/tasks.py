@@ -29,7 +29,10 @@ Empirical View", ICLR.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +44,9 @@ __all__ = [
     "TASKS",
     "BigramBackcopy",
     "bos_attention",
+    "checkpoint_task",
     "task_tokenizer",
+    "task_windows",
 ]
 
 #: Name of the Bigram-Backcopy task (``train-tiny --task``).
@@ -234,3 +239,54 @@ def bos_attention(
         out_t.append([float(h[mask].mean()) for h in bos])
         out_n.append([float(h[~mask].mean()) for h in bos])
     return out_t, out_n
+
+
+def checkpoint_task(folder: str | os.PathLike[str] | None) -> BigramBackcopy | None:
+    """The task a ``train-tiny`` checkpoint folder was trained on, or ``None``.
+
+    ``None`` for anything that is not a local folder holding a Bigram-Backcopy checkpoint's
+    ``attncoda_train.json`` (a hub id, a text-task checkpoint, a pretrained model).
+    """
+    if folder is None:
+        return None
+    from attncoda.capture.train import CHECKPOINT_META
+
+    meta = Path(folder) / CHECKPOINT_META
+    try:
+        config = json.loads(meta.read_text(encoding="utf-8"))["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(config, dict) or config.get("task") != BIGRAM_BACKCOPY:
+        return None
+    return BigramBackcopy(**config["task_config"])
+
+
+def task_windows(task: BigramBackcopy, n: int, max_tokens: int | None = None) -> list[Any]:
+    """``n`` held-out sequences as corpus windows (``<|bos|>`` the one prefix token).
+
+    Parameters
+    ----------
+    task : BigramBackcopy
+    n : int
+        Windows; :meth:`BigramBackcopy.evaluation_sequences` gives them, the same for
+        every checkpoint and seed of a series.
+    max_tokens : int, optional
+        Cut each to its first ``max_tokens`` tokens (at most ``seq_len``).
+
+    Returns
+    -------
+    list of attncoda.capture.corpus.Window
+    """
+    from attncoda.capture.corpus import Window
+
+    length = task.seq_len if max_tokens is None else min(int(max_tokens), task.seq_len)
+    ids = task.evaluation_sequences(n)[:, :length]
+    return [
+        Window(
+            doc_id=f"{BIGRAM_BACKCOPY}-{i}",
+            index=0,
+            input_ids=tuple(int(t) for t in row),
+            n_prefix=1,
+        )
+        for i, row in enumerate(ids)
+    ]

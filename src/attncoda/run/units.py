@@ -326,11 +326,13 @@ def _train(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     s = config["settings"]
     result = train_tiny(
         root / "series" / "train-tiny",
+        task=s.get("train_task", "text"),
         steps=s["train_steps"],
         seed=config["seed"],
         size=s["train_size"],
         window=s["train_window"],
         batch_size=s["train_batch_size"],
+        lr=s.get("train_lr"),
         corpus=config["corpus"]["text"],
         threads=1,
         progress=False,
@@ -349,7 +351,27 @@ def _train(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
                     "first_token_attention": float(value),
                 }
             )
-    return {"train": pd.DataFrame(rows)}
+    heads = [
+        {
+            "step": int(step),
+            "layer": layer,
+            "head": head,
+            "bos_attention_trigger": float(t),
+            "bos_attention_non_trigger": float(n),
+        }
+        for step, trig, rest in zip(
+            result.steps,
+            result.bos_attention_trigger,
+            result.bos_attention_non_trigger,
+            strict=True,
+        )
+        for layer, (lt, ln) in enumerate(zip(trig, rest, strict=True))
+        for head, (t, n) in enumerate(zip(lt, ln, strict=True))
+    ]
+    tables = {"train": pd.DataFrame(rows)}
+    if heads:  # Bigram-Backcopy: active (trigger) versus dormant (non-trigger) heads
+        tables["train_heads"] = pd.DataFrame(heads)
+    return tables
 
 
 def series_windows(config: Mapping[str, Any], root: Path) -> list:
