@@ -129,12 +129,20 @@ def _safety(args: argparse.Namespace) -> int:
     from attncoda.run.conventions import run_safety
 
     out = _out(args, "safety", args.models)
-    table, _ = run_safety(_rows(args, args.models), out, n_bins=args.bins)
+    from attncoda.experiments.safety import safe_regions
+
+    table, _ = run_safety(
+        _rows(args, args.models), out, n_bins=args.bins, threshold=args.safe_threshold
+    )
     for row in table.itertuples(index=False):
         print(
             f"  {row.model:<20} {row.metric:<12} {row.bin_kind:<10} "
-            f"[{row.bin_low:.3g}, {row.bin_high:.3g})  flip rate {row.flip_rate:6.1%}"
+            f"[{row.bin_low:.3g}, {row.bin_high:.3g})  flip rate {row.flip_rate:6.1%} "
+            f"(95% bound {row.flip_rate_high:6.1%}){'  SAFE' if row.safe else ''}"
         )
+    regions = safe_regions(table)
+    for row in regions[regions["metric"] == "all"].itertuples(index=False):
+        print(f"{row.model}: {row.statement}")
     print(f"wrote {out / 'safety.parquet'}, {out / 'safety_grid.parquet'}, {out / 'safety.png'}")
     return 0
 
@@ -458,6 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
     sa = sub.add_parser("safety", help="flip rate by sink share and sink-mass gap")
     sa.add_argument("models", nargs="+")
     sa.add_argument("--bins", type=int, default=5)
+    sa.add_argument(
+        "--safe-threshold",
+        type=float,
+        default=0.05,
+        help="a bin is safe when its flip rate's upper 95%% bound is below this (default 0.05)",
+    )
     _corpus_options(sa, docs=16)
     sa.set_defaults(func=_safety)
 

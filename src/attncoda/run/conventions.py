@@ -103,9 +103,11 @@ def run_safety(
     n_bins: int = 5,
     tol: float = CAPTURE_TOL,
     flips_results: dict[str, Any] | None = None,
+    threshold: float = 0.05,
 ):
     """Flip rate binned by sink share of d_A² and by sink-mass gap; writes
-    ``safety.parquet``, ``safety_grid.parquet``, ``safety.png`` and ``manifest.json``."""
+    ``safety.parquet``, ``safety_grid.parquet``, ``safety.png`` and ``manifest.json``.
+    A bin is safe when its flip rate's upper 95% bound is below ``threshold``."""
     import pandas as pd
 
     from attncoda.experiments.safety import safety_map
@@ -119,6 +121,7 @@ def run_safety(
             n_bins=n_bins,
             tol=tol,
             flips_result=(flips_results or {}).get(m.rows.model),
+            threshold=threshold,
         )
         for m in models
     ]
@@ -127,7 +130,7 @@ def run_safety(
     write_table(table, out / "safety.parquet")
     write_table(grid, out / "safety_grid.parquet")
     plot_safety(grid, out / "safety.png")
-    _manifest(out, "safety", models, n_bins=n_bins, tol=tol)
+    _manifest(out, "safety", models, n_bins=n_bins, tol=tol, threshold=threshold)
     return table, grid
 
 

@@ -252,6 +252,7 @@ def _safety(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dic
         _model_rows(spec, unit.model, config).rows,
         n_bins=config["settings"]["safety_bins"],
         flips_result=_flips(unit, spec, config, root),
+        threshold=config["settings"].get("safe_threshold", 0.05),
     )
     return {"safety": result.table, "safety_grid": result.grid}
 
