@@ -405,16 +405,3 @@ def test_unknown_task_is_refused(tmp_path: Path) -> None:
     with pytest.raises(AttncodaError, match="unknown task 'copy'; accepted: 'text', "):
         train_tiny(tmp_path / "x", task="copy", steps=1)
     assert not (tmp_path / "x").exists()
-
-
-@pytest.mark.slow
-def test_default_task_series_grows_a_sink(tmp_path: Path) -> None:
-    """The issue's acceptance: the default series (about 80 s on one shared CPU thread)."""
-    result = train_tiny(tmp_path / "s", task="bigram-backcopy", progress=False)
-    first = np.array(result.bos_attention_non_trigger[0])
-    last = np.array(result.bos_attention_non_trigger[-1])
-    assert first.max() < 0.5
-    assert last.max() > 0.5
-    # and a dormant-active head: a sink at non-trigger queries, none at triggers
-    trigger_last = np.array(result.bos_attention_trigger[-1])
-    assert ((last > 0.5) & (trigger_last < 0.1)).any()

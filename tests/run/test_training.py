@@ -60,3 +60,34 @@ def test_collapse_on_a_task_series_reads_task_sequences_and_splits_exactly(tmp_p
         trained.checkpoints[0], ids
     )
     assert float(first_last["delta_entropy"].iloc[0]) == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def default_series(tmp_path_factory: pytest.TempPathFactory):
+    """The default Bigram-Backcopy series (about 80-150 s on one thread of a shared CPU)."""
+    folder = tmp_path_factory.mktemp("default") / "series"
+    return folder, train_tiny(folder, task="bigram-backcopy", progress=False)
+
+
+@pytest.mark.slow
+def test_a_sink_grows_on_the_default_series(default_series):
+    _, result = default_series
+    first = np.array(result.bos_attention_non_trigger[0])  # (layer, head)
+    last = np.array(result.bos_attention_non_trigger[-1])
+    assert first.max() < 0.5  # no head has a sink at initialisation
+    assert last.max() > 0.5  # at least one has one at the end
+    # and an active-dormant head: a sink at non-trigger queries, none at triggers
+    trigger_last = np.array(result.bos_attention_trigger[-1])
+    assert ((last > 0.5) & (trigger_last < 0.1)).any()
+
+
+@pytest.mark.slow
+def test_collapse_on_the_default_series_splits_exactly_and_the_sink_dominates(
+    default_series, tmp_path
+):
+    folder, _ = default_series
+    result = run_collapse(str(folder), tmp_path / "collapse", docs=16, max_tokens=64)
+    _assert_exact_split(result.table)
+    model = result.table.query("pair_kind == 'first_last' and level == 'model'").iloc[0]
+    # Measured 79% (README); a sink that grows must carry most of the drop.
+    assert model["delta_entropy"] < 0 and model["sink_share"] > 0.5
