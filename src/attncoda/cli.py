@@ -469,7 +469,6 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument(
         "--safe-threshold",
         type=float,
-        default=0.05,
         help="a bin is safe when its flip rate's upper 95%% bound is below this (default 0.05)",
     )
     _corpus_options(sa, docs=16)

@@ -31,7 +31,7 @@ _DEMO: dict[str, Any] = {
     "n_boot": 200,
     "clusters": 4,
     "safety_bins": 5,
-    "safe_threshold": 0.05,
+    "safe_threshold": None,  # None: attncoda.experiments.safety.DEFAULT_SAFE_THRESHOLD (5%)
     # The series of collapse: Bigram-Backcopy, where a sink grows ("text" when asked). None:
     # the task's own default (attncoda.capture.train.TASK_DEFAULTS).
     "train_task": "bigram-backcopy",

@@ -248,11 +248,12 @@ def _cluster(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> di
 def _safety(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     from attncoda.experiments.safety import safety_map
 
+    threshold = config["settings"].get("safe_threshold")  # None or absent: the default
     result = safety_map(
         _model_rows(spec, unit.model, config).rows,
         n_bins=config["settings"]["safety_bins"],
         flips_result=_flips(unit, spec, config, root),
-        threshold=config["settings"].get("safe_threshold", 0.05),
+        **({} if threshold is None else {"threshold": threshold}),
     )
     return {"safety": result.table, "safety_grid": result.grid}
 
