@@ -236,3 +236,15 @@ def test_the_process_cache_holds_one_model_at_a_time():
         assert sorted(run_units._CACHE) == [("load", "b"), ("series_windows", "a")]
     finally:
         run_units.clear_cache()
+
+
+def test_the_default_series_is_bigram_backcopy_and_text_is_asked_for():
+    default = run_config([], experiments=["collapse"])
+    assert default["series"]["task"] == "bigram-backcopy"
+    assert default["series"]["points"][-1][1] == "step2000"  # the task's default steps
+    text = run_config([], experiments=["collapse"], settings={"train_task": "text"})
+    assert text["series"]["task"] == "text"
+    assert text["series"]["points"][-1][1] == "step1000"
+    msg = "unknown train_task 'copy': use one of text, bigram-backcopy"
+    with pytest.raises(AttncodaError, match=msg):
+        run_config([], experiments=["collapse"], settings={"train_task": "copy"})
