@@ -1,7 +1,11 @@
 """Train a tiny Pythia-architecture model from scratch and save a checkpoint series.
 
 :func:`train_tiny` trains a GPT-NeoX model (rotary, parallel residual: Pythia's
-architecture) on the embedded corpus, on the CPU, and saves Hugging Face checkpoints in
+architecture) on the embedded corpus (``task="text"``) or on the synthetic Bigram-Backcopy
+task of :mod:`attncoda.capture.tasks` (``task="bigram-backcopy"``, on which a sink grows;
+fresh sequences every step, a word-level tokenizer, and per-head attention on ``<|bos|>`` at
+trigger and non-trigger queries in every checkpoint's record), on the CPU, and saves Hugging
+Face checkpoints in
 ``out_dir/step{N}`` folders on Pythia's log-spaced schedule (:func:`checkpoint_steps`). Such
 a folder is a *series*: the ``collapse`` experiment reads it, ordered by
 :func:`list_checkpoints`. Every checkpoint loads offline with
