@@ -364,12 +364,26 @@ def safety_section(ctx: Context) -> str:
         regions = safe_regions(binned)
     for label, g in groups(binned):
         if regions is not None:
-            mine = regions[
+            ours = regions[
                 (regions["model"] == g["model"].iloc[0])
                 & (regions["revision"] == g["revision"].iloc[0])
-                & (regions["metric"] == "all")
             ]
+            mine = ours[ours["metric"] == "all"]
             said = [f"{label}: {r}." for r in mine["statement"]]
+            # A metric may be safe somewhere even when not every metric is.
+            each = ours[(ours["metric"] != "all") & (ours["n_safe_bins"] > 0)]
+            said += [f"{label}, {r.metric} alone: {r.statement}." for r in each.itertuples()]
+            for kind in dict.fromkeys(ours["bin_kind"]):
+                none = ours[
+                    (ours["bin_kind"] == kind)
+                    & (ours["metric"] != "all")
+                    & (ours["n_safe_bins"] == 0)
+                ]
+                if len(none):
+                    said.append(
+                        f"{label}: no safe region of {_BIN_KINDS.get(kind, kind)} for "
+                        f"{', '.join(none['metric'])}."
+                    )
             parts.append(
                 '<div class="safe-region">'
                 + note(
