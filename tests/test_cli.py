@@ -65,7 +65,11 @@ def test_flips_cluster_safety(tmp_path, capsys):
 
 def test_predictor_fit_and_apply(tmp_path, capsys, tiny_llama):
     path = tmp_path / "predictor.json"
-    assert main(["predictor", "fit", "minilm", tiny_llama, "--docs", "2", "--out", str(path)]) == 0
+    # The leave-one-out interval needs at least 4 models: two task checkpoints join in.
+    series = tmp_path / "task"
+    assert main(["train-tiny", str(series), "--task", "bigram-backcopy", "--steps", "4"]) == 0
+    models = ["minilm", tiny_llama, str(series / "step0"), str(series / "step4")]
+    assert main(["predictor", "fit", *models, "--docs", "2", "--out", str(path)]) == 0
     assert json.loads(path.read_text())["training_models"]
     assert main(["predictor", "apply", str(path), "minilm", "--docs", "2"]) == 0
     printed = capsys.readouterr().out

@@ -140,12 +140,20 @@ def _safety(args: argparse.Namespace) -> int:
     from attncoda.run.conventions import run_safety
 
     out = _out(args, "safety", args.models)
-    table, _ = run_safety(_rows(args, args.models), out, n_bins=args.bins)
+    from attncoda.experiments.safety import safe_regions
+
+    table, _ = run_safety(
+        _rows(args, args.models), out, n_bins=args.bins, threshold=args.safe_threshold
+    )
     for row in table.itertuples(index=False):
         print(
             f"  {row.model:<20} {row.metric:<12} {row.bin_kind:<10} "
-            f"[{row.bin_low:.3g}, {row.bin_high:.3g})  flip rate {row.flip_rate:6.1%}"
+            f"[{row.bin_low:.3g}, {row.bin_high:.3g})  flip rate {row.flip_rate:6.1%} "
+            f"(95% bound {row.flip_rate_high:6.1%}){'  SAFE' if row.safe else ''}"
         )
+    regions = safe_regions(table)
+    for row in regions[regions["metric"] == "all"].itertuples(index=False):
+        print(f"{row.model}: {row.statement}")
     print(f"wrote {out / 'safety.parquet'}, {out / 'safety_grid.parquet'}, {out / 'safety.png'}")
     return 0
 
@@ -184,6 +192,7 @@ def _train_tiny(args: argparse.Namespace) -> int:
 
     result = train_tiny(
         args.out,
+        task=args.task,
         steps=args.steps,
         seed=args.seed,
         size=args.size,
@@ -202,6 +211,20 @@ def _train_tiny(args: argparse.Namespace) -> int:
         result.steps, result.train_loss, result.val_loss, result.first_token_attention, strict=True
     ):
         print(f"{step:>6}  {tr:>10.3f}  {va:>8.3f}  " + " ".join(f"{a:.3f}" for a in att))
+    if result.bos_attention_non_trigger:
+        print("mean attention on <|bos|> per head, at trigger / non-trigger queries")
+        for step, trig, rest in zip(
+            result.steps,
+            result.bos_attention_trigger,
+            result.bos_attention_non_trigger,
+            strict=True,
+        ):
+            heads = [
+                f"L{layer}H{head} {t:.2f}/{n:.2f}"
+                for layer, (lt, ln) in enumerate(zip(trig, rest, strict=True))
+                for head, (t, n) in enumerate(zip(lt, ln, strict=True))
+            ]
+            print(f"{step:>6}  " + "  ".join(heads))
     print(f"{result.steps_per_second:.2f} steps/s; checkpoints in {result.out_dir}")
     return 0
 
@@ -299,7 +322,7 @@ def _run_options_of(args: argparse.Namespace) -> dict:
     """The keyword arguments that ``reproduce`` and ``sweep`` share, from ``_run_options``."""
     settings = {
         key: getattr(args, key)
-        for key in ("rows_docs", "n_boot", "train_steps")
+        for key in ("rows_docs", "n_boot", "train_steps", "train_task")
         if getattr(args, key, None) is not None
     }
     return {
@@ -368,7 +391,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--series",
         help="checkpoint series of collapse: owner/name@step0,step512,... or a folder of "
-        "stepN checkpoints (default: a train-tiny series trained into OUT/series)",
+        "stepN checkpoints (default: a train-tiny series trained into OUT/series, on "
+        "--train-task)",
     )
     p.add_argument(
         "--experiments",
@@ -385,6 +409,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows-docs", type=int, help="windows whose full rows feed flips/cluster")
     p.add_argument("--n-boot", type=int, help="bootstrap resamples of the flip-rate CI")
     p.add_argument("--train-steps", type=int, help="steps of the default train-tiny series")
+    p.add_argument(
+        "--train-task",
+        choices=("bigram-backcopy", "text"),
+        help="task of the default train-tiny series: bigram-backcopy (a sink grows; the "
+        "default) or text (the corpus; no sink grows)",
+    )
     p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     p.add_argument("--sink", default="first", help="sink spec, as for profile")
     p.add_argument("--seed", type=int, default=0)
@@ -491,6 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
     sa = sub.add_parser("safety", help="flip rate by sink share and sink-mass gap")
     sa.add_argument("models", nargs="+")
     sa.add_argument("--bins", type=int, default=5)
+    sa.add_argument(
+        "--safe-threshold",
+        type=float,
+        help="a bin is safe when its flip rate's upper 95%% bound is below this (default 0.05)",
+    )
     _corpus_options(sa, docs=16)
     sa.set_defaults(func=_safety)
 
@@ -572,14 +607,23 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", help="run folder (default: attncoda-out/sweep)")
     sw.set_defaults(func=_sweep)
 
+    from attncoda.capture.tasks import TASKS  # numpy only: no torch at parse time
+
     tt = sub.add_parser("train-tiny", help="train a small GPT-NeoX from scratch (checkpoints)")
     tt.add_argument("out", help="folder for the step<N> checkpoints")
-    tt.add_argument("--steps", type=int, default=1000)
+    tt.add_argument(
+        "--task",
+        default="text",
+        choices=TASKS,
+        help="text: the corpus; bigram-backcopy: the synthetic task on which a sink grows",
+    )
+    # None: the task's own default (TASK_DEFAULTS).
+    tt.add_argument("--steps", type=int, help="default: 1000 (text), 2000 (bigram-backcopy)")
     tt.add_argument("--seed", type=int, default=0)
-    tt.add_argument("--size", default="small", choices=("tiny", "small"))
-    tt.add_argument("--window", type=int, default=128)
-    tt.add_argument("--batch-size", type=int, default=16)
-    tt.add_argument("--lr", type=float, default=2e-3)
+    tt.add_argument("--size", choices=("tiny", "small"), help="default: small (text), tiny (task)")
+    tt.add_argument("--window", type=int, help="default: 128 (text), 64 (bigram-backcopy)")
+    tt.add_argument("--batch-size", type=int, help="default: 16 (text), 32 (bigram-backcopy)")
+    tt.add_argument("--lr", type=float, help="default: 2e-3 (text), 1e-2 (bigram-backcopy)")
     tt.add_argument("--threads", type=int, default=1)
     tt.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     tt.add_argument("--overwrite", action="store_true")

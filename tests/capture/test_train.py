@@ -8,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -361,3 +362,46 @@ def test_corpus_of_other_items(tmp_path: Path) -> None:
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         train_tiny(tmp_path / "out", steps=1, corpus=["plain text"], **FAST)  # type: ignore[list-item]
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# The Bigram-Backcopy task
+
+TASK_FAST = {"task": "bigram-backcopy", "window": 16, "batch_size": 4, "progress": False}
+
+
+def test_task_series_is_deterministic_and_records_bos_attention(tmp_path: Path) -> None:
+    from attncoda.capture.models import load_model
+
+    a = train_tiny(tmp_path / "a", steps=4, seed=0, **TASK_FAST)
+    b = train_tiny(tmp_path / "b", steps=4, seed=0, **TASK_FAST)
+    c = train_tiny(tmp_path / "c", steps=4, seed=1, **TASK_FAST)
+    assert a.task == "bigram-backcopy" and a.steps == (0, 1, 2, 4)
+    for pa, pb in zip(a.checkpoints, b.checkpoints, strict=True):
+        _assert_same_weights(pa, pb)
+    assert not torch.equal(
+        _weights(a.checkpoints[-1])["gpt_neox.embed_in.weight"],
+        _weights(c.checkpoints[-1])["gpt_neox.embed_in.weight"],
+    )
+    # [checkpoint][layer][head]: the default "tiny" size has 2 layers of 4 heads.
+    assert len(a.bos_attention_non_trigger) == 4
+    assert all(
+        len(cp) == 2 and all(len(layer) == 4 for layer in cp) for cp in a.bos_attention_trigger
+    )
+    meta = json.loads((a.checkpoints[-1] / CHECKPOINT_META).read_text())
+    assert meta["config"]["task"] == "bigram-backcopy"
+    assert meta["config"]["task_config"]["n_triggers"] == 3
+    assert "corpus_sha256" not in meta["config"]
+    np.testing.assert_allclose(meta["bos_attention_trigger"], a.bos_attention_trigger[-1])
+    again = train_tiny(tmp_path / "a", steps=4, seed=0, **TASK_FAST)
+    assert not again.trained
+    assert again.bos_attention_non_trigger == a.bos_attention_non_trigger
+    model, tokenizer, info = load_model(str(a.checkpoints[-1]))
+    assert tokenizer("t3 t1")["input_ids"] == [0, 5, 3]
+    assert info.causal
+
+
+def test_unknown_task_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(AttncodaError, match="unknown task 'copy'; accepted: 'text', "):
+        train_tiny(tmp_path / "x", task="copy", steps=1)
+    assert not (tmp_path / "x").exists()

@@ -57,33 +57,63 @@ def test_fit_recovers_a_linear_law_and_records_what_it_was_fitted_on():
     np.testing.assert_allclose(predictor.coefficients, [COEF[f] for f in FEATURES], atol=1e-12)
     assert predictor.intercept == pytest.approx(0.05, abs=1e-12)
     assert predictor.residual_std == pytest.approx(0.0, abs=1e-12)
-    assert predictor.half_width == 0.05  # the floor
+    # An exact law: every left-out model is predicted exactly, so the interval has no width.
+    assert predictor.half_width == pytest.approx(0.0, abs=1e-12)
+    assert len(predictor.loo_residuals) == 6 and predictor.coverage == 0.8
     assert predictor.training_models == ("a", "b", "c", "d", "e", "f")
     assert predictor.training_range == ((0.05, 0.55), (0.02, 0.25), (0.10, 0.60))
     assert predictor.metrics == METRICS and predictor.target == "mean"
     assert predictor.version == attncoda.__version__
 
 
-def test_interval_is_two_residual_sigmas_with_a_floor():
-    predictor = fit_predictor(TRAIN, min_half_width=1e-4)
+def _loo_by_hand(rows):
+    """Leave-one-out residuals from a plain least-squares fit with an intercept column."""
+    x = np.array([[1.0, *r["features"].values()] for r in rows])
+    y = np.array([np.mean(list(r["flip_rates"].values())) for r in rows])
+    out = []
+    for i in range(len(rows)):
+        keep = np.arange(len(rows)) != i
+        beta = np.linalg.lstsq(x[keep], y[keep], rcond=None)[0]
+        out.append(y[i] - x[i] @ beta)
+    return np.array(out)
+
+
+def test_interval_comes_from_leave_one_out_residuals():
+    predictor = fit_predictor(TRAIN)
+    expected = _loo_by_hand(TRAIN)  # 5 points, 4 parameters: each refit is unique
+    # Standardised and raw least squares agree to rounding (condition numbers ~1e2).
+    np.testing.assert_allclose(predictor.loo_residuals, expected, rtol=0, atol=1e-10)
+    # n = 6, coverage 0.8: k = ceil(7 * 0.8) = 6, the largest |residual|.
+    assert predictor.half_width == pytest.approx(np.abs(expected).max(), abs=1e-10)
     assert predictor.residual_std is not None and predictor.residual_std > 0
-    assert predictor.half_width == pytest.approx(2 * predictor.residual_std)
-    wide = fit_predictor(TRAIN, min_half_width=0.2)
-    assert wide.half_width == 0.2
+    half = fit_predictor(TRAIN, coverage=0.5)  # k = ceil(3.5) = 4
+    assert half.half_width == pytest.approx(np.sort(np.abs(expected))[3], abs=1e-10)
 
 
-def test_two_training_models_give_the_floor_not_a_zero_width_interval():
-    predictor = fit_predictor(TRAIN[:2], features=("mean_sink_share",))
-    assert predictor.residual_std is None
-    assert predictor.half_width == 0.05
-    p = predictor.apply(TRAIN[0]["features"])
-    assert p.high - p.low == pytest.approx(0.1)
-    # Three features, two models: the minimum-norm fit still passes through both.
-    full = fit_predictor(TRAIN[:2])
-    for r in TRAIN[:2]:
+def test_too_few_models_for_the_interval_are_refused():
+    msg = "coverage=0.8 needs at least 4 training models; got 3: add models or lower coverage"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        fit_predictor(TRAIN[:3])
+    # Three features, four models: the minimum-norm fit still passes through all four.
+    full = fit_predictor(TRAIN[:4])
+    assert full.residual_std is None
+    for r in TRAIN[:4]:
         assert full.apply(r["features"]).point == pytest.approx(
             np.mean(list(r["flip_rates"].values())), abs=1e-12
         )
+
+
+def test_a_model_whose_rate_lies_outside_its_interval_fails(tmp_path):
+    from attncoda.run.conventions import apply_predictor
+
+    path = fit_predictor(TRAIN).to_json(tmp_path / "p.json")
+    inside = row("new", 0.25, 0.12, 0.33)
+    off = {**inside, "model": "off", "flip_rates": {m: 0.9 for m in METRICS}}
+    outside = row("far", 0.9, 0.12, 0.33)
+    outcomes = apply_predictor(path, [inside, off, outside])
+    assert [o["verdict"] for o in outcomes] == ["confirmed", "failed", "abstained"]
+    p = outcomes[1]["prediction"]
+    assert not p.abstained and not p.low <= 0.9 <= p.high
 
 
 def test_single_metric_target():
@@ -151,9 +181,14 @@ def test_inside_the_range_confirmed_or_failed():
 
 
 def test_interval_is_clipped_to_probabilities():
-    predictor = fit_predictor(TRAIN, min_half_width=0.5)
+    noisy = [
+        row(r["model"], *r["features"].values(), noise=n)
+        for r, n in zip(TRAIN, (0.3, -0.3, 0.2, -0.2, 0.3, -0.3), strict=True)
+    ]
+    predictor = fit_predictor(noisy)
     p = predictor.apply(TRAIN[0]["features"])
-    assert p.low == 0.0 and 0 < p.high < 1
+    assert p.point - predictor.half_width < 0  # the interval reaches below 0 ...
+    assert p.low == 0.0 and p.high == pytest.approx(p.point + predictor.half_width)  # ... clipped
 
 
 def test_verdict_and_apply_errors():
@@ -171,36 +206,39 @@ def test_verdict_and_apply_errors():
 
 
 def test_fit_errors():
-    msg = "a predictor needs at least 2 training models; got 1"
+    msg = (
+        "a predictor needs at least 3 training models (each is left out in turn to size the "
+        "interval); got 2"
+    )
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        fit_predictor(TRAIN[:1])
+        fit_predictor(TRAIN[:2])
     msg = "model 'a' appears twice among the training rows"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        fit_predictor([TRAIN[0], TRAIN[1], TRAIN[0]])
+        fit_predictor([TRAIN[0], TRAIN[1], TRAIN[2], TRAIN[0]])
     short = {**TRAIN[1], "flip_rates": {"tv": 0.2}}
     msg = (
         "model 'b' has flip rates for ['tv'], the first model for ['cosine', 'entropy_gap', "
         "'hellinger', 'jsd', 'tv']: every training row needs the same metrics"
     )
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        fit_predictor([TRAIN[0], short])
+        fit_predictor([TRAIN[0], short, *TRAIN[2:]])
     msg = "target must be 'mean' or one of the metrics cosine, jsd, entropy_gap, hellinger, tv"
     with pytest.raises(AttncodaError, match=re.escape(msg + "; got 'kl'")):
         fit_predictor(TRAIN, target="kl")
     lacking = {**TRAIN[1], "features": {"mean_sink_mass": 0.2, "std_sink_mass": 0.1}}
     msg = "model 'b' lacks the feature 'mean_sink_share'"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        fit_predictor([TRAIN[0], lacking])
+        fit_predictor([TRAIN[0], lacking, *TRAIN[2:]])
     nan_rate = {**TRAIN[1], "flip_rates": {**TRAIN[1]["flip_rates"], "jsd": float("nan")}}
     msg = "model 'b' has flip rate nan for 'jsd': not finite"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        fit_predictor([TRAIN[0], nan_rate])
+        fit_predictor([TRAIN[0], nan_rate, *TRAIN[2:]])
     msg = "training row 1 lacks the key 'flip_rates'"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        fit_predictor([TRAIN[0], {"model": "x", "features": {}}])
-    msg = "min_half_width must be a positive number; got 0"
+        fit_predictor([TRAIN[0], {"model": "x", "features": {}}, *TRAIN[2:]])
+    msg = "coverage must lie strictly between 0 and 1; got 1.0"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        fit_predictor(TRAIN, min_half_width=0)
+        fit_predictor(TRAIN, coverage=1.0)
 
 
 # --- malformed files ------------------------------------------------------------------------
@@ -235,13 +273,19 @@ def test_missing_key(frozen, key):
             "key 'coefficients' must be a list of 3 finite numbers; got [0.1, 0.2]",
         ),
         ("intercept", "0.1", "key 'intercept' must be a finite number; got '0.1'"),
-        ("interval_half_width", 0.0, "key 'interval_half_width' must be positive; got 0.0"),
+        ("interval_half_width", -0.1, "key 'interval_half_width' must be at least 0; got -0.1"),
+        ("coverage", 1.5, "key 'coverage' must lie strictly between 0 and 1; got 1.5"),
+        (
+            "loo_residuals",
+            [0.1],
+            "key 'loo_residuals' must be a list of 6 finite numbers; got [0.1]",
+        ),
         ("features", [], "key 'features' must be a non-empty list of strings; got []"),
         ("created", 5, "key 'created' must be a string; got 5"),
         (
             "kind",
             "other",
-            "key 'kind'/'format' must be 'attncoda.flip_rate_predictor'/1; got 'other'/1",
+            "key 'kind'/'format' must be 'attncoda.flip_rate_predictor'/2; got 'other'/2",
         ),
     ],
 )
@@ -249,6 +293,18 @@ def test_invalid_value(frozen, key, value, expected):
     path, data = frozen
     data[key] = value
     msg = f"invalid predictor file {str(path)!r}: {expected}"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        Predictor.from_json(rewrite(path, data))
+
+
+def test_a_format_1_file_with_a_hand_set_floor_is_refused(frozen):
+    path, data = frozen
+    data["format"] = 1
+    del data["coverage"], data["loo_residuals"]
+    msg = (
+        f"invalid predictor file {str(path)!r}: format 1 (an interval floor set by hand) is no "
+        "longer read; refit it with 'attncoda predictor fit' (leave-one-out interval)"
+    )
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         Predictor.from_json(rewrite(path, data))
 

@@ -260,3 +260,113 @@ def test_safety_figure_errors(mapped):
     msg = "the safety grid lacks the column 'flip_rate'"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         safety_figure(safety.grid.drop(columns="flip_rate"))
+
+
+# --- where it is safe -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 100), (3, 100), (50, 100), (100, 100), (7, 4000)])
+def test_flip_rate_interval_is_clopper_pearson(k, n):
+    from scipy.stats import binomtest
+
+    from attncoda.experiments.safety import flip_rate_interval
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    low, high = flip_rate_interval(k, n)
+    # Both are the same beta quantiles; scipy's two routes agree to ~1e-12.
+    assert low == pytest.approx(ci.low, abs=1e-9) and high == pytest.approx(ci.high, abs=1e-9)
+    assert flip_rate_interval(0, 0) == (0.0, 1.0)
+
+
+def test_bins_are_marked_safe_by_their_upper_bound(mapped):
+    from attncoda.experiments.safety import flip_rate_interval
+
+    safety = mapped[2]
+    t = safety.table
+    for r in t.itertuples(index=False):
+        low, high = flip_rate_interval(r.flips, r.n_triplets - r.n_ties)
+        assert (r.flip_rate_low, r.flip_rate_high) == (low, high)
+        assert r.safe == (r.n_triplets > r.n_ties and high < 0.05)
+        assert r.safe_threshold == 0.05
+    assert t["safe"].dtype == bool and safety.grid["safe"].dtype == bool
+
+
+def _table(rates_by_metric, n=1000, kind="sink_gap"):
+    """A safety table by hand: bins 0.. with edges 0, 0.1, 0.2, ...; n decided each."""
+    import pandas as pd
+
+    from attncoda.experiments.safety import flip_rate_interval
+
+    rows = []
+    for metric, counts in rates_by_metric.items():
+        for b, f in enumerate(counts):
+            low, high = flip_rate_interval(f, n)
+            rows.append(
+                {
+                    "model": "m",
+                    "metric": metric,
+                    "bin_kind": kind,
+                    "bin": b,
+                    "bin_low": 0.1 * b,
+                    "bin_high": 0.1 * (b + 1),
+                    "n_triplets": n,
+                    "n_ties": 0,
+                    "flips": f,
+                    "flip_rate": f / n,
+                    "flip_rate_low": low,
+                    "flip_rate_high": high,
+                    "safe_threshold": 0.05,
+                    "safe": high < 0.05,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_safe_region_is_the_run_of_safe_bins_from_the_lowest():
+    from attncoda.experiments.safety import REGION_COLUMNS, safe_regions
+
+    # 10/1000 flips: upper bound 1.8% (safe); 40/1000: 5.4% (not safe); 5/1000 safe again,
+    # but after an unsafe bin: it does not extend the region.
+    table = _table({"tv": [10, 20, 40, 5], "jsd": [10, 60, 5, 5]})
+    regions = safe_regions(table).set_index("metric")
+    assert list(safe_regions(table).columns) == list(REGION_COLUMNS)
+    assert regions.loc["tv", "n_safe_bins"] == 2
+    assert regions.loc["tv", "safe_below"] == pytest.approx(0.2)
+    assert regions.loc["tv", "n_decided"] == 2000 and regions.loc["tv", "flips"] == 30
+    assert regions.loc["jsd", "n_safe_bins"] == 1
+    assert regions.loc["all", "n_safe_bins"] == 1
+    assert regions.loc["all", "safe_below"] == pytest.approx(0.1)
+    statement = regions.loc["all", "statement"]
+    assert statement.startswith(
+        "when the sink-mass gap |s_B - s_C| between the two heads is below 0.1, keep and drop "
+        "agree on >= 95% of verdicts for every metric (flip rate 1.0%, upper 95% bound 1.8%, "
+        "1,000 decided triplets)"
+    )
+
+
+def test_no_safe_region_is_said_so():
+    from attncoda.experiments.safety import safe_regions
+
+    regions = safe_regions(_table({"tv": [60, 5]}, kind="sink_share")).set_index("metric")
+    assert regions.loc["all", "n_safe_bins"] == 0
+    assert np.isnan(regions.loc["all", "safe_below"])
+    assert regions.loc["all", "statement"] == (
+        "no region of the sink share of d_A^2 of the triplet is safe for every metric: in its "
+        "lowest bin the upper 95% bound of the flip rate is 7.7%, not below 5%"
+    )
+    whole = safe_regions(_table({"tv": [1, 2]})).set_index("metric")
+    assert whole.loc["all", "statement"].startswith("at every value of the sink-mass gap")
+
+
+def test_threshold_is_an_option_and_checked(mapped):
+    from attncoda.experiments.safety import safety_map
+
+    head_rows, flips_result = mapped[0], mapped[1]
+    loose = safety_map(head_rows, flips_result=flips_result, threshold=0.99)
+    assert (loose.table["safe_threshold"] == 0.99).all()
+    decided = loose.table["n_triplets"] > loose.table["n_ties"]
+    assert (loose.table["safe"] == (decided & (loose.table["flip_rate_high"] < 0.99))).all()
+    with pytest.raises(
+        AttncodaError, match="threshold must be a flip rate strictly between 0 and 1; got 0"
+    ):
+        safety_map(head_rows, flips_result=flips_result, threshold=0)

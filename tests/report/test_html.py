@@ -138,6 +138,24 @@ def test_every_section_has_a_paper_vs_measured_table_and_the_paper_numbers(page,
     assert "1 confirmation, 1 abstention, 1 failure" in page.text_of("predictor")
 
 
+def test_safety_section_names_a_safe_region_per_model_or_says_there_is_none(tiny_run, page):
+    from attncoda.experiments.safety import safe_regions
+    from attncoda.report.html_parts import model_label
+
+    text = page.text_of("safety")
+    table = pd.read_parquet(tiny_run / "tables" / "safety.parquet")
+    regions = safe_regions(table)
+    for r in regions[regions["metric"] == "all"].itertuples(index=False):
+        label = model_label(r.model, r.revision)
+        assert f"Where {label} is safe" in text
+        assert f"{label}: {r.statement}." in text
+        # every statement either names the region in numbers or says that none is safe
+        assert ("keep and drop agree on >= 95%" in r.statement) != r.statement.startswith(
+            "no region"
+        )
+    assert "✓ safe" in text or not table["safe"].any()
+
+
 def test_measured_numbers_are_the_tables(tiny_run, page):
     flips = pd.read_parquet(tiny_run / "tables" / "flips.parquet")
     text = page.text_of("flips")
@@ -261,3 +279,12 @@ def test_the_report_opens_in_chromium_without_console_errors(report, tmp_path):
     result = check_page(report, tmp_path / "report.png")
     assert_page_ok(result)
     assert len(result["images"]) >= 7
+
+
+def test_collapse_section_shows_the_task_series_heads_and_what_it_stands_in_for(tiny_run, page):
+    text = page.text_of("collapse")
+    heads = pd.read_parquet(tiny_run / "tables" / "train_heads.parquet")
+    assert set(heads["step"]) == {0, 1, 2, 4, 8, 16}  # the default series is Bigram-Backcopy
+    assert "at trigger and at non-trigger queries (Bigram-Backcopy)" in text
+    assert "It cannot stand in for the paper's numbers" in text
+    assert "First → last checkpoint, per head" in text

@@ -46,7 +46,8 @@ def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupte
     assert len(units_table) == len(units) and set(units_table["status"]) == {"done"}
     assert set(tables["flips.parquet"]["model"]) == set(models)
     # the collapse table assembled from stored checkpoint partitions equals collapse() direct
-    direct = collapse(Path(models[0]).parent, _series_windows(uninterrupted), model="train-tiny")
+    series = uninterrupted / "series" / "train-tiny"  # the run trained its own series
+    direct = collapse(series, _series_windows(uninterrupted), model="train-tiny")
     stored = tables["collapse.parquet"].drop(columns="revision")
     pd.testing.assert_frame_equal(stored, direct.table.drop(columns=[]), check_exact=True)
 
@@ -204,3 +205,15 @@ def test_the_process_cache_holds_one_model_at_a_time():
         assert sorted(run_units._CACHE) == [("load", "b"), ("series_windows", "a")]
     finally:
         run_units.clear_cache()
+
+
+def test_the_default_series_is_bigram_backcopy_and_text_is_asked_for():
+    default = run_config([], experiments=["collapse"])
+    assert default["series"]["task"] == "bigram-backcopy"
+    assert default["series"]["points"][-1][1] == "step2000"  # the task's default steps
+    text = run_config([], experiments=["collapse"], settings={"train_task": "text"})
+    assert text["series"]["task"] == "text"
+    assert text["series"]["points"][-1][1] == "step1000"
+    msg = "unknown train_task 'copy': use one of text, bigram-backcopy"
+    with pytest.raises(AttncodaError, match=msg):
+        run_config([], experiments=["collapse"], settings={"train_task": "copy"})

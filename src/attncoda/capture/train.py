@@ -1,7 +1,11 @@
 """Train a tiny Pythia-architecture model from scratch and save a checkpoint series.
 
 :func:`train_tiny` trains a GPT-NeoX model (rotary, parallel residual: Pythia's
-architecture) on the embedded corpus, on the CPU, and saves Hugging Face checkpoints in
+architecture) on the embedded corpus (``task="text"``) or on the synthetic Bigram-Backcopy
+task of :mod:`attncoda.capture.tasks` (``task="bigram-backcopy"``, on which a sink grows;
+fresh sequences every step, a word-level tokenizer, and per-head attention on ``<|bos|>`` at
+trigger and non-trigger queries in every checkpoint's record), on the CPU, and saves Hugging
+Face checkpoints in
 ``out_dir/step{N}`` folders on Pythia's log-spaced schedule (:func:`checkpoint_steps`). Such
 a folder is a *series*: the ``collapse`` experiment reads it, ordered by
 :func:`list_checkpoints`. Every checkpoint loads offline with
@@ -53,10 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.corpus import Document, corpus_hash, load_corpus
+from attncoda.capture.tasks import BIGRAM_BACKCOPY, TASKS, BigramBackcopy, bos_attention
 
 __all__ = [
     "BOS_TOKEN",
@@ -64,6 +70,7 @@ __all__ = [
     "EOS_TOKEN",
     "MODEL_SIZES",
     "SERIES_META",
+    "TASK_DEFAULTS",
     "TrainResult",
     "checkpoint_steps",
     "list_checkpoints",
@@ -86,6 +93,13 @@ _SIZES: dict[str, tuple[int, int, int]] = {
 }
 #: Accepted values of ``size``.
 MODEL_SIZES = tuple(_SIZES)
+
+#: What ``None`` stands for in :func:`train_tiny`, per task. The Bigram-Backcopy values are
+#: those that grew a sink on a shared 2-core CPU in under two minutes (see train_tiny's notes).
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "text": {"steps": 1000, "size": "small", "window": 128, "batch_size": 16, "lr": 2e-3},
+    BIGRAM_BACKCOPY: {"steps": 2000, "size": "tiny", "window": 64, "batch_size": 32, "lr": 1e-2},
+}
 
 _STEP_DIR = re.compile(r"step(\d+)")
 _TEMP_PREFIX = ".attncoda-tmp-"
@@ -124,6 +138,13 @@ class TrainResult:
     trained : bool
         False when the call found the finished series already in ``out_dir`` and returned
         what its series file records (``seconds`` and ``steps_per_second`` of that run).
+    task : str
+        ``"text"`` or ``"bigram-backcopy"``.
+    bos_attention_trigger, bos_attention_non_trigger : tuple of tuple of tuple of float
+        Bigram-Backcopy only (empty for text), ``[checkpoint][layer][head]``: mean attention
+        on ``<|bos|>`` over the trigger queries and over the other queries of the held-out
+        sequences (:func:`attncoda.capture.tasks.bos_attention`). A dormant head has a large
+        non-trigger value; an active head a small trigger value.
     """
 
     out_dir: Path
@@ -135,6 +156,9 @@ class TrainResult:
     seconds: float
     steps_per_second: float
     trained: bool = True
+    task: str = "text"
+    bos_attention_trigger: tuple[tuple[tuple[float, ...], ...], ...] = ()
+    bos_attention_non_trigger: tuple[tuple[tuple[float, ...], ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,6 +168,7 @@ class _Data:
     val: torch.Tensor  # (batch, window) held-out windows, <|bos|> first
     n_train_docs: int
     n_val_docs: int
+    task: BigramBackcopy | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,12 +246,13 @@ def list_checkpoints(folder: str | os.PathLike[str]) -> list[tuple[int, Path]]:
 def train_tiny(
     out_dir: str | os.PathLike[str],
     *,
-    steps: int = 1000,
+    task: str = "text",
+    steps: int | None = None,
     seed: int = 0,
-    size: str = "small",
-    window: int = 128,
-    batch_size: int = 16,
-    lr: float = 2e-3,
+    size: str | None = None,
+    window: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
     warmup: int | None = None,
     weight_decay: float = 0.1,
     vocab_size: int = 1024,
@@ -256,18 +282,24 @@ def train_tiny(
     ----------
     out_dir : str or path-like
         The series folder; created if missing.
-    steps : int
-        Optimiser steps, at least 1.
+    task : str
+        ``"text"``: next-token prediction on the corpus. ``"bigram-backcopy"``: the
+        synthetic task of :mod:`attncoda.capture.tasks` (fresh sequences every step; the
+        corpus arguments are unused), on which a sink grows.
+    steps : int or None
+        Optimiser steps, at least 1. ``None`` here and below: the task's value in
+        :data:`TASK_DEFAULTS` (text: 1000 steps, ``"small"``, 128-token windows, batches
+        of 16, lr 2e-3; bigram-backcopy: 2000, ``"tiny"``, 64, 32, 1e-2).
     seed : int
         Seeds the weight initialisation and the window sampling.
-    size : str
-        ``"tiny"`` (2 layers, hidden 64, 4 heads; for tests) or ``"small"`` (4 layers,
-        hidden 128, 4 heads).
-    window : int
+    size : str or None
+        ``"tiny"`` (2 layers, hidden 64, 4 heads) or ``"small"`` (4 layers, hidden 128,
+        4 heads).
+    window : int or None
         Tokens per window, ``<|bos|>`` included; also the model's context length.
-    batch_size : int
+    batch_size : int or None
         Windows per optimiser step.
-    lr : float
+    lr : float or None
         Peak learning rate.
     warmup : int or None
         Linear warmup steps; ``None`` for ``min(100, steps // 10)``.
@@ -280,7 +312,8 @@ def train_tiny(
         Share of the documents, taken from the end of the corpus, held out for validation.
     corpus : str, path-like, sequence of Document or None
         The text; ``None`` for the embedded corpus, a spec or path as for
-        :func:`attncoda.capture.corpus.load_corpus`, or the documents themselves.
+        :func:`attncoda.capture.corpus.load_corpus`, or the documents themselves. Text
+        task only.
     threads : int
         Torch CPU threads during training; results are bit-identical only for the same count.
     overwrite : bool
@@ -310,15 +343,42 @@ def train_tiny(
     learning rate and weight decay (4e-3, 0.5) or the ``"tiny"`` size for 3000 steps gave
     the same picture. Gu et al. find that sinks need enough training data; 48k tokens is far
     below that: a larger ``corpus`` is the lever to try (not measured here).
+
+    Bigram-Backcopy with its defaults (64 ordinary tokens, 3 triggers, 64-token sequences;
+    2 layers x 4 heads, hidden 64; lr 1e-2, 2000 steps of 32 sequences): a sink grows.
+    See the README's collapse section for the measured series and what it took.
     """
+    if task not in TASKS:
+        raise AttncodaError(f"unknown task {task!r}; accepted: {', '.join(repr(t) for t in TASKS)}")
+    defaults = TASK_DEFAULTS[task]
+    steps = defaults["steps"] if steps is None else steps
+    size = defaults["size"] if size is None else size
+    window = defaults["window"] if window is None else window
+    batch_size = defaults["batch_size"] if batch_size is None else batch_size
+    lr = defaults["lr"] if lr is None else lr
     _check_steps(steps)
     _check_arguments(
         size, seed, window, batch_size, lr, warmup, weight_decay, vocab_size, val_fraction, threads
     )
     if warmup is None:
         warmup = min(100, steps // 10)
-    docs = _documents(corpus)
     out = Path(out_dir)
+    if task == BIGRAM_BACKCOPY:
+        return _train_task(
+            out,
+            steps,
+            seed,
+            size,
+            window,
+            batch_size,
+            lr,
+            warmup,
+            weight_decay,
+            threads,
+            overwrite,
+            progress,
+        )
+    docs = _documents(corpus)
     config = {
         "format": _FORMAT,
         "size": size,
@@ -341,6 +401,60 @@ def train_tiny(
         tokenizer = _train_tokenizer(docs, config)
         data = _prepare_data(docs, tokenizer, config)
         # Only now, with every argument and the corpus accepted, is the folder touched.
+        for entry in stale:
+            _remove(entry)
+        out.mkdir(parents=True, exist_ok=True)
+        return _train(out, tokenizer, data, config, progress)
+
+
+def _train_task(
+    out: Path,
+    steps: int,
+    seed: int,
+    size: str,
+    window: int,
+    batch_size: int,
+    lr: float,
+    warmup: int,
+    weight_decay: float,
+    threads: int,
+    overwrite: bool,
+    progress: bool,
+) -> TrainResult:
+    """Bigram-Backcopy: the same model, loop, schedule and folder rules as the text task."""
+    from attncoda.capture.tasks import task_tokenizer
+
+    task = BigramBackcopy(seq_len=window)
+    config = {
+        "format": _FORMAT,
+        "task": BIGRAM_BACKCOPY,
+        "task_config": task.to_dict(),
+        "size": size,
+        "steps": steps,
+        "seed": seed,
+        "window": window,
+        "batch_size": batch_size,
+        "lr": lr,
+        "warmup": warmup,
+        "weight_decay": weight_decay,
+        "threads": threads,
+    }
+    finished, stale = _inspect_out_dir(out, config, overwrite)
+    if finished is not None:
+        return finished
+    with _deterministic(threads):
+        tokenizer = task_tokenizer(task, window)
+        held_out = torch.from_numpy(
+            task.evaluation_sequences(_N_TRAIN_EVAL_WINDOWS + _MAX_VAL_WINDOWS)
+        )
+        data = _Data(
+            train_stream=torch.zeros(0, dtype=torch.long),
+            train_eval=held_out[:_N_TRAIN_EVAL_WINDOWS],
+            val=held_out[_N_TRAIN_EVAL_WINDOWS:],
+            n_train_docs=0,
+            n_val_docs=0,
+            task=task,
+        )
         for entry in stale:
             _remove(entry)
         out.mkdir(parents=True, exist_ok=True)
@@ -484,6 +598,7 @@ def _finished_series(out: Path, config: dict[str, Any]) -> TrainResult | None:
             seconds=float(series["seconds"]),
             steps_per_second=float(series["steps_per_second"]),
             trained=False,
+            **_task_fields(config, records),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -567,12 +682,17 @@ def _train(
     # statistics need; at these widths and lengths attention is a small share of the cost.
     model = GPTNeoXForCausalLM._from_config(model_config, attn_implementation="eager")
     optimizer = _optimizer(model, config)
-    sampler = torch.Generator().manual_seed(config["seed"])
+    sampler: Any = (
+        torch.Generator().manual_seed(config["seed"])
+        if data.task is None
+        else np.random.default_rng(config["seed"])
+    )
     schedule = checkpoint_steps(config["steps"])
     records: list[dict[str, Any]] = []
     start = time.perf_counter()
     running = float("nan")
-    bar = tqdm(total=config["steps"], desc="train-tiny", unit="step", disable=not progress)
+    desc = "train-tiny" if data.task is None else f"train-tiny {BIGRAM_BACKCOPY}"
+    bar = tqdm(total=config["steps"], desc=desc, unit="step", disable=not progress)
     try:
         for step in range(config["steps"] + 1):
             if step == schedule[len(records)]:
@@ -585,9 +705,12 @@ def _train(
                     {
                         **record,
                         "seed": config["seed"],
-                        "corpus_sha256": config["corpus_sha256"],
                         "config": config,
-                        "corpus": _corpus_info(data),
+                        **(
+                            {"corpus_sha256": config["corpus_sha256"], "corpus": _corpus_info(data)}
+                            if data.task is None
+                            else {}
+                        ),
                     },
                 )
                 records.append(record)
@@ -610,9 +733,25 @@ def _train(
         first_token_attention=tuple(tuple(r["first_token_attention"]) for r in records),
         seconds=seconds,
         steps_per_second=config["steps"] / seconds,
+        **_task_fields(config, records),
     )
     _write_series(out, config, records, result)
     return result
+
+
+def _task_fields(config: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The TrainResult fields that only the Bigram-Backcopy task fills."""
+    if config.get("task", "text") == "text":
+        return {}
+
+    def nested(key: str) -> tuple[tuple[tuple[float, ...], ...], ...]:
+        return tuple(tuple(tuple(float(v) for v in layer) for layer in r[key]) for r in records)
+
+    return {
+        "task": config["task"],
+        "bos_attention_trigger": nested("bos_attention_trigger"),
+        "bos_attention_non_trigger": nested("bos_attention_non_trigger"),
+    }
 
 
 def _train_tokenizer(docs: list[Document], config: dict[str, Any]) -> Any:
@@ -729,11 +868,14 @@ def _train_step(
     step: int,
     config: dict[str, Any],
 ) -> float:
-    body = config["window"] - 1
-    n_starts = len(data.train_stream) - body + 1
-    starts = torch.randint(n_starts, (config["batch_size"],), generator=sampler)
-    offsets = torch.arange(body)
-    batch = _with_bos(data.train_stream[starts[:, None] + offsets], model.config.bos_token_id)
+    if data.task is not None:
+        batch = torch.from_numpy(data.task.sample(config["batch_size"], sampler))
+    else:
+        body = config["window"] - 1
+        n_starts = len(data.train_stream) - body + 1
+        starts = torch.randint(n_starts, (config["batch_size"],), generator=sampler)
+        offsets = torch.arange(body)
+        batch = _with_bos(data.train_stream[starts[:, None] + offsets], model.config.bos_token_id)
     for group in optimizer.param_groups:
         group["lr"] = _learning_rate(step, config)
     model.train()
@@ -751,13 +893,21 @@ def _evaluate(model: Any, data: _Data, step: int) -> dict[str, Any]:
     train_loss = _mean_loss(model, data.train_eval)
     val_loss = _mean_loss(model, data.val)
     heads = _first_token_attention(model, data.val[:_N_ATTENTION_WINDOWS])
-    return {
+    record = {
         "step": step,
         "train_loss": train_loss,
         "val_loss": val_loss,
         "first_token_attention": [sum(row) / len(row) for row in heads],
         "first_token_attention_per_head": heads,
     }
+    if data.task is not None:
+        attentions = model(input_ids=data.val, output_attentions=True).attentions
+        trigger, non_trigger = bos_attention(
+            attentions, data.task.trigger_queries(data.val.numpy())
+        )
+        record["bos_attention_trigger"] = trigger
+        record["bos_attention_non_trigger"] = non_trigger
+    return record
 
 
 def _mean_loss(model: Any, windows: torch.Tensor) -> float:
@@ -813,12 +963,12 @@ def _quiet_saving() -> Iterator[None]:
 def _write_series(
     out: Path, config: dict[str, Any], records: list[dict[str, Any]], result: TrainResult
 ) -> None:
+    keys = ("step", "train_loss", "val_loss", "first_token_attention")
+    if config.get("task", "text") != "text":
+        keys += ("bos_attention_trigger", "bos_attention_non_trigger")
     series = {
         "config": config,
-        "checkpoints": [
-            {k: r[k] for k in ("step", "train_loss", "val_loss", "first_token_attention")}
-            for r in records
-        ],
+        "checkpoints": [{k: r[k] for k in keys} for r in records],
         "seconds": result.seconds,
         "steps_per_second": result.steps_per_second,
     }

@@ -14,11 +14,15 @@ The target is, by default, the model's flip rate averaged over the metrics measu
 number per model: with a handful of training models a per-metric fit would have as many
 parameters as points); a single metric can be chosen instead. The fit is ordinary least
 squares on standardised features, minimum-norm when there are fewer models than parameters.
-The prediction interval is ``point ± max(n_sigma * residual_std, min_half_width)``, clipped
-to ``[0, 1]``; ``residual_std`` uses ``n - rank - 1`` degrees of freedom and is undefined
-(``None``) when the fit interpolates, so the floor keeps two training models from giving a
-zero-width interval. A model whose features fall outside the training range gets an
-abstention that names the feature, never an extrapolation.
+
+The prediction interval comes from **leave-one-out residuals**, never from a width set by
+hand: each training model is left out in turn, the others are refitted, and ``e_i`` is the
+left-out model's measured rate minus the refit's prediction. The half-width is the
+``k``-th smallest ``|e_i|`` with ``k = ceil((n + 1) * coverage)`` (the jackknife interval;
+for exchangeable models it covers a new model's rate about ``coverage`` of the time, and at
+least ``2 * coverage - 1`` by the jackknife+ bound of Barber et al. 2021). The interval is
+``point ± half_width``, clipped to ``[0, 1]``. A model whose features fall outside the
+training range gets an abstention that names the feature, never an extrapolation.
 """
 
 from __future__ import annotations
@@ -52,8 +56,10 @@ __all__ = [
 
 FEATURES = ("mean_sink_mass", "std_sink_mass", "mean_sink_share")
 FILE_KIND = "attncoda.flip_rate_predictor"
-FILE_FORMAT = 1
+FILE_FORMAT = 2
 VERDICTS = ("confirmed", "abstained", "failed")
+#: Default share of new models the interval aims to cover (see the module docstring).
+DEFAULT_COVERAGE = 0.8
 
 
 def sink_features(head_rows: HeadRows, squares: SquaredSplit | None = None) -> dict[str, float]:
@@ -142,9 +148,16 @@ class Predictor:
     training_range : tuple of (float, float)
         ``(min, max)`` of each feature over the training models.
     residual_std : float or None
-        ``sqrt(RSS / (n - rank - 1))``; ``None`` when the fit interpolates.
+        ``sqrt(RSS / (n - rank - 1))`` of the full fit; ``None`` when it interpolates.
+        Reported only: the interval does not use it.
     half_width : float
-        Half the width of the prediction interval.
+        Half the width of the prediction interval: the ``ceil((n + 1) * coverage)``-th
+        smallest absolute leave-one-out residual.
+    loo_residuals : tuple of float
+        Leave-one-out residual (measured minus predicted flip rate) of each training model,
+        in the order of ``training_models``.
+    coverage : float
+        The share of new models the interval aims to cover.
     training_models : tuple of str
     version : str
         ``attncoda.__version__`` at fit time.
@@ -163,6 +176,8 @@ class Predictor:
     training_models: tuple[str, ...]
     version: str
     created: str
+    loo_residuals: tuple[float, ...] = ()
+    coverage: float = DEFAULT_COVERAGE
 
     def apply(self, features: Mapping[str, float]) -> Prediction:
         """Predict the flip rate of a model from its features, or abstain.
@@ -229,6 +244,9 @@ class Predictor:
                 },
                 "residual_std": self.residual_std,
                 "interval_half_width": self.half_width,
+                "interval": "leave-one-out: the ceil((n+1)*coverage)-th smallest |residual|",
+                "coverage": self.coverage,
+                "loo_residuals": list(self.loo_residuals),
                 "training_models": list(self.training_models),
                 "attncoda_version": self.version,
                 "created": self.created,
@@ -253,12 +271,21 @@ class Predictor:
             "training_range",
             "residual_std",
             "interval_half_width",
+            "coverage",
+            "loo_residuals",
             "training_models",
             "attncoda_version",
             "created",
         ):
-            if key not in data:
+            if key not in data and not (
+                key in ("coverage", "loo_residuals") and data.get("format") == 1
+            ):
                 raise AttncodaError(f"{where}: missing key {key!r}")
+        if data["kind"] == FILE_KIND and data["format"] == 1:
+            raise AttncodaError(
+                f"{where}: format 1 (an interval floor set by hand) is no longer read; "
+                "refit it with 'attncoda predictor fit' (leave-one-out interval)"
+            )
         if data["kind"] != FILE_KIND or data["format"] != FILE_FORMAT:
             raise AttncodaError(
                 f"{where}: key 'kind'/'format' must be {FILE_KIND!r}/{FILE_FORMAT}; "
@@ -281,10 +308,17 @@ class Predictor:
         if residual is not None:
             residual = _number(data, "residual_std", where)
         half_width = _number(data, "interval_half_width", where)
-        if half_width <= 0:
+        if half_width < 0:
             raise AttncodaError(
-                f"{where}: key 'interval_half_width' must be positive; got {half_width!r}"
+                f"{where}: key 'interval_half_width' must be at least 0; got {half_width!r}"
             )
+        coverage = _number(data, "coverage", where)
+        if not 0 < coverage < 1:
+            raise AttncodaError(
+                f"{where}: key 'coverage' must lie strictly between 0 and 1; got {coverage!r}"
+            )
+        training_models = _strings(data, "training_models", where)
+        loo = _numbers(data, "loo_residuals", where, len(training_models))
         for key in ("target", "attncoda_version", "created"):
             if not isinstance(data[key], str):
                 raise AttncodaError(f"{where}: key {key!r} must be a string; got {data[key]!r}")
@@ -297,9 +331,11 @@ class Predictor:
             training_range=tuple((lo, hi) for lo, hi in training_range),
             residual_std=residual,
             half_width=half_width,
-            training_models=_strings(data, "training_models", where),
+            training_models=training_models,
             version=data["attncoda_version"],
             created=data["created"],
+            loo_residuals=loo,
+            coverage=coverage,
         )
 
 
@@ -341,8 +377,7 @@ def fit_predictor(
     *,
     features: Sequence[str] = FEATURES,
     target: str = "mean",
-    n_sigma: float = 2.0,
-    min_half_width: float = 0.05,
+    coverage: float = DEFAULT_COVERAGE,
 ) -> Predictor:
     """Fit the flip-rate predictor on several models.
 
@@ -356,36 +391,50 @@ def fit_predictor(
         Which features to regress on.
     target : str
         ``"mean"`` (the flip rate averaged over the metrics) or a metric name.
-    n_sigma : float
-        Interval half-width in residual standard deviations.
-    min_half_width : float
-        Floor of the half-width (flip-rate units), used alone when the fit interpolates.
+    coverage : float
+        Share of new models the interval aims to cover, strictly between 0 and 1; the
+        half-width is the ``ceil((n + 1) * coverage)``-th smallest absolute leave-one-out
+        residual, so ``n`` must be at least ``coverage / (1 - coverage)`` (4 models for 0.8).
 
     Returns
     -------
     Predictor
+
+    Raises
+    ------
+    AttncodaError
+        Fewer than 3 training models, too few for ``coverage``, or malformed rows.
     """
     features = tuple(features)
     if not features or len(set(features)) != len(features):
         raise AttncodaError(f"features must be distinct names, at least one; got {features!r}")
-    if isinstance(rows, (str, Mapping)) or not isinstance(rows, Sequence) or len(rows) < 2:
+    if isinstance(rows, (str, Mapping)) or not isinstance(rows, Sequence) or len(rows) < 3:
         n = len(rows) if isinstance(rows, Sequence) and not isinstance(rows, str) else rows
-        raise AttncodaError(f"a predictor needs at least 2 training models; got {n!r}")
-    for name, value in (("n_sigma", n_sigma), ("min_half_width", min_half_width)):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (ok and math.isfinite(value) and value > 0):
-            raise AttncodaError(f"{name} must be a positive number; got {value!r}")
+        raise AttncodaError(
+            f"a predictor needs at least 3 training models (each is left out in turn to size "
+            f"the interval); got {n!r}"
+        )
+    ok = isinstance(coverage, (int, float)) and not isinstance(coverage, bool)
+    if not (ok and 0 < coverage < 1):
+        raise AttncodaError(f"coverage must lie strictly between 0 and 1; got {coverage!r}")
+    k = math.ceil((len(rows) + 1) * coverage)
+    if k > len(rows):
+        least = next(n for n in range(3, 10**6) if math.ceil((n + 1) * coverage) <= n)
+        raise AttncodaError(
+            f"coverage={coverage} needs at least {least} training models; got {len(rows)}: "
+            "add models or lower coverage"
+        )
     models, x, y, metrics = _training_table(rows, features, target)
-    mu, sd = x.mean(axis=0), x.std(axis=0)
-    scale = np.where(sd > 0, sd, 1.0)
-    z = np.where(sd > 0, (x - mu) / scale, 0.0)  # a constant feature gets coefficient 0
-    beta, _, rank, _ = np.linalg.lstsq(z, y - y.mean(), rcond=None)
-    coef = beta / scale
-    intercept = float(y.mean() - coef @ mu)
+    coef, intercept, rank = _least_squares(x, y)
     residuals = y - (intercept + x @ coef)
-    dof = len(y) - int(rank) - 1
+    dof = len(y) - rank - 1
     residual_std = float(np.sqrt(residuals @ residuals / dof)) if dof > 0 else None
-    half_width = max(n_sigma * (residual_std or 0.0), float(min_half_width))
+    loo = []
+    for i in range(len(y)):
+        others = np.arange(len(y)) != i
+        c, b, _ = _least_squares(x[others], y[others])
+        loo.append(float(y[i] - (b + x[i] @ c)))
+    half_width = float(np.sort(np.abs(loo))[k - 1])
     return Predictor(
         target=target,
         metrics=metrics,
@@ -400,7 +449,19 @@ def fit_predictor(
         training_models=models,
         version=__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        loo_residuals=tuple(loo),
+        coverage=float(coverage),
     )
+
+
+def _least_squares(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, int]:
+    """OLS on standardised features (minimum-norm): per-raw-unit coefficients, intercept, rank."""
+    mu, sd = x.mean(axis=0), x.std(axis=0)
+    scale = np.where(sd > 0, sd, 1.0)
+    z = np.where(sd > 0, (x - mu) / scale, 0.0)  # a constant feature gets coefficient 0
+    beta, _, rank, _ = np.linalg.lstsq(z, y - y.mean(), rcond=None)
+    coef = beta / scale
+    return coef, float(y.mean() - coef @ mu), int(rank)
 
 
 def _training_table(

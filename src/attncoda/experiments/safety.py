@@ -16,11 +16,21 @@ Every triplet ``(A; B, C)`` of :mod:`attncoda.experiments.flips` gets two coordi
 
 Triplets are binned on each coordinate (quantile bins over all triplets by default, or fixed
 edges), and the flip rate of keep vs drop is reported per bin and per cell of both binnings.
+
+**Where it is safe.** Each bin and cell carries the two-sided 95% Clopper-Pearson interval
+of its flip rate (flips among the decided triplets). A bin or cell is **safe** when the upper
+end of that interval lies below ``threshold`` (default 5%): there, keep and drop agree on at
+least ``1 - threshold`` of the verdicts with 95% confidence. The interval treats triplets
+as independent draws; triplets that share heads and documents are not, so it is the
+narrowest honest interval, not a conservative one. :func:`safe_regions` turns the bins into
+a statement per model: the run of safe bins from the lowest value up ("when the sink-mass
+gap between the two heads is below 0.03, keep and drop agree on >= 95% of verdicts"), or
+that no bin is safe.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,12 +52,20 @@ from attncoda.experiments.inputs import HeadRows
 __all__ = [
     "GRID_COLUMNS",
     "SAFETY_COLUMNS",
+    "DEFAULT_SAFE_THRESHOLD",
+    "REGION_COLUMNS",
     "SafetyResult",
     "SquaredSplit",
+    "flip_rate_interval",
     "mean_squared_split",
+    "safe_regions",
     "safety_map",
     "triplet_coordinates",
 ]
+
+#: A bin is safe when the upper end of its 95% interval on the flip rate is below this.
+DEFAULT_SAFE_THRESHOLD = 0.05
+_CI_LEVEL = 0.95
 
 SAFETY_COLUMNS = (
     "model",
@@ -60,6 +78,10 @@ SAFETY_COLUMNS = (
     "n_ties",
     "flips",
     "flip_rate",
+    "flip_rate_low",
+    "flip_rate_high",
+    "safe_threshold",
+    "safe",
 )
 GRID_COLUMNS = (
     "model",
@@ -74,6 +96,25 @@ GRID_COLUMNS = (
     "n_ties",
     "flips",
     "flip_rate",
+    "flip_rate_low",
+    "flip_rate_high",
+    "safe_threshold",
+    "safe",
+)
+#: Columns of :func:`safe_regions`.
+REGION_COLUMNS = (
+    "model",
+    "metric",
+    "bin_kind",
+    "n_bins",
+    "n_safe_bins",
+    "safe_below",
+    "n_decided",
+    "flips",
+    "flip_rate",
+    "flip_rate_high",
+    "safe_threshold",
+    "statement",
 )
 BIN_KINDS = ("sink_share", "sink_gap")
 
@@ -237,13 +278,17 @@ class SafetyResult:
         The model spec.
     table : pandas.DataFrame
         Columns ``model, metric, bin_kind, bin, bin_low, bin_high, n_triplets, n_ties,
-        flips, flip_rate``; ``bin_kind`` is ``"sink_share"`` or ``"sink_gap"``. Bins are
-        ``[bin_low, bin_high)``, the last one closed. ``flip_rate`` is NaN exactly where a
-        bin has no decided triplet.
+        flips, flip_rate, flip_rate_low, flip_rate_high, safe_threshold, safe``;
+        ``bin_kind`` is ``"sink_share"`` or ``"sink_gap"``. Bins are ``[bin_low,
+        bin_high)``, the last one closed. ``flip_rate`` is NaN exactly where a bin has no
+        decided triplet; ``flip_rate_low``/``flip_rate_high`` are its 95% Clopper-Pearson
+        interval (``[0, 1]`` without decided triplets) and ``safe`` is
+        ``flip_rate_high < safe_threshold``.
     grid : pandas.DataFrame
         The same counts over both binnings at once (one row per cell, every cell listed),
         columns ``model, metric, sink_share_bin, sink_share_low, sink_share_high,
-        sink_gap_bin, sink_gap_low, sink_gap_high, n_triplets, n_ties, flips, flip_rate``.
+        sink_gap_bin, sink_gap_low, sink_gap_high, n_triplets, n_ties, flips, flip_rate,
+        flip_rate_low, flip_rate_high, safe_threshold, safe``.
     share_edges, gap_edges : ndarray
         The bin edges used.
     squares : SquaredSplit
@@ -267,6 +312,7 @@ def safety_map(
     share_edges: Sequence[float] | None = None,
     gap_edges: Sequence[float] | None = None,
     tol: float | None = None,
+    threshold: float = DEFAULT_SAFE_THRESHOLD,
 ) -> SafetyResult:
     """Flip rate of keep vs drop per bin of sink share and of sink-mass gap.
 
@@ -288,6 +334,9 @@ def safety_map(
     tol : float, optional
         Relative tie tolerance, as in ``flips`` (default: that of ``flips_result``, else
         ``1e-9``).
+    threshold : float
+        A bin or cell is safe when the upper end of its 95% interval on the flip rate lies
+        below this (a flip rate, strictly between 0 and 1; default 0.05).
 
     Returns
     -------
@@ -300,6 +349,11 @@ def safety_map(
     metrics = _check_metrics(metrics)
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise AttncodaError(f"n_bins must be a positive int; got {n_bins!r}")
+    ok = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
+    if not (ok and 0 < threshold < 1):
+        raise AttncodaError(
+            f"threshold must be a flip rate strictly between 0 and 1; got {threshold!r}"
+        )
     tol = _resolve_tol(tol, flips_result)
     distances = _distances(head_rows, metrics, flips_result)
     squares = mean_squared_split(head_rows)
@@ -332,6 +386,7 @@ def safety_map(
                         ties[k],
                         flip[k],
                         _rate(flip[k], n_triplets[k] - ties[k]),
+                        *_safety(flip[k], n_triplets[k] - ties[k], threshold),
                     )
                 )
         for kind, axis, edges in (("sink_share", 1, s_edges), ("sink_gap", 0, g_edges)):
@@ -350,6 +405,7 @@ def safety_map(
                         tie[b],
                         fl[b],
                         _rate(fl[b], tot[b] - tie[b]),
+                        *_safety(fl[b], tot[b] - tie[b], threshold),
                     )
                 )
     ints = ("bin", "sink_share_bin", "sink_gap_bin", "n_triplets", "n_ties", "flips")
@@ -361,11 +417,15 @@ def safety_map(
         "sink_gap_low",
         "sink_gap_high",
         "flip_rate",
+        "flip_rate_low",
+        "flip_rate_high",
+        "safe_threshold",
     )
 
     def frame(rows: list, columns: tuple[str, ...]) -> Any:
         df = pd.DataFrame(rows, columns=list(columns))
         types = {c: "int64" for c in ints if c in df} | {c: "float64" for c in floats if c in df}
+        types["safe"] = "bool"
         return df.astype(types)
 
     return SafetyResult(
@@ -375,6 +435,165 @@ def safety_map(
         share_edges=s_edges,
         gap_edges=g_edges,
         squares=squares,
+    )
+
+
+def flip_rate_interval(flips: int, decided: int, level: float = _CI_LEVEL) -> tuple[float, float]:
+    """Two-sided Clopper-Pearson interval of a flip rate ``flips / decided``.
+
+    Parameters
+    ----------
+    flips, decided : int
+        Flipped and decided (non-tied) triplets, ``0 <= flips <= decided``.
+    level : float
+        Confidence level (default 0.95).
+
+    Returns
+    -------
+    (float, float)
+        The interval; ``(0.0, 1.0)`` when nothing is decided.
+
+    Examples
+    --------
+    >>> low, high = flip_rate_interval(0, 100)
+    >>> low, round(high, 4)
+    (0.0, 0.0362)
+    """
+    from scipy.stats import beta
+
+    flips, decided = int(flips), int(decided)
+    if not 0 <= flips <= decided:
+        raise AttncodaError(f"need 0 <= flips <= decided; got flips={flips}, decided={decided}")
+    if decided == 0:
+        return 0.0, 1.0
+    alpha = 1.0 - level
+    low = 0.0 if flips == 0 else float(beta.ppf(alpha / 2, flips, decided - flips + 1))
+    high = 1.0 if flips == decided else float(beta.ppf(1 - alpha / 2, flips + 1, decided - flips))
+    return low, high
+
+
+def _safety(flips: int, decided: int, threshold: float) -> tuple[float, float, float, bool]:
+    low, high = flip_rate_interval(flips, decided)
+    return low, high, float(threshold), bool(decided > 0 and high < threshold)
+
+
+def safe_regions(table: Any) -> Any:
+    """Where keep and drop agree: the run of safe bins from the lowest value up, per model.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :attr:`SafetyResult.table` (or the run's ``safety`` table, which adds ``revision``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`REGION_COLUMNS` (plus ``revision`` when the input has it): one row per
+        (model, metric, bin kind), and one with ``metric == "all"`` where a bin counts as
+        safe only when it is safe for every metric. ``n_safe_bins`` counts the consecutive
+        safe bins from the lowest; ``safe_below`` is the upper edge of the last of them (NaN
+        when the lowest bin is not safe). ``n_decided``, ``flips``, ``flip_rate`` and
+        ``flip_rate_high`` pool those bins (for ``"all"``: the worst metric's upper end).
+        ``statement`` says it in words.
+    """
+    import pandas as pd
+
+    keys = ["model", "revision"] if "revision" in table.columns else ["model"]
+    rows = []
+    for key, g in table.groupby(keys, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        for kind in dict.fromkeys(g["bin_kind"]):
+            k = g[g["bin_kind"] == kind].sort_values("bin")
+            per_metric = {
+                m: _region(mg, float(mg["safe_threshold"].iloc[0]))
+                for m, mg in k.groupby("metric", sort=False)
+            }
+            for metric, region in per_metric.items():
+                rows.append(
+                    {
+                        **dict(zip(keys, key, strict=True)),
+                        "metric": metric,
+                        "bin_kind": kind,
+                        **region,
+                    }
+                )
+            # A bin is safe for every metric up to the first bin unsafe for any of them;
+            # the pooled numbers are those of the worst metric over that run.
+            n_all = min(r["n_safe_bins"] for r in per_metric.values())
+            bins = sorted(dict.fromkeys(k["bin"]))
+            threshold = float(k["safe_threshold"].iloc[0])
+            forced = [
+                _region(mg, threshold, force=n_all) for _, mg in k.groupby("metric", sort=False)
+            ]
+            region = max(forced, key=lambda r: (r["flip_rate_high"], r["flips"]))
+            region = {**region, "n_bins": len(bins)}
+            first = k[k["bin"] == bins[0]]
+            region["statement"] = _statement(
+                kind, region, "every metric", float(first["flip_rate_high"].max())
+            )
+            rows.append(
+                {**dict(zip(keys, key, strict=True)), "metric": "all", "bin_kind": kind, **region}
+            )
+    columns = [*keys, *REGION_COLUMNS[1:]]
+    return pd.DataFrame(rows, columns=columns)
+
+
+_REGION_NAMES = {
+    "sink_gap": "the sink-mass gap |s_B - s_C| between the two heads",
+    "sink_share": "the sink share of d_A^2 of the triplet",
+}
+
+
+def _region(
+    bins: Any, threshold: float, *, n_bins: int | None = None, force: int | None = None
+) -> dict[str, Any]:
+    """The safe run of one metric's bins (sorted by ``bin``), pooled."""
+    bins = bins.sort_values("bin")
+    safe = bins["safe"].to_numpy(bool)
+    if force is not None:
+        n_safe = int(force)
+    else:
+        n_safe = len(safe) if safe.all() else int(np.argmin(safe))
+    run = bins.iloc[:n_safe]
+    decided = int((run["n_triplets"] - run["n_ties"]).sum())
+    flips = int(run["flips"].sum())
+    high = flip_rate_interval(flips, decided)[1] if n_safe else float("nan")
+    region = {
+        "n_bins": int(n_bins if n_bins is not None else len(bins)),
+        "n_safe_bins": n_safe,
+        "safe_below": float(run["bin_high"].iloc[-1]) if n_safe else float("nan"),
+        "n_decided": decided,
+        "flips": flips,
+        "flip_rate": flips / decided if decided else float("nan"),
+        "flip_rate_high": high,
+        "safe_threshold": threshold,
+    }
+    metric = str(bins["metric"].iloc[0])
+    region["statement"] = _statement(
+        str(bins["bin_kind"].iloc[0]), region, metric, float(bins["flip_rate_high"].iloc[0])
+    )
+    return region
+
+
+def _statement(kind: str, region: Mapping[str, Any], metrics: str, lowest_high: float) -> str:
+    name = _REGION_NAMES.get(kind, kind)
+    agree = 1.0 - region["safe_threshold"]
+    if not region["n_safe_bins"]:
+        return (
+            f"no region of {name} is safe for {metrics}: in its lowest bin the upper 95% "
+            f"bound of the flip rate is {lowest_high:.1%}, not below "
+            f"{region['safe_threshold']:.0%}"
+        )
+    whole = region["n_safe_bins"] == region["n_bins"]
+    where = (
+        f"at every value of {name}"
+        if whole
+        else (f"when {name} is below {region['safe_below']:.3g}")
+    )
+    return (
+        f"{where}, keep and drop agree on >= {agree:.0%} of verdicts for {metrics} "
+        f"(flip rate {region['flip_rate']:.1%}, upper 95% bound {region['flip_rate_high']:.1%}, "
+        f"{region['n_decided']:,} decided triplets)"
     )
 
 

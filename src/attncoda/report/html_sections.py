@@ -356,7 +356,54 @@ def safety_section(ctx: Context) -> str:
         f"(sink = {ctx.sink})"
     )
     claims, parts = [], []
+    has_bounds = "safe" in binned.columns
+    regions = None
+    if has_bounds:
+        from attncoda.experiments.safety import safe_regions
+
+        regions = safe_regions(binned)
     for label, g in groups(binned):
+        if regions is not None:
+            ours = regions[
+                (regions["model"] == g["model"].iloc[0])
+                & (regions["revision"] == g["revision"].iloc[0])
+            ]
+            mine = ours[ours["metric"] == "all"]
+            said = [f"{label}: {r}." for r in mine["statement"]]
+            # A metric may be safe somewhere even when not every metric is.
+            each = ours[(ours["metric"] != "all") & (ours["n_safe_bins"] > 0)]
+            said += [f"{label}, {r.metric} alone: {r.statement}." for r in each.itertuples()]
+            for kind in dict.fromkeys(ours["bin_kind"]):
+                none = ours[
+                    (ours["bin_kind"] == kind)
+                    & (ours["metric"] != "all")
+                    & (ours["n_safe_bins"] == 0)
+                ]
+                if len(none):
+                    said.append(
+                        f"{label}: no safe region of {_BIN_KINDS.get(kind, kind)} for "
+                        f"{', '.join(none['metric'])}."
+                    )
+            parts.append(
+                '<div class="safe-region">'
+                + note(
+                    f"Where {label} is safe (threshold "
+                    f"{fmt_pct(float(g['safe_threshold'].iloc[0]))}, upper 95% bound):"
+                )
+                + "".join(note(line) for line in said)
+                + "</div>"
+            )
+            for r in mine.itertuples(index=False):
+                claims.append(
+                    (
+                        f"{label}: safe region of {_BIN_KINDS.get(r.bin_kind, r.bin_kind)}, "
+                        "every metric",
+                        "no paper number",
+                        f"below {fmt_num(r.safe_below)} ({r.n_safe_bins} of {r.n_bins} bins)"
+                        if r.n_safe_bins
+                        else "none is safe",
+                    )
+                )
         for kind, name in _BIN_KINDS.items():
             k = g[g["bin_kind"] == kind]
             if not len(k):
@@ -386,7 +433,8 @@ def safety_section(ctx: Context) -> str:
                 )
         parts.append(
             table(
-                f"{label}: flip rate by bin (decided triplets in brackets)",
+                f"{label}: flip rate by bin (decided triplets in brackets"
+                + ("; ✓ safe: upper 95% bound below the threshold)" if has_bounds else ")"),
                 convention,
                 ("binned by", "bin range", *metrics),
                 body,
@@ -411,7 +459,11 @@ def safety_section(ctx: Context) -> str:
     head = note(
         "The paper gives no number for this map; it shows where each convention is safe: "
         "verdicts should flip more where the sink term carries more of d_A² and where the "
-        "heads' sink masses differ more."
+        "heads' sink masses differ more. A bin is safe when the upper end of the 95% "
+        "Clopper-Pearson interval of its flip rate lies below the threshold; the safe region "
+        "is the run of safe bins from the lowest value up, for every metric at once. The "
+        "interval treats triplets as independent, which they are not (they share heads), so "
+        "it is the narrowest honest bound, not a conservative one."
     )
     return paper_vs_measured(convention, claims) + head + "".join(parts)
 
@@ -419,4 +471,10 @@ def safety_section(ctx: Context) -> str:
 def _rate_n(row: Mapping[str, Any]) -> str:
     rate = row["flip_rate"]
     n = row["n_triplets"]
-    return f"{fmt_pct(rate)} ({fmt_count(n)})" if not is_missing(rate) else f"{NA} ({n})"
+    if is_missing(rate):
+        return f"{NA} ({n})"
+    mark = " ✓ safe" if row.get("safe") is True or row.get("safe") == 1 else ""
+    bound = (
+        f" ≤ {fmt_pct(row['flip_rate_high'])}" if not is_missing(row.get("flip_rate_high")) else ""
+    )
+    return f"{fmt_pct(rate)}{bound} ({fmt_count(n)}){mark}"

@@ -41,10 +41,19 @@ def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: i
     """Windows of the corpus (at most ``docs``), and the corpus facts a manifest records.
 
     When ``max_tokens`` is longer than every document, the documents are joined (in order,
-    separated by blank lines) before cutting, so long-context runs get full windows.
+    separated by blank lines) before cutting, so long-context runs get full windows. A
+    tokenizer saved with a Bigram-Backcopy checkpoint gets the task's held-out sequences
+    instead (``text`` is ignored): the corpus facts then name the task.
     """
     from attncoda.capture import corpus
+    from attncoda.capture.tasks import checkpoint_task, task_windows
 
+    # A Bigram-Backcopy checkpoint reads its task's held-out sequences: text means nothing to it.
+    task = checkpoint_task(getattr(tokenizer, "name_or_path", None))
+    if task is not None:
+        found = task_windows(task, docs, max_tokens)
+        facts = {"source": "bigram-backcopy", **task.to_dict(), "windows": docs}
+        return found, {**facts, "max_tokens": len(found[0].input_ids), "joined": False}
     documents = corpus.load_corpus(text)
     source = corpus.corpus_source(text)
     joined = False

@@ -103,14 +103,19 @@ def run_safety(
     n_bins: int = 5,
     tol: float = CAPTURE_TOL,
     flips_results: dict[str, Any] | None = None,
+    threshold: float | None = None,
 ):
     """Flip rate binned by sink share of d_A² and by sink-mass gap; writes
-    ``safety.parquet``, ``safety_grid.parquet``, ``safety.png`` and ``manifest.json``."""
+    ``safety.parquet``, ``safety_grid.parquet``, ``safety.png`` and ``manifest.json``.
+    A bin is safe when its flip rate's upper 95% bound is below ``threshold`` (default
+    :data:`attncoda.experiments.safety.DEFAULT_SAFE_THRESHOLD`, 5%)."""
     import pandas as pd
 
-    from attncoda.experiments.safety import safety_map
+    from attncoda.experiments.safety import DEFAULT_SAFE_THRESHOLD, safety_map
     from attncoda.report.figures_flips import plot_safety
     from attncoda.store import write_table
+
+    threshold = DEFAULT_SAFE_THRESHOLD if threshold is None else threshold
 
     out = Path(out)
     results = [
@@ -119,6 +124,7 @@ def run_safety(
             n_bins=n_bins,
             tol=tol,
             flips_result=(flips_results or {}).get(m.rows.model),
+            threshold=threshold,
         )
         for m in models
     ]
@@ -127,7 +133,7 @@ def run_safety(
     write_table(table, out / "safety.parquet")
     write_table(grid, out / "safety_grid.parquet")
     plot_safety(grid, out / "safety.png")
-    _manifest(out, "safety", models, n_bins=n_bins, tol=tol)
+    _manifest(out, "safety", models, n_bins=n_bins, tol=tol, threshold=threshold)
     return table, grid
 
 

@@ -35,10 +35,15 @@ _DEMO: dict[str, Any] = {
     "n_boot": 200,
     "clusters": 4,
     "safety_bins": 5,
-    "train_size": "small",
-    "train_steps": 256,
-    "train_window": 128,
-    "train_batch_size": 16,
+    "safe_threshold": None,  # None: attncoda.experiments.safety.DEFAULT_SAFE_THRESHOLD (5%)
+    # The series of collapse: Bigram-Backcopy, where a sink grows ("text" when asked). None:
+    # the task's own default (attncoda.capture.train.TASK_DEFAULTS).
+    "train_task": "bigram-backcopy",
+    "train_size": None,
+    "train_steps": None,
+    "train_window": None,
+    "train_batch_size": None,
+    "train_lr": None,
     "collapse_docs": 16,
     "collapse_tokens": 128,
     "prune_channels": [
@@ -62,7 +67,6 @@ SCALES: dict[str, dict[str, Any]] = {
         "profile_docs": 32,
         "rows_docs": 16,
         "n_boot": 1000,
-        "train_steps": 1000,
         "collapse_docs": 32,
         "prune_ks": [1, 2, 4, 8, 16, 32, 64],
         "prune_profile_docs": 16,
@@ -84,6 +88,7 @@ UNIT_TABLES = (
     "prune",
     "prune_heads",
     "train",
+    "train_heads",
 )
 
 
@@ -162,12 +167,18 @@ def run_config(
 
 def _series_config(series: str | None, settings: Mapping[str, Any]) -> dict[str, Any]:
     if series is None:
-        from attncoda.capture.train import checkpoint_steps
+        from attncoda.capture.tasks import TASKS
+        from attncoda.capture.train import TASK_DEFAULTS, checkpoint_steps
 
-        steps = checkpoint_steps(int(settings["train_steps"]))
+        task = settings["train_task"]
+        if task not in TASKS:
+            raise AttncodaError(f"unknown train_task {task!r}: use one of {', '.join(TASKS)}")
+        n_steps = settings["train_steps"] or TASK_DEFAULTS[task]["steps"]
+        steps = checkpoint_steps(int(n_steps))
         return {
             "name": "train-tiny",
             "spec": None,
+            "task": task,
             "points": [[s, f"step{s}", f"run:series/train-tiny/step{s}"] for s in steps],
         }
     from attncoda.capture.series import parse_series
@@ -247,7 +258,8 @@ def reproduce(
     series : str, optional
         The checkpoint series of ``collapse`` (``owner/name@step0,step512`` or a folder of
         ``stepN`` checkpoints); default: a ``train-tiny`` series trained into
-        ``out/series/train-tiny``.
+        ``out/series/train-tiny`` on the task of the ``train_task`` setting
+        (``"bigram-backcopy"``, where a sink grows; ``"text"`` for the corpus).
     experiments : sequence of str
         A subset of :data:`attncoda.run.units.EXPERIMENTS`.
     scale : str

@@ -248,10 +248,12 @@ def _cluster(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> di
 def _safety(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     from attncoda.experiments.safety import safety_map
 
+    threshold = config["settings"].get("safe_threshold")  # None or absent: the default
     result = safety_map(
         _model_rows(spec, unit.model, config).rows,
         n_bins=config["settings"]["safety_bins"],
         flips_result=_flips(unit, spec, config, root),
+        **({} if threshold is None else {"threshold": threshold}),
     )
     return {"safety": result.table, "safety_grid": result.grid}
 
@@ -326,11 +328,13 @@ def _train(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     s = config["settings"]
     result = train_tiny(
         root / "series" / "train-tiny",
+        task=s.get("train_task", "text"),
         steps=s["train_steps"],
         seed=config["seed"],
         size=s["train_size"],
         window=s["train_window"],
         batch_size=s["train_batch_size"],
+        lr=s.get("train_lr"),
         corpus=config["corpus"]["text"],
         threads=1,
         progress=False,
@@ -349,7 +353,27 @@ def _train(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
                     "first_token_attention": float(value),
                 }
             )
-    return {"train": pd.DataFrame(rows)}
+    heads = [
+        {
+            "step": int(step),
+            "layer": layer,
+            "head": head,
+            "bos_attention_trigger": float(t),
+            "bos_attention_non_trigger": float(n),
+        }
+        for step, trig, rest in zip(
+            result.steps,
+            result.bos_attention_trigger,
+            result.bos_attention_non_trigger,
+            strict=True,
+        )
+        for layer, (lt, ln) in enumerate(zip(trig, rest, strict=True))
+        for head, (t, n) in enumerate(zip(lt, ln, strict=True))
+    ]
+    tables = {"train": pd.DataFrame(rows)}
+    if heads:  # Bigram-Backcopy: active (trigger) versus dormant (non-trigger) heads
+        tables["train_heads"] = pd.DataFrame(heads)
+    return tables
 
 
 def series_windows(config: Mapping[str, Any], root: Path) -> list:

@@ -1,0 +1,147 @@
+"""Regenerate the shipped flip-rate predictor and its held-out verdicts.
+
+``python -m attncoda.run.predictor_data OUT`` trains the four ``train-tiny`` series below
+into ``OUT/series`` (deterministic by seed, one thread), measures every model's sink features
+and keep-vs-drop flip rates (16 windows of 128 tokens, sink = the first token, as
+``attncoda predictor fit`` does; cached as ``OUT/rows/<model>.json``), fits the predictor on
+:data:`TRAINING`, applies it to :data:`HELD_OUT` and writes ``flip_predictor.json`` and
+``flip_predictor_rows.json`` into ``OUT``. Copy both into
+``src/attncoda/experiments/data/`` to ship them; ``PROVENANCE.md`` there records the run.
+
+A model is named ``series@stepN`` for a checkpoint of a series below, or by its spec
+(``smollm2``, ``minilm``). The held-out models were chosen before the fit, and never enter it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attncoda.store import atomic_write_json
+
+__all__ = ["HELD_OUT", "SERIES", "TRAINING", "main", "model_row", "regenerate"]
+
+#: The training series: name -> train_tiny arguments.
+SERIES: dict[str, dict[str, Any]] = {
+    "bigram-backcopy-seed0": {"task": "bigram-backcopy", "seed": 0},
+    "bigram-backcopy-seed1": {"task": "bigram-backcopy", "seed": 1},
+    "text-small-seed0": {"task": "text", "steps": 512, "size": "small", "seed": 0},
+    "text-tiny-seed1": {"task": "text", "steps": 1000, "size": "tiny", "seed": 1},
+}
+#: The models the predictor is fitted on.
+TRAINING = (
+    "smollm2",
+    "minilm",
+    "bigram-backcopy-seed0@step64",
+    "bigram-backcopy-seed0@step256",
+    "bigram-backcopy-seed0@step512",
+    "bigram-backcopy-seed0@step2000",
+    "bigram-backcopy-seed1@step128",
+    "bigram-backcopy-seed1@step2000",
+    "text-small-seed0@step128",
+    "text-small-seed0@step512",
+    "text-tiny-seed1@step256",
+    "text-tiny-seed1@step1000",
+)
+#: The models kept out of the fit altogether; their verdicts are reported as they fall.
+HELD_OUT = (
+    "bigram-backcopy-seed0@step1000",
+    "bigram-backcopy-seed1@step512",
+    "text-small-seed0@step256",
+    "bigram-backcopy-seed0@step0",
+)
+_DOCS = 16
+_MAX_TOKENS = 128
+
+
+def _spec(name: str, root: Path) -> str:
+    series, at, step = name.partition("@")
+    if not at:
+        return name
+    from attncoda.capture.train import train_tiny
+
+    train_tiny(root / "series" / series, threads=1, progress=True, **SERIES[series])
+    return str(root / "series" / series / step)
+
+
+def model_row(name: str, root: str | Path) -> dict[str, Any]:
+    """The predictor row of ``name`` (features and flip rates), from ``root/rows`` if there."""
+    from dataclasses import replace
+
+    from attncoda.run.conventions import model_rows, predictor_rows
+
+    root = Path(root)
+    cached = root / "rows" / f"{name}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text(encoding="utf-8"))
+    measured = model_rows(_spec(name, root), docs=_DOCS, max_tokens=_MAX_TOKENS)
+    measured = replace(measured, rows=replace(measured.rows, model=name))
+    (row,) = predictor_rows([measured])
+    atomic_write_json(cached, row)
+    return row
+
+
+def regenerate(root: str | Path) -> list[dict[str, Any]]:
+    """Fit on :data:`TRAINING`, apply to :data:`HELD_OUT`, write both files into ``root``.
+
+    Returns the held-out outcomes (model, prediction, measured rate, verdict).
+    """
+    from attncoda.experiments.predictor import fit_predictor
+    from attncoda.run.conventions import apply_predictor
+
+    root = Path(root)
+    training = [model_row(m, root) for m in TRAINING]
+    held_out = [model_row(m, root) for m in HELD_OUT]
+    path = fit_predictor(training).to_json(root / "flip_predictor.json", overwrite=True)
+    outcomes = apply_predictor(path, held_out)
+    checked = []
+    for row, outcome in zip(held_out, outcomes, strict=True):
+        p = outcome["prediction"]
+        checked.append(
+            {
+                **row,
+                "predicted": p.point,
+                "predicted_low": p.low,
+                "predicted_high": p.high,
+                "abstained_because": p.reason,
+                "measured": outcome["measured"],
+                "verdict": outcome["verdict"],
+            }
+        )
+    atomic_write_json(
+        root / "flip_predictor_rows.json",
+        {
+            "windows": {"docs": _DOCS, "max_tokens": _MAX_TOKENS, "sink": "first"},
+            "series": SERIES,
+            "training": training,
+            "held_out": checked,
+        },
+    )
+    return outcomes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m attncoda.run.predictor_data OUT``: print each held-out verdict."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m attncoda.run.predictor_data OUT", file=sys.stderr)
+        return 2
+    for outcome in regenerate(args[0]):
+        p = outcome["prediction"]
+        said = (
+            f"abstained ({p.reason})"
+            if p.abstained
+            else f"predicted {p.point:.1%} [{p.low:.1%}, {p.high:.1%}]"
+        )
+        print(
+            f"{outcome['model']}: {said}; measured {outcome['measured']:.1%}: {outcome['verdict']}"
+        )
+    print(f"wrote {Path(args[0]) / 'flip_predictor.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""The shipped predictor and the command that regenerates it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from attncoda.experiments.predictor import Predictor
+from attncoda.run.conventions import apply_predictor, shipped_predictor
+from attncoda.run.predictor_data import HELD_OUT, TRAINING, main, regenerate
+
+METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _fake_rows(root: Path) -> None:
+    """Cached rows for every model, so regenerate() measures nothing."""
+    rng = np.random.default_rng(0)
+    for name in (*TRAINING, *HELD_OUT):
+        mass, std, share = rng.uniform(0.05, 0.5), rng.uniform(0.01, 0.4), rng.uniform(0, 0.3)
+        rate = 0.05 + 0.2 * mass + 0.1 * std + rng.normal(0, 0.01)
+        row = {
+            "model": name,
+            "features": {"mean_sink_mass": mass, "std_sink_mass": std, "mean_sink_share": share},
+            "flip_rates": dict.fromkeys(METRICS, rate),
+        }
+        (root / "rows").mkdir(parents=True, exist_ok=True)
+        (root / "rows" / f"{name}.json").write_text(json.dumps(row))
+
+
+def test_regenerate_fits_on_the_training_models_and_checks_the_held_out_ones(tmp_path, capsys):
+    _fake_rows(tmp_path)
+    assert main([str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    predictor = Predictor.from_json(tmp_path / "flip_predictor.json")
+    assert predictor.training_models == TRAINING
+    data = json.loads((tmp_path / "flip_predictor_rows.json").read_text())
+    assert [r["model"] for r in data["held_out"]] == list(HELD_OUT)
+    for r in data["held_out"]:
+        assert r["verdict"] in ("confirmed", "abstained", "failed")
+        assert f"{r['model']}: " in printed and r["verdict"] in printed
+    assert [o["verdict"] for o in regenerate(tmp_path)] == [r["verdict"] for r in data["held_out"]]
+
+
+def test_the_shipped_predictor_is_fitted_on_8_models_with_a_leave_one_out_interval():
+    predictor = Predictor.from_json(shipped_predictor())
+    n = len(predictor.training_models)
+    assert n >= 8
+    assert not set(predictor.training_models) & set(HELD_OUT) and len(HELD_OUT) >= 3
+    assert len(predictor.loo_residuals) == n
+    k = math.ceil((n + 1) * predictor.coverage)
+    assert predictor.half_width == np.sort(np.abs(predictor.loo_residuals))[k - 1]
+
+
+def test_the_shipped_held_out_verdicts_are_those_of_the_readme():
+    data = json.loads(Path(shipped_predictor()).with_name("flip_predictor_rows.json").read_text())
+    outcomes = apply_predictor("shipped", data["held_out"])
+    readme = README.read_text(encoding="utf-8")
+    for stored, outcome in zip(data["held_out"], outcomes, strict=True):
+        assert outcome["verdict"] == stored["verdict"]
+        assert f"`{stored['model']}` **{stored['verdict']}**" in readme

@@ -1,0 +1,93 @@
+"""Collapse on a Bigram-Backcopy series (:func:`attncoda.run.training.run_collapse`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pd = pytest.importorskip("pandas")
+
+from attncoda.capture.tasks import BigramBackcopy  # noqa: E402
+from attncoda.capture.train import train_tiny  # noqa: E402
+from attncoda.run.training import run_collapse  # noqa: E402
+
+LEVELS = {"model", "layer", "head"}
+
+
+def _assert_exact_split(table: pd.DataFrame) -> None:
+    """The sink and content parts add up to the entropy change at every level and pair."""
+    residual = (table["delta_sink"] + table["delta_content"] - table["delta_entropy"]).abs()
+    # Float64 means of float64 row splits: the rounding is ~1e-15 nats, far inside 1e-10.
+    assert residual.max() <= 1e-10
+    assert set(table["level"]) == LEVELS
+    assert set(table["pair_kind"]) == {"consecutive", "first_last"}
+
+
+def _mean_entropy(folder: Path, ids: np.ndarray) -> float:
+    """Mean H(p) over every (sequence, layer, head, query >= 1) from eager attention."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        attentions = model(input_ids=torch.from_numpy(ids), output_attentions=True).attentions
+    rows = torch.stack(attentions).double()[:, :, :, 1:, :]  # query 0 has no content
+    logs = torch.where(rows > 0, rows.log(), torch.zeros_like(rows))
+    return float(-(rows * logs).sum(-1).mean())
+
+
+def test_collapse_on_a_task_series_reads_task_sequences_and_splits_exactly(tmp_path: Path):
+    series = tmp_path / "series"
+    trained = train_tiny(
+        series, task="bigram-backcopy", steps=8, window=16, batch_size=4, progress=False
+    )
+    out = tmp_path / "collapse"
+    result = run_collapse(str(series), out, max_tokens=16, docs=6)
+    _assert_exact_split(result.table)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["corpus"]["source"] == "bigram-backcopy"
+    # The windows are the task's held-out sequences, the same at every checkpoint.
+    ids = BigramBackcopy(seq_len=16).evaluation_sequences(6)
+    assert result.summary["n_windows"] == 6 and result.summary["n_tokens"] == ids.size
+    # Independent reference: the model-level first -> last entropy change from eager
+    # attention weights (float32 softmax, so agreement to 1e-5 nats, not bit-identity).
+    first_last = result.table.query("pair_kind == 'first_last' and level == 'model'")
+    expected = _mean_entropy(trained.checkpoints[-1], ids) - _mean_entropy(
+        trained.checkpoints[0], ids
+    )
+    assert float(first_last["delta_entropy"].iloc[0]) == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def default_series(tmp_path_factory: pytest.TempPathFactory):
+    """The default Bigram-Backcopy series (about 80-150 s on one thread of a shared CPU)."""
+    folder = tmp_path_factory.mktemp("default") / "series"
+    return folder, train_tiny(folder, task="bigram-backcopy", progress=False)
+
+
+@pytest.mark.slow
+def test_a_sink_grows_on_the_default_series(default_series):
+    _, result = default_series
+    first = np.array(result.bos_attention_non_trigger[0])  # (layer, head)
+    last = np.array(result.bos_attention_non_trigger[-1])
+    assert first.max() < 0.5  # no head has a sink at initialisation
+    assert last.max() > 0.5  # at least one has one at the end
+    # and an active-dormant head: a sink at non-trigger queries, none at triggers
+    trigger_last = np.array(result.bos_attention_trigger[-1])
+    assert ((last > 0.5) & (trigger_last < 0.1)).any()
+
+
+@pytest.mark.slow
+def test_collapse_on_the_default_series_splits_exactly_and_the_sink_dominates(
+    default_series, tmp_path
+):
+    folder, _ = default_series
+    result = run_collapse(str(folder), tmp_path / "collapse", docs=16, max_tokens=64)
+    _assert_exact_split(result.table)
+    model = result.table.query("pair_kind == 'first_last' and level == 'model'").iloc[0]
+    # Measured 79% (README); a sink that grows must carry most of the drop.
+    assert model["delta_entropy"] < 0 and model["sink_share"] > 0.5
