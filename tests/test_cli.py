@@ -217,3 +217,12 @@ def test_a_short_text_is_profiled_whole(tmp_path, capsys):
     rows = pd.read_parquet(out / "rows.parquet")
     assert set(rows["doc"]) == {0}
     assert json.loads((out / "manifest.json").read_text())["config"]["corpus"]["windows"] == 1
+
+
+def test_safety_of_two_models_draws_one_figure_each(tmp_path, capsys, tiny_llama):
+    out = tmp_path / "s"
+    args = ["safety", "minilm", tiny_llama, "--docs", "2", "--bins", "2", "--out", str(out)]
+    assert main(args) == 0
+    pngs = sorted(p.name for p in out.glob("safety*.png"))
+    assert len(pngs) == 2 and all(p.startswith("safety_") for p in pngs)
+    assert pd.read_parquet(out / "safety_grid.parquet")["model"].nunique() == 2

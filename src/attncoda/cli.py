@@ -142,7 +142,7 @@ def _safety(args: argparse.Namespace) -> int:
     out = _out(args, "safety", args.models)
     from attncoda.experiments.safety import safe_regions
 
-    table, _ = run_safety(
+    table, _, figures = run_safety(
         _rows(args, args.models), out, n_bins=args.bins, threshold=args.safe_threshold
     )
     for row in table.itertuples(index=False):
@@ -154,7 +154,8 @@ def _safety(args: argparse.Namespace) -> int:
     regions = safe_regions(table)
     for row in regions[regions["metric"] == "all"].itertuples(index=False):
         print(f"{row.model}: {row.statement}")
-    print(f"wrote {out / 'safety.parquet'}, {out / 'safety_grid.parquet'}, {out / 'safety.png'}")
+    shown = ", ".join(str(f) for f in figures)
+    print(f"wrote {out / 'safety.parquet'}, {out / 'safety_grid.parquet'}, {shown}")
     return 0
 
 

@@ -197,13 +197,16 @@ def read_corpus(path: str | os.PathLike[str]) -> list[Document]:
         files = sorted(f for f in p.iterdir() if f.is_file() and _suffix(f) in ACCEPTED_SUFFIXES)
         if not files:
             raise AttncodaError(
-                f"corpus folder '{p}' holds no {' or '.join(ACCEPTED_SUFFIXES)} file: add one, or give a file"
+                f"corpus folder '{p}' holds no {' or '.join(ACCEPTED_SUFFIXES)} file: add one, "
+                f"or give a file"
             )
         docs = [doc for f in files for doc in _read_file(f)]
     elif p.is_file():
         docs = _read_file(p)
     else:
-        raise AttncodaError(f"corpus path '{p}' does not exist: give a .txt or .jsonl file, or a folder of them")
+        raise AttncodaError(
+            f"corpus path '{p}' does not exist: give a .txt or .jsonl file, or a folder of them"
+        )
     _check_unique_ids(docs, f"corpus '{p}'")
     return docs
 
@@ -301,7 +304,9 @@ def _read_file(p: Path) -> list[Document]:
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise AttncodaError(f"corpus file '{p}' is not UTF-8 text ({err.reason}): give a text file") from None
+        raise AttncodaError(
+            f"corpus file '{p}' is not UTF-8 text ({err.reason}): give a text file"
+        ) from None
     if suffix == ".txt":
         docs = _parse_txt(text, p.stem)
     else:

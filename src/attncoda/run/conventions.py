@@ -106,7 +106,8 @@ def run_safety(
     threshold: float | None = None,
 ):
     """Flip rate binned by sink share of d_A² and by sink-mass gap; writes
-    ``safety.parquet``, ``safety_grid.parquet``, ``safety.png`` and ``manifest.json``.
+    ``safety.parquet``, ``safety_grid.parquet``, ``safety.png`` (``safety_<model>.png`` per
+    model for several models) and ``manifest.json``; returns ``(table, grid, figures)``.
     A bin is safe when its flip rate's upper 95% bound is below ``threshold`` (default
     :data:`attncoda.experiments.safety.DEFAULT_SAFE_THRESHOLD`, 5%)."""
     import pandas as pd
@@ -114,6 +115,7 @@ def run_safety(
     from attncoda.experiments.safety import DEFAULT_SAFE_THRESHOLD, safety_map
     from attncoda.report.figures_flips import plot_safety
     from attncoda.store import write_table
+    from attncoda.store.runs import slug
 
     threshold = DEFAULT_SAFE_THRESHOLD if threshold is None else threshold
 
@@ -132,9 +134,17 @@ def run_safety(
     grid = pd.concat([r.grid for r in results], ignore_index=True)
     write_table(table, out / "safety.parquet")
     write_table(grid, out / "safety_grid.parquet")
-    plot_safety(grid, out / "safety.png")
+    names = list(dict.fromkeys(grid["model"]))
+    # One figure per model: safety.png for one model, safety_<model>.png for several.
+    figures = [
+        plot_safety(
+            grid[grid["model"] == name],
+            out / ("safety.png" if len(names) == 1 else f"safety_{slug(name)}.png"),
+        )
+        for name in names
+    ]
     _manifest(out, "safety", models, n_bins=n_bins, tol=tol, threshold=threshold)
-    return table, grid
+    return table, grid, figures
 
 
 def predictor_rows(models: list[ModelRows], *, n_boot: int = 0, tol: float = CAPTURE_TOL):
