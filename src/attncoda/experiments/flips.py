@@ -11,7 +11,8 @@ Counting is exact and covers every triplet (``N * C(N-1, 2)`` for ``N`` heads). 
 ``A`` the flips are the discordant pairs between the keep and the drop ranking of the other
 heads (Kendall), so rows of ``A`` without near-ties are counted as the inversions of a
 permutation in ``O(N log^2 N)`` vectorised work (a bottom-up merge count in which every merge
-is one SIMD sort of 16-bit keys); rows with a near-tie are counted pair by pair.
+is one SIMD sort of 16-bit keys). The few pairs within the tie tolerance are then listed
+from the sorted rows and taken out, so near-ties cost time in proportion to their number.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ TABLE_COLUMNS = (
 BY_LAYER_COLUMNS = ("model", "metric", "layer", "n_triplets", "n_ties", "flips", "flip_rate")
 
 _CHUNK_ELEMS = 1 << 16  # int16 keys per inversion-count block: stays in the L2 cache
-_DENSE_ELEMS = 1 << 22  # pair-by-pair block for rows with near-ties
 _BOOT_ELEMS = 1 << 22  # resampled distance entries per bootstrap block
 
 
@@ -194,51 +194,62 @@ def _count_rows(
 def _count_block(
     x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Flips and ties of a block of rows: inversions of every pair, minus the tied pairs.
+
+    Every pair ``B < C`` is discordant when ``(x_C > x_B) != (y_C > y_B)``. Ordering each row
+    by value, equal values by falling head index, makes "C ranks above B" mean exactly
+    ``x_C > x_B`` (so exact duplicates count as that predicate does), and the discordant pairs
+    are the inversions of the drop ranks read in keep order. The tied pairs (within the
+    tolerance under keep or under drop) are few; they are listed from the sorted rows and
+    their discordant ones subtracted, which leaves the decided flips of the definition.
+    """
     rows, n = x.shape
-    flips = np.zeros(rows, dtype=np.int64)
-    ties = np.zeros(rows, dtype=np.int64)
-    ox = np.argsort(x, axis=1)
-    oy = np.argsort(y, axis=1)
-    # Sorted order makes near-ties adjacent: a pair within tol implies an adjacent gap within
-    # tol (rounded subtraction is monotone), so a row with no small gap has no tie at all.
-    xs, ys = np.sort(x, axis=1), np.sort(y, axis=1)  # a SIMD sort beats gathering by ox
-    tied = ((xs[:, 1:] - xs[:, :-1]).min(axis=1) <= tx) | (
-        (ys[:, 1:] - ys[:, :-1]).min(axis=1) <= ty
-    )
-    if not tied.any():
-        rank_y = np.empty_like(oy)
-        np.put_along_axis(rank_y, oy, np.arange(n)[None, :], axis=1)
-        # pi[i] = drop rank of the head holding keep rank i: its inversions are the flips.
-        flips[:] = _inversions(np.take_along_axis(rank_y, ox, axis=1))
-        return flips, ties
-    clean = np.flatnonzero(~tied)
-    if clean.size:
-        rank_y = np.empty_like(oy[clean])
-        np.put_along_axis(rank_y, oy[clean], np.arange(n)[None, :], axis=1)
-        flips[clean] = _inversions(np.take_along_axis(rank_y, ox[clean], axis=1))
-    dirty = np.flatnonzero(tied)
-    flips[dirty], ties[dirty] = _count_dense(x[dirty], y[dirty], tx[dirty], ty[dirty])
-    return flips, ties
+    ox, oy = _order(x), _order(y)
+    rank_y = np.empty_like(oy)
+    np.put_along_axis(rank_y, oy, np.arange(n)[None, :], axis=1)
+    # pi[i] = drop rank of the head holding keep rank i: its inversions are the discordances.
+    discordant = _inversions(np.take_along_axis(rank_y, ox, axis=1))
+    r, a, b = _tied_pairs(x, ox, tx, y, oy, ty)
+    if r.size == 0:
+        return discordant, np.zeros(rows, dtype=np.int64)
+    dx = x[r, b] - x[r, a]
+    dy = y[r, b] - y[r, a]
+    tied_discordant = np.bincount(r[(dx > 0) != (dy > 0)], minlength=rows)
+    return discordant - tied_discordant, np.bincount(r, minlength=rows).astype(np.int64)
 
 
-def _count_dense(
-    x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Pair-by-pair flips and ties of rows with near-ties (the definition, vectorised)."""
+def _order(v: np.ndarray) -> np.ndarray:
+    """Argsort of each row ascending, equal values ordered by falling index."""
+    n = v.shape[1]
+    return (n - 1) - np.argsort(v[:, ::-1], axis=1, kind="stable")
+
+
+def _tied_pairs(
+    x: np.ndarray, ox: np.ndarray, tx: np.ndarray, y: np.ndarray, oy: np.ndarray, ty: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair within tolerance under ``x`` or ``y``, once: ``(row, a, b)`` with ``a < b``.
+
+    In a sorted row the entries within ``t`` of an entry follow it, and rounded subtraction
+    is monotone (``c >= b >= a`` gives ``fl(c - a) >= fl(b - a)``), so the pairs at sorted
+    distance ``k`` are scanned for ``k = 1, 2, ...`` until none is within tolerance.
+    """
     rows, n = x.shape
-    upper = np.triu(np.ones((n, n), dtype=bool), 1)
-    flips = np.zeros(rows, dtype=np.int64)
-    ties = np.zeros(rows, dtype=np.int64)
-    step = max(1, _DENSE_ELEMS // (n * n))
-    for r0 in range(0, rows, step):
-        sl = slice(r0, r0 + step)
-        dx = x[sl, None, :] - x[sl, :, None]  # [r, B, C] = x_C - x_B
-        dy = y[sl, None, :] - y[sl, :, None]
-        tie = (np.abs(dx) <= tx[sl, None, None]) | (np.abs(dy) <= ty[sl, None, None])
-        flip = ~tie & ((dx > 0) != (dy > 0))
-        ties[sl] = (tie & upper).sum(axis=(1, 2))
-        flips[sl] = (flip & upper).sum(axis=(1, 2))
-    return flips, ties
+    codes = []
+    for v, order, t in ((x, ox, tx), (y, oy, ty)):
+        vs = np.take_along_axis(v, order, axis=1)
+        for k in range(1, n):
+            hit = (vs[:, k:] - vs[:, :-k]) <= t[:, None]
+            if not hit.any():
+                break
+            r, i = np.nonzero(hit)
+            h0, h1 = order[r, i], order[r, i + k]
+            lo, hi = np.minimum(h0, h1), np.maximum(h0, h1)
+            codes.append((r.astype(np.int64) * n + lo) * n + hi)
+    if not codes:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    code = np.unique(np.concatenate(codes))
+    return code // (n * n), (code // n) % n, code % n
 
 
 _Level = tuple[int, int, np.ndarray, np.ndarray, int]
