@@ -204,12 +204,12 @@ def _count_block(
     their discordant ones subtracted, which leaves the decided flips of the definition.
     """
     rows, n = x.shape
-    ox, oy = _order(x), _order(y)
+    (ox, xs), (oy, ys) = _order(x), _order(y)
     rank_y = np.empty_like(oy)
     np.put_along_axis(rank_y, oy, np.arange(n)[None, :], axis=1)
     # pi[i] = drop rank of the head holding keep rank i: its inversions are the discordances.
     discordant = _inversions(np.take_along_axis(rank_y, ox, axis=1))
-    r, a, b = _tied_pairs(x, ox, tx, y, oy, ty)
+    r, a, b = _tied_pairs(xs, ox, tx, ys, oy, ty)
     if r.size == 0:
         return discordant, np.zeros(rows, dtype=np.int64)
     dx = x[r, b] - x[r, a]
@@ -218,25 +218,36 @@ def _count_block(
     return discordant - tied_discordant, np.bincount(r, minlength=rows).astype(np.int64)
 
 
-def _order(v: np.ndarray) -> np.ndarray:
-    """Argsort of each row ascending, equal values ordered by falling index."""
+def _order(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Argsort of each row ascending, equal values ordered by falling index; and the sorted rows.
+
+    The default (SIMD) argsort is not stable; rows holding an exact duplicate, which are
+    rare, are sorted again stably.
+    """
     n = v.shape[1]
-    return (n - 1) - np.argsort(v[:, ::-1], axis=1, kind="stable")
+    order = np.argsort(v, axis=1)
+    vs = np.take_along_axis(v, order, axis=1)
+    dup = np.flatnonzero((vs[:, 1:] == vs[:, :-1]).any(axis=1))
+    if dup.size:
+        order[dup] = (n - 1) - np.argsort(v[dup, ::-1], axis=1, kind="stable")
+        vs[dup] = np.take_along_axis(v[dup], order[dup], axis=1)
+    return order, vs
 
 
 def _tied_pairs(
-    x: np.ndarray, ox: np.ndarray, tx: np.ndarray, y: np.ndarray, oy: np.ndarray, ty: np.ndarray
+    xs: np.ndarray, ox: np.ndarray, tx: np.ndarray, ys: np.ndarray, oy: np.ndarray, ty: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every pair within tolerance under ``x`` or ``y``, once: ``(row, a, b)`` with ``a < b``.
+
+    ``xs, ys`` are the sorted rows and ``ox, oy`` their orders (:func:`_order`).
 
     In a sorted row the entries within ``t`` of an entry follow it, and rounded subtraction
     is monotone (``c >= b >= a`` gives ``fl(c - a) >= fl(b - a)``), so the pairs at sorted
     distance ``k`` are scanned for ``k = 1, 2, ...`` until none is within tolerance.
     """
-    rows, n = x.shape
+    rows, n = xs.shape
     codes = []
-    for v, order, t in ((x, ox, tx), (y, oy, ty)):
-        vs = np.take_along_axis(v, order, axis=1)
+    for vs, order, t in ((xs, ox, tx), (ys, oy, ty)):
         for k in range(1, n):
             hit = (vs[:, k:] - vs[:, :-k]) <= t[:, None]
             if not hit.any():
