@@ -32,6 +32,7 @@ import torch
 
 from .._errors import AttncodaError
 from . import ablation as _ablation
+from . import fast as _fast
 
 __all__ = [
     "ATTENTION_NAME",
@@ -144,6 +145,25 @@ def _scores(module, query, key, scaling):
     return scores.reshape(b, h, q, key.shape[2]) * scaling
 
 
+def last_visible_key(attention_mask, start: int, stop: int, k_len: int) -> int:
+    """One past the last key any query in ``start:stop`` of any document can see.
+
+    Keys after it are hidden from the whole block (the causal mask hides every key after
+    the block's last query), so the block's scores, softmax and value product skip them:
+    their probabilities are exactly 0 either way. ``k_len`` when there is no mask, and when
+    a query of the block sees no key at all (a left-padding query: eager spreads its row
+    over every key, so every key is kept).
+    """
+    if attention_mask is None:
+        return k_len
+    mask = attention_mask[:, :, start:stop]
+    seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    if not bool(seen.any(-1).all()):
+        return k_len
+    cols = torch.nonzero(seen.any(dim=(0, 1, 2)))
+    return int(cols[-1, 0]) + 1
+
+
 def _weighted_values(probs, value):
     """``probs @ value`` per key/value head, ``(batch, head, q, head_dim)``."""
     b, h, q, k = probs.shape
@@ -201,14 +221,28 @@ def attncoda_attention(
     # >>> ablation hook (attncoda.capture.ablation): None unless ablate()/head_gates() is active
     edit = _ablation.layer_edit(module, query, attention_mask)
     # <<< ablation hook
+    # >>> fast path (attncoda.capture.fast): statistics from the fused kernel's log-sum-exp;
+    # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
+    if recorder is not None and recorder.method == "fast" and recorder.sink is not None:
+        if edit is None and kwargs.get("softcap") is None and kwargs.get("s_aux") is None:
+            fast = _fast.record_layer(
+                recorder, layer, module, query, key, value, attention_mask, scaling
+            )
+            if fast is not None:
+                return fast, None
+    # <<< fast path
     output = None
     probs = None
     for start in range(0, q_len, block):
         stop = min(start + block, q_len)
-        scores = _scores(module, query[:, :, start:stop], key, scaling)
+        # Key blocks the mask hides from every query of this block are skipped (a layer
+        # that fits in one block keeps every key, so it stays bit-identical to eager).
+        whole = (start == 0 and stop == q_len) or edit is not None
+        k_stop = k_len if whole else last_visible_key(attention_mask, start, stop, k_len)
+        scores = _scores(module, query[:, :, start:stop], key[:, :, :k_stop], scaling)
         visible = None
         if attention_mask is not None:
-            mask = attention_mask[:, :, start:stop]
+            mask = attention_mask[:, :, start:stop, :k_stop]
             if mask.dtype == torch.bool:
                 visible = mask
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -219,7 +253,7 @@ def attncoda_attention(
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
         else:
             probs = torch.softmax(scores, dim=-1).type(value.dtype)
-        part = _weighted_values(probs, value)
+        part = _weighted_values(probs, value[:, :, :k_stop])
         # >>> ablation hook: replace or gate the ablated heads' outputs of this block
         if edit is not None:
             part = edit(part, value, visible)
@@ -362,6 +396,8 @@ class Recorder:
         Per document, the sorted padded query positions whose full rows are kept.
     block_size : int
         Queries per block.
+    method : {"exact", "fast"}
+        ``"fast"`` takes the statistics from the fused kernel (:mod:`attncoda.capture.fast`).
 
     Attributes
     ----------
@@ -381,10 +417,12 @@ class Recorder:
     sink: torch.Tensor | None
     record: list[torch.Tensor]
     block_size: int = 512
+    method: str = "exact"
     stats: list[dict[str, torch.Tensor]] = field(default_factory=list)
     rows: list[list[torch.Tensor]] = field(default_factory=list)
     received: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
     received_count: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
+    fast_cache: dict = field(default_factory=dict, repr=False)
 
     def begin_layer(self, batch: int, heads: int, q_len: int, k_len: int) -> int:
         """Allocate one layer's outputs; returns its index."""
@@ -430,11 +468,11 @@ class Recorder:
             seen = visible & real_q[:, None, :, None]
             p = log_rows.exp() if probs is None or probs.dtype != log_rows.dtype else probs
             received = p.masked_fill(~seen, 0.0).sum((1, 2), dtype=torch.float64)
-            self.received += received.cpu()
+            self.received[:, :k] += received.cpu()
             count = seen.sum((1, 2)).to(torch.float64) * log_rows.shape[1]
-            self.received_count += count.cpu()
+            self.received_count[:, :k] += count.cpu()
             return
-        stats = row_statistics(log_rows, visible, self.sink.to(device), probs=probs)
+        stats = row_statistics(log_rows, visible, self.sink[:, :k].to(device), probs=probs)
         for name, value in stats.items():
             self.stats[layer][name][:, :, start:stop] = value.cpu()
         for doc, positions in enumerate(self.record):
@@ -446,4 +484,7 @@ class Recorder:
             local = (positions[inside] - start).to(device)
             rows = log_rows[doc, :, local, lo : lo + n].to(torch.float32)
             seen = visible[doc, :, local, lo : lo + n]
-            self.rows[layer][doc][:, inside] = rows.masked_fill(~seen, -math.inf).cpu()
+            # A block that skipped hidden keys has fewer columns; the rest stay -inf.
+            width = rows.shape[-1]
+            block_rows = rows.masked_fill(~seen, -math.inf).cpu()
+            self.rows[layer][doc][:, inside, :width] = block_rows

@@ -22,9 +22,11 @@ from .._errors import AttncodaError
 from .attention import STATISTICS, Recorder, routed, unroutable_message
 from .sinks import auto_sinks, parse_sink, resolve_sinks
 
-__all__ = ["Capture", "capture", "capture_frame", "capture_windows"]
+__all__ = ["METHODS", "Capture", "capture", "capture_frame", "capture_windows"]
 
 _ROWS_AUTO = 128
+#: The capture methods: the exact path (the reference) and the fused-kernel fast path.
+METHODS = ("exact", "fast")
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +80,8 @@ class Capture:
     bos_token_id : int or None
         The BOS id prepended to every document, None when none was.
     block_size, seed : int
+    method : str
+        ``"exact"`` or ``"fast"`` (:func:`capture`).
     """
 
     sink_mass: np.ndarray
@@ -106,6 +110,7 @@ class Capture:
     bos_token_id: int | None
     block_size: int
     seed: int
+    method: str = "exact"
 
     @property
     def n_docs(self) -> int:
@@ -267,7 +272,7 @@ def _eager(model) -> Iterator[None]:
             c._attn_implementation = previous[key]
 
 
-def _run(model, ids, mask, sinks, record, mode, zeros, block_size):
+def _run(model, ids, mask, sinks, record, mode, zeros, block_size, method="exact"):
     """One forward pass; returns (recorder, model output, n_floored)."""
     real = mask.bool()
     offsets = real.long().argmax(-1)
@@ -281,7 +286,7 @@ def _run(model, ids, mask, sinks, record, mode, zeros, block_size):
             sink_mask[doc, torch.as_tensor(pos) + off] = True
 
     def recorder(sink_mask, record_padded):
-        return Recorder(real.cpu(), offsets.cpu(), sink_mask, record_padded, block_size)
+        return Recorder(real.cpu(), offsets.cpu(), sink_mask, record_padded, block_size, method)
 
     if mode == "attention":
         rec = recorder(sink_mask, record_padded)
@@ -331,6 +336,7 @@ def capture(
     mode: str = "attention",
     zeros: str = "raise",
     prepend_bos: bool = False,
+    method: str = "exact",
     keep_outputs: bool = False,
     _first_doc: int = 0,
 ) -> Capture:
@@ -366,6 +372,11 @@ def capture(
         ``mode="outputs"`` only: what to do with a visible key of probability exactly 0.
     prepend_bos : bool
         Prepend the BOS id (tokenizer's, else the model config's) to every document.
+    method : {"exact", "fast"}
+        ``"exact"`` (the reference) computes every row; ``"fast"`` takes the statistics from
+        the fused attention kernel's log-sum-exp (:mod:`attncoda.capture.fast`), within
+        float32 rounding of the exact path, and only the recorded rows in full. The ``auto``
+        sink pass, ablations and softcapped or learned-sink layers use the exact path.
     keep_outputs : bool
         Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
         language models the next-token log-likelihoods in ``Capture.token_logprob``.
@@ -387,6 +398,12 @@ def capture(
         )
     if zeros not in ("raise", "floor"):
         raise AttncodaError(f"unknown zero policy {zeros!r}: use 'raise' or 'floor'")
+    if method not in METHODS:
+        raise AttncodaError(f"unknown method {method!r}: use 'exact' (the reference) or 'fast'")
+    if method == "fast" and mode != "attention":
+        raise AttncodaError(
+            f"method='fast' reads the routed attention; got mode={mode!r}: use method='exact'"
+        )
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
     if model.training:
@@ -415,7 +432,7 @@ def capture(
             auto_sinks(received[d, o : o + n], count[d, o : o + n])
             for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
         ]
-    rec, out, floored = _run(model, ids, mask, sinks, record, mode, zeros, block_size)
+    rec, out, floored = _run(model, ids, mask, sinks, record, mode, zeros, block_size, method)
     about: dict[str, Any] = {
         "sink_spec": spec.text,
         "mode": mode,
@@ -425,6 +442,7 @@ def capture(
         "bos_token_id": bos,
         "block_size": block_size,
         "seed": seed,
+        "method": method,
     }
     return _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
 
