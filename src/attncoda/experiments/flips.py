@@ -366,7 +366,9 @@ def used_rows(doc: DocRows) -> int:
     return int((has_sink & (n_valid - len(doc.sink) >= 2)).sum())
 
 
-def document_sums(head_rows: HeadRows, metric: str, convention: str | None) -> DocumentSums:
+def document_sums(
+    head_rows: HeadRows, metric: str, convention: str | None, *, device: str | None = None
+) -> DocumentSums:
     """Per-document sums ``S_d`` and counts ``n_d`` of a metric's row distances.
 
     Parameters
@@ -377,6 +379,9 @@ def document_sums(head_rows: HeadRows, metric: str, convention: str | None) -> D
         A metric of :func:`attncoda.head_distances`.
     convention : {"keep", "drop"} or None
         As :func:`attncoda.head_distances` requires for ``metric``.
+    device : str, optional
+        A torch device (``"cuda"``) to compute the head distances on; None: numpy on the
+        host.
 
     Returns
     -------
@@ -388,9 +393,15 @@ def document_sums(head_rows: HeadRows, metric: str, convention: str | None) -> D
         n_used = used_rows(doc)
         if n_used == 0 and _sinks_present(doc):
             continue  # no row with content: nothing to average (head_distances would refuse)
-        mean = head_distances(
-            doc.logp, metric, convention=convention, sink=doc.sink, key_mask=doc.key_mask
-        )
+        logp, key_mask = doc.logp, doc.key_mask
+        if device is not None:
+            import torch
+
+            logp = torch.as_tensor(logp, device=device)
+            key_mask = torch.as_tensor(key_mask, device=device)
+        mean = head_distances(logp, metric, convention=convention, sink=doc.sink, key_mask=key_mask)
+        if device is not None:
+            mean = mean.cpu().numpy()
         sums.append(np.asarray(mean, dtype=np.float64) * n_used)
         counts.append(n_used)
         kept.append(i)
@@ -456,6 +467,7 @@ def flips(
     seed: int = 0,
     tol: float = DEFAULT_TOL,
     n_threads: int | None = None,
+    device: str | None = None,
 ) -> FlipsResult:
     r"""Flip rate of triplet verdicts between ``convention="keep"`` and ``"drop"``.
 
@@ -488,6 +500,9 @@ def flips(
     n_threads : int, optional
         Threads for the bootstrap (default: the CPUs available, at most 8). The counts do
         not depend on it.
+    device : str, optional
+        Where the head distances run: None or ``"cpu"`` (numpy, the reference), or a torch
+        device such as ``"cuda"``. The counting and the bootstrap run on the host.
 
     Returns
     -------
@@ -513,14 +528,15 @@ def flips(
             f"flips needs at least 3 heads for a triplet; model {head_rows.model!r} has {n}"
         )
     threads = _threads(n_threads)
+    on = None if device in (None, "cpu") else device
     n_triplets = n * math.comb(n - 1, 2)
     layer_of = head_rows.layer_of
     rows, layer_rows, distances, boot = [], [], {}, {}
     weights: np.ndarray | None = None
     n_docs = n_rows = 0
     for metric in metrics:
-        keep = document_sums(head_rows, metric, "keep")
-        drop = document_sums(head_rows, metric, "drop")
+        keep = document_sums(head_rows, metric, "keep", device=on)
+        drop = document_sums(head_rows, metric, "drop", device=on)
         if weights is None:
             n_docs, n_rows = len(keep.docs), int(keep.counts.sum())
             weights = _resample_weights(n_docs, n_boot, seed)

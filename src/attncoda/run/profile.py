@@ -46,13 +46,15 @@ def profile(
     seed: int = 0,
     progress: bool = False,
     loaded: tuple | None = None,
+    **options: Any,
 ) -> ProfileResult:
     """Capture ``docs`` windows of the corpus and write the per-row and per-head tables.
 
     Writes ``rows.parquet`` (one row per document, layer, head and real query position),
     ``heads.parquet`` (per-head means over rows with content, and row counts),
     ``manifest.json`` and ``profile.png`` (layer × head heatmaps of sink mass and the exact
-    entropy split) into ``out``.
+    entropy split) into ``out``. ``options`` go to
+    :func:`attncoda.run.common.capture_corpus` (``device``, ``dtype``, ``method``).
     """
     from attncoda.experiments.profile import head_summary, layer_summary
     from attncoda.report.figures_profile import profile_heatmap
@@ -70,6 +72,7 @@ def profile(
         progress=progress,
         loaded=loaded,
         record_rows="none",
+        **options,
     )
     out = Path(out)
     rows = captured.capture.to_frame()

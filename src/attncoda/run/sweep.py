@@ -116,6 +116,9 @@ def sweep(
     retries: int = 2,
     progress: bool = True,
     report: bool = True,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
 ) -> SweepResult:
     """Run every experiment on every model at every revision, one unit at a time or on Ray.
 
@@ -129,8 +132,9 @@ def sweep(
     revisions : sequence of str, optional
         Revisions run for every model (``step0``, ``step512``, a commit); then no model may
         name its own ``@revision``.
-    series, experiments, scale, settings, text, sink, seed
-        As for :func:`attncoda.run.reproduce.reproduce`.
+    series, experiments, scale, settings, text, sink, seed, device, dtype, method
+        As for :func:`attncoda.run.reproduce.reproduce`. With ``device="auto"`` each task
+        uses the GPU Ray gives it (one per task when the cluster has GPUs).
     ray_address : str, optional
         An existing Ray cluster: ``"auto"`` or ``"HOST:PORT"`` of its head.
     ray_local : int, optional
@@ -169,6 +173,9 @@ def sweep(
         text=text,
         sink=sink,
         seed=seed,
+        device=device,
+        dtype=dtype,
+        method=method,
     )
     root = store.root
     skipped = len(units) - len(todo)
