@@ -372,6 +372,24 @@ def test_bootstrap_recounts_every_triplet_of_each_resample():
             assert result.bootstrap[metric][r] == sum(flip) / (n_triplets - sum(ties))
 
 
+def test_bootstrap_with_repeated_draws_counts_each_draw_as_itself():
+    # Two documents give only 3 distinct draws: 40 resamples repeat them, and each repeat
+    # must get the rate of its own draw (counted once, copied back in resample order).
+    from attncoda.experiments.flips import _bootstrap_rates, _resample_weights, document_sums
+
+    head_rows = random_head_rows(n_layers=2, n_heads=3, n_docs=2, seed=5)
+    keep = document_sums(head_rows, "tv", "keep")
+    drop = document_sums(head_rows, "tv", "drop")
+    weights = _resample_weights(2, 40, 1)
+    assert len(np.unique(weights, axis=0)) < 40
+    rates = _bootstrap_rates(keep, drop, weights, 1e-9, 6 * math.comb(5, 2), 1)
+    one_by_one = [
+        _bootstrap_rates(keep, drop, weights[i : i + 1], 1e-9, 6 * math.comb(5, 2), 1)[0]
+        for i in range(40)
+    ]
+    np.testing.assert_array_equal(rates, one_by_one)
+
+
 def test_bootstrap_ci_contains_the_point_estimate_on_stable_data():
     head_rows = random_head_rows(n_layers=2, n_heads=4, n_docs=24, keys=12, seed=4)
     result = flips(head_rows, n_boot=200)

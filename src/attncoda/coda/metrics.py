@@ -140,6 +140,12 @@ def _key_mask(xp: Any, key_mask: Any, z: Any) -> Any:
     return mask
 
 
+def _is_every_row(used: Any, rows: int) -> bool:
+    """Whether ``used`` is ``0, 1, ..., rows - 1`` (host check of a small index array)."""
+    index = np.asarray(array_api_compat.to_device(used, "cpu"))
+    return index.shape[0] == rows and bool((index == np.arange(rows)).all())
+
+
 def _masked_mean(xp: Any, z: Any, mask: Any) -> Any:
     zero = xp.zeros_like(z)
     n = xp.sum(xp.astype(mask, z.dtype), axis=-1)
@@ -354,8 +360,9 @@ def head_distances(
     extent = xp.max(xp.where(mask, xp.arange(1, keys + 1, device=device), 0), axis=-1)
     order = xp.argsort(extent, stable=True)
     used = xp.take(used, order)
-    z = xp.take(z, used, axis=1)
-    mask = xp.take(mask, order, axis=0)
+    if not _is_every_row(used, rows):  # causal rows in order need no copy
+        z = xp.take(z, used, axis=1)
+        mask = xp.take(mask, order, axis=0)
     width = np.asarray(array_api_compat.to_device(xp.take(extent, order), "cpu"))
     is_sink = xp.asarray([j in s for j in range(keys)], device=array_api_compat.device(z))
     content = mask & ~is_sink

@@ -648,7 +648,13 @@ def _bootstrap_rates(
 
     ``D_r = sum_d w_rd S_d / sum_d w_rd n_d`` is formed on the upper triangle only (one
     matrix product per block of resamples), then gathered into the rows of each ``A``.
+    Resamples that drew the same documents as often (few documents: 4 give only 35
+    distinct draws) have the same ``D``, so each distinct draw is counted once.
     """
+    distinct, inverse = np.unique(weights, axis=0, return_inverse=True)
+    if distinct.shape[0] < weights.shape[0]:
+        rates = _bootstrap_rates(keep, drop, distinct, tol, n_triplets, threads)
+        return rates[inverse.reshape(-1)]
     n_boot = weights.shape[0]
     n = keep.sums.shape[1]
     iu, ju = np.triu_indices(n, 1)
