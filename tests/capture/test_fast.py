@@ -135,6 +135,36 @@ def test_fast_statistics_under_an_arbitrary_mask_with_rows_without_content_or_si
     np.testing.assert_allclose(out.numpy(), ref_out.float().numpy(), atol=1e-5)
 
 
+def test_fast_statistics_under_a_sliding_window():
+    # Blocks send only the keys their queries see as content (the window) to the kernel.
+    q, k, v = inputs(length=48)
+    b, length = q.shape[0], q.shape[2]
+    window = CAUSAL(b, length) & ~torch.ones(length, length, dtype=torch.bool).tril(-7)
+    sink = sink_at(b, length, (0,))
+    out, stats = fast_attention(q, k, v, scaling=0.25, sink=sink, visible=window, block_size=8)
+    ref_out, ref = definition(q, k, v, 0.25, sink, window)
+    for key in FLOATS:
+        np.testing.assert_allclose(stats[key].numpy(), ref[key].numpy(), atol=1e-5, err_msg=key)
+    np.testing.assert_allclose(out.numpy(), ref_out.float().numpy(), atol=1e-5)
+
+
+def test_masks_are_read_in_chunks():
+    from attncoda.capture.fast import _read_mask
+
+    n = 10
+    causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None].expand(2, 1, n, n)
+    additive = torch.zeros(2, 1, n, n).masked_fill(~causal, torch.finfo(torch.float32).min)
+    assert _read_mask(additive, n, n, rows_per_chunk=3) == (None, True, True)
+    padded = additive.clone()
+    padded[1, :, :, :2] = torch.finfo(torch.float32).min  # left padding in document 1
+    visible, causal_, ok = _read_mask(padded, n, n, rows_per_chunk=3)
+    assert not causal_ and ok
+    assert torch.equal(visible, padded > torch.finfo(torch.float32).min / 2)
+    biased = additive.clone()
+    biased[0, 0, 5, 2] = 0.5  # a bias on a visible key: the fast statistics refuse it
+    assert _read_mask(biased, n, n, rows_per_chunk=4)[2] is False
+
+
 @pytest.mark.parametrize("gap", [2.0, 8.0, 14.0, 20.0, 30.0])
 def test_content_entropy_bound_does_not_grow_as_the_sink_mass_goes_to_one(gap):
     # The sink logit sits ``gap`` above the content logits, so 1 - s ~ n e^-gap reaches

@@ -245,17 +245,22 @@ def fast_attention(
             else:
                 seen = visible[:, :, start:stop, :k_stop]
             content = seen & ~sink[:, None, None, :k_stop]
+            # Only the keys some query of the block sees as content (a sliding window: the
+            # last ``window`` keys) go to the kernel.
+            cols = torch.nonzero(content.any(dim=(0, 1, 2)))
+            k_lo = int(cols[0, 0]) if cols.numel() else 0
+            k_hi = int(cols[-1, 0]) + 1 if cols.numel() else 1
+            content = content[..., k_lo:k_hi]
             mask = torch.zeros(content.shape, dtype=work, device=device)
             mask = mask.masked_fill_(~content, -math.inf)
             qb = qf[:, :, start:stop]
-            o, mk, lse = _content_pass(
-                qb, kf[:, :, :k_stop], vf[:, :, :k_stop], mask, False, scaling
-            )
+            kb, vb = kf[:, :, k_lo:k_hi], vf[:, :, k_lo:k_hi]
+            o, mk, lse = _content_pass(qb, kb, vb, mask, False, scaling)
             content_out[:, :, start:stop] = o
             e_score[:, :, start:stop] = torch.linalg.vecdot(qb, mk).to(f64)
             lse_c[:, :, start:stop] = lse.to(f64)
             # The content keys each query sees, summed (for the mean content log p).
-            summed = torch.matmul(content.to(f64), kf[:, :, :k_stop].to(f64))  # (b, kv, q, d)
+            summed = torch.matmul(content.to(f64), kb.to(f64))  # (b, kv, q, d)
             content_sum[:, :, start:stop] = _per_head_dot(qb, summed) * scaling
 
     # Counts of visible keys, and the scores summed over the visible content keys.
@@ -314,31 +319,41 @@ def _layer_mask(recorder, module, attention_mask, q_len, k_len):
     values other than 0 on visible keys (a bias the statistics would have to include): that
     layer then takes the exact path.
     """
-    cache = recorder.fast_cache
-    if cache.get("mask") is attention_mask and "visible" in cache:
-        return cache["visible"], cache["causal"], cache["ok"]
+    cache = recorder.fast_cache  # id(mask) -> (mask, visible, causal, ok)
+    found = cache.get(id(attention_mask))
+    if found is not None and found[0] is attention_mask:
+        return found[1:]
     if attention_mask is None:
-        visible, causal, ok = None, bool(getattr(module, "is_causal", False)), True
+        entry = (None, bool(getattr(module, "is_causal", False)), True)
     else:
-        if attention_mask.dtype == torch.bool:
-            visible, ok = attention_mask, True
-        else:
-            visible = attention_mask > torch.finfo(attention_mask.dtype).min / 2
-            ok = not bool(attention_mask.masked_fill(~visible, 0).any())
-        b = visible.shape[0]
-        causal = q_len == k_len and bool(
-            torch.equal(
-                visible.expand(b, 1, q_len, k_len),
-                torch.ones((q_len, k_len), dtype=torch.bool, device=visible.device)
-                .tril()
-                .expand(b, 1, q_len, k_len),
-            )
-        )
+        entry = _read_mask(attention_mask, q_len, k_len)
+    if len(cache) >= 4:  # a forward has one or two masks (full and sliding-window layers)
+        cache.clear()
+    cache[id(attention_mask)] = (attention_mask, *entry)
+    return entry
+
+
+def _read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):
+    """``(visible, causal, ok)`` of a mask, read ``rows_per_chunk`` queries at a time so that
+    no full-size temporary is made (a 32k-token mask is 4 GiB in float32)."""
+    b = attention_mask.shape[0]
+    device = attention_mask.device
+    boolean = attention_mask.dtype == torch.bool
+    floor = 0.0 if boolean else torch.finfo(attention_mask.dtype).min / 2
+    visible = torch.empty((b, 1, q_len, k_len), dtype=torch.bool, device=device)
+    causal, ok = q_len == k_len, True
+    keys = torch.arange(k_len, device=device)
+    for r0 in range(0, q_len, rows_per_chunk):
+        r1 = min(q_len, r0 + rows_per_chunk)
+        part = attention_mask[:, :, r0:r1].expand(b, 1, r1 - r0, k_len)
+        seen = part if boolean else part > floor
+        visible[:, :, r0:r1] = seen
+        if not boolean and ok:
+            ok = not bool(part.masked_fill(~seen, 0).any())
         if causal:
-            visible = None
-    cache.clear()
-    cache.update(mask=attention_mask, visible=visible, causal=causal, ok=ok)
-    return visible, causal, ok
+            tril = keys[None, :] <= torch.arange(r0, r1, device=device)[:, None]
+            causal = bool(torch.equal(seen, tril.expand_as(seen)))
+    return (None if causal else visible), causal, ok
 
 
 def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling):
