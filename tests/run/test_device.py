@@ -78,3 +78,14 @@ def test_head_distances_on_torch_equal_numpy(metric, monkeypatch):
     a = flips(head_rows, [metric], n_boot=5, device="cpu").table
     b = flips(head_rows, [metric], n_boot=5).table
     assert a.equals(b)
+
+
+def test_a_ray_task_asks_for_a_gpu_when_the_run_can_use_one():
+    from attncoda.run.sweep import task_gpus
+
+    with_gpu, without = {"CPU": 8.0, "GPU": 2.0}, {"CPU": 8.0}
+    assert task_gpus({"device": "auto"}, with_gpu) == 1
+    assert task_gpus({"device": "cuda"}, with_gpu) == 1
+    assert task_gpus({"device": "cpu"}, with_gpu) == 0  # the run asked for the CPU
+    assert task_gpus({"device": "auto"}, without) == 0
+    assert task_gpus({}, with_gpu) == 0  # a config from before the option: the CPU
