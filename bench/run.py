@@ -41,7 +41,15 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="also print a cProfile breakdown of attncoda's side"
     )
     parser.add_argument(
-        "--only", choices=("coda", "capture", "sweep"), help="run one part (default: all)"
+        "--only",
+        choices=("coda", "capture", "sweep", "long"),
+        help="run one part (default: all)",
+    )
+    parser.add_argument(
+        "--long-spec",
+        default="gemma3",
+        help="model of the long-context profile (default gemma3; SmolLM2 at L=8192 when it "
+        "does not load)",
     )
     parser.add_argument(
         "--long", action="store_true", help="also measure capture memory at L=8192 (minutes)"
@@ -90,6 +98,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         tables.append(("P1, P2: capture (SmolLM2)", capture_bench.table(captured)))
         print(tables[-1][1])
+    longer: list[dict] = []
+    if args.only in (None, "long"):
+        import long_bench
+
+        longer = long_bench.run(
+            quick=args.quick,
+            repeats=args.repeats,
+            threads=max(args.threads, 1),
+            long_spec=args.long_spec,
+        )
+        tables.append(("Section 9: long context and the flips unit", long_bench.table(longer)))
+        print(tables[-1][1])
     swept = None
     if args.only in (None, "sweep"):
         import sweep_bench
@@ -104,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": threads,
         "results": [r.as_dict() for r in results],
         "capture": captured,
+        "long": longer,
         "sweep": swept,
     }
     print(json.dumps(figures))

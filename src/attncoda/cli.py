@@ -64,6 +64,7 @@ def _profile(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         seed=args.seed,
         progress=True,
+        **_capture_options_of(args),
     )
     n_docs = result.captured.capture.n_docs
     if given is None:
@@ -88,6 +89,7 @@ def _rows(args: argparse.Namespace, models: Sequence[str]):
             docs=args.docs,
             seed=args.seed,
             progress=True,
+            **_capture_options_of(args),
         )
         for m in models
     ]
@@ -335,6 +337,7 @@ def _run_options_of(args: argparse.Namespace) -> dict:
         "sink": args.sink,
         "seed": args.seed,
         "progress": True,
+        **_capture_options_of(args),
     }
 
 
@@ -419,6 +422,25 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     p.add_argument("--sink", default="first", help="sink spec, as for profile")
     p.add_argument("--seed", type=int, default=0)
+    _capture_options(p)
+
+
+def _capture_options(p: argparse.ArgumentParser) -> None:
+    from attncoda.capture.capture import METHODS
+    from attncoda.run.common import DEVICES, DTYPES
+
+    p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")
+    p.add_argument("--dtype", choices=DTYPES, help="model parameter dtype (default: float32)")
+    p.add_argument(
+        "--method",
+        default="exact",
+        choices=METHODS,
+        help="capture: exact (the reference) or fast (statistics from the fused kernel)",
+    )
+
+
+def _capture_options_of(args: argparse.Namespace) -> dict:
+    return {"device": args.device, "dtype": args.dtype, "method": args.method}
 
 
 def _corpus_options(p: argparse.ArgumentParser, docs: int) -> None:
@@ -497,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _attention_options(prof, several=False)
     _corpus_options(prof, docs=32)
+    _capture_options(prof)
     prof.add_argument("--batch-size", type=int, default=8)
     prof.set_defaults(func=_profile)
 
@@ -511,12 +534,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fl.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of documents")
     _corpus_options(fl, docs=16)
+    _capture_options(fl)
     fl.set_defaults(func=_flips)
 
     cl = sub.add_parser("cluster", help="Clark et al. head clustering under four variants")
     cl.add_argument("model")
     cl.add_argument("--clusters", type=int, default=4, help="k-means clusters")
     _corpus_options(cl, docs=16)
+    _capture_options(cl)
     cl.set_defaults(func=_cluster)
 
     sa = sub.add_parser("safety", help="flip rate by sink share and sink-mass gap")
@@ -528,6 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a bin is safe when its flip rate's upper 95%% bound is below this (default 0.05)",
     )
     _corpus_options(sa, docs=16)
+    _capture_options(sa)
     sa.set_defaults(func=_safety)
 
     pr = sub.add_parser("predictor", help="fit or apply the frozen flip-rate predictor")
@@ -535,12 +561,14 @@ def build_parser() -> argparse.ArgumentParser:
     fit = prs.add_parser("fit", help="fit on models, write a frozen JSON file")
     fit.add_argument("models", nargs="+")
     _corpus_options(fit, docs=16)
+    _capture_options(fit)
     fit.add_argument("--overwrite", action="store_true")
     fit.set_defaults(func=_predictor_fit)
     app = prs.add_parser("apply", help="predict, measure and give the verdict")
     app.add_argument("predictor", help="a predictor JSON file, or 'shipped' for the built-in one")
     app.add_argument("models", nargs="+")
     _corpus_options(app, docs=16)
+    _capture_options(app)
     app.set_defaults(func=_predictor_apply)
 
     co = sub.add_parser("collapse", help="entropy change over checkpoints, split exactly")

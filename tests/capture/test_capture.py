@@ -258,8 +258,11 @@ def test_blocks_give_the_same_statistics():
     whole = capture(model, ids, mask)
     blocked = capture(model, ids, mask, block_size=16)
     odd = capture(model, ids, mask, block_size=7)
+    # Blocks skip the keys hidden from all their queries, so their float32 row sums run
+    # over shorter rows: the same values summed in another grouping, within 1e-6 nats
+    # (float32 rounding of entropies of a few nats).
     for name in FLOATS:
-        np.testing.assert_allclose(getattr(blocked, name), getattr(whole, name), atol=1e-9)
+        np.testing.assert_allclose(getattr(blocked, name), getattr(whole, name), atol=1e-6)
         np.testing.assert_allclose(getattr(odd, name), getattr(whole, name), atol=1e-6)
 
 

@@ -208,6 +208,47 @@ def test_head_distances_equal_a_loop_over_row_distance(
 
 
 @pytest.mark.parametrize(("metric", "convention"), METRIC_CONVENTIONS, ids=IDS)
+def test_head_distances_of_shuffled_rows_with_holes_in_small_blocks(
+    backend, metric, convention, monkeypatch
+):
+    # Rows come out of causal order and some keys inside a row's extent are absent, and the
+    # blocks are a few rows each: the blocks trimmed to their rows' extent must still see
+    # every key of every row.
+    from attncoda.coda import metrics
+
+    monkeypatch.setattr(metrics, "_PAIR_BYTES", 256)
+    monkeypatch.setattr(metrics, "_CHUNK_BYTES", 256)
+    rng = np.random.default_rng(21)
+    heads, n = 4, 12
+    z, mask = causal_case(rng, heads, n, np.nan)
+    holes = rng.random((n, n)) < 0.2
+    holes[:, 0] = False
+    mask = mask & ~holes
+    order = rng.permutation(n)
+    z, mask = z[:, order], mask[order]
+    z = np.where(mask, z, np.nan)
+    out = head_distances(
+        backend.array(z, "float64"),
+        metric,
+        convention=convention,
+        key_mask=backend.array(mask, "bool"),
+    )
+    ref = np.zeros((heads, heads))
+    count = 0
+    for r in range(n):
+        keys = np.flatnonzero(mask[r])
+        if len(keys) - 1 < 2:
+            continue
+        zr = z[:, r, keys]
+        ref += row_distance(zr[:, None, :], zr[None, :, :], metric, convention=convention)
+        count += 1
+    ref /= count
+    np.fill_diagonal(ref, 0.0)
+    # Sums of a few float64 terms in another order: within 1e-12 (rounding, not maths).
+    np.testing.assert_allclose(backend.numpy(out), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("metric", "convention"), METRIC_CONVENTIONS, ids=IDS)
 def test_head_distances_ignore_absent_keys_and_short_rows(backend, metric, convention):
     rng = np.random.default_rng(12)
     z, mask = causal_case(rng, 3, 6, 0.0)

@@ -134,6 +134,40 @@ def test_triplet_flips_equals_reference_on_coarse_matrices(n, levels, tol, seed)
     assert (got.ties.tolist(), got.flips.tolist()) == (ties, flip)
 
 
+def dense_reference(d_keep, d_drop, tol):
+    """Per-head (ties, flips): every pair (B, C), B < C, of every row as numpy arrays."""
+    n = d_keep.shape[0]
+    tk, td = tol * np.abs(d_keep).max(), tol * np.abs(d_drop).max()
+    ties, flip = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for a in range(n):
+        x, y = np.delete(d_keep[a], a), np.delete(d_drop[a], a)
+        dx, dy = x[None, :] - x[:, None], y[None, :] - y[:, None]
+        upper = np.triu(np.ones((n - 1, n - 1), dtype=bool), 1)
+        tie = upper & ((np.abs(dx) <= tk) | (np.abs(dy) <= td))
+        ties[a] = tie.sum()
+        flip[a] = (upper & ~tie & ((dx > 0) != (dy > 0))).sum()
+    return ties, flip
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_triplet_flips_with_ties_in_most_rows_equals_the_pairwise_definition(seed):
+    # Values on a grid of 1e-3 give exact ties and, with tol = 2e-3, chains of near-ties in
+    # most rows (the case of float32 distances with tol = 1e-6); some rows stay tie-free.
+    rng = np.random.default_rng(seed)
+    n = 150
+    keep = rng.random((n, n))
+    keep[: n // 2] = np.round(keep[: n // 2], 3)
+    drop = keep + 0.3 * rng.random((n, n))
+    drop[::3] = np.round(drop[::3], 2) + 1e-4 * rng.random((n - 1) // 3 + 1)[:, None]
+    for a in range(n - 10, n):  # rows spaced 1e-2 apart: decided pairs only
+        keep[a], drop[a] = rng.permutation(n) / 100, rng.permutation(n) / 100
+    got = triplet_flips(keep, drop, tol=2e-3)
+    ties, flip = dense_reference(keep, drop, 2e-3)
+    assert (ties > 0).sum() > n // 2 and (ties == 0).any()
+    np.testing.assert_array_equal(got.ties, ties)
+    np.testing.assert_array_equal(got.flips, flip)
+
+
 def test_tie_tolerance_is_relative_to_each_matrix():
     rng = np.random.default_rng(5)
     n = 9
@@ -336,6 +370,24 @@ def test_bootstrap_recounts_every_triplet_of_each_resample():
             drop = pooled_distance(resample, metric, "drop")
             ties, flip = flips_reference(keep, drop, 1e-9)
             assert result.bootstrap[metric][r] == sum(flip) / (n_triplets - sum(ties))
+
+
+def test_bootstrap_with_repeated_draws_counts_each_draw_as_itself():
+    # Two documents give only 3 distinct draws: 40 resamples repeat them, and each repeat
+    # must get the rate of its own draw (counted once, copied back in resample order).
+    from attncoda.experiments.flips import _bootstrap_rates, _resample_weights, document_sums
+
+    head_rows = random_head_rows(n_layers=2, n_heads=3, n_docs=2, seed=5)
+    keep = document_sums(head_rows, "tv", "keep")
+    drop = document_sums(head_rows, "tv", "drop")
+    weights = _resample_weights(2, 40, 1)
+    assert len(np.unique(weights, axis=0)) < 40
+    rates = _bootstrap_rates(keep, drop, weights, 1e-9, 6 * math.comb(5, 2), 1)
+    one_by_one = [
+        _bootstrap_rates(keep, drop, weights[i : i + 1], 1e-9, 6 * math.comb(5, 2), 1)[0]
+        for i in range(40)
+    ]
+    np.testing.assert_array_equal(rates, one_by_one)
 
 
 def test_bootstrap_ci_contains_the_point_estimate_on_stable_data():

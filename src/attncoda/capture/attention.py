@@ -31,6 +31,7 @@ import torch
 
 from .._errors import AttncodaError
 from . import ablation as _ablation
+from . import fast as _fast
 
 __all__ = [
     "ATTENTION_NAME",
@@ -232,6 +233,25 @@ def _softmax(scores, s_aux, upcast: bool, query_dtype, value_dtype):
     return torch.softmax(scores, dim=-1).type(value_dtype), scores
 
 
+def last_visible_key(attention_mask, start: int, stop: int, k_len: int) -> int:
+    """One past the last key any query in ``start:stop`` of any document can see.
+
+    Keys after it are hidden from the whole block (the causal mask hides every key after
+    the block's last query), so the block's scores, softmax and value product skip them:
+    their probabilities are exactly 0 either way. ``k_len`` when there is no mask, and when
+    a query of the block sees no key at all (a left-padding query: eager spreads its row
+    over every key, so every key is kept).
+    """
+    if attention_mask is None:
+        return k_len
+    mask = attention_mask[:, :, start:stop]
+    seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    if not bool(seen.any(-1).all()):
+        return k_len
+    cols = torch.nonzero(seen.any(dim=(0, 1, 2)))
+    return int(cols[-1, 0]) + 1
+
+
 def attncoda_attention(
     module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
 ):
@@ -296,16 +316,36 @@ def attncoda_attention(
     # >>> ablation hook (attncoda.capture.ablation): None unless ablate()/head_gates() is active
     edit = _ablation.layer_edit(module, query, attention_mask)
     # <<< ablation hook
+    # >>> fast path (attncoda.capture.fast): statistics from the fused kernel's log-sum-exp;
+    # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
+    if recorder is not None and recorder.method == "fast" and recorder.sink is not None:
+        if edit is None and kwargs.get("softcap") is None and kwargs.get("s_aux") is None:
+            fast = _fast.record_layer(
+                recorder, layer, module, query, key, value, attention_mask, scaling
+            )
+            if fast is not None:
+                return fast, None
+    # <<< fast path
     output = None
     probs = None
     for start in range(0, q_len, block):
         stop = min(start + block, q_len)
-        whole = start == 0 and stop == q_len
-        block_query = query if whole else query[:, :, start:stop]
-        scores = _scores(module, block_query, key_states, scaling, softcap)
+        single = start == 0 and stop == q_len
+        # Key blocks the mask hides from every query of this block are skipped; a layer
+        # that fits in one block (and an ablated layer) keeps every key, so the one-block
+        # case stays eager's own op sequence.
+        k_stop = (
+            k_len
+            if single or edit is not None
+            else last_visible_key(attention_mask, start, stop, k_len)
+        )
+        block_query = query if single else query[:, :, start:stop]
+        block_keys = key_states if k_stop == k_len else key_states[:, :, :k_stop]
+        block_values = value_states if k_stop == k_len else value_states[:, :, :k_stop]
+        scores = _scores(module, block_query, block_keys, scaling, softcap)
         visible = None
         if attention_mask is not None:
-            mask = attention_mask if whole else attention_mask[:, :, start:stop]
+            mask = attention_mask if single else attention_mask[:, :, start:stop, :k_stop]
             if mask.dtype == torch.bool:
                 visible = mask
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -313,7 +353,7 @@ def attncoda_attention(
                 visible = mask > torch.finfo(mask.dtype).min / 2
                 scores = scores + mask
         probs, logits = _softmax(scores, s_aux, upcast, query.dtype, value_states.dtype)
-        part = torch.matmul(probs, value_states)
+        part = torch.matmul(probs, block_values)
         # >>> ablation hook: replace or gate the ablated heads' outputs of this block
         if edit is not None:
             part = edit(part, value, visible)
@@ -327,7 +367,7 @@ def attncoda_attention(
                 recorder.add_block(layer, start, log_rows, visible)
             else:
                 recorder.add_block(layer, start, log_rows, visible, probs=probs)
-        if whole:
+        if single:
             output = part
         else:
             if output is None:
@@ -476,6 +516,8 @@ class Recorder:
     learned : bool
         Whether the learned sink (the virtual key of a layer with ``s_aux``) belongs to the
         sink set ``S``; otherwise it is one more key of the content ``C``.
+    method : {"exact", "fast"}
+        ``"fast"`` takes the statistics from the fused kernel (:mod:`attncoda.capture.fast`).
 
     Attributes
     ----------
@@ -499,11 +541,13 @@ class Recorder:
     record: list[torch.Tensor]
     block_size: int = 512
     learned: bool = False
+    method: str = "exact"
     stats: list[dict[str, torch.Tensor]] = field(default_factory=list)
     rows: list[list[torch.Tensor]] = field(default_factory=list)
     virtual: list[bool] = field(default_factory=list)
     received: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
     received_count: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
+    fast_cache: dict = field(default_factory=dict, repr=False)
 
     def begin_layer(
         self, batch: int, heads: int, q_len: int, k_len: int, learned: bool = False
@@ -563,11 +607,13 @@ class Recorder:
             seen = (visible & real_q[:, None, :, None])[..., :tokens]
             p = log_rows.exp() if probs is None or probs.dtype != log_rows.dtype else probs
             received = p[..., :tokens].masked_fill(~seen, 0.0).sum((1, 2), dtype=torch.float64)
-            self.received += received.cpu()
+            self.received[:, :tokens] += received.cpu()
             count = seen.sum((1, 2)).to(torch.float64) * log_rows.shape[1]
-            self.received_count += count.cpu()
+            self.received_count[:, :tokens] += count.cpu()
             return
-        sink = self.sink.to(device)
+        # A block that skipped hidden keys has fewer token columns than the document.
+        tokens = k - int(virtual)
+        sink = self.sink[:, :tokens].to(device)
         if virtual:
             sink = torch.cat([sink, sink.new_full((b, 1), self.learned)], dim=-1)
         stats = row_statistics(log_rows, visible, sink, probs=probs)
@@ -580,9 +626,14 @@ class Recorder:
             lo = int(self.offsets[doc])
             n = self.rows[layer][doc].shape[-1] - int(virtual)
             local = (positions[inside] - start).to(device)
-            columns = torch.arange(lo, lo + n, device=device)
+            width = max(0, min(n, tokens - lo))  # the document's token columns here
+            columns = torch.arange(lo, lo + width, device=device)
             if virtual:
                 columns = torch.cat([columns, columns.new_full((1,), k - 1)])
             rows = log_rows[doc][:, local][..., columns].to(torch.float32)
             seen = visible[doc][:, local][..., columns]
-            self.rows[layer][doc][:, inside] = rows.masked_fill(~seen, -math.inf).cpu()
+            block_rows = rows.masked_fill(~seen, -math.inf).cpu()
+            # The columns a block skipped stay -inf; the virtual key is the last column.
+            self.rows[layer][doc][:, inside, :width] = block_rows[..., :width]
+            if virtual:
+                self.rows[layer][doc][:, inside, -1] = block_rows[..., -1]

@@ -25,6 +25,7 @@ from .attention import COUNTS, STATISTICS, Recorder, routable, routed, unroutabl
 from .sinks import auto_sinks, parse_sink, resolve_sinks
 
 __all__ = [
+    "METHODS",
     "MODES",
     "Capture",
     "capture",
@@ -39,6 +40,8 @@ __all__ = [
 MODES = ("auto", "attention", "outputs")
 
 _ROWS_AUTO = 128
+#: The capture methods: the exact path (the reference) and the fused-kernel fast path.
+METHODS = ("exact", "fast")
 _CALLS_ROUTED: dict[type, bool] = {}
 
 
@@ -106,6 +109,8 @@ class Capture:
     bos_token_id : int or None
         The BOS id prepended to every document, None when none was.
     block_size, seed : int
+    method : str
+        ``"exact"`` or ``"fast"`` (:func:`capture`).
     """
 
     sink_mass: np.ndarray
@@ -136,6 +141,7 @@ class Capture:
     bos_token_id: int | None
     block_size: int
     seed: int
+    method: str = "exact"
 
     @property
     def n_docs(self) -> int:
@@ -345,7 +351,7 @@ def _eager(model) -> Iterator[None]:
             c._attn_implementation = previous[key]
 
 
-def _run(model, ids, mask, sinks, record, mode, zeros, block_size, learned=False):
+def _run(model, ids, mask, sinks, record, mode, zeros, block_size, learned=False, method="exact"):
     """One forward pass; returns (recorder, model output, n_floored)."""
     real = mask.bool()
     offsets = real.long().argmax(-1)
@@ -360,7 +366,13 @@ def _run(model, ids, mask, sinks, record, mode, zeros, block_size, learned=False
 
     def recorder(sink_mask, record_padded):
         return Recorder(
-            real.cpu(), offsets.cpu(), sink_mask, record_padded, block_size, learned=learned
+            real.cpu(),
+            offsets.cpu(),
+            sink_mask,
+            record_padded,
+            block_size,
+            learned=learned,
+            method=method,
         )
 
     if mode == "attention":
@@ -441,6 +453,7 @@ def capture(
     mode: str = "auto",
     zeros: str = "raise",
     prepend_bos: bool = False,
+    method: str = "exact",
     keep_outputs: bool = False,
     _first_doc: int = 0,
 ) -> Capture:
@@ -479,6 +492,11 @@ def capture(
         ``mode="outputs"`` only: what to do with a visible key of probability exactly 0.
     prepend_bos : bool
         Prepend the BOS id (tokenizer's, else the model config's) to every document.
+    method : {"exact", "fast"}
+        ``"exact"`` (the reference) computes every row; ``"fast"`` takes the statistics from
+        the fused attention kernel's log-sum-exp (:mod:`attncoda.capture.fast`), within
+        float32 rounding of the exact path, and only the recorded rows in full. The ``auto``
+        sink pass, ablations and softcapped or learned-sink layers use the exact path.
     keep_outputs : bool
         Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
         language models the next-token log-likelihoods in ``Capture.token_logprob``.
@@ -500,6 +518,8 @@ def capture(
         )
     if zeros not in ("raise", "floor"):
         raise AttncodaError(f"unknown zero policy {zeros!r}: use 'raise' or 'floor'")
+    if method not in METHODS:
+        raise AttncodaError(f"unknown method {method!r}: use 'exact' (the reference) or 'fast'")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
     if model.training:
@@ -528,6 +548,11 @@ def capture(
         if not asked_auto:
             raise AttncodaError(unroutable_message(model))
         mode = "outputs"
+    if method == "fast" and mode != "attention":
+        raise AttncodaError(
+            f"method='fast' reads the routed attention; {type(model).__name__} is read with "
+            f"mode={mode!r}: use method='exact'"
+        )
     lengths = [len(doc) for doc in docs]
     record = _record_plan(lengths, record_rows, seed, _first_doc)
     device = next(model.parameters()).device
@@ -542,7 +567,9 @@ def capture(
             auto_sinks(received[d, o : o + n], count[d, o : o + n])
             for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
         ]
-    rec, out, floored = _run(model, ids, mask, sinks, record, mode, zeros, block_size, spec.learned)
+    rec, out, floored = _run(
+        model, ids, mask, sinks, record, mode, zeros, block_size, spec.learned, method
+    )
     virtual = int(any(rec.virtual))
     if virtual and not all(rec.virtual):
         raise AttncodaError(
@@ -561,6 +588,7 @@ def capture(
         "bos_token_id": bos,
         "block_size": block_size,
         "seed": seed,
+        "method": method,
     }
     return _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
 

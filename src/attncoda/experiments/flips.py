@@ -11,7 +11,8 @@ Counting is exact and covers every triplet (``N * C(N-1, 2)`` for ``N`` heads). 
 ``A`` the flips are the discordant pairs between the keep and the drop ranking of the other
 heads (Kendall), so rows of ``A`` without near-ties are counted as the inversions of a
 permutation in ``O(N log^2 N)`` vectorised work (a bottom-up merge count in which every merge
-is one SIMD sort of 16-bit keys); rows with a near-tie are counted pair by pair.
+is one SIMD sort of 16-bit keys). The few pairs within the tie tolerance are then listed
+from the sorted rows and taken out, so near-ties cost time in proportion to their number.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ TABLE_COLUMNS = (
 BY_LAYER_COLUMNS = ("model", "metric", "layer", "n_triplets", "n_ties", "flips", "flip_rate")
 
 _CHUNK_ELEMS = 1 << 16  # int16 keys per inversion-count block: stays in the L2 cache
-_DENSE_ELEMS = 1 << 22  # pair-by-pair block for rows with near-ties
 _BOOT_ELEMS = 1 << 22  # resampled distance entries per bootstrap block
 
 
@@ -194,51 +194,73 @@ def _count_rows(
 def _count_block(
     x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Flips and ties of a block of rows: inversions of every pair, minus the tied pairs.
+
+    Every pair ``B < C`` is discordant when ``(x_C > x_B) != (y_C > y_B)``. Ordering each row
+    by value, equal values by falling head index, makes "C ranks above B" mean exactly
+    ``x_C > x_B`` (so exact duplicates count as that predicate does), and the discordant pairs
+    are the inversions of the drop ranks read in keep order. The tied pairs (within the
+    tolerance under keep or under drop) are few; they are listed from the sorted rows and
+    their discordant ones subtracted, which leaves the decided flips of the definition.
+    """
     rows, n = x.shape
-    flips = np.zeros(rows, dtype=np.int64)
-    ties = np.zeros(rows, dtype=np.int64)
-    ox = np.argsort(x, axis=1)
-    oy = np.argsort(y, axis=1)
-    # Sorted order makes near-ties adjacent: a pair within tol implies an adjacent gap within
-    # tol (rounded subtraction is monotone), so a row with no small gap has no tie at all.
-    xs, ys = np.sort(x, axis=1), np.sort(y, axis=1)  # a SIMD sort beats gathering by ox
-    tied = ((xs[:, 1:] - xs[:, :-1]).min(axis=1) <= tx) | (
-        (ys[:, 1:] - ys[:, :-1]).min(axis=1) <= ty
-    )
-    if not tied.any():
-        rank_y = np.empty_like(oy)
-        np.put_along_axis(rank_y, oy, np.arange(n)[None, :], axis=1)
-        # pi[i] = drop rank of the head holding keep rank i: its inversions are the flips.
-        flips[:] = _inversions(np.take_along_axis(rank_y, ox, axis=1))
-        return flips, ties
-    clean = np.flatnonzero(~tied)
-    if clean.size:
-        rank_y = np.empty_like(oy[clean])
-        np.put_along_axis(rank_y, oy[clean], np.arange(n)[None, :], axis=1)
-        flips[clean] = _inversions(np.take_along_axis(rank_y, ox[clean], axis=1))
-    dirty = np.flatnonzero(tied)
-    flips[dirty], ties[dirty] = _count_dense(x[dirty], y[dirty], tx[dirty], ty[dirty])
-    return flips, ties
+    (ox, xs), (oy, ys) = _order(x), _order(y)
+    rank_y = np.empty_like(oy)
+    np.put_along_axis(rank_y, oy, np.arange(n)[None, :], axis=1)
+    # pi[i] = drop rank of the head holding keep rank i: its inversions are the discordances.
+    discordant = _inversions(np.take_along_axis(rank_y, ox, axis=1))
+    r, a, b = _tied_pairs(xs, ox, tx, ys, oy, ty)
+    if r.size == 0:
+        return discordant, np.zeros(rows, dtype=np.int64)
+    dx = x[r, b] - x[r, a]
+    dy = y[r, b] - y[r, a]
+    tied_discordant = np.bincount(r[(dx > 0) != (dy > 0)], minlength=rows)
+    return discordant - tied_discordant, np.bincount(r, minlength=rows).astype(np.int64)
 
 
-def _count_dense(
-    x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Pair-by-pair flips and ties of rows with near-ties (the definition, vectorised)."""
-    rows, n = x.shape
-    upper = np.triu(np.ones((n, n), dtype=bool), 1)
-    flips = np.zeros(rows, dtype=np.int64)
-    ties = np.zeros(rows, dtype=np.int64)
-    step = max(1, _DENSE_ELEMS // (n * n))
-    for r0 in range(0, rows, step):
-        sl = slice(r0, r0 + step)
-        dx = x[sl, None, :] - x[sl, :, None]  # [r, B, C] = x_C - x_B
-        dy = y[sl, None, :] - y[sl, :, None]
-        tie = (np.abs(dx) <= tx[sl, None, None]) | (np.abs(dy) <= ty[sl, None, None])
-        flip = ~tie & ((dx > 0) != (dy > 0))
-        ties[sl] = (tie & upper).sum(axis=(1, 2))
-        flips[sl] = (flip & upper).sum(axis=(1, 2))
-    return flips, ties
+def _order(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Argsort of each row ascending, equal values ordered by falling index; and the sorted rows.
+
+    The default (SIMD) argsort is not stable; rows holding an exact duplicate, which are
+    rare, are sorted again stably.
+    """
+    n = v.shape[1]
+    order = np.argsort(v, axis=1)
+    vs = np.take_along_axis(v, order, axis=1)
+    dup = np.flatnonzero((vs[:, 1:] == vs[:, :-1]).any(axis=1))
+    if dup.size:
+        order[dup] = (n - 1) - np.argsort(v[dup, ::-1], axis=1, kind="stable")
+        vs[dup] = np.take_along_axis(v[dup], order[dup], axis=1)
+    return order, vs
+
+
+def _tied_pairs(
+    xs: np.ndarray, ox: np.ndarray, tx: np.ndarray, ys: np.ndarray, oy: np.ndarray, ty: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair within tolerance under ``x`` or ``y``, once: ``(row, a, b)`` with ``a < b``.
+
+    ``xs, ys`` are the sorted rows and ``ox, oy`` their orders (:func:`_order`).
+
+    In a sorted row the entries within ``t`` of an entry follow it, and rounded subtraction
+    is monotone (``c >= b >= a`` gives ``fl(c - a) >= fl(b - a)``), so the pairs at sorted
+    distance ``k`` are scanned for ``k = 1, 2, ...`` until none is within tolerance.
+    """
+    rows, n = xs.shape
+    codes = []
+    for vs, order, t in ((xs, ox, tx), (ys, oy, ty)):
+        for k in range(1, n):
+            hit = (vs[:, k:] - vs[:, :-k]) <= t[:, None]
+            if not hit.any():
+                break
+            r, i = np.nonzero(hit)
+            h0, h1 = order[r, i], order[r, i + k]
+            lo, hi = np.minimum(h0, h1), np.maximum(h0, h1)
+            codes.append((r.astype(np.int64) * n + lo) * n + hi)
+    if not codes:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    code = np.unique(np.concatenate(codes))
+    return code // (n * n), (code // n) % n, code % n
 
 
 _Level = tuple[int, int, np.ndarray, np.ndarray, int]
@@ -344,7 +366,9 @@ def used_rows(doc: DocRows) -> int:
     return int((has_sink & (n_valid - len(doc.sink) >= 2)).sum())
 
 
-def document_sums(head_rows: HeadRows, metric: str, convention: str | None) -> DocumentSums:
+def document_sums(
+    head_rows: HeadRows, metric: str, convention: str | None, *, device: str | None = None
+) -> DocumentSums:
     """Per-document sums ``S_d`` and counts ``n_d`` of a metric's row distances.
 
     Parameters
@@ -355,6 +379,9 @@ def document_sums(head_rows: HeadRows, metric: str, convention: str | None) -> D
         A metric of :func:`attncoda.head_distances`.
     convention : {"keep", "drop"} or None
         As :func:`attncoda.head_distances` requires for ``metric``.
+    device : str, optional
+        A torch device (``"cuda"``) to compute the head distances on; None: numpy on the
+        host.
 
     Returns
     -------
@@ -366,9 +393,15 @@ def document_sums(head_rows: HeadRows, metric: str, convention: str | None) -> D
         n_used = used_rows(doc)
         if n_used == 0 and _sinks_present(doc):
             continue  # no row with content: nothing to average (head_distances would refuse)
-        mean = head_distances(
-            doc.logp, metric, convention=convention, sink=doc.sink, key_mask=doc.key_mask
-        )
+        logp, key_mask = doc.logp, doc.key_mask
+        if device is not None:
+            import torch
+
+            logp = torch.as_tensor(logp, device=device)
+            key_mask = torch.as_tensor(key_mask, device=device)
+        mean = head_distances(logp, metric, convention=convention, sink=doc.sink, key_mask=key_mask)
+        if device is not None:
+            mean = mean.cpu().numpy()
         sums.append(np.asarray(mean, dtype=np.float64) * n_used)
         counts.append(n_used)
         kept.append(i)
@@ -434,6 +467,7 @@ def flips(
     seed: int = 0,
     tol: float = DEFAULT_TOL,
     n_threads: int | None = None,
+    device: str | None = None,
 ) -> FlipsResult:
     r"""Flip rate of triplet verdicts between ``convention="keep"`` and ``"drop"``.
 
@@ -466,6 +500,9 @@ def flips(
     n_threads : int, optional
         Threads for the bootstrap (default: the CPUs available, at most 8). The counts do
         not depend on it.
+    device : str, optional
+        Where the head distances run: None or ``"cpu"`` (numpy, the reference), or a torch
+        device such as ``"cuda"``. The counting and the bootstrap run on the host.
 
     Returns
     -------
@@ -491,14 +528,15 @@ def flips(
             f"flips needs at least 3 heads for a triplet; model {head_rows.model!r} has {n}"
         )
     threads = _threads(n_threads)
+    on = None if device in (None, "cpu") else device
     n_triplets = n * math.comb(n - 1, 2)
     layer_of = head_rows.layer_of
     rows, layer_rows, distances, boot = [], [], {}, {}
     weights: np.ndarray | None = None
     n_docs = n_rows = 0
     for metric in metrics:
-        keep = document_sums(head_rows, metric, "keep")
-        drop = document_sums(head_rows, metric, "drop")
+        keep = document_sums(head_rows, metric, "keep", device=on)
+        drop = document_sums(head_rows, metric, "drop", device=on)
         if weights is None:
             n_docs, n_rows = len(keep.docs), int(keep.counts.sum())
             weights = _resample_weights(n_docs, n_boot, seed)
@@ -610,7 +648,13 @@ def _bootstrap_rates(
 
     ``D_r = sum_d w_rd S_d / sum_d w_rd n_d`` is formed on the upper triangle only (one
     matrix product per block of resamples), then gathered into the rows of each ``A``.
+    Resamples that drew the same documents as often (few documents: 4 give only 35
+    distinct draws) have the same ``D``, so each distinct draw is counted once.
     """
+    distinct, inverse = np.unique(weights, axis=0, return_inverse=True)
+    if distinct.shape[0] < weights.shape[0]:
+        rates = _bootstrap_rates(keep, drop, distinct, tol, n_triplets, threads)
+        return rates[inverse.reshape(-1)]
     n_boot = weights.shape[0]
     n = keep.sums.shape[1]
     iu, ju = np.triu_indices(n, 1)

@@ -14,6 +14,37 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.inputs import HeadRows
 from attncoda.experiments.inputs import head_rows as rows_of_capture
 
+#: Where a run puts its models, captures and head distances (``auto``: CUDA when present).
+DEVICES = ("cpu", "cuda", "auto")
+#: Model parameter dtypes a run may ask for (statistics accumulate in float32 or wider).
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def resolve_device(device: str) -> str:
+    """``"cpu"`` or ``"cuda"`` for a device option of :data:`DEVICES`.
+
+    ``"auto"`` is CUDA when torch sees a GPU, else the CPU; ``"cuda"`` without a GPU is
+    refused rather than silently run elsewhere.
+    """
+    if device not in DEVICES:
+        raise AttncodaError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if device == "cuda":
+        raise AttncodaError("device 'cuda' asked for, but torch sees no GPU: use cpu or auto")
+    return "cpu"
+
+
+def check_dtype(dtype: str | None) -> str | None:
+    """A dtype option of :data:`DTYPES` (None: the model's default, float32)."""
+    if dtype is not None and dtype not in DTYPES:
+        raise AttncodaError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return dtype
+
 
 @dataclass(frozen=True)
 class Captured:
@@ -88,15 +119,23 @@ def capture_corpus(
     block_size: int = 512,
     progress: bool = False,
     loaded: tuple | None = None,
+    device: str = "cpu",
+    method: str = "exact",
 ) -> Captured:
-    """Load ``spec`` (unless ``loaded`` gives ``(model, tokenizer, info)``) and capture
-    ``docs`` windows of the corpus with the registered attention function."""
+    """Load ``spec`` (unless ``loaded`` gives ``(model, tokenizer, info)``) on ``device``
+    in ``dtype`` and capture ``docs`` windows of the corpus with the registered attention
+    function, by ``method`` (``"exact"`` or ``"fast"``). The config records the dtype, the
+    device the model ran on and the method: all three change the numbers."""
     from attncoda.capture.capture import capture_windows
     from attncoda.capture.models import load_model
 
     if not isinstance(docs, int) or isinstance(docs, bool) or docs < 1:
         raise AttncodaError(f"docs must be a positive integer; got {docs!r}")
-    model, tokenizer, info = loaded if loaded is not None else load_model(spec, dtype=dtype)
+    check_dtype(dtype)
+    if loaded is None:
+        model, tokenizer, info = load_model(spec, dtype=dtype, device=resolve_device(device))
+    else:
+        model, tokenizer, info = loaded
     if tokenizer is None:
         raise AttncodaError(f"model {spec!r} has no tokenizer: give a folder with one")
     found, corpus_facts = corpus_windows(tokenizer, text=text, max_tokens=max_tokens, docs=docs)
@@ -110,6 +149,7 @@ def capture_corpus(
         seed=seed,
         block_size=block_size,
         progress=progress,
+        method=method,
     )
     if cap.mode == "outputs":
         # The automatic fallback changes how rows are read (eager probabilities, a zero
@@ -132,6 +172,8 @@ def capture_corpus(
         "record_rows": record_rows,
         "seed": seed,
         "block_size": block_size,
+        "device": next(model.parameters()).device.type,
+        "method": method,
     }
     return Captured(spec=spec, info=info, capture=cap, config=config)
 

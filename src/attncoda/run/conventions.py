@@ -34,8 +34,13 @@ def model_rows(
     seed: int = 0,
     progress: bool = False,
     loaded: tuple | None = None,
+    **options: Any,
 ) -> ModelRows:
-    """Capture ``docs`` windows of ``spec`` with every row recorded (up to 128 per window)."""
+    """Capture ``docs`` windows of ``spec`` with every row recorded (up to 128 per window).
+
+    ``options`` go to :func:`attncoda.run.common.capture_corpus` (``device``, ``dtype``,
+    ``method``).
+    """
     captured = capture_corpus(
         spec,
         text=text,
@@ -45,6 +50,7 @@ def model_rows(
         seed=seed,
         progress=progress,
         loaded=loaded,
+        **options,
     )
     return ModelRows(captured=captured, rows=head_rows(captured))
 

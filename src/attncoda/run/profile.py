@@ -47,6 +47,7 @@ def profile(
     progress: bool = False,
     loaded: tuple | None = None,
     captured: Captured | None = None,
+    **options: Any,
 ) -> ProfileResult:
     """Capture ``docs`` windows of the corpus and write the per-row and per-head tables.
 
@@ -54,7 +55,8 @@ def profile(
     ``heads.parquet`` (per-head means over rows with content, and row counts),
     ``manifest.json`` and ``profile.png`` (layer × head heatmaps of sink mass and the exact
     entropy split) into ``out``. ``captured`` (e.g. :func:`attncoda.run.common.capture_file`
-    of attention saved elsewhere) replaces the model run.
+    of attention saved elsewhere) replaces the model run; ``options`` go to
+    :func:`attncoda.run.common.capture_corpus` (``device``, ``dtype``, ``method``).
     """
     from attncoda.experiments.profile import head_summary, layer_summary
     from attncoda.report.figures_profile import profile_heatmap
@@ -72,6 +74,7 @@ def profile(
         progress=progress,
         loaded=loaded,
         record_rows="none",
+        **options,
     )
     out = Path(out)
     rows = captured.capture.to_frame()

@@ -125,16 +125,30 @@ def run_config(
     text: str | None = None,
     sink: str = "first",
     seed: int = 0,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
 ) -> dict[str, Any]:
     """The config of a reproduce run: everything that determines its tables.
+
+    ``device`` (``cpu``, ``cuda`` or ``auto``), ``dtype`` (the models' parameters) and
+    ``method`` (``exact`` or ``fast`` capture) change the numbers, so they are part of the
+    config (and of the manifest); each unit's facts also name the device it ran on.
 
     Raises
     ------
     AttncodaError
         No model, an unknown experiment, scale or setting, or a bad series.
     """
+    from attncoda.capture.capture import METHODS
     from attncoda.capture.corpus import corpus_source
+    from attncoda.run.common import DEVICES, check_dtype
 
+    if device not in DEVICES:
+        raise AttncodaError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
+    if method not in METHODS:
+        raise AttncodaError(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
+    check_dtype(dtype)
     models = [m.strip() for m in models if m and m.strip()]
     if not models and "collapse" not in experiments:
         raise AttncodaError("give at least one model (e.g. --models smollm2,minilm)")
@@ -162,6 +176,9 @@ def run_config(
         "sink": str(sink),
         "seed": int(seed),
         "corpus": {"text": text, **corpus_source(text)},
+        "device": device,
+        "dtype": dtype,
+        "method": method,
     }
 
 
@@ -245,6 +262,9 @@ def reproduce(
     seed: int = 0,
     progress: bool = True,
     report: bool = True,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
 ) -> ReproduceResult:
     """Run every experiment on ``models`` into the run folder ``out``, then the report.
 
@@ -267,6 +287,9 @@ def reproduce(
     text, sink, seed
         The corpus (default: the embedded one), the sink spec and the seed of every
         experiment.
+    device, dtype, method
+        Where the models run (``cpu``, ``cuda``, ``auto``), their parameter dtype and the
+        capture method (:func:`run_config`).
     progress : bool
         Print one line per unit and an overall progress bar (on stderr).
     report : bool
@@ -286,6 +309,9 @@ def reproduce(
         text=text,
         sink=sink,
         seed=seed,
+        device=device,
+        dtype=dtype,
+        method=method,
     )
     root = store.root
     skipped = len(units) - len(todo)

@@ -31,13 +31,15 @@ same package versions, so every unit computes what the others would), the models
 them share: the tasks write their partitions there and the driver unions them. From a
 machine outside the cluster use ``--ray-address HEAD:6379``.
 
-Each task asks for one CPU, and for one GPU when the cluster has GPUs (Ray finds a node's CUDA
-devices when the node starts), so on a GPU cluster as many units run at once as there are
-GPUs. A task that raises, or whose worker dies, is retried ``retries`` times; a unit that
-still fails is listed in :attr:`SweepResult.failed` with its error and in ``DIR/tables/units``
-with status ``failed``, and the other units carry on. The ``train`` unit of the default
-series runs before the ``collapse`` and ``predictor`` units of that series, which read its
-checkpoints; when it fails, they fail with a message naming it.
+Each task asks for one CPU, and for one GPU when the cluster has GPUs and the run's
+``--device`` is ``cuda`` or ``auto`` (Ray finds a node's CUDA devices when the node starts;
+the task loads its model on the GPU it is given), so on a GPU cluster as many units run at
+once as there are GPUs. A task that raises, or whose worker dies, is retried ``retries``
+times; a unit that still fails is listed in :attr:`SweepResult.failed` with its error and
+in ``DIR/tables/units`` with status ``failed``, and the other units carry on. The
+``train`` unit of the default series runs before the ``collapse`` and ``predictor`` units
+of that series, which read its checkpoints; when it fails, they fail with a message naming
+it.
 
 Numbers are identical to an in-process run: each task pins torch to the number of CPUs Ray
 gives it (one), and the tables were checked equal, value for value, with a run in one
@@ -116,6 +118,9 @@ def sweep(
     retries: int = 2,
     progress: bool = True,
     report: bool = True,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
 ) -> SweepResult:
     """Run every experiment on every model at every revision, one unit at a time or on Ray.
 
@@ -129,8 +134,9 @@ def sweep(
     revisions : sequence of str, optional
         Revisions run for every model (``step0``, ``step512``, a commit); then no model may
         name its own ``@revision``.
-    series, experiments, scale, settings, text, sink, seed
-        As for :func:`attncoda.run.reproduce.reproduce`.
+    series, experiments, scale, settings, text, sink, seed, device, dtype, method
+        As for :func:`attncoda.run.reproduce.reproduce`. With ``device="auto"`` each task
+        uses the GPU Ray gives it (one per task when the cluster has GPUs).
     ray_address : str, optional
         An existing Ray cluster: ``"auto"`` or ``"HOST:PORT"`` of its head.
     ray_local : int, optional
@@ -169,6 +175,9 @@ def sweep(
         text=text,
         sink=sink,
         seed=seed,
+        device=device,
+        dtype=dtype,
+        method=method,
     )
     root = store.root
     skipped = len(units) - len(todo)
@@ -352,6 +361,13 @@ def _check_reachable(address: str | None) -> None:
         ) from exc
 
 
+def task_gpus(config: dict[str, Any], resources: dict[str, float]) -> int:
+    """GPUs each Ray task asks for: one when the cluster has GPUs and the run's device is
+    ``cuda`` or ``auto`` (the task then loads its model on the GPU Ray gives it), else 0."""
+    wants = config.get("device", "cpu") in ("cuda", "auto")
+    return 1 if wants and resources.get("GPU", 0) >= 1 else 0
+
+
 def _run_on_ray(
     todo: list[Unit],
     config: dict[str, Any],
@@ -366,7 +382,7 @@ def _run_on_ray(
 
     started = _connect(address, local)
     try:
-        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        gpus = task_gpus(config, ray.cluster_resources())
         task = ray.remote(_unit_task).options(
             name="attncoda_unit",
             num_cpus=TASK_CPUS,

@@ -23,6 +23,16 @@ EXPERIMENTS = (*MODEL_EXPERIMENTS, "collapse")
 
 _CACHE: dict[tuple, Any] = {}
 _PER_MODEL = ("load", "rows", "flips")
+#: How this process loads and captures models: the run config's device, dtype and method
+#: (set by :func:`run_unit`; changing them forgets every cached model).
+_OPTIONS: dict[str, Any] = {"device": "cpu", "dtype": None, "method": "exact"}
+
+
+def _use_options(config: Mapping[str, Any]) -> None:
+    options = {key: config.get(key, _OPTIONS[key]) for key in ("device", "dtype", "method")}
+    if options != _OPTIONS:
+        _CACHE.clear()
+        _OPTIONS.update(options)
 
 
 def clear_cache() -> None:
@@ -61,11 +71,13 @@ def _quiet_load(spec: str) -> tuple:
     from transformers.utils import logging as hf_logging
 
     from attncoda.capture.models import load_model
+    from attncoda.run.common import resolve_device
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        return load_model(spec)
+        device = resolve_device(_OPTIONS["device"])
+        return load_model(spec, dtype=_OPTIONS["dtype"], device=device)
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
@@ -111,6 +123,7 @@ def _model_rows(spec: str, name: str, config: Mapping[str, Any]) -> Any:
             docs=s["rows_docs"],
             seed=config["seed"],
             loaded=_loaded(spec),
+            method=_OPTIONS["method"],
         )
         # Tables name the model as the run does (a series checkpoint by its series name).
         from dataclasses import replace
@@ -137,7 +150,10 @@ def _flips(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> Any:
             return stored
         s = config["settings"]
         rows = _model_rows(spec, unit.model, config)
-        return flips(rows.rows, n_boot=s["n_boot"], seed=config["seed"], tol=CAPTURE_TOL)
+        device = next(_loaded(spec)[0].parameters()).device.type
+        return flips(
+            rows.rows, n_boot=s["n_boot"], seed=config["seed"], tol=CAPTURE_TOL, device=device
+        )
 
     return _cached(("flips", spec), make)
 
@@ -204,6 +220,7 @@ def _profile(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> di
         seed=config["seed"],
         loaded=_loaded(spec),
         record_rows="none",
+        method=_OPTIONS["method"],
     )
     return {"profile_heads": head_summary(captured.capture.to_frame())}
 
@@ -426,6 +443,7 @@ def run_unit(unit: Unit, config: Mapping[str, Any], root: str | Path) -> dict[st
     store = RunStore(root, "reproduce", config)
     if store.is_done(unit):
         return {**store.facts(unit), "resumed": True}
+    _use_options(config)
     store.begin(unit)
     start = time.perf_counter()
     facts: dict[str, Any] = {"status": "done", "note": ""}
@@ -444,8 +462,9 @@ def run_unit(unit: Unit, config: Mapping[str, Any], root: str | Path) -> dict[st
             "prune": _prune,
         }[unit.experiment]
         found = run(unit, spec, config, root)
-        info = _loaded(spec)[2]
+        model, _, info = _loaded(spec)
         facts["model_info"] = info.to_dict()
+        facts["device"] = next(model.parameters()).device.type
         if found is None:
             facts["status"] = "skipped"
             facts["note"] = (

@@ -1,0 +1,410 @@
+"""The fast path (``method="fast"``): row statistics from a fused kernel's log-sum-exp.
+
+No row of probabilities is materialised. For each query the fused attention kernel runs
+once over the *content* keys (the visible keys outside the sink set ``S``), with the values
+``[V | K]`` (queries and keys padded with zeros to the same width, which leaves every score
+as it is), and returns
+
+- ``lse_C = log sum_{j in C} exp(z_j)``, its log-sum-exp,
+- ``o_C = E_q[v]`` and ``E_q[k]``, so ``E_q[z] = scaling * query . E_q[k]``.
+
+The few sink scores ``z_S`` are computed directly. Then, in float64 (DESIGN.md §1):
+
+- ``lse = logaddexp(lse_C, logsumexp(z_S))``; ``log p_j = z_j - lse`` for ``j in S``;
+- ``s = sum_S p_j`` and ``log(1 - s) = lse_C - lse`` (no subtraction from 1);
+- ``H(q) = lse_C - E_q[z]``: the content entropy from its own log-sum-exp;
+- ``H(p) = -sum_S p_j log p_j + (1 - s) (H(q) - log(1 - s))``, the §1 identity
+  ``H = h(s) + s H(p_S/s) + (1 - s) H(q)`` written without a division;
+- ``H(p_S/s)`` from the sink logs alone;
+- ``b = sqrt(k m / n) (mean_S log p - mean_C log p)`` with
+  ``mean_C log p = scaling * query . mean_C(k) - lse`` (a prefix sum of the keys on causal
+  rows, a mask product otherwise);
+- the output ``(1 - s) o_C + sum_S p_j v_j``.
+
+Every statistic is exact (the same quantity as :func:`attncoda.capture.attention.
+row_statistics`) up to the kernel's float32 rounding. Because ``H(q)`` is read from the
+content keys' own log-sum-exp, never as ``(H - h(s) - s H_S) / (1 - s)``, its error does not
+grow as ``s -> 1``: no row is handed back to an exact recomputation. The bound, tested
+against float64 definitions (``tests/capture/test_fast.py``) up to ``1 - s = 1e-11`` and
+against the exact path: ``1e-5`` nats on float32 rows with scores of a few units. On
+SmolLM2 at L = 1024 the largest differences from the exact path are 3.5e-6 (sink mass),
+1.4e-5 nats (H), 1.7e-5 nats (H(q), rows with s <= 0.99) and 3.2e-5 nats (H(q), the
+3,204 rows with s > 0.99, up to 1 - s = 8e-11): the exact path's own float32 rounding
+is of the same order.
+
+Kernels: on CPU ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` (returns the
+output and the log-sum-exp; an additive float mask of the query's dtype); on CUDA
+``torch.ops.aten._scaled_dot_product_efficient_attention`` with ``compute_log_sumexp=True``
+(an additive bias). Causal rows whose sink set is the same prefix ``0..k0-1`` in every
+document (the first token, no left padding) use the kernel's own causal masking on the keys
+from ``k0`` on; other masks are passed explicitly, ``block_size`` queries at a time over the
+keys those queries can see.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._errors import AttncodaError
+
+__all__ = ["FAST_STATISTICS", "fast_attention", "visible_keys"]
+
+#: What the fast path returns per (batch, head, query_pos), as ``row_statistics`` does.
+FAST_STATISTICS = (
+    "n_keys",
+    "n_sink",
+    "sink_mass",
+    "entropy",
+    "content_entropy",
+    "within_sink_entropy",
+    "sink_balance",
+)
+
+
+def visible_keys(stop: int, k_len: int, causal: bool) -> int:
+    """One past the last key a block of queries ending at ``stop`` (exclusive) can see.
+
+    Causal rows (query ``i`` sees keys ``0..i``, queries and keys aligned) see no key at or
+    beyond ``stop``; other rows may see every key.
+    """
+    return min(stop, k_len) if causal else k_len
+
+
+def _kernel(query, key, value, mask, causal, scale):
+    """``(output, lse)`` of the fused kernel; ``lse`` float32 or wider, shape (b, h, q).
+
+    The CPU kernel reads unexpanded keys and values under grouped-query attention (head
+    ``i`` against key/value head ``i // group``); the CUDA one gets them expanded.
+    """
+    if query.device.type == "cuda":
+        group = query.shape[1] // key.shape[1]
+        if group > 1:
+            key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+        bias = None if mask is None else mask.expand(query.shape[0], query.shape[1], -1, -1)
+        out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, bias, True, 0.0, causal, scale=scale
+        )
+        return out, lse[..., : query.shape[2]]
+    if query.device.type != "cpu":
+        raise AttncodaError(
+            f"the fast path runs on cpu or cuda; got a tensor on {query.device.type!r}: "
+            "use method='exact'"
+        )
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, 0.0, causal, attn_mask=mask, scale=scale
+    )
+
+
+def _content_pass(query, key, value, mask, causal, scale):
+    """``(o_C, E_q[k], lse_C)`` over the keys the mask leaves: the values, then the keys as
+    values (two calls of the kernel; one call on ``[V | K]`` would need zero-padded queries
+    and keys, measured slower on CPU with the copies)."""
+    out, lse = _kernel(query, key, value, mask, causal, scale)
+    mean_k, _ = _kernel(query, key, key, mask, causal, scale)
+    return out, mean_k, lse
+
+
+def _per_head_dot(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``query . keys`` per query, ``keys`` on the key/value heads: (b, h, q) float64.
+
+    The product runs in the query's dtype: ``keys`` (sums of keys, accumulated in float64)
+    are rounded once to it, a relative error of its epsilon on each summed score.
+    """
+    b, h, q, d = query.shape
+    kv = keys.shape[1]
+    grouped = query.reshape(b, kv, h // kv, q, d)
+    dots = torch.linalg.vecdot(grouped, keys.to(query.dtype)[:, :, None], dim=-1)
+    return dots.reshape(b, h, q).to(torch.float64)
+
+
+def _sink_columns(sink: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sink key indices ``(batch, k_max)`` padded with 0, and which of them are real."""
+    counts = sink.sum(-1)
+    width = max(int(counts.max()) if counts.numel() else 0, 1)
+    index = torch.argsort((~sink).to(torch.int8), dim=-1, stable=True)[:, :width]
+    valid = torch.arange(width, device=sink.device)[None, :] < counts[:, None]
+    return index, valid
+
+
+def _prefix_sink(sink: torch.Tensor) -> int | None:
+    """``k0`` when every document's sink set is exactly ``0..k0-1`` (``k0 >= 1``), else None."""
+    counts = sink.sum(-1)
+    k0 = int(counts[0]) if counts.numel() else 0
+    if k0 < 1 or not bool((counts == k0).all()) or not bool(sink[:, :k0].all()):
+        return None
+    return k0
+
+
+def fast_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    scaling: float,
+    sink: torch.Tensor,
+    visible: torch.Tensor | None = None,
+    causal: bool = False,
+    block_size: int = 512,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Attention output and compositional row statistics from the fused kernel.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``(batch, head, query_pos, head_dim)``.
+    key, value : torch.Tensor
+        ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention
+        (head ``i`` reads key/value head ``i // (head // kv_head)``, as transformers'
+        ``repeat_kv``).
+    scaling : float
+        Score scale.
+    sink : torch.Tensor
+        bool ``(batch, key_pos)``: the sink keys of each document.
+    visible : torch.Tensor, optional
+        bool ``(batch, 1, query_pos, key_pos)``: the keys each query sees. With ``causal``
+        it may be omitted (query ``i`` sees keys ``0..i``); without either every key is
+        visible.
+    causal : bool
+        Whether ``visible`` (or its absence) is the plain causal pattern, which lets the
+        kernel mask by itself and blocks skip the keys after their last query.
+    block_size : int
+        Queries per kernel call when the mask is explicit.
+
+    Returns
+    -------
+    output : torch.Tensor
+        ``(batch, head, query_pos, head_dim)`` in the query's dtype.
+    stats : dict
+        ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.attention.
+        row_statistics` returns them (:data:`FAST_STATISTICS`): ``n_keys``, ``n_sink``
+        (int64); ``sink_mass``, ``entropy``, ``content_entropy``, ``within_sink_entropy``,
+        ``sink_balance`` (float64, nats). Rows without content or without a visible sink
+        get 0.0 where a quantity is undefined, as there.
+    """
+    f64 = torch.float64
+    b, h, q_len, d = query.shape
+    kv, k_len = key.shape[1], key.shape[2]
+    group = h // kv
+    if causal and q_len != k_len:
+        raise AttncodaError(
+            f"causal rows need as many queries as keys; got {q_len} queries and {k_len} keys"
+        )
+    # Statistics accumulate in float32 or wider whatever the model's dtype.
+    work = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
+    qf, kf, vf = query.to(work), key.to(work), value.to(work)
+    device = query.device
+    sink = sink.to(device)
+    index, valid = _sink_columns(sink)  # (b, ks)
+    ks = index.shape[1]
+    cols = index[:, None, :, None].expand(b, kv, ks, d)
+    sink_keys = torch.gather(kf, 2, cols).repeat_interleave(group, 1)  # (b, h, ks, d)
+    sink_values = torch.gather(vf, 2, cols).repeat_interleave(group, 1)
+    z_sink = torch.matmul(qf, sink_keys.transpose(-1, -2)).to(f64) * scaling  # (b, h, q, ks)
+    positions = torch.arange(q_len, device=device)
+    if visible is None and causal:
+        in_sink = (index[:, None, :] <= positions[None, :, None]) & valid[:, None, :]
+        in_sink = in_sink[:, None]  # (b, 1, q, ks)
+    elif visible is None:
+        in_sink = valid[:, None, None, :].expand(b, 1, q_len, ks)
+    else:
+        in_sink = torch.gather(visible, -1, index[:, None, None, :].expand(b, 1, q_len, ks))
+        in_sink = in_sink & valid[:, None, None, :]
+    k = in_sink.sum(-1).expand(b, h, q_len)
+
+    k0 = _prefix_sink(sink) if causal and visible is None else None
+    if k0 is not None:
+        # Keys k0.. against queries k0..: the content rows are causal again, so the kernel
+        # masks by itself. Queries before k0 see sink keys only.
+        front = (0, 0, k0, 0)
+        if k0 < q_len:
+            o, mk, lse = _content_pass(
+                qf[:, :, k0:], kf[:, :, k0:], vf[:, :, k0:], None, True, scaling
+            )
+        else:
+            o = mk = qf.new_zeros((b, h, 0, d))
+            lse = qf.new_zeros((b, h, 0))
+        content_out = torch.nn.functional.pad(o, front)
+        e_score = torch.nn.functional.pad(torch.linalg.vecdot(qf[:, :, k0:], mk), (k0, 0))
+        e_score = e_score.to(f64)
+        lse_c = torch.nn.functional.pad(lse.to(f64), (k0, 0))
+    else:
+        content_out = torch.empty((b, h, q_len, d), dtype=work, device=device)
+        e_score = torch.empty((b, h, q_len), dtype=f64, device=device)
+        lse_c = torch.empty((b, h, q_len), dtype=f64, device=device)
+        content_sum = torch.empty((b, h, q_len), dtype=f64, device=device)
+        for start in range(0, q_len, block_size):
+            stop = min(start + block_size, q_len)
+            k_stop = visible_keys(stop, k_len, causal)
+            if visible is None and causal:
+                seen = positions[None, :k_stop] <= positions[start:stop, None]
+                seen = seen[None, None].expand(b, 1, -1, -1)
+            elif visible is None:
+                seen = torch.ones((b, 1, stop - start, k_len), dtype=torch.bool, device=device)
+            else:
+                seen = visible[:, :, start:stop, :k_stop]
+            content = seen & ~sink[:, None, None, :k_stop]
+            # Only the keys some query of the block sees as content (a sliding window: the
+            # last ``window`` keys) go to the kernel.
+            cols = torch.nonzero(content.any(dim=(0, 1, 2)))
+            k_lo = int(cols[0, 0]) if cols.numel() else 0
+            k_hi = int(cols[-1, 0]) + 1 if cols.numel() else 1
+            content = content[..., k_lo:k_hi]
+            mask = torch.zeros(content.shape, dtype=work, device=device)
+            mask = mask.masked_fill_(~content, -math.inf)
+            qb = qf[:, :, start:stop]
+            kb, vb = kf[:, :, k_lo:k_hi], vf[:, :, k_lo:k_hi]
+            o, mk, lse = _content_pass(qb, kb, vb, mask, False, scaling)
+            content_out[:, :, start:stop] = o
+            e_score[:, :, start:stop] = torch.linalg.vecdot(qb, mk).to(f64)
+            lse_c[:, :, start:stop] = lse.to(f64)
+            # The content keys each query sees, summed (for the mean content log p).
+            summed = torch.matmul(content.to(f64), kb.to(f64))  # (b, kv, q, d)
+            content_sum[:, :, start:stop] = _per_head_dot(qb, summed) * scaling
+
+    # Counts of visible keys, and the scores summed over the visible content keys.
+    if visible is None and causal:
+        n = (positions + 1)[None, None, :].expand(b, h, q_len)
+        prefix = torch.cumsum(kf.to(f64), dim=2)  # (b, kv, k, d): keys 0..i summed
+        visible_sum = _per_head_dot(qf, prefix[:, :, :q_len]) * scaling
+        content_sum = visible_sum - z_sink.masked_fill(~in_sink, 0.0).sum(-1)
+    elif visible is None:
+        n = torch.full((b, h, q_len), k_len, dtype=torch.int64, device=device)
+    else:
+        n = visible.sum(-1).expand(b, h, q_len)
+    m = n - k
+    has_content = m > 0
+    lse_c = torch.where(has_content, lse_c, -math.inf)
+
+    z_in = z_sink.masked_fill(~in_sink, -math.inf)
+    lse_s = torch.logsumexp(z_in, -1)  # -inf where no sink is visible
+    lse = torch.logaddexp(lse_c, lse_s)
+    safe_lse = torch.where(torch.isfinite(lse), lse, 0.0)
+    log_ps = torch.where(in_sink, z_sink - safe_lse[..., None], 0.0)
+    p_s = torch.where(in_sink, log_ps.exp(), 0.0)
+    sink_mass = p_s.sum(-1)
+    sink_plogp = (p_s * log_ps).sum(-1)
+    log_content = torch.where(has_content, lse_c - safe_lse, 0.0)  # log(1 - s)
+    content_share = torch.where(has_content, log_content.exp(), 0.0)
+
+    content_entropy = torch.where(has_content, lse_c - e_score * scaling, 0.0)
+    entropy = -sink_plogp + content_share * (content_entropy - log_content)
+    # H(p_S / s) from the sink logs alone (exactly 0 for a one-key sink).
+    log_q = torch.where(in_sink, z_sink - torch.where(k > 0, lse_s, 0.0)[..., None], 0.0)
+    within = torch.where(k > 1, -(log_q.exp() * log_q).masked_fill(~in_sink, 0.0).sum(-1), 0.0)
+    mean_sink = log_ps.sum(-1) / k.clamp(min=1)
+    mean_content = content_sum / m.clamp(min=1) - safe_lse
+    factor = torch.sqrt(k.to(f64) * m.to(f64) / n.clamp(min=1).to(f64))
+    balance = torch.where(has_content & (k > 0), factor * (mean_sink - mean_content), 0.0)
+
+    out = content_share[..., None].to(work) * content_out
+    out = out + torch.matmul(p_s.to(work), sink_values)
+    stats = {
+        "n_keys": n,
+        "n_sink": k,
+        "sink_mass": sink_mass,
+        "entropy": entropy,
+        "content_entropy": content_entropy,
+        "within_sink_entropy": within + 0.0,
+        "sink_balance": balance + 0.0,
+    }
+    return out.to(query.dtype), stats
+
+
+def _layer_mask(recorder, module, attention_mask, q_len, k_len):
+    """``(visible, causal, ok)`` for a layer's mask, cached on the recorder for its forward.
+
+    ``visible`` is None for plain causal rows. ``ok`` is False when the additive mask holds
+    values other than 0 on visible keys (a bias the statistics would have to include): that
+    layer then takes the exact path.
+    """
+    cache = recorder.fast_cache  # id(mask) -> (mask, visible, causal, ok)
+    found = cache.get(id(attention_mask))
+    if found is not None and found[0] is attention_mask:
+        return found[1:]
+    if attention_mask is None:
+        entry = (None, bool(getattr(module, "is_causal", False)), True)
+    else:
+        entry = _read_mask(attention_mask, q_len, k_len)
+    if len(cache) >= 4:  # a forward has one or two masks (full and sliding-window layers)
+        cache.clear()
+    cache[id(attention_mask)] = (attention_mask, *entry)
+    return entry
+
+
+def _read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):
+    """``(visible, causal, ok)`` of a mask, read ``rows_per_chunk`` queries at a time so that
+    no full-size temporary is made (a 32k-token mask is 4 GiB in float32)."""
+    b = attention_mask.shape[0]
+    device = attention_mask.device
+    boolean = attention_mask.dtype == torch.bool
+    floor = 0.0 if boolean else torch.finfo(attention_mask.dtype).min / 2
+    visible = torch.empty((b, 1, q_len, k_len), dtype=torch.bool, device=device)
+    causal, ok = q_len == k_len, True
+    keys = torch.arange(k_len, device=device)
+    for r0 in range(0, q_len, rows_per_chunk):
+        r1 = min(q_len, r0 + rows_per_chunk)
+        part = attention_mask[:, :, r0:r1].expand(b, 1, r1 - r0, k_len)
+        seen = part if boolean else part > floor
+        visible[:, :, r0:r1] = seen
+        if not boolean and ok:
+            ok = not bool(part.masked_fill(~seen, 0).any())
+        if causal:
+            tril = keys[None, :] <= torch.arange(r0, r1, device=device)[:, None]
+            causal = bool(torch.equal(seen, tril.expand_as(seen)))
+    return (None if causal else visible), causal, ok
+
+
+def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling):
+    """The fast path of one routed layer: statistics into ``recorder``; the layer's output.
+
+    Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None when this
+    layer's mask carries a bias the fast statistics do not model (the caller then runs the
+    exact path). The recorder's recorded rows are computed exactly, for those queries only.
+    """
+    b, h, q_len, _ = query.shape
+    k_len = key.shape[2]
+    visible, causal, ok = _layer_mask(recorder, module, attention_mask, q_len, k_len)
+    if not ok:
+        return None
+    out, stats = fast_attention(
+        query,
+        key,
+        value,
+        scaling=scaling,
+        sink=recorder.sink,
+        visible=visible,
+        causal=causal,
+        block_size=recorder.block_size,
+    )
+    for name, values in stats.items():
+        recorder.stats[layer][name][:] = values.cpu()
+    _record_rows(recorder, layer, query, key, attention_mask, scaling)
+    return out.transpose(1, 2).contiguous()
+
+
+def _record_rows(recorder, layer, query, key, attention_mask, scaling):
+    """Exact float32 log-softmax rows of the recorded queries only."""
+    h, kv = query.shape[1], key.shape[1]
+    k_len = key.shape[2]
+    for doc, positions in enumerate(recorder.record):
+        if positions.numel() == 0:
+            continue
+        pos = positions.to(query.device)
+        qd = query[doc, :, pos]  # (h, r, d)
+        kd = key[doc]  # (kv, k, d)
+        r = qd.shape[1]
+        scores = torch.matmul(qd.reshape(kv, (h // kv) * r, -1), kd.transpose(-1, -2))
+        scores = scores.reshape(h, r, k_len) * scaling
+        if attention_mask is None:
+            seen = pos[:, None] >= torch.arange(k_len, device=query.device)[None, :]
+        elif attention_mask.dtype == torch.bool:
+            seen = attention_mask[doc, 0, pos]
+        else:
+            seen = attention_mask[doc, 0, pos] > torch.finfo(attention_mask.dtype).min / 2
+        log_rows = torch.log_softmax(scores.float().masked_fill(~seen[None], -math.inf), dim=-1)
+        lo = int(recorder.offsets[doc])
+        n = recorder.rows[layer][doc].shape[-1]
+        rows = log_rows[:, :, lo : lo + n].masked_fill(~seen[None, :, lo : lo + n], -math.inf)
+        recorder.rows[layer][doc][:] = rows.cpu()

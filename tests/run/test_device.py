@@ -1,0 +1,91 @@
+"""Device, dtype and method options: validation, the run config, head distances on torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attncoda._errors import AttncodaError  # noqa: E402
+from attncoda.experiments.flips import document_sums, flips  # noqa: E402
+from attncoda.experiments.inputs import DocRows, HeadRows  # noqa: E402
+from attncoda.run.common import DEVICES, DTYPES, check_dtype, resolve_device  # noqa: E402
+from attncoda.run.reproduce import run_config  # noqa: E402
+
+
+def test_resolve_device(monkeypatch):
+    assert DEVICES == ("cpu", "cuda", "auto")
+    assert resolve_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    with pytest.raises(AttncodaError, match=r"device 'cuda' asked for, but torch sees no GPU"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"
+    assert resolve_device("cuda") == "cuda"
+    with pytest.raises(AttncodaError, match=r"unknown device 'tpu': use one of cpu, cuda, auto"):
+        resolve_device("tpu")
+
+
+def test_dtype_option():
+    assert "bfloat16" in DTYPES and check_dtype(None) is None
+    assert check_dtype("float16") == "float16"
+    with pytest.raises(AttncodaError, match=r"unknown dtype 'int8'"):
+        check_dtype("int8")
+
+
+def test_run_config_records_device_dtype_and_method():
+    config = run_config(["smollm2"], experiments=["profile"])
+    assert (config["device"], config["dtype"], config["method"]) == ("cpu", None, "exact")
+    config = run_config(
+        ["smollm2"], experiments=["profile"], device="auto", dtype="bfloat16", method="fast"
+    )
+    assert (config["device"], config["dtype"], config["method"]) == ("auto", "bfloat16", "fast")
+    with pytest.raises(AttncodaError, match=r"unknown device 'gpu'"):
+        run_config(["smollm2"], device="gpu")
+    with pytest.raises(AttncodaError, match=r"unknown method 'quick'"):
+        run_config(["smollm2"], method="quick")
+    with pytest.raises(AttncodaError, match=r"unknown dtype 'half'"):
+        run_config(["smollm2"], dtype="half")
+
+
+def rows(seed=0, n_layers=2, n_heads=3, n=20, docs=3):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(docs):
+        mask = np.tril(np.ones((n, n), dtype=bool))
+        z = rng.normal(size=(n_layers * n_heads, n, n)) * 2
+        z[:, :, 0] += rng.uniform(1, 5, size=(n_layers * n_heads, 1))
+        z = np.where(mask, z, -np.inf)
+        logp = z - np.logaddexp.reduce(z, axis=-1, keepdims=True)
+        out.append(DocRows(logp=logp.astype(np.float32), key_mask=mask, sink=(0,)))
+    return HeadRows("synthetic", n_layers, n_heads, tuple(out), np.zeros(n_layers * n_heads))
+
+
+@pytest.mark.parametrize("metric", ["cosine", "jsd", "entropy_gap", "hellinger", "tv"])
+def test_head_distances_on_torch_equal_numpy(metric, monkeypatch):
+    # device="cuda" sends the rows to torch on that device; torch on the CPU stands in for
+    # it here (the same code path, another array namespace).
+    head_rows = rows()
+    for convention in ("keep", "drop"):
+        ref = document_sums(head_rows, metric, convention)
+        got = document_sums(head_rows, metric, convention, device="cpu")
+        # float32 rows: the two namespaces round sums in another order (~1e-7 relative).
+        np.testing.assert_allclose(got.sums, ref.sums, rtol=1e-5, atol=1e-7)
+        np.testing.assert_array_equal(got.counts, ref.counts)
+    # flips(device="cpu") is the host path itself.
+    a = flips(head_rows, [metric], n_boot=5, device="cpu").table
+    b = flips(head_rows, [metric], n_boot=5).table
+    assert a.equals(b)
+
+
+def test_a_ray_task_asks_for_a_gpu_when_the_run_can_use_one():
+    from attncoda.run.sweep import task_gpus
+
+    with_gpu, without = {"CPU": 8.0, "GPU": 2.0}, {"CPU": 8.0}
+    assert task_gpus({"device": "auto"}, with_gpu) == 1
+    assert task_gpus({"device": "cuda"}, with_gpu) == 1
+    assert task_gpus({"device": "cpu"}, with_gpu) == 0  # the run asked for the CPU
+    assert task_gpus({"device": "auto"}, without) == 0
+    assert task_gpus({}, with_gpu) == 0  # a config from before the option: the CPU
