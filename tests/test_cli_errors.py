@@ -1,5 +1,5 @@
 """Bad calls of the command line, each in a subprocess as a user makes it: every one is
-refused before any model is loaded (transformers is never imported), with exit status 2 and
+refused before any model is loaded (neither torch nor transformers is imported), with exit status 2 and
 one line, ``attncoda: error: <the exact message>``, and no traceback."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-# Runs the CLI as the console script does, then says whether transformers was imported.
+# Runs the CLI as the console script does, then says whether torch or transformers was imported.
 WRAPPER = (
     "import sys\n"
     "from attncoda.cli import main\n"
@@ -17,7 +17,7 @@ WRAPPER = (
     "    rc = main(sys.argv[1:])\n"
     "except SystemExit as exc:\n"
     "    rc = exc.code\n"
-    "print('transformers' in sys.modules)\n"
+    "print('transformers' in sys.modules or 'torch' in sys.modules)\n"
     "sys.exit(rc)\n"
 )
 
@@ -94,7 +94,7 @@ CASES = [
         "attention file '{d}/missing.npz' does not exist",
     ),
     (
-        ["flips", "--attentions", "{d}/ok.txt", "--tokens", "{d}/missing.npy"],
+        ["flips", "--attentions", "{d}/ok.npz", "--tokens", "{d}/missing.npy"],
         "token file '{d}/missing.npy' does not exist",
     ),
     (["cluster"], "the following arguments are required: model"),
@@ -195,7 +195,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """The folder ``{d}`` of the cases: an empty text, a binary file, JSON that is not a
-    predictor, broken JSON, a CSV, and a short good text."""
+    predictor, broken JSON, a CSV, a short good text and an attention file."""
     d = tmp_path_factory.mktemp("bad")
     (d / "empty.txt").write_text("")
     (d / "binary.txt").write_bytes(b"\xff\xfe\x00bin")
@@ -203,6 +203,7 @@ def files(tmp_path_factory):
     (d / "broken.json").write_text("not json")
     (d / "table.csv").write_text("a,b\n")
     (d / "ok.txt").write_text("Some text here.\n")
+    (d / "ok.npz").write_bytes(b"")  # exists: the token file is what is missing
     return d
 
 
@@ -218,4 +219,4 @@ def test_a_bad_call_is_one_line_and_exit_2_before_any_model(argv, message, files
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"attncoda: error: {message.replace('{d}', str(files))}\n"
-    assert done.stdout == "False\n", "transformers was imported: a model may have been loaded"
+    assert done.stdout == "False\n", "torch or transformers was imported before the refusal"

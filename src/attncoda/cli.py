@@ -426,7 +426,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _capture_options(p: argparse.ArgumentParser) -> None:
-    from attncoda.capture.capture import METHODS
+    from attncoda.capture.names import METHODS
     from attncoda.run.common import DEVICES, DTYPES
 
     p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.names import ATTENTION_FILES
 
 #: The smallest value of each integer option (by its argparse destination).
 AT_LEAST = {
@@ -99,6 +100,11 @@ def _files(args: argparse.Namespace) -> None:
             if not Path(file).is_file():
                 kind = "attention" if name == "attentions" else "token"
                 raise AttncodaError(f"{kind} file {file!r} does not exist")
+            if name == "attentions" and Path(file).suffix not in ATTENTION_FILES:
+                raise AttncodaError(
+                    f"attention file {file!r} is not one of {', '.join(ATTENTION_FILES)}: save "
+                    f"the array with numpy.savez, torch.save or safetensors"
+                )
 
 
 def validate(args: argparse.Namespace) -> None:

@@ -22,6 +22,7 @@ import torch
 
 from .._errors import AttncodaError
 from .attention import COUNTS, STATISTICS, Recorder, routable, routed, unroutable_message
+from .names import METHODS, MODES
 from .sinks import auto_sinks, parse_sink, resolve_sinks
 
 __all__ = [
@@ -36,12 +37,8 @@ __all__ = [
     "position_ids",
 ]
 
-#: Capture modes: route when possible, always route, or read eager output_attentions.
-MODES = ("auto", "attention", "outputs")
 
 _ROWS_AUTO = 128
-#: The capture methods: the exact path (the reference) and the fused-kernel fast path.
-METHODS = ("exact", "fast")
 _CALLS_ROUTED: dict[type, bool] = {}
 
 

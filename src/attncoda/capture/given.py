@@ -25,6 +25,7 @@ import torch
 from .._errors import AttncodaError
 from .attention import Recorder
 from .capture import Capture, _assemble, _record_plan
+from .names import ATTENTION_FILES
 from .sinks import auto_sinks, parse_sink, resolve_sinks
 
 __all__ = ["ATTENTION_FILES", "KINDS", "from_attentions", "read_attentions"]
@@ -396,8 +397,6 @@ def _with_causal(cap: Capture, causal: bool) -> Capture:
     return replace(cap, causal=causal)
 
 
-#: File types :func:`read_attentions` reads.
-ATTENTION_FILES = (".npz", ".pt", ".safetensors")
 _ARRAY_KEYS = ("attentions", "attention", "attn", "patterns", "scores", "logits")
 _TOKEN_KEYS = ("input_ids", "tokens", "token_ids")
 

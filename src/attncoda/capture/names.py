@@ -1,0 +1,12 @@
+"""The choices capture takes, in a module free of torch: the CLI builds its options from
+them without importing the model layer."""
+
+#: Capture modes: route when possible, always route, or read eager output_attentions.
+MODES = ("auto", "attention", "outputs")
+#: The capture methods: the exact path (the reference) and the fused-kernel fast path.
+METHODS = ("exact", "fast")
+
+#: File types of saved attention (``--attentions``, :func:`attncoda.capture.given.read_attentions`).
+ATTENTION_FILES = (".npz", ".pt", ".safetensors")
+
+__all__ = ["ATTENTION_FILES", "METHODS", "MODES"]
