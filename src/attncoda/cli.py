@@ -374,14 +374,15 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
+    from attncoda.run.reproduce import DEMO_MODELS
     from attncoda.run.units import EXPERIMENTS
 
     p.add_argument(
         "--models",
         type=_names,
-        default=("smollm2", "minilm"),
-        help="comma list of models: smollm2, minilm, owner/name[@rev], folders "
-        "(default: smollm2,minilm)",
+        default=DEMO_MODELS,
+        help="comma list of models: embedded ones (attncoda models), owner/name[@rev], "
+        f"folders (default: {','.join(DEMO_MODELS)})",
     )
     p.add_argument(
         "--series",
@@ -431,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="the worked example, then reproduce on smollm2 and minilm (demo scale)",
+        help="the worked example, then reproduce on smollm2, gemma3 and minilm (demo scale)",
     )
     demo.add_argument("--example-only", action="store_true", help="print the example only")
     _run_options(demo)

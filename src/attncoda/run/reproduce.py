@@ -20,6 +20,11 @@ from attncoda._errors import AttncodaError
 from attncoda.run.units import EXPERIMENTS, MODEL_EXPERIMENTS, run_unit, split_spec
 from attncoda.store.runs import NO_REVISION, RunStore, Unit
 
+#: The models ``attncoda demo`` (and ``reproduce`` without ``--models``) runs: three
+#: families, a Llama decoder, a Gemma 3 decoder with sliding-window layers, and a BERT
+#: encoder, all embedded (``attncoda models``). ``mpnet`` joins them with ``--models``.
+DEMO_MODELS = ("smollm2", "gemma3", "minilm")
+
 #: Settings of each scale. ``demo`` fits a 2-core CPU in minutes; ``full`` is what the
 #: README's results were measured with. Both read 128-token windows for the recorded rows,
 #: as the shipped predictor was fitted on (sink statistics depend on the window length).
@@ -128,7 +133,7 @@ def run_config(
 
     models = [m.strip() for m in models if m and m.strip()]
     if not models and "collapse" not in experiments:
-        raise AttncodaError("give at least one model (e.g. --models smollm2,minilm)")
+        raise AttncodaError("give at least one model (e.g. --models smollm2,gemma3,minilm)")
     if len(set(models)) != len(models):
         raise AttncodaError(f"a model is listed twice in {models}")
     unknown = [e for e in experiments if e not in EXPERIMENTS]
@@ -411,6 +416,7 @@ def _assemble_collapse(store: RunStore, units: list[Unit], series: Mapping[str, 
 
 
 __all__ = [
+    "DEMO_MODELS",
     "SCALES",
     "UNIT_TABLES",
     "ReproduceResult",
