@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda.capture.capture import capture_windows  # noqa: E402
 from attncoda.capture.models import load_model  # noqa: E402
+from attncoda.capture.sinks import AUTO_EPSILON  # noqa: E402
 from attncoda.capture.zoo import EMBEDDED  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -167,6 +168,11 @@ def test_mpnet_sink_is_split_between_s_and_slash_s(mpnet_reference):
     first = np.array([a[:, :, 0].mean() for a in reference])
     last = np.array([a[:, :, -1].mean() for a in reference])
     assert (first[1:5] > last[1:5]).all() and (last[5:9] > first[5:9]).all()
+    # sink="auto" keeps keys whose mean received attention (over layers, heads, queries)
+    # exceeds 0.3: neither half of the split sink reaches it, so "auto" finds no sink.
+    received = np.mean([a.mean(axis=(0, 1)) for a in reference], axis=0)
+    assert received.max() < AUTO_EPSILON
+    assert received.argmax() == 0  # <s> receives the most, still below the threshold
 
 
 @pytest.mark.parametrize("name", ["gemma3", "mpnet", "smollm2", "minilm"])

@@ -20,3 +20,17 @@ def test_groups_label_names_the_family():
     assert labels == [("gemma3 (Gemma 3)", [1, 2]), ("mpnet (MPNet)", [3])]
     # Tables from before the family column keep the bare label.
     assert [label for label, _ in groups(frame.drop(columns="family"))] == ["gemma3", "mpnet"]
+
+
+def test_models_table_names_family_and_capture():
+    from attncoda.report.html import _models
+
+    info = {
+        "mpnet@-": {"family": "MPNet", "capture_mode": "outputs", "n_layers": 12, "n_heads": 12},
+        "gemma3@-": {"family": "Gemma 3", "capture_mode": "attention", "causal": True},
+    }
+    html = _models(info, ["gemma3", "mpnet"], "sink = first")
+    assert "<th>family</th>" in html and "<th>capture</th>" in html
+    gemma, mpnet = html.index("<td>Gemma 3</td>"), html.index("<td>MPNet</td>")
+    assert gemma < html.index("routed (attncoda attention function)") < mpnet
+    assert html.index("eager output_attentions") > mpnet

@@ -250,7 +250,8 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             n_params=109_486_464,
             causal=False,
             capture_mode="outputs",
-            sink="split: <s> in layers 1-4, </s> in layers 5-8",
+            sink="split: <s> in layers 1-4, </s> in layers 5-8; sink='first' is <s>, "
+            "sink='auto' (mean > 0.3) finds none",
             licence="Apache-2.0",
         ),
     )

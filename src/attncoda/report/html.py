@@ -219,6 +219,13 @@ def _settings(settings: Mapping[str, Any], convention: str) -> str:
     )
 
 
+# How capture read a model (ModelInfo.capture_mode), in the words of the report.
+_CAPTURE_WORDS = {
+    "attention": "routed (attncoda attention function)",
+    "outputs": "eager output_attentions",
+}
+
+
 def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> str:
     first = [str(m) for m in order]
 
@@ -232,11 +239,13 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
         rows.append(
             (
                 key.removesuffix("@-"),
+                str(m.get("family", m.get("model_type", "?"))),
                 str(m.get("architecture", "?")),
                 f"{m.get('n_layers', '?')} × {m.get('n_heads', '?')}",
                 str(m.get("n_kv_heads", "?")),
                 "causal" if m.get("causal") else "bidirectional",
                 "yes" if m.get("prepends_bos") else "no",
+                _CAPTURE_WORDS.get(str(m.get("capture_mode")), "?"),
                 str(m.get("source", "?")),
             )
         )
@@ -247,11 +256,13 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
         convention,
         (
             "model",
+            "family",
             "architecture",
             "layers × heads",
             "KV heads",
             "attention",
             "BOS prepended",
+            "capture",
             "source",
         ),
         rows,
