@@ -271,7 +271,6 @@ def test_local_gpt_neox_without_tokenizer(tmp_path):
         n_heads=4,
         n_kv_heads=4,
         causal=True,
-        capture_mode="attention",
         dtype="float32",
         vocab_size=64,
         bos_token_id=config.bos_token_id,

@@ -22,15 +22,15 @@ def test_groups_label_names_the_family():
     assert [label for label, _ in groups(frame.drop(columns="family"))] == ["gemma3", "mpnet"]
 
 
-def test_models_table_names_family_and_capture():
+def test_models_table_names_the_family():
     from attncoda.report.html import _models
 
     info = {
-        "mpnet@-": {"family": "MPNet", "capture_mode": "outputs", "n_layers": 12, "n_heads": 12},
-        "gemma3@-": {"family": "Gemma 3", "capture_mode": "attention", "causal": True},
+        "mpnet@-": {"family": "MPNet", "n_layers": 12, "n_heads": 12},
+        "gemma3@-": {"family": "Gemma 3", "causal": True},
+        "old@-": {"model_type": "gpt_neox"},  # a manifest from before the family field
     }
-    html = _models(info, ["gemma3", "mpnet"], "sink = first")
-    assert "<th>family</th>" in html and "<th>capture</th>" in html
-    gemma, mpnet = html.index("<td>Gemma 3</td>"), html.index("<td>MPNet</td>")
-    assert gemma < html.index("routed (attncoda attention function)") < mpnet
-    assert html.index("eager output_attentions") > mpnet
+    html = _models(info, ["gemma3", "mpnet", "old"], "sink = first")
+    assert "<th>family</th>" in html
+    assert html.index("<td>Gemma 3</td>") < html.index("<td>MPNet</td>")
+    assert "<td>gpt_neox</td>" in html

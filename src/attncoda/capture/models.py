@@ -114,10 +114,6 @@ class ModelInfo:
         Layers, query heads per layer, key/value heads per layer (``n_heads`` without GQA).
     causal : bool
         True for a decoder (query ``i`` sees keys ``0..i``), False for an encoder.
-    capture_mode : str
-        ``"attention"`` when the class routes attention through transformers'
-        AttentionInterface (capture's registered function reads it), ``"outputs"`` when
-        capture must read eager ``output_attentions`` (MPNet, Bloom, Falcon).
     dtype : str
         Parameter dtype, e.g. ``"float32"``.
     vocab_size : int or None
@@ -151,7 +147,6 @@ class ModelInfo:
     n_heads: int
     n_kv_heads: int
     causal: bool
-    capture_mode: str
     dtype: str
     vocab_size: int | None
     bos_token_id: int | None
@@ -578,7 +573,6 @@ def _describe(
         n_heads=n_heads,
         n_kv_heads=int(n_kv_heads),
         causal=causal,
-        capture_mode="attention" if _routes(model) else "outputs",
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         vocab_size=None if vocab is None else int(vocab),
         bos_token_id=None if bos is None else int(bos),
@@ -589,12 +583,6 @@ def _describe(
         fingerprint=fingerprint,
         notes=tuple(notes),
     )
-
-
-def _routes(model: Any) -> bool:
-    """Whether the model's class reads ``config._attn_implementation`` through
-    transformers' AttentionInterface, so that a registered attention function replaces it."""
-    return bool(getattr(type(model), "_supports_attention_backend", False))
 
 
 def _config_int(config: Any, name: str) -> int:

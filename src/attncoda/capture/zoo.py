@@ -23,17 +23,11 @@ from attncoda.capture._gguf import gguf_cached
 from attncoda.capture._wheels import Chunk, ChunkedModel, cached_path, installed
 
 __all__ = [
-    "CAPTURE_MODES",
     "EMBEDDED",
     "EmbeddedModel",
     "family_of",
     "zoo_table",
 ]
-
-#: How capture reads a model: ``"attention"`` routes it through the registered attention
-#: function; ``"outputs"`` reads eager ``output_attentions`` (classes outside transformers'
-#: AttentionInterface, such as MPNet).
-CAPTURE_MODES = ("attention", "outputs")
 
 # config.model_type -> the family name tables print. Unknown types print as they are.
 _FAMILIES = {
@@ -93,7 +87,9 @@ class EmbeddedModel:
         As loaded (parameters counted once when tied).
     causal : bool
     capture_mode : {"attention", "outputs"}
-        How capture reads it.
+        How capture reads it: ``"attention"`` routes it through the registered attention
+        function; ``"outputs"`` reads eager ``output_attentions`` (a class outside
+        transformers' AttentionInterface, such as MPNet).
     sink : str
         How its sink shows, measured on the embedded corpus.
     licence : str

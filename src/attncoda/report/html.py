@@ -219,13 +219,6 @@ def _settings(settings: Mapping[str, Any], convention: str) -> str:
     )
 
 
-# How capture read a model (ModelInfo.capture_mode), in the words of the report.
-_CAPTURE_WORDS = {
-    "attention": "routed (attncoda attention function)",
-    "outputs": "eager output_attentions",
-}
-
-
 def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> str:
     first = [str(m) for m in order]
 
@@ -245,7 +238,6 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
                 str(m.get("n_kv_heads", "?")),
                 "causal" if m.get("causal") else "bidirectional",
                 "yes" if m.get("prepends_bos") else "no",
-                _CAPTURE_WORDS.get(str(m.get("capture_mode")), "?"),
                 str(m.get("source", "?")),
             )
         )
@@ -262,7 +254,6 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
             "KV heads",
             "attention",
             "BOS prepended",
-            "capture",
             "source",
         ),
         rows,
