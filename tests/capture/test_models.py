@@ -22,8 +22,8 @@ from attncoda.capture import _gguf, models  # noqa: E402
 from attncoda.capture.models import ModelInfo, cache_dir, embedded_models, load_model  # noqa: E402
 
 FORMS = (
-    "Accepted forms: an embedded model name (minilm, smollm2); a Hugging Face hub id "
-    "'owner/name' with an optional '@revision' (e.g. 'EleutherAI/pythia-70m@step512'); "
+    "Accepted forms: an embedded model name (gemma3, minilm, mpnet, smollm2); a Hugging Face "
+    "hub id 'owner/name' with an optional '@revision' (e.g. 'EleutherAI/pythia-70m@step512'); "
     "a local folder containing config.json; a path to a .gguf file."
 )
 IDS = [[3, 5, 7, 9, 4, 8, 6]]
@@ -90,7 +90,7 @@ def _logits(model, ids=IDS):
 
 
 def test_embedded_models():
-    assert embedded_models() == ("minilm", "smollm2")
+    assert embedded_models() == ("gemma3", "minilm", "mpnet", "smollm2")
 
 
 def test_cache_dir_precedence(monkeypatch, tmp_path):
@@ -266,6 +266,7 @@ def test_local_gpt_neox_without_tokenizer(tmp_path):
         revision=None,
         architecture="GPTNeoXForCausalLM",
         model_type="gpt_neox",
+        family="GPT-NeoX",
         n_layers=2,
         n_heads=4,
         n_kv_heads=4,

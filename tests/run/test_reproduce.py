@@ -45,6 +45,10 @@ def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupte
     units_table = tables["units.parquet"]
     assert len(units_table) == len(units) and set(units_table["status"]) == {"done"}
     assert set(tables["flips.parquet"]["model"]) == set(models)
+    # Every model experiment's table names the family (train-tiny is a GPT-NeoX), third.
+    for name in ("profile_heads", "flips", "cluster", "cluster_summary", "safety", "prune"):
+        assert list(tables[f"{name}.parquet"].columns[:3]) == ["model", "revision", "family"]
+        assert set(tables[f"{name}.parquet"]["family"]) == {"GPT-NeoX"}, name
     # the collapse table assembled from stored checkpoint partitions equals collapse() direct
     series = uninterrupted / "series" / "train-tiny"  # the run trained its own series
     direct = collapse(series, _series_windows(uninterrupted), model="train-tiny")
@@ -189,7 +193,7 @@ def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupt
     for metric, value in fresh.bootstrap.items():
         np.testing.assert_array_equal(stored.bootstrap[metric], value)
     assert (stored.n_docs, stored.n_rows, stored.tol) == (fresh.n_docs, fresh.n_rows, fresh.tol)
-    assert stored.table["flip_rate"].tolist() == fresh.table["flip_rate"].tolist()
+    pd.testing.assert_frame_equal(stored.table, fresh.table, check_exact=True)
     run_units.clear_cache()
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
 from attncoda._errors import AttncodaError
 
@@ -54,6 +54,7 @@ def cache_dir() -> Path:
 
 
 def sha256_file(path: Path) -> str:
+    """Hex sha256 of the file at ``path``, read in 4 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
@@ -65,7 +66,7 @@ def load_gguf(path: Path, dtype: torch.dtype, notes: list[str]) -> tuple[Any, An
     """Return ``(model, tokenizer, from_cache, fingerprint)`` for a GGUF file."""
     parent = cache_dir() / "gguf"
     final = parent / _cache_key(path)
-    _remove_stale_temps(parent)
+    remove_stale_temps(parent)
     meta = _read_cache_meta(final)
     if meta is not None:
         model = _from_cache(final, dtype)
@@ -76,7 +77,7 @@ def load_gguf(path: Path, dtype: torch.dtype, notes: list[str]) -> tuple[Any, An
             notes.append("no tokenizer: transformers could not read one from the GGUF file")
         return model, tokenizer, True, meta["fingerprint"]
     if final.exists():
-        _discard(final)
+        discard_folder(final)
     model, tokenizer = _dequantise(path)
     if tokenizer is None:
         notes.append("no tokenizer: transformers could not read one from the GGUF file")
@@ -92,6 +93,15 @@ def load_gguf(path: Path, dtype: torch.dtype, notes: list[str]) -> tuple[Any, An
         # Read back what later loads will read, so the first load gives the same model.
         model = _from_cache(final, dtype)
     return model, tokenizer, False, fingerprint
+
+
+def gguf_cached(path: Path) -> bool:
+    """Whether the GGUF file at ``path`` has a complete dequantised copy in the cache."""
+    try:
+        key = _cache_key(path)
+    except OSError:
+        return False
+    return _read_cache_meta(cache_dir() / "gguf" / key) is not None
 
 
 def _from_cache(folder: Path, dtype: torch.dtype) -> Any:
@@ -120,8 +130,15 @@ def _cache_key(path: Path) -> str:
 def _dequantise(path: Path) -> tuple[Any, Any]:
     """Dequantise a GGUF file into a plain float32 model (and its tokenizer, or None)."""
     try:
+        # Without an explicit dequantising GgufConfig, transformers 5.x looks for matmul
+        # kernels on the Hub for the file's quantisation types; eager attention likewise
+        # keeps it from asking for a kernel-backed implementation.
         quantised = AutoModelForCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+            path.parent,
+            gguf_file=path.name,
+            attn_implementation="eager",
+            dtype=torch.float32,
+            quantization_config=GgufConfig(dequantize=True),
         )
     except (ValueError, KeyError, OSError) as err:
         raise AttncodaError(
@@ -176,7 +193,7 @@ def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprin
             "files": {p.name: p.stat().st_size for p in sorted(temp.iterdir()) if p.is_file()},
         }
         (temp / _CACHE_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        _fsync_folder(temp)
+        fsync_folder(temp)
         try:
             os.rename(temp, final)
         except OSError:
@@ -189,7 +206,8 @@ def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprin
         raise
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """Flush every file directly in ``folder``, then the folder entry itself, to disk."""
     # Without this a power loss after the rename can leave empty files under a valid name.
     for path in folder.iterdir():
         if path.is_file():
@@ -203,7 +221,7 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def _remove_stale_temps(parent: Path) -> None:
+def remove_stale_temps(parent: Path) -> None:
     """Delete temp folders left by crashed writers; recent ones may belong to a live one."""
     if not parent.is_dir():
         return
@@ -217,7 +235,7 @@ def _remove_stale_temps(parent: Path) -> None:
             shutil.rmtree(temp, ignore_errors=True)
 
 
-def _discard(folder: Path) -> None:
+def discard_folder(folder: Path) -> None:
     """Remove an incomplete cache folder; rename first so no reader sees it half-deleted."""
     aside = folder.with_name(f"{_TEMP_PREFIX}discard-{folder.name}-{os.getpid()}")
     try:

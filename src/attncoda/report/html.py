@@ -238,6 +238,7 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
         rows.append(
             (
                 key.removesuffix("@-"),
+                str(m.get("family", m.get("model_type", "?"))),
                 str(m.get("architecture", "?")),
                 f"{m.get('n_layers', '?')} × {m.get('n_heads', '?')}",
                 str(m.get("n_kv_heads", "?")),
@@ -254,6 +255,7 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
         convention,
         (
             "model",
+            "family",
             "architecture",
             "layers × heads",
             "KV heads",

@@ -110,12 +110,16 @@ def model_label(model: Any, revision: Any = NO_REVISION) -> str:
 
 
 def groups(frame: Any) -> list[tuple[str, Any]]:
-    """``(model_label, rows)`` per (model, revision), in order of first appearance."""
+    """``(model_label, rows)`` per (model, revision), in order of first appearance; the
+    label names the model family too when the table has a ``family`` column."""
     keys = list(dict.fromkeys(zip(frame["model"], frame["revision"], strict=True)))
     out = []
     for model, revision in keys:
         rows = frame[(frame["model"] == model) & (frame["revision"] == revision)]
-        out.append((model_label(model, revision), rows))
+        label = model_label(model, revision)
+        if "family" in rows.columns and len(rows) and not is_missing(rows["family"].iloc[0]):
+            label = f"{label} ({rows['family'].iloc[0]})"
+        out.append((label, rows))
     return out
 
 

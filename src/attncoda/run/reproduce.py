@@ -24,6 +24,11 @@ from attncoda.run.units import EXPERIMENTS, MODEL_EXPERIMENTS, run_unit, split_s
 from attncoda.store.lock import writer_lock
 from attncoda.store.runs import DONE, NO_REVISION, RunStore, Unit
 
+#: The models ``attncoda demo`` (and ``reproduce`` without ``--models``) runs: three
+#: families, a Llama decoder, a Gemma 3 decoder with sliding-window layers, and a BERT
+#: encoder, all embedded (``attncoda models``). ``mpnet`` joins them with ``--models``.
+DEMO_MODELS = ("smollm2", "gemma3", "minilm")
+
 #: Settings of each scale. ``demo`` fits a 2-core CPU in minutes; ``full`` is what the
 #: README's results were measured with. Both read 128-token windows for the recorded rows,
 #: as the shipped predictor was fitted on (sink statistics depend on the window length).
@@ -151,7 +156,7 @@ def run_config(
     check_dtype(dtype)
     models = [m.strip() for m in models if m and m.strip()]
     if not models and "collapse" not in experiments:
-        raise AttncodaError("give at least one model (e.g. --models smollm2,minilm)")
+        raise AttncodaError("give at least one model (e.g. --models smollm2,gemma3,minilm)")
     if len(set(models)) != len(models):
         raise AttncodaError(f"a model is listed twice in {models}")
     unknown = [e for e in experiments if e not in EXPERIMENTS]
@@ -484,6 +489,7 @@ def _assemble_collapse(store: RunStore, units: list[Unit], series: Mapping[str, 
 
 
 __all__ = [
+    "DEMO_MODELS",
     "SCALES",
     "UNIT_TABLES",
     "ReproduceResult",

@@ -182,8 +182,9 @@ def _stored_flips(unit: Unit, config: Mapping[str, Any], root: Path) -> Any:
             bootstrap[rest] = arrays[key]
     return FlipsResult(
         model=unit.model,
-        table=store.partition(source, "flips").drop(columns="revision"),
-        by_layer=store.partition(source, "flips_by_layer").drop(columns="revision"),
+        # The partitions carry the run's key columns; the result holds the experiment's own.
+        table=store.partition(source, "flips").drop(columns=["revision", "family"]),
+        by_layer=store.partition(source, "flips_by_layer").drop(columns=["revision", "family"]),
         distances=distances,
         bootstrap=bootstrap,
         n_docs=int(arrays["n_docs"]),
@@ -472,12 +473,19 @@ def run_unit(unit: Unit, config: Mapping[str, Any], root: str | Path) -> dict[st
                 f"{unit.model} is {info.architecture}"
             )
             found = {}
-        tables = found
+        tables = {name: _with_family(frame, info.family) for name, frame in found.items()}
     else:
         raise AttncodaError(f"unknown experiment {unit.experiment!r}: use one of {EXPERIMENTS}")
     facts["seconds"] = round(time.perf_counter() - start, 3)
     store.finish(unit, tables, facts)
     return facts
+
+
+def _with_family(frame: Any, family: str) -> Any:
+    """``frame`` with a first column ``family`` (the model family every row belongs to)."""
+    out = frame.drop(columns="family") if "family" in frame.columns else frame.copy()
+    out.insert(0, "family", family)
+    return out
 
 
 def _flips_unit(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict[str, Any]:

