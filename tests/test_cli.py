@@ -177,31 +177,6 @@ def test_profile_and_flips_read_saved_attention(tmp_path, capsys):
     assert float(spread.max()) <= 1.0 + 1e-9
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["profile"], "profile needs a model or --attentions FILE (not both, not neither)"),
-        (
-            ["profile", "minilm", "--attentions", "x.npz"],
-            "profile needs a model or --attentions FILE (not both, not neither)",
-        ),
-        (["flips"], "flips needs a model or --attentions FILE (not both, not neither)"),
-        (
-            ["profile", "--attentions", "missing.npz"],
-            "attention file 'missing.npz' does not exist",
-        ),
-        (
-            ["profile", "--attentions", "a.csv"],
-            "attention file 'a.csv' is not one of .npz, .pt, .safetensors: save the array with "
-            "numpy.savez, torch.save or safetensors",
-        ),
-    ],
-)
-def test_attention_file_errors(argv, message, capsys):
-    assert main(argv) == 2
-    assert capsys.readouterr().err == f"attncoda: error: {message}\n"
-
-
 def test_a_short_text_is_profiled_whole(tmp_path, capsys):
     """--docs is an upper bound: one paragraph gives one window, and the run says so."""
     text = tmp_path / "one-paragraph.txt"

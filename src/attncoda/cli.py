@@ -550,7 +550,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
     prof.add_argument(
-        "model", nargs="?", help="smollm2 | minilm | gemma3 | mpnet | owner/name[@rev] | folder | file.gguf"
+        "model",
+        nargs="?",
+        help="smollm2 | minilm | gemma3 | mpnet | owner/name[@rev] | folder | file.gguf",
     )
     _attention_options(prof, several=False)
     _corpus_options(prof, docs=32)

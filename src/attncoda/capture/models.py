@@ -39,8 +39,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from attncoda._errors import AttncodaError
 from attncoda.capture._gguf import cache_dir, load_gguf, sha256_file
-from attncoda.capture.attention import routable
 from attncoda.capture._wheels import join
+from attncoda.capture.attention import routable
 from attncoda.capture.zoo import EMBEDDED, family_of
 
 __all__ = ["ModelInfo", "cache_dir", "embedded_models", "load_model"]
