@@ -1,4 +1,4 @@
-"""The performance targets of long-context capture and of the flips unit (DESIGN.md §9).
+"""The performance targets of long-context capture and of the flips unit (bench/README.md).
 
 - fast capture / SDPA forward at L = 2048 and 8192 (target <= 1.3);
 - exact capture / eager forward at L = 512 and 2048 (target <= 1.15);

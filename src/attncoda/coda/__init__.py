@@ -1,4 +1,4 @@
-"""The compositional core: attention rows as points of the simplex (DESIGN.md §1–2).
+"""The compositional core: attention rows as points of the simplex (docs/design.md, "The mathematics").
 
 Works on numpy arrays and torch tensors alike (any device) and never imports torch itself.
 """

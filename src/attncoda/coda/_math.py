@@ -1,4 +1,4 @@
-"""The pure maths of DESIGN.md §1, one or two lines each.
+"""The pure maths of docs/design.md, "The mathematics", one or two lines each.
 
 Every function takes the array namespace ``xp`` first and works on the last axis (the keys).
 Nothing here validates: the public functions in :mod:`attncoda.coda.core` do that.

@@ -1,5 +1,5 @@
 """Attention rows as compositions: log-probabilities, clr, the sink balance, the exact
-Aitchison and entropy splits (DESIGN.md §1).
+Aitchison and entropy splits (docs/design.md, "The mathematics").
 
 Every function takes numpy arrays or torch tensors (CPU or GPU), works along ``axis`` (the
 keys, ``key_pos``), broadcasts over the other axes, and returns arrays of the input's type,

@@ -1,5 +1,5 @@
 """Row metrics under an explicit convention, and head-by-head distance matrices
-(DESIGN.md §2).
+(docs/design.md, "Conventions and the head distance").
 
 Classic metrics (``cosine``, ``jsd``, ``entropy_gap``, ``hellinger``, ``tv``) depend on
 whether the sink keys are kept (``convention="keep"``) or dropped and the rest renormalised

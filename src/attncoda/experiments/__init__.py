@@ -1,1 +1,1 @@
-"""Experiments: pure functions over captured attention (DESIGN.md §3)."""
+"""Experiments: pure functions over captured attention (docs/design.md, "The experiments")."""

@@ -1,5 +1,5 @@
 r"""The head-clustering pipeline of Clark et al. (2019), run under four conventions
-(DESIGN.md §3, "cluster").
+(docs/design.md, "The experiments").
 
 Clark et al. embed BERT's attention heads in two dimensions: for every pair of heads they sum,
 over every query row of every document, the Jensen–Shannon divergence between the two heads'

@@ -1,9 +1,9 @@
 r"""Entropy across training checkpoints, and its change split exactly into sink and content
-parts (DESIGN.md §1 and §3, "collapse").
+parts (docs/design.md, "The mathematics" and "The experiments").
 
 Every checkpoint of a series reads the *same* token windows. For each row (document, layer,
 head, query) with content at both checkpoints of a pair ``0 -> 1`` the entropy change is
-split by the two-factor Shapley rule of DESIGN §1,
+split by the two-factor Shapley rule (docs/design.md, "The mathematics"),
 
 .. math::
 

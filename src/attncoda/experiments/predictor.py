@@ -1,5 +1,5 @@
 """Predictor: a model-level forecast of the keep / drop flip rate from sink statistics,
-frozen to a file before it meets new models (DESIGN.md §3).
+frozen to a file before it meets new models (docs/design.md, "The experiments").
 
 Features of a model (all from :class:`~attncoda.experiments.inputs.HeadRows`):
 

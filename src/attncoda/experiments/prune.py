@@ -1,5 +1,5 @@
-"""Prune attention heads ranked by a channel and measure held-out perplexity (DESIGN.md §3,
-"prune").
+"""Prune attention heads ranked by a channel and measure held-out perplexity
+(docs/design.md, "The experiments", prune).
 
 Heads are profiled on one set of windows and pruned models are evaluated on another,
 disjoint set. A *channel* ranks the heads:
