@@ -22,7 +22,8 @@ FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sin
 
 
 def definition(query, key, value, scaling, sink, visible):
-    """Every statistic by its definition (docs/design.md, "The mathematics") from float64 probability rows."""
+    """Every statistic by its definition (docs/design.md, "The mathematics") from float64
+    probability rows."""
     h, kv = query.shape[1], key.shape[1]
     k = key.double().repeat_interleave(h // kv, 1)
     v = value.double().repeat_interleave(h // kv, 1)

@@ -8,7 +8,8 @@ as it is), and returns
 - ``lse_C = log sum_{j in C} exp(z_j)``, its log-sum-exp,
 - ``o_C = E_q[v]`` and ``E_q[k]``, so ``E_q[z] = scaling * query . E_q[k]``.
 
-The few sink scores ``z_S`` are computed directly. Then, in float64 (docs/design.md, "The mathematics"):
+The few sink scores ``z_S`` are computed directly. Then, in float64 (docs/design.md, "The
+mathematics"):
 
 - ``lse = logaddexp(lse_C, logsumexp(z_S))``; ``log p_j = z_j - lse`` for ``j in S``;
 - ``s = sum_S p_j`` and ``log(1 - s) = lse_C - lse`` (no subtraction from 1);

@@ -1,4 +1,5 @@
-"""The compositional core: attention rows as points of the simplex (docs/design.md, "The mathematics").
+"""The compositional core: attention rows as points of the simplex (docs/design.md, "The
+mathematics").
 
 Works on numpy arrays and torch tensors alike (any device) and never imports torch itself.
 """
