@@ -1,12 +1,12 @@
 """Flips: how often the keep / drop convention reverses "which head is closer"
 (docs/design.md, "The experiments").
 
-For heads ``A, B, C`` the triplet verdict is ``v(A; B, C) = sign(D(A, C) - D(A, B))``, with
-``D`` the head distance of docs/design.md, "Conventions and the head distance" (the mean row
-metric over every recorded query row with every sink key present and at least two content
-keys, pooled over documents). A *flip* is a triplet whose verdict under ``convention="keep"`` is the opposite of its verdict under
-``convention="drop"``, both decided. A triplet is a *tie* when ``|D(A, C) - D(A, B)|`` is
-within the tie tolerance under either convention; ties are counted apart and never as flips.
+For heads ``A, B, C`` the triplet verdict is ``v(A; B, C) = sign(D(A, C) - D(A, B))``, with ``D``
+the head distance of docs/design.md, "Conventions and the head distance" (the mean row metric over
+every recorded query row with every sink key present and at least two content keys, pooled over
+documents). A *flip* is a triplet whose verdict under ``convention="keep"`` is the opposite of its
+verdict under ``convention="drop"``, both decided. A triplet is a *tie* when ``|D(A, C) - D(A, B)|``
+is within the tie tolerance under either convention; ties are counted apart and never as flips.
 
 Counting is exact and covers every triplet (``N * C(N-1, 2)`` for ``N`` heads). For a fixed
 ``A`` the flips are the discordant pairs between the keep and the drop ranking of the other

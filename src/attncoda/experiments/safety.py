@@ -153,9 +153,9 @@ def mean_squared_split(head_rows: HeadRows) -> SquaredSplit:
 
     The Aitchison distance splits as ``d_A^2 = (b - b')^2 + d_A(p_S, p'_S)^2 + d_A(q, q')^2``
     (docs/design.md, "The mathematics"). This averages ``d_A^2`` and ``(b - b')^2`` (not the
-    distances) over the rows :func:`attncoda.head_distances` uses — every sink key present,
-    at least two content keys — pooled over documents. Per document both are Gram matrices of the flattened clr
-    rows and of the sink balances: ``sum_r ||x_a - x_b||^2 = |x_a|^2 + |x_b|^2 - 2 x_a.x_b``.
+    distances) over the rows :func:`attncoda.head_distances` uses — every sink key present, at least
+    two content keys — pooled over documents. Per document both are Gram matrices of the flattened
+    clr rows and of the sink balances: ``sum_r ||x_a - x_b||^2 = |x_a|^2 + |x_b|^2 - 2 x_a.x_b``.
 
     Parameters
     ----------
