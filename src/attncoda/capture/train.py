@@ -230,7 +230,7 @@ def list_checkpoints(folder: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     """
     root = Path(folder)
     if not root.is_dir():
-        raise AttncodaError(f"Checkpoint folder '{root}' does not exist.")
+        raise AttncodaError(f"checkpoint folder '{root}' does not exist")
     found = []
     for path in root.iterdir():
         match = _STEP_DIR.fullmatch(path.name)
@@ -238,7 +238,7 @@ def list_checkpoints(folder: str | os.PathLike[str]) -> list[tuple[int, Path]]:
             found.append((int(match.group(1)), path))
     if not found:
         raise AttncodaError(
-            f"Checkpoint folder '{root}' holds no step<N> folder (e.g. 'step0', 'step1000')."
+            f"checkpoint folder '{root}' holds no step<N> folder (e.g. 'step0', 'step1000')"
         )
     return sorted(found)
 
@@ -467,7 +467,7 @@ def _train_task(
 
 def _check_steps(steps: object) -> None:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise AttncodaError(f"steps must be an integer of at least 1, got {steps!r}.")
+        raise AttncodaError(f"steps must be an integer of at least 1, got {steps!r}")
 
 
 def _check_arguments(
@@ -484,7 +484,7 @@ def _check_arguments(
 ) -> None:
     if size not in _SIZES:
         raise AttncodaError(
-            f"Unknown model size {size!r}; accepted: {', '.join(repr(s) for s in _SIZES)}."
+            f"unknown model size {size!r}; accepted: {', '.join(repr(s) for s in _SIZES)}"
         )
     for name, value, least in (
         ("window", window, _MIN_WINDOW),
@@ -493,24 +493,24 @@ def _check_arguments(
         ("threads", threads, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise AttncodaError(f"{name} must be an integer of at least {least}, got {value!r}.")
+            raise AttncodaError(f"{name} must be an integer of at least {least}, got {value!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise AttncodaError(f"seed must be an integer from 0 to 2**63 - 1, got {seed!r}.")
+        raise AttncodaError(f"seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
     if warmup is not None and (
         isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0
     ):
-        raise AttncodaError(f"warmup must be None or an integer of at least 0, got {warmup!r}.")
+        raise AttncodaError(f"warmup must be None or an integer of at least 0, got {warmup!r}")
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise AttncodaError(f"lr must be a finite number above 0, got {lr!r}.")
+        raise AttncodaError(f"lr must be a finite number above 0, got {lr!r}")
     if not (isinstance(weight_decay, (int, float)) and math.isfinite(weight_decay)) or (
         weight_decay < 0
     ):
         raise AttncodaError(
-            f"weight_decay must be a finite number of at least 0, got {weight_decay!r}."
+            f"weight_decay must be a finite number of at least 0, got {weight_decay!r}"
         )
     if not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
         raise AttncodaError(
-            f"val_fraction must be a number strictly between 0 and 1, got {val_fraction!r}."
+            f"val_fraction must be a number strictly between 0 and 1, got {val_fraction!r}"
         )
 
 
@@ -522,7 +522,7 @@ def _documents(corpus: str | os.PathLike[str] | Sequence[Document] | None) -> li
         if not isinstance(doc, Document):
             raise AttncodaError(
                 f"corpus must be a spec, a path or a sequence of Document, got an item of type "
-                f"{type(doc).__name__}."
+                f"{type(doc).__name__}"
             )
     return docs
 
@@ -539,15 +539,15 @@ def _inspect_out_dir(
     Nothing is changed on disk here.
     """
     if out.exists() and not out.is_dir():
-        raise AttncodaError(f"Output path '{out}' exists and is not a folder.")
+        raise AttncodaError(f"output path '{out}' exists and is not a folder")
     entries = sorted(out.iterdir()) if out.exists() else []
     if not entries:
         return None, []
     for entry in entries:
         if not _is_series_entry(entry):
             raise AttncodaError(
-                f"Output folder '{out}' holds '{entry.name}', which no training run writes; "
-                "choose a new or empty folder."
+                f"output folder '{out}' holds '{entry.name}', which no training run writes; "
+                "choose a new or empty folder"
             )
     if not overwrite:
         finished = _finished_series(out, config)
@@ -556,8 +556,8 @@ def _inspect_out_dir(
         differing = _differing_keys(out, config)
         if differing:
             raise AttncodaError(
-                f"Output folder '{out}' holds checkpoints of another training configuration "
-                f"(differs in: {', '.join(differing)}); pass overwrite=True to replace them."
+                f"output folder '{out}' holds checkpoints of another training configuration "
+                f"(differs in: {', '.join(differing)}); pass overwrite=True to replace them"
             )
     return None, entries
 
@@ -787,8 +787,8 @@ def _train_tokenizer(docs: list[Document], config: dict[str, Any]) -> Any:
 def _split(docs: list[Document], val_fraction: float) -> tuple[list[Document], list[Document]]:
     if len(docs) < 2:
         raise AttncodaError(
-            f"The corpus holds {len(docs)} document{'' if len(docs) == 1 else 's'}; training "
-            "needs at least 2 (one is held out for validation)."
+            f"the corpus holds {len(docs)} document{'' if len(docs) == 1 else 's'}; training "
+            "needs at least 2 (one is held out for validation)"
         )
     n_val = min(len(docs) - 1, max(1, round(val_fraction * len(docs))))
     return docs[: len(docs) - n_val], docs[len(docs) - n_val :]
@@ -809,8 +809,8 @@ def _prepare_data(docs: list[Document], tokenizer: Any, config: dict[str, Any]) 
     body = window - 1
     if len(train) < body + 1 or len(val) < body:
         raise AttncodaError(
-            f"The corpus is too small for {window}-token windows: {len(train)} training and "
-            f"{len(val)} held-out tokens; each needs at least {body + 1} and {body}."
+            f"the corpus is too small for {window}-token windows: {len(train)} training and "
+            f"{len(val)} held-out tokens; each needs at least {body + 1} and {body}"
         )
     # Fixed, evenly spaced training windows: the training loss at every checkpoint is
     # measured on the same text, whatever the seed.
