@@ -306,8 +306,6 @@ def attncoda_attention(
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
     groups = h // key.shape[1]
-    key_states = _repeat_kv(key, groups)
-    value_states = _repeat_kv(value, groups)
     layer = (
         recorder.begin_layer(b, h, q_len, k_len, learned=s_aux is not None)
         if recorder is not None
@@ -326,6 +324,8 @@ def attncoda_attention(
             if fast is not None:
                 return fast, None
     # <<< fast path
+    key_states = _repeat_kv(key, groups)
+    value_states = _repeat_kv(value, groups)
     output = None
     probs = None
     for start in range(0, q_len, block):
