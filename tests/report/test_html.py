@@ -140,13 +140,15 @@ def test_every_section_has_a_paper_vs_measured_table_and_the_paper_numbers(page,
 
 def test_safety_section_names_a_safe_region_per_model_or_says_there_is_none(tiny_run, page):
     from attncoda.experiments.safety import safe_regions
-    from attncoda.report.html_parts import model_label
+    from attncoda.report.html_parts import groups
 
     text = page.text_of("safety")
     table = pd.read_parquet(tiny_run / "tables" / "safety.parquet")
     regions = safe_regions(table)
+    # The report's own label of each model: model@revision and its family.
+    labels = {(g["model"].iloc[0], g["revision"].iloc[0]): label for label, g in groups(table)}
     for r in regions[regions["metric"] == "all"].itertuples(index=False):
-        label = model_label(r.model, r.revision)
+        label = labels[(r.model, r.revision)]
         assert f"Where {label} is safe" in text
         assert f"{label}: {r.statement}." in text
         # every statement either names the region in numbers or says that none is safe

@@ -186,7 +186,7 @@ def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tm
     printed = capsys.readouterr().out
     assert code == 1
     for experiment in ("profile", "flips"):
-        line = f"FAILED {experiment}/{missing}@-: AttncodaError: Model spec '{missing}'"
+        line = f"FAILED {experiment}/{missing}@-: AttncodaError: model spec '{missing}'"
         assert line in printed
     units = read_run_tables(out)["units"].set_index(["experiment", "model"])
     assert units.loc[("profile", models[0]), "status"] == "done"
@@ -208,7 +208,7 @@ def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tm
     )
     train = "train/train-tiny@-"
     assert result.failed[train] == "AttncodaError: unknown model size 'bogus'; accepted: " + (
-        "'tiny', 'small'."
+        "'tiny', 'small'"
     )
     collapse = [u.key for u in result.units if u.experiment == "collapse"]
     assert len(collapse) == 6 and set(result.failed) == {train, *collapse}
