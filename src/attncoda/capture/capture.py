@@ -29,12 +29,15 @@ __all__ = [
     "METHODS",
     "MODES",
     "Capture",
+    "assemble",
     "capture",
     "capture_frame",
     "capture_windows",
+    "check_batch",
     "first_position",
     "forward_kwargs",
     "position_ids",
+    "record_plan",
 ]
 
 
@@ -162,7 +165,9 @@ class Capture:
         return capture_frame(self)
 
 
-def _as_batch(input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+def check_batch(input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` as int64 CPU tensors ``(batch, pos)``, checked: 2-D, matching shapes, a
+    0/1 mask, every document with one contiguous run of real tokens."""
     ids = torch.as_tensor(input_ids, dtype=torch.long).cpu()
     if ids.ndim != 2:
         raise AttncodaError(f"input_ids must be 2-D (batch, pos), got shape {tuple(ids.shape)}")
@@ -209,7 +214,9 @@ def _bos_id(tokenizer, model) -> int:
     )
 
 
-def _record_plan(lengths: Sequence[int], record_rows, seed: int, first_doc: int):
+def record_plan(lengths: Sequence[int], record_rows, seed: int, first_doc: int):
+    """Per document, the sorted query positions whose full rows are kept (``record_rows`` as
+    in :func:`capture`; samples seeded by ``(seed, first_doc + index)``)."""
     if record_rows is None or record_rows == "none":
         return [np.zeros(0, dtype=np.int64) for _ in lengths]
     if record_rows == "all":
@@ -533,7 +540,7 @@ def capture(
             f"sink {spec.text!r} needs the learned sink logits, which eager outputs do not "
             f"carry: capture {type(model).__name__} with mode='attention'"
         )
-    ids, mask = _as_batch(input_ids, attention_mask)
+    ids, mask = check_batch(input_ids, attention_mask)
     docs = [ids[b][mask[b].bool()].numpy() for b in range(ids.shape[0])]
     bos = None
     if prepend_bos:
@@ -551,7 +558,7 @@ def capture(
             f"mode={mode!r}: use method='exact'"
         )
     lengths = [len(doc) for doc in docs]
-    record = _record_plan(lengths, record_rows, seed, _first_doc)
+    record = record_plan(lengths, record_rows, seed, _first_doc)
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
     offsets = mask.argmax(-1).cpu()
@@ -587,10 +594,15 @@ def capture(
         "seed": seed,
         "method": method,
     }
-    return _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
+    return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
 
 
-def _assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about: dict[str, Any]):
+def assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about: dict[str, Any]):
+    """The :class:`Capture` of a filled :class:`Recorder`, in real-token coordinates.
+
+    ``out`` is the model's output (None for attention given by the user), ``about`` the
+    fields that say what produced the capture.
+    """
     lengths = torch.tensor([len(doc) for doc in docs])
     width = int(lengths.max())
     query_mask = torch.arange(width)[None, :] < lengths[:, None]

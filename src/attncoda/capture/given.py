@@ -24,7 +24,8 @@ import torch
 
 from .._errors import AttncodaError
 from .attention import Recorder
-from .capture import Capture, _assemble, _record_plan
+from .capture import Capture, check_batch, record_plan
+from .capture import assemble as assemble_capture
 from .names import ATTENTION_FILES
 from .sinks import auto_sinks, parse_sink, resolve_sinks
 
@@ -215,9 +216,7 @@ def _batch_mask(attention_mask, batch: torch.Tensor, docs: list[torch.Tensor]) -
             f"attention_mask has shape {tuple(mask.shape)}, the attention gives "
             f"{batch.shape[0]} documents of {width} positions: they must match"
         )
-    from .capture import _as_batch
-
-    return _as_batch(torch.zeros_like(mask), mask)[1]
+    return check_batch(torch.zeros_like(mask), mask)[1]
 
 
 def _tokens(tokens, mask: torch.Tensor) -> list[np.ndarray] | None:
@@ -341,7 +340,7 @@ def from_attentions(
     id_docs = token_docs or [np.zeros(n, dtype=np.int64) for n in lengths]
     visible, causal = _visible(batch, kind, real, causal)
     logs, floored = _log_rows(batch, kind, visible, zeros)
-    record = _record_plan(lengths, record_rows, seed, 0)
+    record = record_plan(lengths, record_rows, seed, 0)
     record_padded = [torch.as_tensor(r) + int(o) for r, o in zip(record, offsets, strict=True)]
 
     def recorded(sink_mask, plan) -> Recorder:
@@ -377,7 +376,7 @@ def from_attentions(
         "block_size": int(batch.shape[-1]),
         "seed": seed,
     }
-    cap = _assemble(rec, None, id_docs, sinks, record, offsets, False, about)
+    cap = assemble_capture(rec, None, id_docs, sinks, record, offsets, False, about)
     if token_docs is None:
         cap = _without_tokens(cap)
     if cap.causal != causal and bool(cap.query_mask.sum()):
