@@ -1,9 +1,8 @@
 """The fast path (``method="fast"``): row statistics from a fused kernel's log-sum-exp.
 
 No row of probabilities is materialised. For each query the fused attention kernel runs
-once over the *content* keys (the visible keys outside the sink set ``S``), with the values
-``[V | K]`` (queries and keys padded with zeros to the same width, which leaves every score
-as it is), and returns
+over the *content* keys (the visible keys outside the sink set ``S``) twice, with the values
+``V`` and with the keys ``K`` as values (the same scores both times), and returns
 
 - ``lse_C = log sum_{j in C} exp(z_j)``, its log-sum-exp,
 - ``o_C = E_q[v]`` and ``E_q[k]``, so ``E_q[z] = scaling * query . E_q[k]``.
