@@ -50,21 +50,12 @@ def _timed(call, device: str) -> tuple[float, float]:
 def ratios(model, device: str, length: int, pairs: tuple[str, ...], repeats: int) -> dict:
     import torch
 
-    from attncoda.capture.capture import capture
+    import long_bench  # beside this script
 
     ids = torch.randint(100, 40000, (1, length), generator=torch.Generator().manual_seed(0))
     ids = ids.to(device)
 
-    def forward(impl):
-        model.set_attn_implementation(impl)
-        model(input_ids=ids)
-
-    calls = {
-        "sdpa": lambda: forward("sdpa"),
-        "eager": lambda: forward("eager"),
-        "exact": lambda: capture(model, ids, record_rows="none"),
-        "fast": lambda: capture(model, ids, record_rows="none", method="fast"),
-    }
+    calls = long_bench.capture_calls(model, ids)
     best: dict[str, list[float]] = {name: [float("inf"), float("nan")] for name in pairs}
     with torch.inference_mode():
         for name in pairs:

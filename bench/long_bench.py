@@ -56,28 +56,35 @@ def _smollm2_ids(length: int):
     return torch.randint(100, 40000, (1, length), generator=torch.Generator().manual_seed(0))
 
 
+def capture_calls(model, ids) -> dict:
+    """The four forwards every capture ratio compares, by name: an SDPA forward, an eager
+    forward, exact capture and fast capture of ``ids``. Shared with ``gpu.py``."""
+    from attncoda.capture.capture import capture
+
+    def forward(impl):
+        model.set_attn_implementation(impl)
+        model(input_ids=ids)
+
+    return {
+        "sdpa": lambda: forward("sdpa"),
+        "eager": lambda: forward("eager"),
+        "exact": lambda: capture(model, ids, record_rows="none"),
+        "fast": lambda: capture(model, ids, record_rows="none", method="fast"),
+    }
+
+
 def capture_ratios(length: int, repeats: int, which=("sdpa", "eager", "exact", "fast")) -> dict:
     """Times of SDPA, eager, exact capture and fast capture (those in ``which``) of one
     SmolLM2 window of ``length``, and the two ratios where both sides were timed."""
     import torch
 
-    from attncoda.capture.capture import capture
     from attncoda.capture.models import load_model
 
     model, _, _ = load_model("smollm2")
     ids = _smollm2_ids(length)
     times: dict[str, list[float]] = {"sdpa": [], "eager": [], "exact": [], "fast": []}
 
-    def forward(impl):
-        model.set_attn_implementation(impl)
-        model(input_ids=ids)
-
-    calls = {
-        "sdpa": lambda: forward("sdpa"),
-        "eager": lambda: forward("eager"),
-        "exact": lambda: capture(model, ids, record_rows="none"),
-        "fast": lambda: capture(model, ids, record_rows="none", method="fast"),
-    }
+    calls = capture_calls(model, ids)
     with torch.inference_mode():
         for _ in range(repeats):
             for name in which:
