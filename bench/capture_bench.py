@@ -17,7 +17,7 @@ import time
 
 _CHILD = r"""
 import json, resource, sys, torch
-from attncoda.capture.models import load_model
+from attncoda.models.load import load_model
 from attncoda.capture.capture import capture
 mode, length = sys.argv[1], int(sys.argv[2])
 torch.set_num_threads(int(sys.argv[3]))
@@ -55,7 +55,7 @@ def p1_ratio(length: int = 512, repeats: int = 3) -> dict:
     import torch
 
     from attncoda.capture.capture import capture
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     model, _, _ = load_model("smollm2")
     ids = torch.randint(100, 40000, (1, length), generator=torch.Generator().manual_seed(0))

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     if torch.cuda.is_available():
         device = "cuda"

@@ -25,7 +25,7 @@ FLIPS_BEFORE_S = 147.0  # the flips unit of `make demo` before this work (2-core
 
 _LONG_CHILD = r"""
 import json, resource, sys, time, torch
-from attncoda.capture.models import load_model
+from attncoda.models.load import load_model
 from attncoda.capture.capture import capture
 spec, length, method = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.set_num_threads(int(sys.argv[4]))
@@ -78,7 +78,7 @@ def capture_ratios(length: int, repeats: int, which=("sdpa", "eager", "exact", "
     SmolLM2 window of ``length``, and the two ratios where both sides were timed."""
     import torch
 
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     model, _, _ = load_model("smollm2")
     ids = _smollm2_ids(length)
@@ -102,7 +102,7 @@ def by_hand(length: int) -> dict:
     """Eager ``output_attentions`` plus per-row sink mass and entropy by hand, once."""
     import torch
 
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     model, _, _ = load_model("smollm2")
     ids = _smollm2_ids(length)
@@ -141,9 +141,9 @@ def flips_unit(n_boot: int = 200) -> dict:
     """
     import numpy as np
 
-    from attncoda.capture.models import load_model
     from attncoda.experiments.flips import FLIP_METRICS, document_sums, flips
     from attncoda.experiments.inputs import DocRows, HeadRows
+    from attncoda.models.load import load_model
     from attncoda.run.conventions import CAPTURE_TOL, model_rows
     from attncoda.run.reproduce import SCALES
 

@@ -52,7 +52,7 @@ TARGET = 1.6
 
 def _checkpoints(folder: Path, quick: bool) -> tuple[list[str], str]:
     """Four measured checkpoints and one warm-up checkpoint of a small train-tiny model."""
-    from attncoda.capture.train import train_tiny
+    from attncoda.training.train import train_tiny
 
     size = "tiny" if quick else "small"
     result = train_tiny(folder / "tt", steps=16, size=size, progress=False)

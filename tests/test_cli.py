@@ -18,7 +18,7 @@ def tiny_llama(tmp_path_factory):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     _, tokenizer, _ = load_model("minilm")
     torch.manual_seed(0)

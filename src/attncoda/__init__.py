@@ -37,8 +37,8 @@ __version__ = "0.1.0"
 # single-batch `capture` function lives at attncoda.capture.capture.capture: the name
 # `attncoda.capture` is the subpackage.)
 _LAZY = {
-    "load_model": ("attncoda.capture.models", "load_model"),
-    "corpus": ("attncoda.capture.corpus", None),
+    "load_model": ("attncoda.models.load", "load_model"),
+    "corpus": ("attncoda.data.corpus", None),
     "capture_windows": ("attncoda.capture.capture", "capture_windows"),
     "Capture": ("attncoda.capture.capture", "Capture"),
     "from_attentions": ("attncoda.capture.given", "from_attentions"),

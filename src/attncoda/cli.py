@@ -191,7 +191,7 @@ def _predictor_apply(args: argparse.Namespace) -> int:
 
 
 def _train_tiny(args: argparse.Namespace) -> int:
-    from attncoda.capture.train import train_tiny
+    from attncoda.training.train import train_tiny
 
     result = train_tiny(
         args.out,
@@ -311,7 +311,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from attncoda.capture.zoo import zoo_table
+    from attncoda.models.zoo import zoo_table
 
     def said(flag: bool | None) -> str:
         return "n/a" if flag is None else ("yes" if flag else "no")
@@ -673,7 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", help="run folder (default: attncoda-out/sweep)")
     sw.set_defaults(func=_sweep)
 
-    from attncoda.capture.tasks import TASKS  # numpy only: no torch at parse time
+    from attncoda.data.tasks import TASKS  # numpy only: no torch at parse time
 
     tt = sub.add_parser("train-tiny", help="train a small GPT-NeoX from scratch (checkpoints)")
     tt.add_argument("out", help="folder for the step<N> checkpoints")

@@ -80,7 +80,7 @@ def _names(args: argparse.Namespace, name: str, allowed: tuple[str, ...], what: 
 def _files(args: argparse.Namespace) -> None:
     text = getattr(args, "text", None)
     if text is not None:
-        from attncoda.capture.corpus import read_corpus
+        from attncoda.data.corpus import read_corpus
 
         read_corpus(text)  # exists, UTF-8, at least one document, or a named error
     predictor = getattr(args, "predictor", None)

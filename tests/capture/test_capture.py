@@ -529,7 +529,7 @@ def test_argument_errors():
 
 
 def _load(name):
-    models = pytest.importorskip("attncoda.capture.models")
+    models = pytest.importorskip("attncoda.models.load")
     try:
         return models.load_model(name)
     except AttncodaError as err:  # the model wheel is not installed here

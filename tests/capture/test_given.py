@@ -241,7 +241,7 @@ def assert_same_verdicts(ours, theirs):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["minilm", "smollm2"])
 def test_real_models_from_their_own_outputs(name):
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     model, tokenizer, _ = load_model(name)
     texts = [
@@ -284,7 +284,7 @@ def test_transformer_lens_cache_of_a_real_bridge():
     pytest.importorskip("transformer_lens")
     from transformer_lens.model_bridge import TransformerBridge
 
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     _, tokenizer, _ = load_model("minilm")
     config = transformers.GPT2Config(

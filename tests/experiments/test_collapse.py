@@ -15,7 +15,6 @@ pd = pytest.importorskip("pandas")
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.capture import _forward, capture_windows  # noqa: E402
-from attncoda.capture.series import SeriesPoint  # noqa: E402
 from attncoda.coda import entropy_change_split  # noqa: E402
 from attncoda.experiments.collapse import (  # noqa: E402
     CHECKPOINT_COLUMNS,
@@ -25,6 +24,7 @@ from attncoda.experiments.collapse import (  # noqa: E402
     collapse,
     write_collapse,
 )
+from attncoda.models.series import SeriesPoint  # noqa: E402
 
 VOCAB = 120
 N_LAYERS, N_HEADS = 2, 4

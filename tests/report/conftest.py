@@ -15,8 +15,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Treat it as read-only: copy it (:func:`copy_run` in ``test_html``) before changing it.
     """
-    from attncoda.capture.train import train_tiny
     from attncoda.run.reproduce import reproduce
+    from attncoda.training.train import train_tiny
 
     root = tmp_path_factory.mktemp("tiny-run")
     series = root / "tt"

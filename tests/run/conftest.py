@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from attncoda.capture.train import train_tiny
 from attncoda.run.reproduce import reproduce
+from attncoda.training.train import train_tiny
 from tiny_runs import TINY_SETTINGS
 
 

@@ -73,7 +73,7 @@ def _count(d_keep, d_drop, tol):
 
 
 def test_minilm_flips_equal_an_independent_count(tmp_path):
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
     from attncoda.run.common import corpus_windows
     from attncoda.run.conventions import CAPTURE_TOL, model_rows, run_flips
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize(("name", "docs"), [("minilm", 8), ("smollm2", 4)])
 def test_head_sink_mass_equals_eager_output_attentions(tmp_path, name, docs):
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
     from attncoda.run.common import corpus_windows
     from attncoda.run.profile import profile
 

@@ -116,9 +116,9 @@ def test_bad_arguments_are_named():
 
 
 def test_checkpoint_stats_round_trip_through_tables(models):
-    from attncoda.capture.models import load_model
-    from attncoda.capture.series import parse_series
     from attncoda.experiments.collapse import checkpoint_stats, stats_from_frames
+    from attncoda.models.load import load_model
+    from attncoda.models.series import parse_series
 
     points = parse_series(Path(models[0]).parent)[-3:]
     windows = [[0, 5, 9, 30, 7, 2], [0, 11, 3, 8]]

@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pd = pytest.importorskip("pandas")
 
-from attncoda.capture.tasks import BigramBackcopy  # noqa: E402
-from attncoda.capture.train import train_tiny  # noqa: E402
+from attncoda.data.tasks import BigramBackcopy  # noqa: E402
 from attncoda.run.training import run_collapse  # noqa: E402
+from attncoda.training.train import train_tiny  # noqa: E402
 
 LEVELS = {"model", "layer", "head"}
 

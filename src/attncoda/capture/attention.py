@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .._errors import AttncodaError
+from ..models.zoo import routable
 from . import ablation as _ablation
 from . import fast as _fast
 
@@ -67,13 +68,6 @@ def register() -> None:
 
     AttentionInterface.register(ATTENTION_NAME, attncoda_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
-
-
-def routable(model) -> bool:
-    """Whether ``model``'s class routes its attention through transformers'
-    ``AttentionInterface`` (so :func:`routed` can switch it to ``"attncoda"``)."""
-    can_set = getattr(type(model), "_can_set_attn_implementation", None)
-    return bool(can_set is not None and can_set())
 
 
 def unroutable_message(model: object) -> str:

@@ -180,7 +180,7 @@ def _check_windows(windows_ids: object) -> list[np.ndarray]:
 
 
 def _check_points(series_points: object) -> list[Any]:
-    from attncoda.capture.series import SeriesPoint, parse_series
+    from attncoda.models.series import SeriesPoint, parse_series
 
     if isinstance(series_points, (str, os.PathLike)):
         return parse_series(series_points)
@@ -480,9 +480,9 @@ def collapse(
     ----------
     series_points : sequence of SeriesPoint, or a series spec
         At least two checkpoints in increasing step order
-        (:func:`attncoda.capture.series.parse_series`).
+        (:func:`attncoda.models.series.parse_series`).
     windows_ids : sequence of sequence of int
-        Token windows (at least 2 tokens each; :class:`attncoda.capture.corpus.Window`
+        Token windows (at least 2 tokens each; :class:`attncoda.data.corpus.Window`
         objects work), made with the series' tokenizer; every checkpoint reads the same ones.
     sink : str, int or sequence of int
         Sink spec (``"first"``: the first real token). It must give the same sink keys at
@@ -493,7 +493,7 @@ def collapse(
         Show a progress bar over checkpoints.
     loader : callable, optional
         ``loader(spec) -> (model, tokenizer, info)``; default
-        :func:`attncoda.capture.models.load_model`.
+        :func:`attncoda.models.load.load_model`.
     model : str, optional
         Name in the tables; default the hub repository, or the series folder's name.
     share_atol : float
@@ -525,7 +525,7 @@ def collapse(
     ):
         raise AttncodaError(f"share_atol must be a non-negative number, got {share_atol!r}")
     if loader is None:
-        from attncoda.capture.models import load_model
+        from attncoda.models.load import load_model
 
         loader = load_model
     name = model if model is not None else _model_name(points)

@@ -143,7 +143,7 @@ def split_windows(windows: Sequence[Any], n_profile: int, n_eval: int) -> tuple[
     Parameters
     ----------
     windows : sequence
-        Token windows (id sequences or :class:`attncoda.capture.corpus.Window`).
+        Token windows (id sequences or :class:`attncoda.data.corpus.Window`).
     n_profile, n_eval : int
         Positive; ``n_profile + n_eval <= len(windows)`` so the two sets are disjoint.
 
@@ -415,7 +415,7 @@ def prune(
     tokenizer : tokenizer or None
         For token sink specs only.
     profile_windows, eval_windows : sequence
-        Token windows (id sequences or :class:`attncoda.capture.corpus.Window`), at least 2
+        Token windows (id sequences or :class:`attncoda.data.corpus.Window`), at least 2
         tokens each; no evaluation window may equal a profiling window
         (:func:`split_windows` makes such a pair).
     channels : sequence of str

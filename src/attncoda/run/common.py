@@ -76,8 +76,9 @@ def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: i
     tokenizer saved with a Bigram-Backcopy checkpoint gets the task's held-out sequences
     instead (``text`` is ignored): the corpus facts then name the task.
     """
-    from attncoda.capture import corpus
-    from attncoda.capture.tasks import checkpoint_task, task_windows
+    from attncoda.data import corpus
+    from attncoda.data.tasks import task_windows
+    from attncoda.training.train import checkpoint_task
 
     # A Bigram-Backcopy checkpoint reads its task's held-out sequences: text means nothing to it.
     task = checkpoint_task(getattr(tokenizer, "name_or_path", None))
@@ -127,7 +128,7 @@ def capture_corpus(
     function, by ``method`` (``"exact"`` or ``"fast"``). The config records the dtype, the
     device the model ran on and the method: all three change the numbers."""
     from attncoda.capture.capture import capture_windows
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     if not isinstance(docs, int) or isinstance(docs, bool) or docs < 1:
         raise AttncodaError(f"docs must be a positive integer; got {docs!r}")

@@ -61,7 +61,7 @@ def _spec(name: str, root: Path) -> str:
     series, at, step = name.partition("@")
     if not at:
         return name
-    from attncoda.capture.train import train_tiny
+    from attncoda.training.train import train_tiny
 
     train_tiny(root / "series" / series, threads=1, progress=True, **SERIES[series])
     return str(root / "series" / series / step)

@@ -42,7 +42,7 @@ _DEMO: dict[str, Any] = {
     "safety_bins": 5,
     "safe_threshold": None,  # None: attncoda.experiments.safety.DEFAULT_SAFE_THRESHOLD (5%)
     # The series of collapse: Bigram-Backcopy, where a sink grows ("text" when asked). None:
-    # the task's own default (attncoda.capture.train.TASK_DEFAULTS).
+    # the task's own default (attncoda.training.train.TASK_DEFAULTS).
     "train_task": "bigram-backcopy",
     "train_size": None,
     "train_steps": None,
@@ -146,7 +146,7 @@ def run_config(
         No model, an unknown experiment, scale or setting, or a bad series.
     """
     from attncoda.capture.capture import METHODS
-    from attncoda.capture.corpus import corpus_source
+    from attncoda.data.corpus import corpus_source
     from attncoda.run.common import DEVICES, check_dtype
 
     if device not in DEVICES:
@@ -189,8 +189,8 @@ def run_config(
 
 def _series_config(series: str | None, settings: Mapping[str, Any]) -> dict[str, Any]:
     if series is None:
-        from attncoda.capture.tasks import TASKS
-        from attncoda.capture.train import TASK_DEFAULTS, checkpoint_steps
+        from attncoda.data.tasks import TASKS
+        from attncoda.training.train import TASK_DEFAULTS, checkpoint_steps
 
         task = settings["train_task"]
         if task not in TASKS:
@@ -203,7 +203,7 @@ def _series_config(series: str | None, settings: Mapping[str, Any]) -> dict[str,
             "task": task,
             "points": [[s, f"step{s}", f"run:series/train-tiny/step{s}"] for s in steps],
         }
-    from attncoda.capture.series import parse_series
+    from attncoda.models.series import parse_series
 
     points = parse_series(series)
     repo, at, _ = points[0].spec.partition("@")
@@ -454,8 +454,8 @@ def finalise(
 
 
 def _assemble_collapse(store: RunStore, units: list[Unit], series: Mapping[str, Any]) -> None:
-    from attncoda.capture.series import SeriesPoint
     from attncoda.experiments.collapse import collapse_from_stats, stats_from_frames
+    from attncoda.models.series import SeriesPoint
     from attncoda.run.units import resolve, series_windows
 
     points = [

@@ -27,9 +27,9 @@ def run_collapse(
     ``collapse_checkpoints.parquet``, ``collapse.json``, ``collapse.png`` and
     ``manifest.json`` into ``out``.
     """
-    from attncoda.capture.models import load_model
-    from attncoda.capture.series import parse_series
     from attncoda.experiments.collapse import collapse, write_collapse
+    from attncoda.models.load import load_model
+    from attncoda.models.series import parse_series
     from attncoda.report.figures_training import collapse_figure
     from attncoda.store import write_manifest
 
@@ -79,8 +79,8 @@ def run_prune(
     last ``n_eval`` windows of the corpus (disjoint). Writes ``prune.parquet``,
     ``prune_heads.parquet``, ``prune.json``, ``prune.png`` and ``manifest.json``.
     """
-    from attncoda.capture.models import load_model
     from attncoda.experiments.prune import prune, split_windows, write_prune
+    from attncoda.models.load import load_model
     from attncoda.report.figures_training import prune_figure
     from attncoda.store import write_manifest
 

@@ -70,7 +70,7 @@ def _quiet_load(spec: str) -> tuple:
     one line per unit instead)."""
     from transformers.utils import logging as hf_logging
 
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
     from attncoda.run.common import resolve_device
 
     was_enabled = hf_logging.is_progress_bar_enabled()
@@ -88,7 +88,7 @@ def _loaded(spec: str) -> tuple:
 
 
 def _series_point(config: Mapping[str, Any], root: Path, revision: str) -> Any:
-    from attncoda.capture.series import SeriesPoint
+    from attncoda.models.series import SeriesPoint
 
     for step, label, spec in config["series"]["points"]:
         if label == revision:
@@ -341,7 +341,7 @@ def _prune(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict
 def _train(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     import pandas as pd
 
-    from attncoda.capture.train import train_tiny
+    from attncoda.training.train import train_tiny
 
     s = config["settings"]
     result = train_tiny(

@@ -1,4 +1,4 @@
-"""Tests of :mod:`attncoda.capture.train`: the tiny model trained from scratch."""
+"""Tests of :mod:`attncoda.training.train`: the tiny model trained from scratch."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ pytest.importorskip("tokenizers")
 from safetensors.torch import load_file  # noqa: E402
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.corpus import Document, corpus_hash, embedded  # noqa: E402
-from attncoda.capture.train import (  # noqa: E402
+from attncoda.data.corpus import Document, corpus_hash, embedded  # noqa: E402
+from attncoda.training.train import (  # noqa: E402
     BOS_TOKEN,
     CHECKPOINT_META,
     SERIES_META,
@@ -371,7 +371,7 @@ TASK_FAST = {"task": "bigram-backcopy", "window": 16, "batch_size": 4, "progress
 
 
 def test_task_series_is_deterministic_and_records_bos_attention(tmp_path: Path) -> None:
-    from attncoda.capture.models import load_model
+    from attncoda.models.load import load_model
 
     a = train_tiny(tmp_path / "a", steps=4, seed=0, **TASK_FAST)
     b = train_tiny(tmp_path / "b", steps=4, seed=0, **TASK_FAST)

@@ -1,4 +1,4 @@
-"""Tests for attncoda.capture.corpus: the embedded corpus, file readers, windows, batches."""
+"""Tests for attncoda.data.corpus: the embedded corpus, file readers, windows, batches."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.corpus import (
+from attncoda.data.corpus import (
     Document,
     Window,
     batch,
@@ -109,7 +109,7 @@ def test_embedded_returns_a_fresh_list():
 
 
 def test_embedded_file_matches_recorded_sha256_and_counts():
-    data = resources.files("attncoda.capture").joinpath("data").joinpath("corpus_en.jsonl")
+    data = resources.files("attncoda.data").joinpath("assets").joinpath("corpus_en.jsonl")
     raw = data.read_bytes()
     meta = embedded_metadata()
     docs = embedded()
@@ -121,7 +121,7 @@ def test_embedded_file_matches_recorded_sha256_and_counts():
 
 
 def test_corpus_md_records_source_counts_and_hashes():
-    text = resources.files("attncoda.capture").joinpath("data").joinpath("CORPUS.md").read_text()
+    text = resources.files("attncoda.data").joinpath("assets").joinpath("CORPUS.md").read_text()
     meta = embedded_metadata()
     for fact in (SOURCE, meta["sha256"], meta["corpus_hash"]):
         assert fact in text

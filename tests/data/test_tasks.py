@@ -1,4 +1,4 @@
-"""Tests of :mod:`attncoda.capture.tasks`: the Bigram-Backcopy task."""
+"""Tests of :mod:`attncoda.data.tasks`: the Bigram-Backcopy task."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.tasks import BigramBackcopy, bos_attention, task_tokenizer
+from attncoda.data.tasks import BigramBackcopy, bos_attention, task_tokenizer
 
 
 def test_transition_is_a_seeded_stochastic_matrix() -> None:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.series import SeriesPoint, parse_series, pythia_revisions
+from attncoda.models.series import SeriesPoint, parse_series, pythia_revisions
 
 FORMS = (
     "write 'owner/name@step0,step512,...' (hub revisions named stepN, at least two) or give a "

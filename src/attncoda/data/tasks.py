@@ -29,10 +29,7 @@ Empirical View", ICLR.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,14 +37,20 @@ import numpy as np
 from attncoda._errors import AttncodaError
 
 __all__ = [
+    "BOS_TOKEN",
+    "EOS_TOKEN",
     "BIGRAM_BACKCOPY",
     "TASKS",
     "BigramBackcopy",
     "bos_attention",
-    "checkpoint_task",
     "task_tokenizer",
     "task_windows",
 ]
+
+#: The token put first in every window and every encoded text.
+BOS_TOKEN = "<|bos|>"
+#: The token that ends each document in the training stream.
+EOS_TOKEN = "<|endoftext|>"
 
 #: Name of the Bigram-Backcopy task (``train-tiny --task``).
 BIGRAM_BACKCOPY = "bigram-backcopy"
@@ -187,8 +190,6 @@ def task_tokenizer(task: BigramBackcopy, max_length: int) -> Any:
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    from attncoda.capture.train import BOS_TOKEN, EOS_TOKEN
-
     vocab = {BOS_TOKEN: 0, EOS_TOKEN: 1}
     vocab.update({f"t{k}": k + _FIRST_ID for k in range(task.n_tokens)})
     word = Tokenizer(models.WordLevel(vocab=vocab, unk_token=EOS_TOKEN))
@@ -241,26 +242,6 @@ def bos_attention(
     return out_t, out_n
 
 
-def checkpoint_task(folder: str | os.PathLike[str] | None) -> BigramBackcopy | None:
-    """The task a ``train-tiny`` checkpoint folder was trained on, or ``None``.
-
-    ``None`` for anything that is not a local folder holding a Bigram-Backcopy checkpoint's
-    ``attncoda_train.json`` (a hub id, a text-task checkpoint, a pretrained model).
-    """
-    if folder is None:
-        return None
-    from attncoda.capture.train import CHECKPOINT_META
-
-    meta = Path(folder) / CHECKPOINT_META
-    try:
-        config = json.loads(meta.read_text(encoding="utf-8"))["config"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(config, dict) or config.get("task") != BIGRAM_BACKCOPY:
-        return None
-    return BigramBackcopy(**config["task_config"])
-
-
 def task_windows(task: BigramBackcopy, n: int, max_tokens: int | None = None) -> list[Any]:
     """``n`` held-out sequences as corpus windows (``<|bos|>`` the one prefix token).
 
@@ -275,9 +256,9 @@ def task_windows(task: BigramBackcopy, n: int, max_tokens: int | None = None) ->
 
     Returns
     -------
-    list of attncoda.capture.corpus.Window
+    list of attncoda.data.corpus.Window
     """
-    from attncoda.capture.corpus import Window
+    from attncoda.data.corpus import Window
 
     length = task.seq_len if max_tokens is None else min(int(max_tokens), task.seq_len)
     ids = task.evaluation_sequences(n)[:, :length]

@@ -2,7 +2,7 @@
 
 :func:`train_tiny` trains a GPT-NeoX model (rotary, parallel residual: Pythia's
 architecture) on the embedded corpus (``task="text"``) or on the synthetic Bigram-Backcopy
-task of :mod:`attncoda.capture.tasks` (``task="bigram-backcopy"``, on which a sink grows;
+task of :mod:`attncoda.data.tasks` (``task="bigram-backcopy"``, on which a sink grows;
 fresh sequences every step, a word-level tokenizer, and per-head attention on ``<|bos|>`` at
 trigger and non-trigger queries in every checkpoint's record), on the CPU, and saves Hugging
 Face checkpoints in
@@ -61,8 +61,15 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.corpus import Document, corpus_hash, load_corpus
-from attncoda.capture.tasks import BIGRAM_BACKCOPY, TASKS, BigramBackcopy, bos_attention
+from attncoda.data.corpus import Document, corpus_hash, load_corpus
+from attncoda.data.tasks import (
+    BIGRAM_BACKCOPY,
+    BOS_TOKEN,
+    EOS_TOKEN,
+    TASKS,
+    BigramBackcopy,
+    bos_attention,
+)
 
 __all__ = [
     "BOS_TOKEN",
@@ -73,6 +80,7 @@ __all__ = [
     "TASK_DEFAULTS",
     "TrainResult",
     "checkpoint_steps",
+    "checkpoint_task",
     "list_checkpoints",
     "train_tiny",
 ]
@@ -81,10 +89,6 @@ __all__ = [
 CHECKPOINT_META = "attncoda_train.json"
 #: Name of the JSON file that marks a finished series.
 SERIES_META = "attncoda_series.json"
-#: The token put first in every window and every encoded text.
-BOS_TOKEN = "<|bos|>"
-#: The token that ends each document in the training stream.
-EOS_TOKEN = "<|endoftext|>"
 
 # name -> (layers, hidden size, attention heads); the MLP is 4x the hidden size.
 _SIZES: dict[str, tuple[int, int, int]] = {
@@ -143,7 +147,7 @@ class TrainResult:
     bos_attention_trigger, bos_attention_non_trigger : tuple of tuple of tuple of float
         Bigram-Backcopy only (empty for text), ``[checkpoint][layer][head]``: mean attention
         on ``<|bos|>`` over the trigger queries and over the other queries of the held-out
-        sequences (:func:`attncoda.capture.tasks.bos_attention`). A dormant head has a large
+        sequences (:func:`attncoda.data.tasks.bos_attention`). A dormant head has a large
         non-trigger value; an active head a small trigger value.
     """
 
@@ -284,7 +288,7 @@ def train_tiny(
         The series folder; created if missing.
     task : str
         ``"text"``: next-token prediction on the corpus. ``"bigram-backcopy"``: the
-        synthetic task of :mod:`attncoda.capture.tasks` (fresh sequences every step; the
+        synthetic task of :mod:`attncoda.data.tasks` (fresh sequences every step; the
         corpus arguments are unused), on which a sink grows.
     steps : int or None
         Optimiser steps, at least 1. ``None`` here and below: the task's value in
@@ -312,7 +316,7 @@ def train_tiny(
         Share of the documents, taken from the end of the corpus, held out for validation.
     corpus : str, path-like, sequence of Document or None
         The text; ``None`` for the embedded corpus, a spec or path as for
-        :func:`attncoda.capture.corpus.load_corpus`, or the documents themselves. Text
+        :func:`attncoda.data.corpus.load_corpus`, or the documents themselves. Text
         task only.
     threads : int
         Torch CPU threads during training; results are bit-identical only for the same count.
@@ -422,7 +426,7 @@ def _train_task(
     progress: bool,
 ) -> TrainResult:
     """Bigram-Backcopy: the same model, loop, schedule and folder rules as the text task."""
-    from attncoda.capture.tasks import task_tokenizer
+    from attncoda.data.tasks import task_tokenizer
 
     task = BigramBackcopy(seq_len=window)
     config = {
@@ -975,3 +979,21 @@ def _write_series(
     temp = out / f"{_TEMP_PREFIX}{SERIES_META}-{os.getpid()}"
     temp.write_text(json.dumps(series, indent=2) + "\n", encoding="utf-8")
     os.replace(temp, out / SERIES_META)
+
+
+def checkpoint_task(folder: str | os.PathLike[str] | None) -> BigramBackcopy | None:
+    """The task a ``train-tiny`` checkpoint folder was trained on, or ``None``.
+
+    ``None`` for anything that is not a local folder holding a Bigram-Backcopy checkpoint's
+    ``attncoda_train.json`` (a hub id, a text-task checkpoint, a pretrained model).
+    """
+    if folder is None:
+        return None
+    meta = Path(folder) / CHECKPOINT_META
+    try:
+        config = json.loads(meta.read_text(encoding="utf-8"))["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(config, dict) or config.get("task") != BIGRAM_BACKCOPY:
+        return None
+    return BigramBackcopy(**config["task_config"])

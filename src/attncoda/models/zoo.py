@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attncoda.capture._gguf import gguf_cached
-from attncoda.capture._wheels import Chunk, ChunkedModel, cached_path, installed
+from attncoda.models.gguf import gguf_cached
+from attncoda.models.wheels import Chunk, ChunkedModel, cached_path, installed
 
 __all__ = [
     "EMBEDDED",
     "EmbeddedModel",
     "family_of",
+    "routable",
     "zoo_table",
 ]
 
@@ -287,3 +288,10 @@ def zoo_table() -> list[dict[str, Any]]:
             }
         )
     return records
+
+
+def routable(model) -> bool:
+    """Whether ``model``'s class routes its attention through transformers'
+    ``AttentionInterface`` (so :func:`routed` can switch it to ``"attncoda"``)."""
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    return bool(can_set is not None and can_set())

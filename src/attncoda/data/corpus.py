@@ -44,7 +44,7 @@ EMBEDDED_SPEC = "embedded"
 #: File extensions :func:`read_corpus` reads.
 ACCEPTED_SUFFIXES = (".txt", ".jsonl")
 
-_DATA_PACKAGE = "attncoda.capture"
+_DATA_PACKAGE = "attncoda.data"
 _EMBEDDED_FILE = "corpus_en.jsonl"
 _EMBEDDED_META = "corpus_en.meta.json"
 # A blank line: a line holding nothing but whitespace.
@@ -122,7 +122,7 @@ def embedded() -> list[Document]:
 
     Original English prose written for attncoda (essays, encyclopedia-style articles, short
     stories and letters on everyday and general-knowledge topics), released with the package
-    under its licence. ``capture/data/CORPUS.md`` and ``corpus_en.meta.json`` record its
+    under its licence. ``data/assets/CORPUS.md`` and ``corpus_en.meta.json`` record its
     size and sha256.
 
     Returns
@@ -146,7 +146,7 @@ def _embedded_documents() -> tuple[Document, ...]:
 
 
 def _embedded_data() -> Any:
-    return resources.files(_DATA_PACKAGE).joinpath("data")
+    return resources.files(_DATA_PACKAGE).joinpath("assets")
 
 
 def embedded_metadata() -> dict[str, Any]:

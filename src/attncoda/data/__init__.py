@@ -1,0 +1,1 @@
+"""Data: the embedded corpus and its windows; the synthetic tasks of training."""

@@ -1,0 +1,1 @@
+"""Models: specs, the embedded models, hub/local/GGUF loading and caching, checkpoint series."""

@@ -1,0 +1,1 @@
+"""Training: train-tiny, a small causal model trained into a checkpoint series."""
