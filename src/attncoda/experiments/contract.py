@@ -1,0 +1,161 @@
+"""The one contract every experiment keeps (docs/design.md, "The experiment contract").
+
+An experiment module declares one :class:`Experiment`:
+
+- ``name``: the unit name of a run (``"flips"``);
+- ``needs``: the inputs the runner must provide (:data:`NEEDS` lists them);
+- ``after``: the experiments whose tables it reads, of the same model and revision;
+- ``settings``: a frozen dataclass whose defaults are the only defaults (the CLI builds its
+  options from its fields, a run config stores it with :func:`settings_dict`);
+- ``run(inputs, settings) -> Tables``: the computation. It loads nothing, writes nothing and
+  keeps no state: the same inputs and settings give the same tables;
+- ``tables``: the names of the tables ``run`` returns, in order;
+- ``combine``: for an experiment over a checkpoint series (collapse), how the tables of all
+  its units become the run's tables (``None`` for the others).
+
+The runner (:mod:`attncoda.run`) plans the units, provides :class:`Inputs`, runs the
+experiment and stores the :class:`Tables`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from attncoda._errors import AttncodaError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+__all__ = [
+    "EXPERIMENTS",
+    "NEEDS",
+    "Experiment",
+    "Inputs",
+    "Tables",
+    "experiment",
+    "settings_dict",
+    "settings_from",
+]
+
+#: What an experiment may need from the runner:
+#:
+#: - ``"rows"``: :class:`attncoda.experiments.inputs.HeadRows`, the recorded full rows of every
+#:   head (one capture shared by every experiment of the model that needs rows);
+#: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row (profile);
+#: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune, collapse);
+#: - ``"windows"``: token-id windows of the run's corpus, ``(docs, tokens)`` from the
+#:   experiment's settings fields ``docs`` and ``tokens`` (prune, collapse);
+#: - ``"checkpoint"``: the series point a collapse unit reads.
+NEEDS = ("rows", "capture", "model", "windows", "checkpoint")
+
+#: Every experiment, in the order a run computes them for one model.
+EXPERIMENTS = ("profile", "flips", "cluster", "safety", "predictor", "prune", "collapse")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """What an experiment returns: tidy tables, a JSON summary and arrays kept beside them.
+
+    Attributes
+    ----------
+    frames : dict of str to pandas.DataFrame
+        The experiment's tables by name (each a partition of the run's table of that name).
+    summary : dict
+        JSON-able facts of the unit (headline numbers, notes); stored with the unit.
+    arrays : dict of str to ndarray
+        Arrays a later experiment of the same model reads (flips keeps its pooled head
+        distances for safety and predictor); stored beside the unit's tables.
+    """
+
+    frames: Mapping[str, pd.DataFrame]
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the runner provides to one unit. Only the fields the experiment needs are set.
+
+    Attributes
+    ----------
+    model : str
+        The name the tables carry (a series checkpoint carries its series name).
+    seed : int
+        The run's seed.
+    sink : str
+        The run's sink spec (docs/design.md, "Sinks").
+    device : str
+        Where tensors of the unit live (``"cpu"`` or ``"cuda"``).
+    rows, capture, loaded, windows, checkpoint
+        See :data:`NEEDS`.
+    after : dict of str to Tables
+        The tables of the experiments named in ``after``, same model and revision.
+    """
+
+    model: str
+    seed: int = 0
+    sink: str = "first"
+    device: str = "cpu"
+    rows: Any = None
+    capture: Any = None
+    loaded: Any = None
+    windows: Sequence[Any] | None = None
+    checkpoint: Any = None
+    after: Mapping[str, Tables] = field(default_factory=dict)
+
+    def need(self, name: str) -> Any:
+        """The input ``name``; an error names the experiment's missing input."""
+        value = self.after if name == "after" else getattr(self, name)
+        if value is None:
+            raise AttncodaError(f"the runner gave no {name!r} input for {self.model!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment's declaration (see the module docstring)."""
+
+    name: str
+    needs: tuple[str, ...]
+    after: tuple[str, ...]
+    settings: type
+    run: Callable[[Inputs, Any], Tables]
+    tables: tuple[str, ...]
+    combine: Callable[[Sequence[Tables], Any], Tables] | None = None
+    #: When set, a reason the experiment does not apply to a model, from its ModelInfo
+    #: (prune needs a causal language model); the runner records the unit as skipped.
+    skip: Callable[[Any], str | None] | None = None
+
+
+def experiment(name: str) -> Experiment:
+    """The :class:`Experiment` declared by ``attncoda.experiments.<name>``."""
+    if name not in EXPERIMENTS:
+        raise AttncodaError(f"unknown experiment {name!r}: use one of {', '.join(EXPERIMENTS)}")
+    module = importlib.import_module(f"attncoda.experiments.{name}")
+    return module.EXPERIMENT
+
+
+def settings_dict(settings: Any) -> dict[str, Any]:
+    """A settings dataclass as a JSON-able dict (tuples become lists)."""
+    return {
+        f.name: list(v) if isinstance(v := getattr(settings, f.name), tuple) else v
+        for f in dataclasses.fields(settings)
+    }
+
+
+def settings_from(cls: type, values: Mapping[str, Any] | None = None) -> Any:
+    """``cls(**values)`` with lists made tuples; an unknown key is an error that names it."""
+    values = dict(values or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise AttncodaError(
+            f"unknown setting {unknown[0]!r} of {cls.__module__.rsplit('.', 1)[-1]}: "
+            f"use one of {', '.join(sorted(names))}"
+        )
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
