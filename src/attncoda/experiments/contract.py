@@ -85,6 +85,8 @@ class Inputs:
     ----------
     model : str
         The name the tables carry (a series checkpoint carries its series name).
+    revision : str
+        The unit's revision (``"-"`` for none; ``"step512"`` for a checkpoint).
     seed : int
         The run's seed.
     sink : str
@@ -98,6 +100,7 @@ class Inputs:
     """
 
     model: str
+    revision: str = "-"
     seed: int = 0
     sink: str = "first"
     device: str = "cpu"
