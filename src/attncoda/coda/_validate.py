@@ -15,6 +15,7 @@ import array_api_compat
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.coda import _math
 
 CLASSIC_METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
 COMPOSITIONAL_METRICS = ("aitchison", "aitchison_sink", "aitchison_content")
@@ -183,3 +184,33 @@ def check_convention(metric: str, convention: Any) -> None:
         )
     if convention not in CONVENTIONS:
         raise AttncodaError(f"convention must be 'keep' or 'drop'; got {convention!r}")
+
+
+def check_pair(
+    a: Any, b: Any, names: tuple[str, str], axis: int, *, allow_neg_inf: bool
+) -> tuple[Any, Any, Any]:
+    """``(xp, a, b)``: two arrays of logs in one namespace, keys last, same key count."""
+    xp, a, b = namespace_of(a, b, names)
+    a = move_axis_last(xp, a, axis, names[0])
+    b = move_axis_last(xp, b, axis, names[1])
+    if a.shape[-1] != b.shape[-1]:
+        raise AttncodaError(
+            f"{names[0]} and {names[1]} must have the same number of keys along axis {axis}; "
+            f"got {a.shape[-1]} and {b.shape[-1]}"
+        )
+    check_logs(xp, a, names[0], allow_neg_inf=allow_neg_inf)
+    check_logs(xp, b, names[1], allow_neg_inf=allow_neg_inf)
+    return xp, a, b
+
+
+def closed_logs(xp: Any, z: Any, name: str) -> Any:
+    """``z`` renormalised along the last axis (each row's logsumexp subtracted)."""
+    lse = _math.logsumexp(xp, z)
+    bad = ~xp.isfinite(lse)
+    if bool(xp.any(bad)):
+        where = first_index(bad)
+        raise AttncodaError(
+            f"{f'row {where} of {name}' if where else name} has no key with positive "
+            "probability (every entry is -inf)"
+        )
+    return z - lse[..., None]

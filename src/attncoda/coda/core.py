@@ -17,9 +17,10 @@ from attncoda.coda import _math
 from attncoda.coda._validate import (
     as_array,
     check_logs,
+    check_pair,
+    closed_logs,
     first_index,
     move_axis_last,
-    namespace_of,
     sink_positions,
     to_numpy,
     worst_index,
@@ -128,20 +129,6 @@ def _rows(x: Any, name: str, axis: int, *, allow_neg_inf: bool) -> tuple[Any, An
     x = move_axis_last(xp, x, axis, name)
     check_logs(xp, x, name, allow_neg_inf=allow_neg_inf)
     return xp, x
-
-
-def _pair(a: Any, b: Any, names: tuple[str, str], axis: int, *, allow_neg_inf: bool):
-    xp, a, b = namespace_of(a, b, names)
-    a = move_axis_last(xp, a, axis, names[0])
-    b = move_axis_last(xp, b, axis, names[1])
-    if a.shape[-1] != b.shape[-1]:
-        raise AttncodaError(
-            f"{names[0]} and {names[1]} must have the same number of keys along axis {axis}; "
-            f"got {a.shape[-1]} and {b.shape[-1]}"
-        )
-    check_logs(xp, a, names[0], allow_neg_inf=allow_neg_inf)
-    check_logs(xp, b, names[1], allow_neg_inf=allow_neg_inf)
-    return xp, a, b
 
 
 def log_probs(
@@ -316,7 +303,7 @@ def aitchison(logp: Any, logq: Any, axis: int = -1) -> Any:
     -------
     array, shape (...)
     """
-    xp, a, b = _pair(logp, logq, ("logp", "logq"), axis, allow_neg_inf=False)
+    xp, a, b = check_pair(logp, logq, ("logp", "logq"), axis, allow_neg_inf=False)
     return _math.norm(xp, _math.clr(xp, a) - _math.clr(xp, b))
 
 
@@ -342,7 +329,7 @@ def aitchison_split(logp: Any, logq: Any, sink: Any = 0, axis: int = -1) -> Aitc
     AitchisonSplit
         Distances (not squared), each of shape (...).
     """
-    xp, a, b = _pair(logp, logq, ("logp", "logq"), axis, allow_neg_inf=False)
+    xp, a, b = check_pair(logp, logq, ("logp", "logq"), axis, allow_neg_inf=False)
     s = sink_positions(sink, a.shape[-1])
     a_s, a_c = _math.split_groups(xp, a, s)
     b_s, b_c = _math.split_groups(xp, b, s)
@@ -376,19 +363,7 @@ def entropy(logp: Any, axis: int = -1) -> Any:
     True
     """
     xp, z = _rows(logp, "logp", axis, allow_neg_inf=True)
-    return _math.entropy_of_logs(xp, _closed(xp, z, "logp"))
-
-
-def _closed(xp: Any, z: Any, name: str) -> Any:
-    lse = _math.logsumexp(xp, z)
-    bad = ~xp.isfinite(lse)
-    if bool(xp.any(bad)):
-        where = first_index(bad)
-        raise AttncodaError(
-            f"{f'row {where} of {name}' if where else name} has no key with positive "
-            "probability (every entry is -inf)"
-        )
-    return z - lse[..., None]
+    return _math.entropy_of_logs(xp, closed_logs(xp, z, "logp"))
 
 
 def _entropy_parts(xp: Any, lp: Any, sink: tuple[int, ...], name: str):
@@ -434,7 +409,7 @@ def entropy_split(logp: Any, sink: Any = 0, axis: int = -1) -> EntropySplit:
     """
     xp, z = _rows(logp, "logp", axis, allow_neg_inf=True)
     s = sink_positions(sink, z.shape[-1])
-    total, binary, h_s, h_q, log_s, _ = _entropy_parts(xp, _closed(xp, z, "logp"), s, "logp")
+    total, binary, h_s, h_q, log_s, _ = _entropy_parts(xp, closed_logs(xp, z, "logp"), s, "logp")
     return EntropySplit(
         total=total, binary=binary, within_sink=h_s, content=h_q, sink_mass=xp.exp(log_s)
     )
@@ -463,10 +438,10 @@ def entropy_change_split(logp0: Any, logp1: Any, sink: Any = 0, axis: int = -1) 
         ``total``, ``sink``, ``content`` in nats, each of shape (...); ``sink + content ==
         total`` exactly, and so for any mean over rows, heads or layers.
     """
-    xp, a, b = _pair(logp0, logp1, ("logp0", "logp1"), axis, allow_neg_inf=True)
+    xp, a, b = check_pair(logp0, logp1, ("logp0", "logp1"), axis, allow_neg_inf=True)
     s = sink_positions(sink, a.shape[-1])
-    h0, _, _, hq0, _, log_c0 = _entropy_parts(xp, _closed(xp, a, "logp0"), s, "logp0")
-    h1, _, _, hq1, _, log_c1 = _entropy_parts(xp, _closed(xp, b, "logp1"), s, "logp1")
+    h0, _, _, hq0, _, log_c0 = _entropy_parts(xp, closed_logs(xp, a, "logp0"), s, "logp0")
+    h1, _, _, hq1, _, log_c1 = _entropy_parts(xp, closed_logs(xp, b, "logp1"), s, "logp1")
     total = h1 - h0
     content = (xp.exp(log_c0) + xp.exp(log_c1)) / 2 * (hq1 - hq0)
     return EntropyChange(total=total, sink=total - content, content=content)

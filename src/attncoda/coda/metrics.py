@@ -26,9 +26,11 @@ from attncoda.coda._validate import (
     as_array,
     check_convention,
     check_logs,
+    check_pair,
+    closed_logs,
     sink_positions,
 )
-from attncoda.coda.core import _closed, _pair, aitchison_split
+from attncoda.coda.core import aitchison_split
 
 __all__ = ["head_distances", "row_distance"]
 
@@ -97,14 +99,15 @@ def row_distance(
     0.0
     """
     check_convention(metric, convention)
-    xp, a, b = _pair(logp, logq, ("logp", "logq"), axis, allow_neg_inf=metric in CLASSIC_METRICS)
+    classic = metric in CLASSIC_METRICS
+    xp, a, b = check_pair(logp, logq, ("logp", "logq"), axis, allow_neg_inf=classic)
     s = sink_positions(sink, a.shape[-1])
     if metric not in CLASSIC_METRICS:
         split = aitchison_split(a, b, sink=s)
         return {"aitchison": split.total, "aitchison_sink": split.sink}.get(metric, split.content)
     if convention == "drop":
         a, b = _math.split_groups(xp, a, s)[1], _math.split_groups(xp, b, s)[1]
-    return _classic(xp, metric, _closed(xp, a, "logp"), _closed(xp, b, "logq"))
+    return _classic(xp, metric, closed_logs(xp, a, "logp"), closed_logs(xp, b, "logq"))
 
 
 def _rows_in_use(xp: Any, mask: Any, sink: tuple[int, ...]) -> Any:

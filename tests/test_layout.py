@@ -1,0 +1,175 @@
+"""The layout rules of docs/design.md, "Layers": checked on the source itself.
+
+Each test reads the files under ``src/attncoda`` and names every offender, so a violation
+points at the line to fix.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "attncoda"
+MODULES = sorted(p for p in SRC.rglob("*.py"))
+MAX_LINES = 500
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_source_tree_is_found():
+    assert len(MODULES) > 40
+    assert (SRC / "experiments" / "contract.py").is_file()
+
+
+def test_no_module_is_over_500_lines():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in MODULES
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_every_layer_of_the_design_is_a_package():
+    for layer in (
+        "capture",
+        "coda",
+        "data",
+        "experiments",
+        "models",
+        "report",
+        "run",
+        "store",
+        "training",
+    ):
+        assert (SRC / layer / "__init__.py").is_file(), layer
+
+
+# A document cited for the reader (design notes, READMEs): files a run writes (manifest.json)
+# are named in docstrings too, and are not citations.
+_FILE_CITED = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.md)\b")
+
+
+def _docstrings(tree: ast.Module):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield node, doc
+
+
+def test_no_docstring_cites_a_file_that_is_not_in_the_repository():
+    known = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if ".git" not in p.parts}
+    names = {Path(k).name for k in known}
+    missing = []
+    for path in MODULES:
+        for node, doc in _docstrings(_tree(path)):
+            for cited in _FILE_CITED.findall(doc):
+                if "/" in cited:
+                    found = any(k.endswith(cited) for k in known)
+                else:
+                    found = cited in names
+                if not found:
+                    missing.append(
+                        f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 1)}: {cited}"
+                    )
+    assert missing == []
+
+
+def _error_messages(tree: ast.Module):
+    """The literal leading and trailing text of every ``AttncodaError(...)`` message."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name != "AttncodaError":
+            continue
+        parts = _string_parts(node.args[0])
+        if parts:
+            yield node.lineno, parts[0], parts[-1]
+
+
+def _string_parts(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        values = node.values
+        first = values[0] if values else None
+        last = values[-1] if values else None
+        head = first.value if isinstance(first, ast.Constant) else ""
+        tail = last.value if isinstance(last, ast.Constant) else ""
+        return [str(head), str(tail)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _string_parts(node.left), _string_parts(node.right)
+        if left and right:
+            return [left[0], right[-1]]
+    return []
+
+
+# A message may open with a name that is spelled with a capital (a class, a model family, an
+# acronym): the first word then has a capital after its first letter, or is a known name.
+_PROPER = re.compile(r"^([A-Z][a-z]*[A-Z0-9]|[A-Z]{2,}|GPT|Ray|Gemma|Hugging|PyTorch|Parquet)")
+
+
+def test_error_messages_are_lowercase_without_a_final_full_stop():
+    bad = []
+    for path in MODULES:
+        for line, head, tail in _error_messages(_tree(path)):
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if head[:1].isupper() and not _PROPER.match(head):
+                bad.append(f"{where}: starts with a capital: {head[:40]!r}")
+            if tail.rstrip().endswith(".") and not tail.rstrip().endswith(("...", "e.g.", "i.e.")):
+                bad.append(f"{where}: ends with a full stop: {tail[-40:]!r}")
+    assert bad == []
+
+
+def _is_module(name: str) -> bool:
+    path = SRC.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_no_module_imports_a_private_name_of_another_module():
+    bad = []
+    for path in MODULES:
+        here = _module_name(path)
+        package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                source = ".".join([*base, node.module] if node.module else base)
+            else:
+                source = node.module or ""
+            if not source.startswith("attncoda"):
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                # A package's private module (attncoda.coda._math) serves its siblings.
+                sibling = source == package and _is_module(f"{source}.{alias.name}")
+                if private and source != here and not sibling:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {source}.{alias.name}")
+    assert bad == []
+
+
+def test_the_layer_contract_holds():
+    """import-linter (the dev extra) checks pyproject's contract: dependencies point down."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run(
+        [str(exe), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
