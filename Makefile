@@ -33,6 +33,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench docs
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
 bench: $(STAMP)

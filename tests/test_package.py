@@ -84,3 +84,46 @@ def test_console_script_demo():
     )
     assert result.returncode == 0, result.stderr
     assert "aitchison" in result.stdout
+
+
+def test_core_dependencies_are_numpy_and_array_api_compat():
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    names = sorted(d.split(">")[0].split("=")[0].split("<")[0] for d in meta["dependencies"])
+    assert names == ["array-api-compat", "numpy"]
+    extras = meta["optional-dependencies"]
+    assert any(d.startswith("scipy") for d in extras["experiments"])
+    assert any(d.startswith("scikit-learn") for d in extras["experiments"])
+
+
+def test_the_mathematics_runs_without_scipy_sklearn_pandas_or_torch():
+    # A finder first on sys.meta_path fails these imports as if they were not installed.
+    result = _run(
+        """
+        import sys
+
+        BLOCKED = ("scipy", "sklearn", "pandas", "pyarrow", "torch", "transformers")
+
+        class Blocker:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ImportError(f"{name} is blocked")
+                return None
+
+        sys.meta_path.insert(0, Blocker())
+        import numpy as np
+        import attncoda as ac
+
+        p = np.array([[0.7, 0.2, 0.1], [0.5, 0.25, 0.25]])
+        lp = ac.log_probs(p)
+        split = ac.entropy_split(lp, sink=0)
+        assert np.allclose(split.total, -(p * np.log(p)).sum(-1), rtol=1e-12, atol=0)
+        a = ac.aitchison_split(lp[0], lp[1], sink=0)
+        assert np.isclose(a.total ** 2, a.sink ** 2 + a.content ** 2, rtol=1e-12)
+        assert not [m for m in sys.modules if m.split(".")[0] in BLOCKED]
+        print("OK")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "OK"
