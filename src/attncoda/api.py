@@ -1,0 +1,369 @@
+"""The Python API: one function per experiment, each returning a :class:`Result`
+(docs/design.md, "Runs").
+
+Each function takes model specs or captures:
+
+- model specs (``"minilm"``, ``"owner/name@rev"``, a folder; one or a list) run through the
+  same runner as the CLI, into ``out`` when given (a run folder ``attncoda report`` renders)
+  or a temporary folder otherwise, and return the tables the runner stored;
+- :class:`attncoda.Capture` objects (one or a list, from :func:`attncoda.capture_windows` or
+  :func:`attncoda.from_attentions`) run in this process, with no file written.
+
+Either way the tables are those of the experiment's contract (``attncoda.experiments``),
+with the run's ``family`` column first, and :meth:`Result.figure` draws the figure of the
+report from them.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attncoda._errors import AttncodaError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "Result",
+    "cluster",
+    "collapse",
+    "flips",
+    "predict",
+    "profile",
+    "prune",
+    "safety",
+]
+
+#: The family column of tables made from captures handed in (no model facts to read).
+GIVEN_FAMILY = "given attention"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What an experiment function returns.
+
+    Attributes
+    ----------
+    experiment : str
+        The experiment's name (``"flips"``).
+    tables : dict of str to pandas.DataFrame
+        Its tables by name, every model's rows together, ``family`` first.
+    summary : dict of str to dict
+        Each model's JSON summary (cluster's artifact, collapse's facts; empty for most).
+    path : pathlib.Path or None
+        The run folder the tables were stored in, when ``out`` was given.
+    """
+
+    experiment: str
+    tables: Mapping[str, pd.DataFrame]
+    summary: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The experiment's first table (``flips`` for flips, ``profile_heads`` for profile)."""
+        return next(iter(self.tables.values()))
+
+    def figure(self) -> Figure:
+        """The experiment's figure, drawn from :attr:`tables` by the report's own code."""
+        from attncoda.report.figures import figure
+
+        return figure(self.experiment, self.tables)
+
+    def _repr_html_(self) -> str:
+        from attncoda.report.notebook import result_html
+
+        return result_html(self)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}: {len(v)} rows" for k, v in self.tables.items())
+        where = f", path={str(self.path)!r}" if self.path else ""
+        return f"Result({self.experiment!r}, {shapes}{where})"
+
+
+def _is_capture(value: object) -> bool:
+    from attncoda.capture.result import Capture
+
+    return isinstance(value, Capture)
+
+
+def _sources(source: Any) -> tuple[list[Any], bool]:
+    """``(items, captures)``: the sources as a list, and whether they are captures."""
+    items = list(source) if isinstance(source, list | tuple) else [source]
+    if not items:
+        raise AttncodaError("no source given: pass a model spec, a Capture, or a list of them")
+
+    def kind(item: object) -> str:
+        return "capture" if _is_capture(item) else "spec" if isinstance(item, str | Path) else "?"
+
+    kinds = {kind(item) for item in items}
+    if "?" in kinds:
+        bad = next(item for item in items if kind(item) == "?")
+        raise AttncodaError(
+            f"cannot run on {type(bad).__name__}: pass model specs (str) or Capture objects "
+            "(attncoda.capture_windows, attncoda.from_attentions)"
+        )
+    if len(kinds) > 1:
+        raise AttncodaError("mix of model specs and captures: pass one kind or the other")
+    return items, kinds == {"capture"}
+
+
+def _names(items: Sequence[Any], names: Sequence[str] | str | None) -> list[str]:
+    if names is None:
+        return ["capture"] if len(items) == 1 else [f"capture{i}" for i in range(len(items))]
+    listed = [names] if isinstance(names, str) else list(names)
+    if len(listed) != len(items) or len(set(listed)) != len(listed):
+        raise AttncodaError(
+            f"names {listed!r} must be {len(items)} distinct names, one per capture"
+        )
+    return listed
+
+
+def _concat(per_model: Sequence[Mapping[str, pd.DataFrame]], family: str) -> dict[str, Any]:
+    import pandas as pd
+
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(n for frames in per_model for n in frames):
+        parts = [frames[name] for frames in per_model if name in frames]
+        frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].copy()
+        if "family" in frame.columns:
+            frame = frame.drop(columns="family")
+        frame.insert(0, "family", family)
+        out[name] = frame
+    return out
+
+
+def _on_captures(
+    name: str,
+    captures: Sequence[Any],
+    names: Sequence[str],
+    settings: Any,
+    *,
+    sink: str,
+    seed: int,
+    device: str,
+    steps: Sequence[int] | None = None,
+) -> Result:
+    from attncoda.experiments.contract import Inputs, experiment
+    from attncoda.experiments.inputs import head_rows
+
+    exp = experiment(name)
+    missing = [n for n in exp.needs if n in ("model", "windows")]
+    if missing:
+        raise AttncodaError(
+            f"{name} needs a model ({', '.join(missing)}), which a capture does not hold: "
+            "pass a model spec instead"
+        )
+
+    def inputs_for(cap: Any, label: str, **extra: Any) -> Any:
+        needs = {n for dep in (name, *exp.after) for n in experiment(dep).needs}
+        return Inputs(
+            model=label,
+            seed=seed,
+            sink=sink,
+            device=device,
+            rows=head_rows(cap, label) if "rows" in needs else None,
+            capture=cap if "capture" in needs or name == "collapse" else None,
+            **extra,
+        )
+
+    def with_after(base: Any, target: Any) -> Any:
+        """``base`` with the tables of ``target``'s ``after`` experiments (their defaults)."""
+        from dataclasses import replace
+
+        after = {}
+        for dep in target.after:
+            dep_exp = experiment(dep)
+            after[dep] = dep_exp.run(with_after(base, dep_exp), dep_exp.settings())
+        return replace(base, after=after)
+
+    if exp.combine is not None:
+        from attncoda.models.series import SeriesPoint
+
+        if steps is None:
+            steps = list(range(len(captures)))
+        if len(steps) != len(captures):
+            raise AttncodaError(
+                f"steps {list(steps)!r} must give one training step per capture "
+                f"({len(captures)} captures)"
+            )
+        units = [
+            exp.run(
+                inputs_for(
+                    cap,
+                    names[0] if len(set(names)) == 1 else "series",
+                    checkpoint=SeriesPoint(step=int(s), label=f"step{int(s)}", spec=label),
+                    revision=f"step{int(s)}",
+                ),
+                settings,
+            )
+            for cap, label, s in zip(captures, names, steps, strict=True)
+        ]
+        combined = exp.combine(units, settings)
+        return Result(name, _concat([combined.frames], GIVEN_FAMILY), {"series": combined.summary})
+
+    frames, summary = [], {}
+    for cap, label in zip(captures, names, strict=True):
+        tables = exp.run(with_after(inputs_for(cap, label), exp), settings)
+        frames.append(tables.frames)
+        summary[label] = dict(tables.summary)
+    return Result(name, _concat(frames, GIVEN_FAMILY), summary)
+
+
+def _on_specs(
+    name: str,
+    specs: Sequence[str],
+    settings: Any,
+    *,
+    out: str | Path | None,
+    options: Mapping[str, Any],
+) -> Result:
+    from attncoda.run.single import run_experiment
+
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="attncoda-") as folder:
+            return _read_run(name, run_experiment(name, specs, settings, Path(folder), **options))
+    return _read_run(name, run_experiment(name, specs, settings, Path(out), **options), Path(out))
+
+
+def _read_run(name: str, tables: Mapping[str, Any], path: Path | None = None) -> Result:
+    return Result(name, dict(tables), {}, path)
+
+
+def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[str, Any]) -> Result:
+    from attncoda.experiments.contract import experiment, settings_from
+
+    exp = experiment(name)
+    chosen = settings_from(exp.settings, settings)
+    items, captures = _sources(source)
+    sink, seed, device = common["sink"], common["seed"], common["device"]
+    if captures:
+        return _on_captures(
+            name,
+            items,
+            _names(items, common.get("names")),
+            chosen,
+            sink=sink,
+            seed=seed,
+            device=device,
+            steps=common.get("steps"),
+        )
+    options = {k: v for k, v in common.items() if k not in ("names", "steps", "out")}
+    return _on_specs(name, [str(s) for s in items], chosen, out=common.get("out"), options=options)
+
+
+_COMMON_DOC = """
+    Parameters
+    ----------
+    source : str, Capture, or a list of either
+        Model specs (run through the runner, as the CLI does) or captures (run here).
+    sink : str
+        Sink spec (docs/design.md, "Sinks"): ``"first"`` unless said otherwise.
+    seed : int
+        The run's seed (bootstrap resamples, MDS, random pruning).
+    out : str or path, optional
+        Model specs only: the run folder to keep (``attncoda report OUT`` renders it).
+    device, dtype, method, text
+        Model specs only: where models run, their parameter dtype, the capture method
+        (``"exact"`` or ``"fast"``) and the corpus (default: the embedded one).
+    names : str or list of str, optional
+        Captures only: the model names the tables carry.
+    **settings
+        The experiment's settings (its ``Settings`` dataclass); unknown names are refused.
+
+    Returns
+    -------
+    Result
+        ``.tables`` (tidy DataFrames, ``family`` first), ``.figure()``, and a notebook view.
+"""
+
+
+def _experiment_function(name: str, doc: str):
+    def function(
+        source: Any,
+        *,
+        sink: str = "first",
+        seed: int = 0,
+        out: str | Path | None = None,
+        device: str = "cpu",
+        dtype: str | None = None,
+        method: str = "exact",
+        text: str | None = None,
+        names: Sequence[str] | str | None = None,
+        **settings: Any,
+    ) -> Result:
+        common = {
+            "sink": sink,
+            "seed": seed,
+            "out": out,
+            "device": device,
+            "dtype": dtype,
+            "method": method,
+            "text": text,
+            "names": names,
+        }
+        return _call(name, source, settings, common)
+
+    function.__name__ = function.__qualname__ = "predict" if name == "predictor" else name
+    function.__doc__ = doc + _COMMON_DOC
+    return function
+
+
+profile = _experiment_function(
+    "profile", "Sink mass, entropy and its exact split per (layer, head), in nats.\n"
+)
+flips = _experiment_function(
+    "flips", "How often keep and drop reverse 'which head is closer', per metric, with a CI.\n"
+)
+cluster = _experiment_function(
+    "cluster", "Clark et al.'s head clustering under keep, drop and the Aitchison terms.\n"
+)
+safety = _experiment_function(
+    "safety", "The flip rate by sink share and sink-mass gap, and where keep and drop agree.\n"
+)
+predict = _experiment_function(
+    "predictor",
+    "The frozen flip-rate predictor applied and checked: confirmed, abstained or failed.\n",
+)
+prune = _experiment_function(
+    "prune", "Heads pruned by a channel, held-out perplexity per k (model specs only).\n"
+)
+
+
+def collapse(
+    source: Any,
+    *,
+    steps: Sequence[int] | None = None,
+    sink: str = "first",
+    seed: int = 0,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    text: str | None = None,
+    names: Sequence[str] | str | None = None,
+    **settings: Any,
+) -> Result:
+    """Entropy collapse over checkpoints, its change split exactly into sink and content.
+
+    ``source`` is a series spec (``owner/name@step0,step512``, or a folder of ``stepN``
+    checkpoints), or a list of captures, one per checkpoint in training order, with
+    ``steps`` their training steps (default ``0, 1, ...``).
+    """
+    common = {
+        "sink": sink,
+        "seed": seed,
+        "out": out,
+        "device": device,
+        "dtype": dtype,
+        "method": method,
+        "text": text,
+        "names": names,
+        "steps": steps,
+    }
+    return _call("collapse", source, settings, common)
