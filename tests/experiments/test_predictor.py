@@ -104,7 +104,7 @@ def test_too_few_models_for_the_interval_are_refused():
 
 
 def test_a_model_whose_rate_lies_outside_its_interval_fails(tmp_path):
-    from attncoda.run.conventions import apply_predictor
+    from attncoda.experiments.predictor import apply_predictor
 
     path = fit_predictor(TRAIN).to_json(tmp_path / "p.json")
     inside = row("new", 0.25, 0.12, 0.33)

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -68,14 +68,17 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.coda import head_distances
+from attncoda.experiments.contract import Experiment, Inputs, Tables
 from attncoda.experiments.inputs import DocRows, HeadRows
 from attncoda.store.files import atomic_write_json, write_table
 
 __all__ = [
+    "EXPERIMENT",
     "SMOOTHING",
     "VARIANTS",
     "VARIANT_TITLES",
     "ClusterResult",
+    "Settings",
     "cluster",
     "write_cluster",
 ]
@@ -527,3 +530,76 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the cluster experiment."""
+
+    n_clusters: int = field(default=4, metadata={"help": "k-means clusters per embedding"})
+    n_init: int = field(default=5, metadata={"help": "MDS starts (Clark et al. used 5)"})
+
+
+def result_tables(result: ClusterResult) -> Tables:
+    """A cluster unit's :class:`Tables` from a :class:`ClusterResult`.
+
+    Frames ``cluster`` (the per-head table), ``cluster_summary`` (one row per variant: the
+    axis-1 and best-direction Spearman rho with head sink mass, whether the variant is
+    degenerate, and the model's mean sink share of ``d_A^2``) and ``cluster_agreement``
+    (the adjusted Rand index of every pair of variants); the summary is the artifact with
+    every non-finite float made ``None``.
+    """
+    import pandas as pd
+
+    art = result.artifact
+    summary = pd.DataFrame(
+        {
+            "variant": list(VARIANTS),
+            "title": [VARIANT_TITLES[v] for v in VARIANTS],
+            "spearman_axis1_vs_sink_mass": [
+                art["spearman_axis1_vs_sink_mass"][v] for v in VARIANTS
+            ],
+            "max_abs_spearman_any_direction": [
+                art["max_abs_spearman_any_direction_vs_sink_mass"][v] for v in VARIANTS
+            ],
+            "degenerate": [v in art["degenerate_variants"] for v in VARIANTS],
+            "mean_sink_share_of_aitchison_sq": art["mean_sink_share_of_aitchison_sq"],
+        }
+    )
+    for column in ("spearman_axis1_vs_sink_mass", "max_abs_spearman_any_direction"):
+        summary[column] = summary[column].astype("float64")
+    agreement = pd.DataFrame(
+        [
+            {"variant_a": key.split("|")[0], "variant_b": key.split("|")[1], "adjusted_rand": v}
+            for key, v in art["adjusted_rand"].items()
+        ]
+    )
+    return Tables(
+        frames={
+            "cluster": result.table,
+            "cluster_summary": summary,
+            "cluster_agreement": agreement,
+        },
+        summary=_finite(art),
+    )
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """Clark et al.'s clustering of the unit's recorded rows (:func:`cluster`)."""
+    result = cluster(
+        inputs.need("rows"),
+        seed=inputs.seed,
+        n_clusters=settings.n_clusters,
+        n_init=settings.n_init,
+    )
+    return result_tables(result)
+
+
+EXPERIMENT = Experiment(
+    name="cluster",
+    needs=("rows",),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("cluster", "cluster_summary", "cluster_agreement"),
+)

@@ -30,13 +30,15 @@ import hashlib
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Experiment, Inputs, Tables
+from attncoda.models.spec import NO_REVISION
 from attncoda.store.files import atomic_write_json, write_table
 
 __all__ = [
@@ -44,10 +46,13 @@ __all__ = [
     "COLUMNS",
     "CheckpointStats",
     "CollapseResult",
+    "EXPERIMENT",
+    "Settings",
     "checkpoint_stats",
     "collapse",
     "collapse_from_stats",
     "collapse_pair",
+    "combine",
     "stats_frames",
     "stats_from_frames",
     "write_collapse",
@@ -591,6 +596,22 @@ def collapse_from_stats(
         Identical to what :func:`collapse` returns for the same checkpoints.
     """
     windows = _check_windows(windows_ids)
+    table, checkpoints, pairs, first_last = _assemble(stats, model, share_atol)
+    facts = {
+        "n_windows": len(windows),
+        "n_tokens": int(sum(len(w) for w in windows)),
+        "windows_sha256": _windows_hash(windows),
+    }
+    points_facts = [{"step": p.step, "label": p.label, "spec": p.spec} for p in points]
+    summary = _summary(model, sink, points_facts, facts, share_atol, pairs, first_last)
+    return CollapseResult(table=table, checkpoints=checkpoints, summary=summary)
+
+
+def _assemble(
+    stats: Iterable[CheckpointStats], model: str, share_atol: float
+) -> tuple[Any, Any, list[dict[str, Any]], dict[str, Any]]:
+    """The pair and checkpoint tables of a series' statistics (in step order), the
+    model-level numbers of each consecutive pair and those of the first-to-last pair."""
     first: CheckpointStats | None = None
     previous: CheckpointStats | None = None
     pair_records: list[dict[str, Any]] = []
@@ -614,21 +635,31 @@ def collapse_from_stats(
     pair_records.extend(last_records)
     table = _frame(pair_records, COLUMNS, _PAIR_MEANS)
     checkpoints = _frame(checkpoint_records, CHECKPOINT_COLUMNS, _CHECKPOINT_MEANS)
-    summary = {
+    return table, checkpoints, summary_pairs, _model_summary(last_records)
+
+
+def _summary(
+    model: str,
+    sink: Any,
+    points: list[dict[str, Any]],
+    windows: dict[str, Any],
+    share_atol: float,
+    pairs: list[dict[str, Any]],
+    first_last: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON summary of :class:`CollapseResult` (``windows``: its window counts and hash)."""
+    return {
         "model": model,
         "sink": str(sink),
-        "points": [{"step": p.step, "label": p.label, "spec": p.spec} for p in points],
-        "n_windows": len(windows),
-        "n_tokens": int(sum(len(w) for w in windows)),
-        "windows_sha256": _windows_hash(windows),
+        "points": points,
+        **windows,
         "share_atol": float(share_atol),
         "share_definition": "sink_share = sum of dH_sink / sum of dH over the rows with "
         "content at both checkpoints; dH_content = ((1-s0)+(1-s1))/2 * (H(q1)-H(q0)), "
         "dH_sink = dH - dH_content (nats); exact, no keep/drop convention",
-        "pairs": summary_pairs,
-        "first_last": _model_summary(last_records),
+        "pairs": pairs,
+        "first_last": first_last,
     }
-    return CollapseResult(table=table, checkpoints=checkpoints, summary=summary)
 
 
 _STAT_ARRAYS = ("sink_mass", "entropy", "content_entropy", "sink_balance")
@@ -721,3 +752,117 @@ def write_collapse(result: CollapseResult, out_dir: str | os.PathLike[str]) -> t
         write_table(result.checkpoints, out / "collapse_checkpoints.parquet"),
         atomic_write_json(out / "collapse.json", result.summary),
     )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the collapse experiment: every checkpoint reads the same ``docs`` windows
+    of ``tokens`` tokens (made with the series' first tokenizer)."""
+
+    docs: int = field(default=16, metadata={"help": "corpus windows every checkpoint reads"})
+    tokens: int = field(default=128, metadata={"help": "tokens per window"})
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """One checkpoint's row statistics (:func:`checkpoint_stats`) as the tables
+    ``collapse_rows`` and ``collapse_sinks`` (:func:`stats_frames`).
+
+    The summary records what :func:`combine` needs beside the frames: the checkpoint's
+    ``step``, ``label`` and ``spec``, the series ``model`` name, the ``sink`` spec and the
+    windows' ``n_windows``, ``n_tokens`` and ``windows_sha256``.
+    """
+    model, tokenizer, _ = inputs.need("loaded")
+    point = inputs.need("checkpoint")
+    windows = _check_windows(inputs.need("windows"))
+    stats = checkpoint_stats(model, tokenizer, windows, point, sink=inputs.sink)
+    rows, sinks = stats_frames(stats)
+    summary = {
+        "model": inputs.model,
+        "sink": str(inputs.sink),
+        "step": int(point.step),
+        "label": str(point.label),
+        "spec": str(point.spec),
+        "n_windows": len(windows),
+        "n_tokens": int(sum(len(w) for w in windows)),
+        "windows_sha256": _windows_hash(windows),
+    }
+    return Tables(frames={"collapse_rows": rows, "collapse_sinks": sinks}, summary=summary)
+
+
+def combine(units: Sequence[Tables], settings: Settings) -> Tables:
+    """The run's collapse tables from the tables of every checkpoint unit of the series.
+
+    Parameters
+    ----------
+    units : sequence of Tables
+        One per checkpoint, as :func:`run` made them (stored frames may carry the run's key
+        columns; they are not read). Each summary must hold what :func:`run` records.
+    settings : Settings
+
+    Returns
+    -------
+    Tables
+        Frames ``collapse`` and ``collapse_checkpoints`` (:class:`CollapseResult`), each with
+        a ``revision`` column (``"-"``: they span the series) after ``model``; the summary is
+        :attr:`CollapseResult.summary`.
+
+    Raises
+    ------
+    AttncodaError
+        Fewer than two checkpoints, two with one step, checkpoints that read other windows
+        or another sink, and every error of :func:`collapse_from_stats`.
+    """
+    facts = [dict(t.summary) for t in units]
+    for fact in facts:
+        missing = [k for k in ("step", "label", "model", "sink", "windows_sha256") if k not in fact]
+        if missing:
+            raise AttncodaError(
+                f"a collapse unit's summary lacks {missing[0]!r}: rerun its checkpoint"
+            )
+    order = sorted(range(len(units)), key=lambda i: int(facts[i]["step"]))
+    steps = [int(facts[i]["step"]) for i in order]
+    if len(set(steps)) != len(steps):
+        raise AttncodaError(f"collapse units must have distinct steps, got {sorted(steps)}")
+    first = facts[order[0]] if order else {}
+    for i in order:
+        for key in ("model", "sink", "n_windows", "n_tokens", "windows_sha256"):
+            if facts[i].get(key) != first.get(key):
+                raise AttncodaError(
+                    f"checkpoint {facts[i]['label']} has {key} {facts[i].get(key)!r}, "
+                    f"checkpoint {first['label']} {first.get(key)!r}: every checkpoint of a "
+                    "series reads the same windows with the same sink"
+                )
+    stats = (
+        stats_from_frames(
+            facts[i]["step"],
+            facts[i]["label"],
+            units[i].frames["collapse_rows"],
+            units[i].frames["collapse_sinks"],
+        )
+        for i in order
+    )
+    model = str(first.get("model", ""))
+    table, checkpoints, pairs, first_last = _assemble(stats, model, DEFAULT_SHARE_ATOL)
+    points = [
+        {"step": facts[i]["step"], "label": facts[i]["label"], "spec": facts[i].get("spec")}
+        for i in order
+    ]
+    windows = {k: first[k] for k in ("n_windows", "n_tokens", "windows_sha256") if k in first}
+    summary = _summary(model, first["sink"], points, windows, DEFAULT_SHARE_ATOL, pairs, first_last)
+    frames = {}
+    for name, frame in (("collapse", table), ("collapse_checkpoints", checkpoints)):
+        frame = frame.copy()
+        frame.insert(1, "revision", NO_REVISION)
+        frames[name] = frame
+    return Tables(frames=frames, summary=summary)
+
+
+EXPERIMENT = Experiment(
+    name="collapse",
+    needs=("model", "windows", "checkpoint"),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("collapse_rows", "collapse_sinks"),
+    combine=combine,
+)

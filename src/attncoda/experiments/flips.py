@@ -30,13 +30,17 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.coda import head_distances
+from attncoda.experiments.contract import Experiment, Inputs, Tables, without_run_columns
 from attncoda.experiments.inputs import DocRows, HeadRows
 
 __all__ = [
+    "CAPTURE_TOL",
     "CONVENTIONS",
     "DocumentSums",
+    "EXPERIMENT",
     "FLIP_METRICS",
     "FlipsResult",
+    "Settings",
     "TripletFlips",
     "document_sums",
     "flips",
@@ -459,6 +463,52 @@ class FlipsResult:
     n_rows: int
     tol: float
 
+    def to_tables(self) -> Tables:
+        """The result as a flips unit's :class:`Tables`: frames ``flips`` and
+        ``flips_by_layer``; arrays ``distance:{metric}:{convention}``,
+        ``bootstrap:{metric}`` and the 0-d ``n_docs``, ``n_rows``, ``tol``."""
+        arrays: dict[str, np.ndarray] = {
+            "n_docs": np.asarray(self.n_docs),
+            "n_rows": np.asarray(self.n_rows),
+            "tol": np.asarray(self.tol),
+        }
+        arrays.update({f"distance:{m}:{c}": d for (m, c), d in self.distances.items()})
+        arrays.update({f"bootstrap:{m}": b for m, b in self.bootstrap.items()})
+        return Tables(frames={"flips": self.table, "flips_by_layer": self.by_layer}, arrays=arrays)
+
+    @classmethod
+    def from_tables(cls, model: str, tables: Tables) -> FlipsResult:
+        """The result a flips unit's :class:`Tables` hold (see :meth:`to_tables`).
+
+        Stored frames carry the run's key columns (``revision``, ``family``); they are left
+        out, so the frames are the experiment's own.
+        """
+        arrays = tables.arrays
+        for key in ("n_docs", "n_rows", "tol"):
+            if key not in arrays:
+                raise AttncodaError(
+                    f"the flips tables of {model!r} hold no {key!r} array: rerun flips"
+                )
+        distances = {}
+        bootstrap = {}
+        for key, value in arrays.items():
+            kind, _, rest = key.partition(":")
+            if kind == "distance":
+                metric, _, convention = rest.partition(":")
+                distances[(metric, convention)] = value
+            elif kind == "bootstrap":
+                bootstrap[rest] = value
+        return cls(
+            model=model,
+            table=without_run_columns(tables.frames["flips"]),
+            by_layer=without_run_columns(tables.frames["flips_by_layer"]),
+            distances=distances,
+            bootstrap=bootstrap,
+            n_docs=int(arrays["n_docs"]),
+            n_rows=int(arrays["n_rows"]),
+            tol=float(arrays["tol"]),
+        )
+
 
 def flips(
     head_rows: HeadRows,
@@ -685,3 +735,47 @@ def _bootstrap_rates(
             flips_[r0 : r0 + len(f)] = f
             ties[r0 : r0 + len(t)] = t
     return _rate(flips_, n_triplets - ties).astype(np.float64)
+
+
+# --------------------------------------------------------------------------------------------
+# The experiment's declaration
+
+#: Distances from float32 rows are good to about 1e-7 relative: closer verdicts are ties.
+CAPTURE_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the flips experiment."""
+
+    metrics: tuple[str, ...] = field(
+        default=FLIP_METRICS, metadata={"help": "classic metrics compared under keep and drop"}
+    )
+    n_boot: int = field(default=200, metadata={"help": "bootstrap resamples over documents"})
+    tol: float = field(
+        default=CAPTURE_TOL,
+        metadata={"help": "relative tie tolerance of the head distances (float32 rows: 1e-6)"},
+    )
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """Flip rates of the unit's recorded rows (:func:`flips`) as a flips unit's tables."""
+    result = flips(
+        inputs.need("rows"),
+        settings.metrics,
+        n_boot=settings.n_boot,
+        seed=inputs.seed,
+        tol=settings.tol,
+        device=inputs.device,
+    )
+    return result.to_tables()
+
+
+EXPERIMENT = Experiment(
+    name="flips",
+    needs=("rows",),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("flips", "flips_by_layer"),
+)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -39,17 +39,23 @@ import numpy as np
 
 from attncoda import __version__
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Experiment, Inputs, Tables
 from attncoda.experiments.flips import FlipsResult
 from attncoda.experiments.inputs import HeadRows
 from attncoda.experiments.safety import SquaredSplit, mean_squared_split
+from attncoda.models.spec import NO_REVISION
 from attncoda.store import atomic_write_json, read_json
 
 __all__ = [
+    "EXPERIMENT",
     "FEATURES",
     "Prediction",
     "Predictor",
+    "Settings",
+    "apply_predictor",
     "fit_predictor",
     "predictor_row",
+    "shipped_predictor",
     "sink_features",
     "verdict",
 ]
@@ -533,3 +539,108 @@ def verdict(prediction: Prediction, measured: float) -> str:
     if prediction.abstained or prediction.low is None or prediction.high is None:
         return "abstained"
     return "confirmed" if prediction.low <= measured <= prediction.high else "failed"
+
+
+def shipped_predictor() -> Path:
+    """The frozen predictor shipped with attncoda (see ``experiments/data/PROVENANCE.md``)."""
+    from importlib.resources import files
+
+    return Path(str(files("attncoda.experiments") / "data" / "flip_predictor.json"))
+
+
+def apply_predictor(
+    predictor: Predictor | str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Apply a frozen predictor to measured models: prediction, measurement and verdict.
+
+    Parameters
+    ----------
+    predictor : Predictor, path-like or ``"shipped"``
+        A predictor, a predictor file, or ``"shipped"`` for the one shipped with attncoda.
+    rows : sequence of mapping
+        One per model, from :func:`predictor_row`.
+
+    Returns
+    -------
+    list of dict
+        Per row: ``model``, ``features``, ``prediction`` (a :class:`Prediction`),
+        ``measured`` (the flip rate of the predictor's target: the mean over the row's
+        metrics, or one metric) and ``verdict`` (:func:`verdict`).
+    """
+    if not isinstance(predictor, Predictor):
+        predictor = Predictor.from_json(
+            shipped_predictor() if str(predictor) == "shipped" else predictor
+        )
+    outcomes = []
+    for row in rows:
+        prediction = predictor.apply(row["features"])
+        rates = row["flip_rates"]
+        measured = (
+            float(np.mean(list(rates.values())))
+            if predictor.target == "mean"
+            else float(rates[predictor.target])
+        )
+        outcomes.append(
+            {
+                "model": row["model"],
+                "features": row["features"],
+                "prediction": prediction,
+                "measured": measured,
+                "verdict": verdict(prediction, measured),
+            }
+        )
+    return outcomes
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the predictor experiment."""
+
+    predictor: str = field(
+        default="shipped",
+        metadata={"help": "frozen predictor file to apply ('shipped': the one shipped)"},
+    )
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """The frozen predictor applied to the unit's model: one row of sink features, the
+    prediction (or abstention), the measured flip rate of its flips unit and the verdict.
+
+    ``in_training_set`` says whether the predictor was fitted on this model: a training
+    model named ``model`` or ``"model revision"`` (a checkpoint of a series).
+    """
+    import pandas as pd
+
+    path = shipped_predictor() if settings.predictor == "shipped" else settings.predictor
+    predictor = Predictor.from_json(path)
+    rows = inputs.need("rows")
+    flips_result = FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
+    (outcome,) = apply_predictor(predictor, [predictor_row(rows, flips_result)])
+    model, revision = inputs.model, inputs.revision
+    label = model if revision == NO_REVISION else f"{model} {revision}"
+    p = outcome["prediction"]
+    record = {
+        **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
+        "abstained": bool(p.abstained),
+        "reason": p.reason,
+        "predicted": p.point,
+        "predicted_low": p.low,
+        "predicted_high": p.high,
+        "measured": outcome["measured"],
+        "verdict": outcome["verdict"],
+        "in_training_set": any(label == t or model == t for t in predictor.training_models),
+    }
+    frame = pd.DataFrame([record])
+    for column in ("predicted", "predicted_low", "predicted_high"):
+        frame[column] = frame[column].astype("float64")
+    return Tables(frames={"predictor": frame})
+
+
+EXPERIMENT = Experiment(
+    name="predictor",
+    needs=("rows",),
+    after=("flips",),
+    settings=Settings,
+    run=run,
+    tables=("predictor",),
+)

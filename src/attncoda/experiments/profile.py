@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Experiment, Inputs, Tables
 
 ROW_COLUMNS = (
     "doc",
@@ -97,3 +99,28 @@ def layer_summary(heads: Any) -> Any:
     """Per-layer means of the head table (for the printed summary)."""
     cols = ["sink_mass", "entropy", "content_entropy", "binary_term", "content_term"]
     return heads.groupby("layer", sort=True)[cols].mean().reset_index()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the profile experiment (the runner captures ``docs`` windows of
+    ``tokens`` tokens for it)."""
+
+    docs: int = field(default=8, metadata={"help": "corpus windows to capture"})
+    tokens: int = field(default=128, metadata={"help": "tokens per window"})
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """The per-head table ``profile_heads`` of the unit's capture (:func:`head_summary`)."""
+    capture = inputs.need("capture")
+    return Tables(frames={"profile_heads": head_summary(capture.to_frame())})
+
+
+EXPERIMENT = Experiment(
+    name="profile",
+    needs=("capture",),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("profile_heads",),
+)

@@ -33,19 +33,25 @@ import hashlib
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Experiment, Inputs, Tables
+from attncoda.models.spec import parse_spec
 from attncoda.store.files import atomic_write_json, write_table
 
 __all__ = [
+    "ABLATIONS",
     "CHANNELS",
+    "DEFAULT_CHANNELS",
+    "EXPERIMENT",
     "ORDERS",
     "PruneResult",
+    "Settings",
     "gradient_importance",
     "head_ranking",
     "prune",
@@ -54,7 +60,10 @@ __all__ = [
     "write_prune",
 ]
 
+#: Every channel a head ranking may use.
 CHANNELS = ("sink_mass", "sink_balance", "content_entropy", "full_entropy", "random", "gradient")
+#: The channels pruned by default (``gradient`` needs a backward pass per window).
+DEFAULT_CHANNELS = CHANNELS[:5]
 ORDERS = ("high", "low")
 ABLATIONS = ("zero", "uniform", "sink")
 #: The head-table column each channel ranks by.
@@ -389,13 +398,7 @@ def prune(
     profile_windows: Sequence[Any],
     eval_windows: Sequence[Any],
     *,
-    channels: Sequence[str] = (
-        "sink_mass",
-        "sink_balance",
-        "content_entropy",
-        "full_entropy",
-        "random",
-    ),
+    channels: Sequence[str] = DEFAULT_CHANNELS,
     orders: Sequence[str] = ORDERS,
     ablations: Sequence[str] = ("zero",),
     ks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
@@ -562,3 +565,85 @@ def write_prune(result: PruneResult, out_dir: str | os.PathLike[str]) -> tuple[P
         write_table(result.heads, out / "prune_heads.parquet"),
         atomic_write_json(out / "prune.json", result.summary),
     )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the prune experiment. The runner provides ``docs`` windows of ``tokens``
+    tokens: the first ``profile_docs`` profile, the last ``eval_docs`` evaluate."""
+
+    channels: tuple[str, ...] = field(
+        default=DEFAULT_CHANNELS,
+        metadata={"help": f"channels that rank the heads ({', '.join(CHANNELS)})"},
+    )
+    orders: tuple[str, ...] = field(
+        default=ORDERS, metadata={"help": "prune the highest values first, the lowest, or both"}
+    )
+    ablations: tuple[str, ...] = field(
+        default=("zero",),
+        metadata={"help": f"how a pruned head is ablated ({', '.join(ABLATIONS)})"},
+    )
+    ks: tuple[int, ...] = field(
+        default=(4, 16, 64),
+        metadata={"help": "numbers of heads pruned (those above the model's heads are left out)"},
+    )
+    profile_docs: int = field(default=8, metadata={"help": "windows that profile the heads"})
+    eval_docs: int = field(
+        default=4, metadata={"help": "held-out windows whose perplexity is measured"}
+    )
+    tokens: int = field(default=128, metadata={"help": "tokens per window"})
+
+    @property
+    def docs(self) -> int:
+        """The windows the runner provides: ``profile_docs + eval_docs``."""
+        return self.profile_docs + self.eval_docs
+
+
+def skip(info: Any) -> str | None:
+    """Why prune does not apply to a model (its ``ModelInfo``): perplexity needs a causal
+    language model. ``None`` for a causal one."""
+    if info.causal:
+        return None
+    return (
+        f"prune measures perplexity, which needs a causal language model; "
+        f"{parse_spec(info.spec).name} is {info.architecture}"
+    )
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """Prune the unit's model (:func:`prune`) on the runner's windows: frames ``prune`` and
+    ``prune_heads``; the summary is :attr:`PruneResult.summary`."""
+    model, tokenizer, info = inputs.need("loaded")
+    reason = skip(info)
+    if reason is not None:
+        raise AttncodaError(reason)
+    profile_windows, eval_windows = split_windows(
+        inputs.need("windows"), settings.profile_docs, settings.eval_docs
+    )
+    result = prune(
+        model,
+        tokenizer,
+        profile_windows,
+        eval_windows,
+        channels=tuple(settings.channels),
+        orders=tuple(settings.orders),
+        ablations=tuple(settings.ablations),
+        ks=tuple(k for k in settings.ks if k <= info.n_layers * info.n_heads),
+        sink=inputs.sink,
+        seed=inputs.seed,
+        model_name=inputs.model,
+    )
+    return Tables(
+        frames={"prune": result.table, "prune_heads": result.heads}, summary=result.summary
+    )
+
+
+EXPERIMENT = Experiment(
+    name="prune",
+    needs=("model", "windows"),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("prune", "prune_heads"),
+    skip=skip,
+)

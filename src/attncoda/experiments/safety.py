@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Experiment, Inputs, Tables
 from attncoda.experiments.flips import (
     DEFAULT_TOL,
     FLIP_METRICS,
@@ -50,11 +51,13 @@ from attncoda.experiments.flips import (
 from attncoda.experiments.inputs import HeadRows
 
 __all__ = [
+    "EXPERIMENT",
     "GRID_COLUMNS",
     "SAFETY_COLUMNS",
     "DEFAULT_SAFE_THRESHOLD",
     "REGION_COLUMNS",
     "SafetyResult",
+    "Settings",
     "SquaredSplit",
     "flip_rate_interval",
     "mean_squared_split",
@@ -683,3 +686,42 @@ def _cell_counts(
         ties += np.bincount(cell[a][ok & tie], minlength=n_cells)
         flips += np.bincount(cell[a][ok & flip], minlength=n_cells)
     return ties, flips
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the safety experiment."""
+
+    n_bins: int = field(
+        default=5, metadata={"help": "quantile bins of sink share and of sink-mass gap"}
+    )
+    threshold: float = field(
+        default=DEFAULT_SAFE_THRESHOLD,
+        metadata={
+            "help": "a bin is safe when the upper 95 percent bound of its flip rate is below this"
+        },
+    )
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """The safety map of the unit's recorded rows, from the head distances of its flips
+    unit (same model and revision), for the metrics flips measured."""
+    flips_result = FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
+    result = safety_map(
+        inputs.need("rows"),
+        tuple(str(m) for m in flips_result.table["metric"]),
+        flips_result=flips_result,
+        n_bins=settings.n_bins,
+        threshold=settings.threshold,
+    )
+    return Tables(frames={"safety": result.table, "safety_grid": result.grid})
+
+
+EXPERIMENT = Experiment(
+    name="safety",
+    needs=("rows",),
+    after=("flips",),
+    settings=Settings,
+    run=run,
+    tables=("safety", "safety_grid"),
+)

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from attncoda._errors import AttncodaError
 from attncoda.experiments.inputs import HeadRows
+from attncoda.experiments.predictor import apply_predictor, shipped_predictor
 from attncoda.run.common import Captured, capture_corpus, head_rows
 
 #: Distances from float32 rows are good to about 1e-7 relative: closer verdicts are ties.
@@ -176,42 +175,6 @@ def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: b
     return predictor
 
 
-def shipped_predictor() -> Path:
-    """The frozen predictor shipped with attncoda (see ``experiments/data/PROVENANCE.md``)."""
-    from importlib.resources import files
-
-    return Path(str(files("attncoda.experiments") / "data" / "flip_predictor.json"))
-
-
-def apply_predictor(path: str | Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Apply a frozen predictor to measured models: prediction, measurement and verdict.
-
-    ``path`` is a predictor file, or ``"shipped"`` for the one shipped with attncoda.
-    """
-    from attncoda.experiments.predictor import Predictor, verdict
-
-    predictor = Predictor.from_json(shipped_predictor() if str(path) == "shipped" else path)
-    outcomes = []
-    for row in rows:
-        prediction = predictor.apply(row["features"])
-        rates = row["flip_rates"]
-        measured = (
-            float(np.mean(list(rates.values())))
-            if predictor.target == "mean"
-            else float(rates[predictor.target])
-        )
-        outcomes.append(
-            {
-                "model": row["model"],
-                "features": row["features"],
-                "prediction": prediction,
-                "measured": measured,
-                "verdict": verdict(prediction, measured),
-            }
-        )
-    return outcomes
-
-
 def _manifest(out: Path, command: str, models: list[ModelRows], **settings: Any) -> None:
     from attncoda.store import write_manifest
 
@@ -230,4 +193,5 @@ __all__ = [
     "run_cluster",
     "run_flips",
     "run_safety",
+    "shipped_predictor",
 ]
