@@ -171,8 +171,23 @@ def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: b
     if len(rows) < 2:
         raise AttncodaError(f"the predictor needs at least 2 training models; got {len(rows)}")
     predictor = fit_predictor(rows)
-    predictor.to_json(path, overwrite=overwrite)
+    freeze_predictor(predictor, path, overwrite=overwrite)
     return predictor
+
+
+def freeze_predictor(predictor: Any, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``predictor`` (:class:`attncoda.experiments.predictor.Predictor`) to the JSON
+    file ``path``, atomically. A frozen predictor is not rewritten by accident: an existing
+    file is an error unless ``overwrite=True``."""
+    from attncoda.store import atomic_write_json
+
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise AttncodaError(
+            f"{str(target)!r} already exists: a frozen predictor is not overwritten; "
+            "choose a new path or pass overwrite=True"
+        )
+    return atomic_write_json(target, predictor.to_dict())
 
 
 def _manifest(out: Path, command: str, models: list[ModelRows], **settings: Any) -> None:
@@ -188,6 +203,7 @@ __all__ = [
     "ModelRows",
     "apply_predictor",
     "fit_and_freeze",
+    "freeze_predictor",
     "model_rows",
     "predictor_rows",
     "run_cluster",
