@@ -136,6 +136,14 @@ def test_an_unknown_experiment_and_a_missing_input_are_named():
         experiment("flips").run(Inputs(model="m"), experiment("flips").settings())
     with raises("the runner gave no 'flips' tables for 'm': run flips first"):
         Inputs(model="m").tables_of("flips")
+    # each name of NEEDS is an input: "model" is the loaded (model, tokenizer, info)
+    with raises("the runner gave no 'model' input for 'm'"):
+        Inputs(model="m").need("model")
+    loaded = (object(), None, None)
+    assert Inputs(model="m", loaded=loaded).need("model") is loaded
+    for name in NEEDS:
+        with raises(f"the runner gave no {name!r} input for 'm'"):
+            Inputs(model="m").need(name)
 
 
 # --- experiments on recorded rows ------------------------------------------------------------

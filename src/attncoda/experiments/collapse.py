@@ -175,7 +175,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     ``step``, ``label`` and ``spec``, the series ``model`` name, the ``sink`` spec and the
     windows' ``n_windows``, ``n_tokens`` and ``windows_sha256``.
     """
-    model, tokenizer, _ = inputs.need("loaded")
+    model, tokenizer, _ = inputs.need("model")
     point = inputs.need("checkpoint")
     windows = check_windows(inputs.need("windows"))
     stats = checkpoint_stats(model, tokenizer, windows, point, sink=inputs.sink)

@@ -458,7 +458,7 @@ def skip(info: Any) -> str | None:
 def run(inputs: Inputs, settings: Settings) -> Tables:
     """Prune the unit's model (:func:`prune`) on the runner's windows: frames ``prune`` and
     ``prune_heads``; the summary is :attr:`PruneResult.summary`."""
-    model, tokenizer, info = inputs.need("loaded")
+    model, tokenizer, info = inputs.need("model")
     reason = skip(info)
     if reason is not None:
         raise AttncodaError(reason)
