@@ -34,12 +34,14 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPERIMENTS",
     "NEEDS",
+    "RUN_COLUMNS",
     "Experiment",
     "Inputs",
     "Tables",
     "experiment",
     "settings_dict",
     "settings_from",
+    "without_run_columns",
 ]
 
 #: What an experiment may need from the runner:
@@ -55,6 +57,10 @@ NEEDS = ("rows", "capture", "model", "windows", "checkpoint")
 
 #: Every experiment, in the order a run computes them for one model.
 EXPERIMENTS = ("profile", "flips", "cluster", "safety", "predictor", "prune", "collapse")
+
+#: Columns a run adds to an experiment's frames when it stores them (``model`` the frames
+#: carry themselves): :func:`without_run_columns` takes them off a stored frame.
+RUN_COLUMNS = ("revision", "family")
 
 
 @dataclass(frozen=True)
@@ -112,11 +118,21 @@ class Inputs:
     after: Mapping[str, Tables] = field(default_factory=dict)
 
     def need(self, name: str) -> Any:
-        """The input ``name``; an error names the experiment's missing input."""
-        value = self.after if name == "after" else getattr(self, name)
+        """The input ``name`` (a name of :data:`NEEDS`: ``"model"`` is the ``loaded``
+        field; or a field name); an error names the experiment's missing input."""
+        field_name = {"model": "loaded"}.get(name, name)
+        value = self.after if name == "after" else getattr(self, field_name)
         if value is None:
             raise AttncodaError(f"the runner gave no {name!r} input for {self.model!r}")
         return value
+
+    def tables_of(self, name: str) -> Tables:
+        """The tables of the experiment ``name`` this unit runs after; an error names it."""
+        if name not in self.after:
+            raise AttncodaError(
+                f"the runner gave no {name!r} tables for {self.model!r}: run {name} first"
+            )
+        return self.after[name]
 
 
 @dataclass(frozen=True)
@@ -162,3 +178,8 @@ def settings_from(cls: type, values: Mapping[str, Any] | None = None) -> Any:
             f"use one of {', '.join(sorted(names))}"
         )
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def without_run_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the columns of :data:`RUN_COLUMNS` a stored partition carries."""
+    return frame.drop(columns=[c for c in RUN_COLUMNS if c in frame.columns])

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Experiment, Inputs, Tables
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROW_COLUMNS = (
     "doc",
@@ -24,7 +29,7 @@ ROW_COLUMNS = (
 MEANS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
 
 
-def entropy_terms(rows: Any) -> Any:
+def entropy_terms(rows: pd.DataFrame) -> pd.DataFrame:
     """The three additive entropy terms of each row, in nats.
 
     ``entropy == binary_term + within_sink_term + content_term`` for rows with content:
@@ -57,7 +62,7 @@ def entropy_terms(rows: Any) -> Any:
     )
 
 
-def head_summary(rows: Any) -> Any:
+def head_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (layer, head): means over the rows that have content, and row counts.
 
     Parameters
@@ -93,7 +98,32 @@ def head_summary(rows: Any) -> Any:
     return out
 
 
-def layer_summary(heads: Any) -> Any:
+def layer_summary(heads: pd.DataFrame) -> pd.DataFrame:
     """Per-layer means of the head table (for the printed summary)."""
     cols = ["sink_mass", "entropy", "content_entropy", "binary_term", "content_term"]
     return heads.groupby("layer", sort=True)[cols].mean().reset_index()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the profile experiment (the runner captures ``docs`` windows of
+    ``tokens`` tokens for it)."""
+
+    docs: int = field(default=8, metadata={"help": "corpus windows to capture"})
+    tokens: int = field(default=128, metadata={"help": "tokens per window"})
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """The per-head table ``profile_heads`` of the unit's capture (:func:`head_summary`)."""
+    capture = inputs.need("capture")
+    return Tables(frames={"profile_heads": head_summary(capture.to_frame())})
+
+
+EXPERIMENT = Experiment(
+    name="profile",
+    needs=("capture",),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("profile_heads",),
+)

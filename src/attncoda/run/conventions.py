@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from attncoda._errors import AttncodaError
 from attncoda.experiments.inputs import HeadRows
+from attncoda.experiments.predictor import apply_predictor, shipped_predictor
 from attncoda.run.common import Captured, capture_corpus, head_rows
 
 #: Distances from float32 rows are good to about 1e-7 relative: closer verdicts are ties.
@@ -172,44 +171,23 @@ def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: b
     if len(rows) < 2:
         raise AttncodaError(f"the predictor needs at least 2 training models; got {len(rows)}")
     predictor = fit_predictor(rows)
-    predictor.to_json(path, overwrite=overwrite)
+    freeze_predictor(predictor, path, overwrite=overwrite)
     return predictor
 
 
-def shipped_predictor() -> Path:
-    """The frozen predictor shipped with attncoda (see ``experiments/data/PROVENANCE.md``)."""
-    from importlib.resources import files
+def freeze_predictor(predictor: Any, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``predictor`` (:class:`attncoda.experiments.predictor.Predictor`) to the JSON
+    file ``path``, atomically. A frozen predictor is not rewritten by accident: an existing
+    file is an error unless ``overwrite=True``."""
+    from attncoda.store import atomic_write_json
 
-    return Path(str(files("attncoda.experiments") / "data" / "flip_predictor.json"))
-
-
-def apply_predictor(path: str | Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Apply a frozen predictor to measured models: prediction, measurement and verdict.
-
-    ``path`` is a predictor file, or ``"shipped"`` for the one shipped with attncoda.
-    """
-    from attncoda.experiments.predictor import Predictor, verdict
-
-    predictor = Predictor.from_json(shipped_predictor() if str(path) == "shipped" else path)
-    outcomes = []
-    for row in rows:
-        prediction = predictor.apply(row["features"])
-        rates = row["flip_rates"]
-        measured = (
-            float(np.mean(list(rates.values())))
-            if predictor.target == "mean"
-            else float(rates[predictor.target])
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise AttncodaError(
+            f"{str(target)!r} already exists: a frozen predictor is not overwritten; "
+            "choose a new path or pass overwrite=True"
         )
-        outcomes.append(
-            {
-                "model": row["model"],
-                "features": row["features"],
-                "prediction": prediction,
-                "measured": measured,
-                "verdict": verdict(prediction, measured),
-            }
-        )
-    return outcomes
+    return atomic_write_json(target, predictor.to_dict())
 
 
 def _manifest(out: Path, command: str, models: list[ModelRows], **settings: Any) -> None:
@@ -225,9 +203,11 @@ __all__ = [
     "ModelRows",
     "apply_predictor",
     "fit_and_freeze",
+    "freeze_predictor",
     "model_rows",
     "predictor_rows",
     "run_cluster",
     "run_flips",
     "run_safety",
+    "shipped_predictor",
 ]

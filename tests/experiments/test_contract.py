@@ -1,0 +1,489 @@
+"""The experiment contract: every declaration, and each experiment's ``run`` against the
+function it wraps (tables equal exactly, no ``family`` column)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pd = pytest.importorskip("pandas")
+
+from pandas.testing import assert_frame_equal  # noqa: E402
+
+from attncoda import AttncodaError, from_attentions  # noqa: E402
+from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, cluster  # noqa: E402
+from attncoda.experiments.collapse import (  # noqa: E402
+    checkpoint_stats,
+    collapse_from_stats,
+    stats_frames,
+)
+from attncoda.experiments.contract import (  # noqa: E402
+    EXPERIMENTS,
+    NEEDS,
+    RUN_COLUMNS,
+    Experiment,
+    Inputs,
+    Tables,
+    experiment,
+    settings_dict,
+    settings_from,
+)
+from attncoda.experiments.flips import FlipsResult, flips  # noqa: E402
+from attncoda.experiments.inputs import head_rows  # noqa: E402
+from attncoda.experiments.predictor import (  # noqa: E402
+    Predictor,
+    fit_predictor,
+    predictor_row,
+    verdict,
+)
+from attncoda.experiments.profile import head_summary  # noqa: E402
+from attncoda.experiments.prune import prune, split_windows  # noqa: E402
+from attncoda.experiments.safety import safety_map  # noqa: E402
+from attncoda.models.series import SeriesPoint  # noqa: E402
+from attncoda.store import atomic_write_json  # noqa: E402
+from tiny_models import VOCAB  # noqa: E402
+from tiny_models import tiny as _tiny  # noqa: E402
+
+#: The defaults the brief of each experiment states (the only defaults there are).
+DEFAULTS = {
+    "profile": {"docs": 8, "tokens": 128},
+    "flips": {
+        "metrics": ["cosine", "jsd", "entropy_gap", "hellinger", "tv"],
+        "n_boot": 200,
+        "tol": 1e-6,
+    },
+    "cluster": {"n_clusters": 4, "n_init": 5},
+    "safety": {"n_bins": 5, "threshold": 0.05},
+    "predictor": {"predictor": "shipped"},
+    "prune": {
+        "channels": ["sink_mass", "sink_balance", "content_entropy", "full_entropy", "random"],
+        "orders": ["high", "low"],
+        "ablations": ["zero"],
+        "ks": [4, 16, 64],
+        "profile_docs": 8,
+        "eval_docs": 4,
+        "tokens": 128,
+    },
+    "collapse": {"docs": 16, "tokens": 128},
+}
+
+
+def raises(message: str):
+    return pytest.raises(AttncodaError, match=f"^{re.escape(message)}$")
+
+
+# --- the declarations -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_declares_what_the_runner_needs(name):
+    e = experiment(name)
+    assert isinstance(e, Experiment) and e.name == name
+    assert e.needs and set(e.needs) <= set(NEEDS)
+    # after: earlier experiments of the per-model order only
+    assert all(EXPERIMENTS.index(a) < EXPERIMENTS.index(name) for a in e.after)
+    assert e.tables and len(set(e.tables)) == len(e.tables)
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", t) for t in e.tables)
+    assert callable(e.run)
+    assert (e.combine is not None) == (name == "collapse")
+    assert (e.skip is not None) == (name == "prune")
+    assert dataclasses.is_dataclass(e.settings) and e.settings.__dataclass_params__.frozen
+    for f in dataclasses.fields(e.settings):
+        assert f.default is not dataclasses.MISSING, f.name
+        assert isinstance(f.metadata.get("help"), str) and f.metadata["help"], f.name
+    assert settings_dict(e.settings()) == DEFAULTS[name]
+    # the windows the runner provides are named by docs and tokens
+    if "windows" in e.needs:
+        assert isinstance(e.settings().docs, int) and isinstance(e.settings().tokens, int)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_settings_round_trip_through_a_run_config(name):
+    settings = experiment(name).settings
+    stored = json.loads(json.dumps(settings_dict(settings())))
+    assert settings_from(settings, stored) == settings()
+
+
+def test_settings_from_refuses_an_unknown_key():
+    settings = experiment("flips").settings
+    with raises("unknown setting 'n_bootstrap' of flips: use one of metrics, n_boot, tol"):
+        settings_from(settings, {"n_bootstrap": 10})
+    assert settings_from(settings, {"n_boot": 10, "metrics": ["tv"]}) == settings(
+        metrics=("tv",), n_boot=10
+    )
+
+
+def test_prune_windows_are_its_profile_and_eval_windows():
+    settings = experiment("prune").settings(profile_docs=3, eval_docs=2)
+    assert settings.docs == 5
+    assert "docs" not in settings_dict(settings)
+
+
+def test_an_unknown_experiment_and_a_missing_input_are_named():
+    with raises(
+        "unknown experiment 'flip': use one of profile, flips, cluster, safety, predictor, "
+        "prune, collapse"
+    ):
+        experiment("flip")
+    with raises("the runner gave no 'rows' input for 'm'"):
+        experiment("flips").run(Inputs(model="m"), experiment("flips").settings())
+    with raises("the runner gave no 'flips' tables for 'm': run flips first"):
+        Inputs(model="m").tables_of("flips")
+    # each name of NEEDS is an input: "model" is the loaded (model, tokenizer, info)
+    with raises("the runner gave no 'model' input for 'm'"):
+        Inputs(model="m").need("model")
+    loaded = (object(), None, None)
+    assert Inputs(model="m", loaded=loaded).need("model") is loaded
+    for name in NEEDS:
+        with raises(f"the runner gave no {name!r} input for 'm'"):
+            Inputs(model="m").need(name)
+
+
+# --- experiments on recorded rows ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def captured():
+    """A capture of random causal logits (3 documents, 2 layers x 4 heads, 10 tokens) whose
+    heads differ in sink logit, and its recorded rows."""
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=(3, 2, 4, 10, 10))
+    z[..., 0] += rng.uniform(-1.0, 3.0, size=(1, 2, 4, 1))
+    z[..., np.triu(np.ones((10, 10), dtype=bool), 1)] = -np.inf  # causal
+    cap = from_attentions(z, kind="logits", causal=True)
+    return cap, head_rows(cap, "tiny")
+
+
+def no_run_columns(tables: Tables, experiment_name: str) -> None:
+    assert tuple(tables.frames) == experiment(experiment_name).tables
+    for name, frame in tables.frames.items():
+        assert not set(RUN_COLUMNS) & set(frame.columns), name
+
+
+def test_profile_run_is_the_head_summary_of_its_capture(captured):
+    cap, _ = captured
+    e = experiment("profile")
+    tables = e.run(Inputs(model="tiny", capture=cap), e.settings())
+    no_run_columns(tables, "profile")
+    assert_frame_equal(
+        tables.frames["profile_heads"], head_summary(cap.to_frame()), check_exact=True
+    )
+    assert len(tables.frames["profile_heads"]) == 8
+
+
+def test_flips_run_equals_flips_and_its_tables_round_trip(captured):
+    _, rows = captured
+    e = experiment("flips")
+    settings = e.settings(n_boot=20)
+    tables = e.run(Inputs(model="tiny", rows=rows, seed=3), settings)
+    no_run_columns(tables, "flips")
+    want = flips(rows, n_boot=20, seed=3, tol=1e-6)
+    assert_frame_equal(tables.frames["flips"], want.table, check_exact=True)
+    assert_frame_equal(tables.frames["flips_by_layer"], want.by_layer, check_exact=True)
+    arrays = tables.arrays
+    assert list(arrays)[:3] == ["n_docs", "n_rows", "tol"]
+    assert all(arrays[k].shape == () for k in ("n_docs", "n_rows", "tol"))
+    assert (int(arrays["n_docs"]), int(arrays["n_rows"]), float(arrays["tol"])) == (
+        want.n_docs,
+        want.n_rows,
+        1e-6,
+    )
+    assert sorted(arrays) == sorted(
+        ["n_docs", "n_rows", "tol"]
+        + [f"distance:{m}:{c}" for m in settings.metrics for c in ("keep", "drop")]
+        + [f"bootstrap:{m}" for m in settings.metrics]
+    )
+    # as a run stores them: the run's key columns first; from_tables leaves them out
+    stored = {}
+    for name, frame in tables.frames.items():
+        frame = frame.drop(columns="model")
+        frame.insert(0, "family", "Toy")
+        frame.insert(0, "revision", "-")
+        frame.insert(0, "model", "tiny")
+        stored[name] = frame
+    back = FlipsResult.from_tables("tiny", Tables(frames=stored, arrays=dict(arrays)))
+    assert_frame_equal(back.table, want.table, check_exact=True)
+    assert_frame_equal(back.by_layer, want.by_layer, check_exact=True)
+    assert back.distances.keys() == want.distances.keys()
+    for key, d in want.distances.items():
+        assert np.array_equal(back.distances[key], d)
+    for metric, b in want.bootstrap.items():
+        assert np.array_equal(back.bootstrap[metric], b, equal_nan=True)
+    assert (back.model, back.n_docs, back.n_rows, back.tol) == (
+        "tiny",
+        want.n_docs,
+        want.n_rows,
+        1e-6,
+    )
+
+
+def test_from_tables_refuses_tables_without_the_counts():
+    with raises("the flips tables of 'm' hold no 'n_docs' array: rerun flips"):
+        FlipsResult.from_tables("m", Tables(frames={}))
+
+
+def test_cluster_run_equals_cluster(captured):
+    _, rows = captured
+    e = experiment("cluster")
+    tables = e.run(Inputs(model="tiny", rows=rows, seed=1), e.settings(n_clusters=3, n_init=2))
+    no_run_columns(tables, "cluster")
+    want = cluster(rows, seed=1, n_clusters=3, n_init=2)
+    assert_frame_equal(tables.frames["cluster"], want.table, check_exact=True)
+    art = want.artifact
+
+    def values(key):
+        return np.array([np.nan if art[key][v] is None else art[key][v] for v in VARIANTS])
+
+    summary = pd.DataFrame(
+        {
+            "variant": list(VARIANTS),
+            "title": [VARIANT_TITLES[v] for v in VARIANTS],
+            "spearman_axis1_vs_sink_mass": values("spearman_axis1_vs_sink_mass"),
+            "max_abs_spearman_any_direction": values("max_abs_spearman_any_direction_vs_sink_mass"),
+            "degenerate": [v in art["degenerate_variants"] for v in VARIANTS],
+            "mean_sink_share_of_aitchison_sq": [art["mean_sink_share_of_aitchison_sq"]] * 4,
+        }
+    )
+    assert_frame_equal(tables.frames["cluster_summary"], summary, check_exact=True)
+    agreement = tables.frames["cluster_agreement"]
+    assert len(agreement) == 6
+    for a, b, ari in agreement.itertuples(index=False):
+        assert ari == art["adjusted_rand"][f"{a}|{b}"]
+    assert tables.summary["adjusted_rand"] == art["adjusted_rand"]
+    json.dumps(tables.summary, allow_nan=False)
+
+
+@pytest.fixture(scope="module")
+def flips_tables(captured):
+    _, rows = captured
+    e = experiment("flips")
+    return e.run(Inputs(model="tiny", rows=rows), e.settings(n_boot=10))
+
+
+def test_safety_run_equals_safety_map_on_the_flips_distances(captured, flips_tables):
+    _, rows = captured
+    e = experiment("safety")
+    inputs = Inputs(model="tiny", rows=rows, after={"flips": flips_tables})
+    tables = e.run(inputs, e.settings(n_bins=3, threshold=0.2))
+    no_run_columns(tables, "safety")
+    want = safety_map(rows, flips_result=flips(rows, n_boot=10, tol=1e-6), n_bins=3, threshold=0.2)
+    assert_frame_equal(tables.frames["safety"], want.table, check_exact=True)
+    assert_frame_equal(tables.frames["safety_grid"], want.grid, check_exact=True)
+    with raises("the runner gave no 'flips' tables for 'tiny': run flips first"):
+        e.run(Inputs(model="tiny", rows=rows), e.settings())
+
+
+def test_safety_follows_the_metrics_flips_measured(captured):
+    _, rows = captured
+    tables = experiment("flips").run(
+        Inputs(model="tiny", rows=rows), experiment("flips").settings(metrics=("tv",), n_boot=5)
+    )
+    e = experiment("safety")
+    out = e.run(Inputs(model="tiny", rows=rows, after={"flips": tables}), e.settings())
+    assert set(out.frames["safety"]["metric"]) == {"tv"}
+
+
+def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_path):
+    _, rows = captured
+    result = flips(rows, n_boot=10, tol=1e-6)
+    row = predictor_row(rows, result)
+    # three more models around this one, so that it lies inside the training range
+    others = []
+    for i, scale in enumerate((0.9, 1.1, 1.2)):
+        features = {k: v * scale for k, v in row["features"].items()}
+        rates = {m: r * scale for m, r in row["flip_rates"].items()}
+        others.append({"model": f"other {i}", "features": features, "flip_rates": rates})
+    fitted = fit_predictor([*others, {**row, "model": "tiny step4"}])
+    path = atomic_write_json(tmp_path / "predictor.json", fitted.to_dict())
+    e = experiment("predictor")
+    inputs = Inputs(model="tiny", revision="step4", rows=rows, after={"flips": flips_tables})
+    frame = e.run(inputs, e.settings(predictor=str(path))).frames["predictor"]
+    no_run_columns(Tables(frames={"predictor": frame}), "predictor")
+    prediction = Predictor.from_json(path).apply(row["features"])
+    measured = float(np.mean(list(row["flip_rates"].values())))
+    assert frame.columns.tolist() == [
+        "feature_mean_sink_mass",
+        "feature_std_sink_mass",
+        "feature_mean_sink_share",
+        "abstained",
+        "reason",
+        "predicted",
+        "predicted_low",
+        "predicted_high",
+        "measured",
+        "verdict",
+        "in_training_set",
+    ]
+    got = frame.iloc[0]
+    assert [got[f"feature_{k}"] for k in row["features"]] == list(row["features"].values())
+    assert not got["abstained"] and got["reason"] == ""
+    assert (got["predicted"], got["predicted_low"], got["predicted_high"]) == (
+        prediction.point,
+        prediction.low,
+        prediction.high,
+    )
+    assert got["measured"] == measured and got["verdict"] == verdict(prediction, measured)
+    assert bool(got["in_training_set"])  # fitted on "tiny step4"
+    other = e.run(
+        Inputs(model="tiny", revision="step8", rows=rows, after={"flips": flips_tables}),
+        e.settings(predictor=str(path)),
+    )
+    assert not bool(other.frames["predictor"]["in_training_set"].iloc[0])
+
+
+def test_predictor_run_with_the_shipped_predictor_abstains_outside_its_range(
+    captured, flips_tables
+):
+    _, rows = captured
+    e = experiment("predictor")
+    frame = e.run(Inputs(model="tiny", rows=rows, after={"flips": flips_tables}), e.settings())
+    frame = frame.frames["predictor"]
+    got = frame.iloc[0]
+    assert bool(got["abstained"]) and got["verdict"] == "abstained"
+    assert "outside the training range" in got["reason"]
+    assert math.isnan(got["predicted"]) and frame["predicted"].dtype == np.float64
+
+
+# --- experiments on a model ------------------------------------------------------------------
+
+
+def windows(n: int, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, VOCAB, size=8 + i % 4).tolist() for i in range(n)]
+
+
+def test_prune_run_equals_prune_with_the_ks_the_model_has():
+    loaded = _tiny("llama", seed=0, positions=64, eager=True)
+    info = SimpleNamespace(causal=True, n_layers=2, n_heads=4, spec="tiny")
+    e = experiment("prune")
+    settings = e.settings(
+        channels=("sink_mass", "random"),
+        orders=("high",),
+        ks=(1, 8, 9),
+        profile_docs=2,
+        eval_docs=2,
+    )
+    wins = windows(5)
+    inputs = Inputs(model="tiny", seed=2, loaded=(loaded, None, info), windows=wins)
+    tables = e.run(inputs, settings)
+    no_run_columns(tables, "prune")
+    profile, evaluation = split_windows(wins, 2, 2)
+    want = prune(
+        loaded,
+        None,
+        profile,
+        evaluation,
+        channels=("sink_mass", "random"),
+        orders=("high",),
+        ks=(1, 8),
+        seed=2,
+        model_name="tiny",
+    )
+    assert_frame_equal(tables.frames["prune"], want.table, check_exact=True)
+    assert_frame_equal(tables.frames["prune_heads"], want.heads, check_exact=True)
+    assert tables.frames["prune"]["k"].tolist() == [0, 1, 8, 1, 8]
+    assert tables.summary == want.summary
+
+
+def test_prune_skips_a_model_that_is_not_causal():
+    e = experiment("prune")
+    info = SimpleNamespace(causal=False, spec="owner/enc@v1", architecture="BertModel")
+    note = "prune measures perplexity, which needs a causal language model; owner/enc is BertModel"
+    assert e.skip(info) == note
+    assert e.skip(SimpleNamespace(causal=True)) is None
+    with raises(note):
+        e.run(Inputs(model="owner/enc", loaded=(None, None, info), windows=[]), e.settings())
+
+
+def neox(seed: int):
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return transformers.GPTNeoXForCausalLM._from_config(config, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="module")
+def series():
+    points = [SeriesPoint(s, f"step{s}", f"ckpt{s}") for s in (0, 16, 512)]
+    models = [neox(seed) for seed in (0, 1, 2)]
+    wins = windows(4, seed=3)
+    e = experiment("collapse")
+    units = [
+        e.run(
+            Inputs(
+                model="tiny", revision=p.label, loaded=(m, None, None), windows=wins, checkpoint=p
+            ),
+            e.settings(),
+        )
+        for p, m in zip(points, models, strict=True)
+    ]
+    return points, models, wins, units
+
+
+def test_collapse_run_is_the_checkpoint_statistics(series):
+    points, models, wins, units = series
+    no_run_columns(units[0], "collapse")
+    rows, sinks = stats_frames(checkpoint_stats(models[1], None, wins, points[1]))
+    assert_frame_equal(units[1].frames["collapse_rows"], rows, check_exact=True)
+    assert_frame_equal(units[1].frames["collapse_sinks"], sinks, check_exact=True)
+    assert {k: units[1].summary[k] for k in ("step", "label", "spec", "model")} == {
+        "step": 16,
+        "label": "step16",
+        "spec": "ckpt16",
+        "model": "tiny",
+    }
+
+
+def test_collapse_combine_equals_collapse_from_stats(series):
+    points, models, wins, units = series
+    e = experiment("collapse")
+    # stored partitions carry the run's key columns, and units may come in any order
+    stored = []
+    for unit in reversed(units):
+        frames = {}
+        for name, frame in unit.frames.items():
+            frame = frame.copy()
+            frame.insert(0, "revision", unit.summary["label"])
+            frame.insert(0, "model", "tiny")
+            frames[name] = frame
+        stored.append(Tables(frames=frames, summary=dict(unit.summary)))
+    combined = e.combine(stored, e.settings())
+    stats = [checkpoint_stats(m, None, wins, p) for p, m in zip(points, models, strict=True)]
+    want = collapse_from_stats(stats, wins, points=points, model="tiny")
+    assert tuple(combined.frames) == ("collapse", "collapse_checkpoints")
+    for name, frame in (("collapse", want.table), ("collapse_checkpoints", want.checkpoints)):
+        frame = frame.copy()
+        frame.insert(1, "revision", "-")
+        assert_frame_equal(combined.frames[name], frame, check_exact=True)
+    assert combined.summary == want.summary
+
+
+def test_collapse_combine_refuses_checkpoints_of_other_windows(series):
+    _, _, _, units = series
+    e = experiment("collapse")
+    other = Tables(frames=units[1].frames, summary={**units[1].summary, "windows_sha256": "x"})
+    first = units[0].summary["windows_sha256"]
+    with raises(
+        f"checkpoint step16 has windows_sha256 'x', checkpoint step0 {first!r}: every "
+        "checkpoint of a series reads the same windows with the same sink"
+    ):
+        e.combine([units[0], other], e.settings())
+    with raises("collapse needs at least 2 checkpoints' statistics, got 1"):
+        e.combine(units[:1], e.settings())
+    with raises("a collapse unit's summary lacks 'step': rerun its checkpoint"):
+        e.combine([Tables(frames=units[0].frames)], e.settings())
