@@ -153,22 +153,24 @@ def _on_captures(
     from attncoda.experiments.inputs import head_rows
 
     exp = experiment(name)
-    missing = [n for n in exp.needs if n in ("model", "windows")]
-    if missing:
+    model_free = not {"model", "windows"} & set(exp.needs)
+    if not model_free and exp.given is None:
         raise AttncodaError(
-            f"{name} needs a model ({', '.join(missing)}), which a capture does not hold: "
-            "pass a model spec instead"
+            f"{name} needs the model itself, which a capture does not hold: pass a model "
+            "spec instead"
         )
+    needs = set(exp.needs if model_free else exp.given or ())
+    for dep in exp.after:
+        needs.update(experiment(dep).needs)
 
     def inputs_for(cap: Any, label: str, **extra: Any) -> Any:
-        needs = {n for dep in (name, *exp.after) for n in experiment(dep).needs}
         return Inputs(
             model=label,
             seed=seed,
             sink=sink,
             device=device,
             rows=head_rows(cap, label) if "rows" in needs else None,
-            capture=cap if "capture" in needs or name == "collapse" else None,
+            capture=cap if "capture" in needs else None,
             **extra,
         )
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from attncoda._errors import AttncodaError
 from attncoda.experiments.collapse_split import (
     CHECKPOINT_COLUMNS,
@@ -24,6 +26,7 @@ from attncoda.experiments.collapse_split import (
 )
 from attncoda.experiments.collapse_stats import (
     CheckpointStats,
+    capture_stats,
     check_windows,
     checkpoint_stats,
     stats_frames,
@@ -171,14 +174,22 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     """One checkpoint's row statistics (:func:`checkpoint_stats`) as the tables
     ``collapse_rows`` and ``collapse_sinks`` (:func:`stats_frames`).
 
-    The summary records what :func:`combine` needs beside the frames: the checkpoint's
+    With no model but a capture (attention handed in, ``given=("capture", "checkpoint")``)
+    the statistics are the capture's own. The summary records what :func:`combine` needs
+    beside the frames: the checkpoint's
     ``step``, ``label`` and ``spec``, the series ``model`` name, the ``sink`` spec and the
     windows' ``n_windows``, ``n_tokens`` and ``windows_sha256``.
     """
-    model, tokenizer, _ = inputs.need("model")
     point = inputs.need("checkpoint")
-    windows = check_windows(inputs.need("windows"))
-    stats = checkpoint_stats(model, tokenizer, windows, point, sink=inputs.sink)
+    if inputs.loaded is None and inputs.capture is not None:
+        # Attention handed in: the capture holds the checkpoint's statistics and its tokens.
+        cap = inputs.capture
+        windows = [np.asarray(cap.token_ids[d, : int(n)]) for d, n in enumerate(cap.n_tokens)]
+        stats = capture_stats(cap, point)
+    else:
+        model, tokenizer, _ = inputs.need("model")
+        windows = check_windows(inputs.need("windows"))
+        stats = checkpoint_stats(model, tokenizer, windows, point, sink=inputs.sink)
     rows, sinks = stats_frames(stats)
     summary = {
         "model": inputs.model,
@@ -264,6 +275,7 @@ def combine(units: Sequence[Tables], settings: Settings) -> Tables:
 EXPERIMENT = Experiment(
     name="collapse",
     needs=("model", "windows", "checkpoint"),
+    given=("capture", "checkpoint"),
     after=(),
     settings=Settings,
     run=run,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointStats",
+    "capture_stats",
     "check_same_layout",
     "check_windows",
     "checkpoint_stats",
@@ -129,6 +130,12 @@ def checkpoint_stats(
         tokenizer=tokenizer,
         record_rows="none",
     )
+    return capture_stats(cap, point)
+
+
+def capture_stats(cap: Any, point: Any) -> CheckpointStats:
+    """One checkpoint's statistics from its :class:`attncoda.Capture` of the series' windows
+    (a model run, or attention handed in with :func:`attncoda.from_attentions`)."""
     return CheckpointStats(
         step=point.step,
         label=point.label,

@@ -146,6 +146,10 @@ class Experiment:
     run: Callable[[Inputs, Any], Tables]
     tables: tuple[str, ...]
     combine: Callable[[Sequence[Tables], Any], Tables] | None = None
+    #: For an experiment that needs a model, the inputs that stand in for it when the
+    #: attention is handed in (collapse: one capture per checkpoint); ``None``: it needs the
+    #: model itself (prune).
+    given: tuple[str, ...] | None = None
     #: When set, a reason the experiment does not apply to a model, from its ModelInfo
     #: (prune needs a causal language model); the runner records the unit as skipped.
     skip: Callable[[Any], str | None] | None = None
