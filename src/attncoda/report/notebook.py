@@ -1,0 +1,77 @@
+"""What a notebook shows for a :class:`attncoda.Capture` or an API result: a compact table
+and the experiment's figure, drawn by the report's own figure code (docs/design.md, "Runs").
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["capture_html", "result_html"]
+
+#: Rows of a table a notebook shows before it says how many more there are.
+MAX_ROWS = 12
+#: The width of the figure in a notebook, in pixels.
+WIDTH_PX = 560
+
+
+def _png(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img style="max-width:{WIDTH_PX}px" src="data:image/png;base64,{data}"/>'
+
+
+def _table(frame: pd.DataFrame) -> str:
+    shown = frame.head(MAX_ROWS).to_html(index=False, float_format=lambda v: f"{v:.4g}")
+    more = len(frame) - MAX_ROWS
+    tail = f"<div><small>... {more} more rows</small></div>" if more > 0 else ""
+    return shown + tail
+
+
+def _figure_or_note(name: str, tables: Mapping[str, pd.DataFrame]) -> str:
+    from attncoda.report.figures import figure
+
+    try:
+        return _png(figure(name, tables))
+    except Exception as exc:  # a notebook view never raises: it says what it could not draw
+        return f"<div><small>no figure: {html.escape(str(exc))}</small></div>"
+
+
+def result_html(result: Any) -> str:
+    """The notebook view of an API result: its first table, compact, and its figure."""
+    models = sorted({str(m) for frame in result.tables.values() for m in frame.get("model", [])})
+    head = html.escape(f"{result.experiment}: {', '.join(models) or 'no rows'}")
+    parts = [f"<div><b>{head}</b></div>"]
+    if result.tables:
+        parts.append(_table(result.table))
+        parts.append(_figure_or_note(result.experiment, result.tables))
+    return "<div>" + "".join(parts) + "</div>"
+
+
+def capture_html(cap: Any, name: str = "capture") -> str:
+    """The notebook view of a capture: the per-layer means of its statistics (nats) and
+    the profile figure of the report."""
+    from attncoda.experiments.profile import head_summary, layer_summary
+
+    heads = head_summary(cap.to_frame())
+    heads.insert(0, "family", "given attention")
+    layers = layer_summary(heads)
+    n_docs = cap.n_docs
+    head = (
+        f"Capture: {n_docs} document{'s' if n_docs != 1 else ''}, {cap.n_layers} layers x "
+        f"{cap.n_heads} heads, method {getattr(cap, 'method', 'exact')}"
+    )
+    return (
+        f"<div><div><b>{html.escape(head)}</b></div>{_table(layers)}"
+        f"{_figure_or_note('profile', {'profile_heads': heads})}</div>"
+    )
