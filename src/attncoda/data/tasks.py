@@ -258,7 +258,7 @@ def task_windows(task: BigramBackcopy, n: int, max_tokens: int | None = None) ->
     -------
     list of attncoda.data.corpus.Window
     """
-    from attncoda.data.corpus import Window
+    from attncoda.data.windows import Window
 
     length = task.seq_len if max_tokens is None else min(int(max_tokens), task.seq_len)
     ids = task.evaluation_sequences(n)[:, :length]
