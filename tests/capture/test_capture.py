@@ -13,11 +13,11 @@ transformers = pytest.importorskip("transformers")
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.capture import (  # noqa: E402
     Capture,
-    _forward,
     capture,
     capture_frame,
     capture_windows,
 )
+from attncoda.capture.forward import forward  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -98,7 +98,7 @@ def test_padding_side_does_not_change_statistics(family):
             np.testing.assert_allclose(cap.rows[d], single.rows[0], rtol=0, atol=1e-5)
         # outputs are bit-identical to eager on the very same padded batch
         model.set_attn_implementation("eager")
-        eager = output_of(_forward(model, ids, mask)).numpy()
+        eager = output_of(forward(model, ids, mask)).numpy()
         for d, window in enumerate(windows):
             start = int(mask[d].argmax())
             assert np.array_equal(
@@ -197,7 +197,7 @@ def test_statistics_match_eager_probabilities(family):
     ids, mask = pad(docs(), "right")
     cap = capture(model, ids, mask, sink="0,2")
     model.set_attn_implementation("eager")
-    atts = _forward(model, ids, mask, output_attentions=True).attentions
+    atts = forward(model, ids, mask, output_attentions=True).attentions
     for d in range(3):
         n = int(cap.n_tokens[d])
         for layer, probs in enumerate(atts):
@@ -554,7 +554,7 @@ def test_real_model_is_bit_identical_and_has_a_sink(name):
             tokenizer.pad_token = tokenizer.eos_token
         enc = tokenizer(TEXTS, return_tensors="pt", padding=True)
         ids, mask = enc["input_ids"], enc["attention_mask"]
-        eager = output_of(_forward(model, ids, mask)).numpy()
+        eager = output_of(forward(model, ids, mask)).numpy()
         cap = capture(model, ids, mask, sink=sink, tokenizer=tokenizer, keep_outputs=True)
         for d in range(len(TEXTS)):
             n, start = int(cap.n_tokens[d]), int(mask[d].argmax())
