@@ -54,7 +54,7 @@ EOS_TOKEN = "<|endoftext|>"
 
 #: Name of the Bigram-Backcopy task (``train-tiny --task``).
 BIGRAM_BACKCOPY = "bigram-backcopy"
-#: Accepted values of ``train_tiny(task=...)``: the embedded corpus, or the synthetic task.
+#: Accepted values of ``TrainConfig(task=...)``: the embedded corpus, or the synthetic task.
 TASKS = ("text", BIGRAM_BACKCOPY)
 
 _FIRST_ID = 2  # ids 0 and 1 are <|bos|> and <|endoftext|>

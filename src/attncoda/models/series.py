@@ -140,7 +140,7 @@ def parse_series(spec: str | os.PathLike[str]) -> list[SeriesPoint]:
 
 
 def _local(text: str, path: Path) -> list[SeriesPoint]:
-    from attncoda.training.train import list_checkpoints
+    from attncoda.training.checkpoints import list_checkpoints
 
     if (path / "config.json").is_file():
         raise _single(text)
