@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture import ablation as _ablation
-from attncoda.capture import fast as _fast
+from attncoda.capture.ablation import layer_edit
+from attncoda.capture.fast import record_layer as record_fast_layer
 from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, row_statistics
 from attncoda.models.zoo import routable
 
@@ -308,13 +308,13 @@ def attncoda_attention(
         else -1
     )
     # >>> ablation hook (attncoda.capture.ablation): None unless ablate()/head_gates() is active
-    edit = _ablation.layer_edit(module, query, attention_mask)
+    edit = layer_edit(module, query, attention_mask)
     # <<< ablation hook
     # >>> fast path (attncoda.capture.fast): statistics from the fused kernel's log-sum-exp;
     # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
     if recorder is not None and recorder.method == "fast" and recorder.sink is not None:
         if edit is None and kwargs.get("softcap") is None and kwargs.get("s_aux") is None:
-            fast = _fast.record_layer(
+            fast = record_fast_layer(
                 recorder, layer, module, query, key, value, attention_mask, scaling
             )
             if fast is not None:
