@@ -9,13 +9,29 @@ import pytest
 
 from attncoda._errors import AttncodaError
 from attncoda.data.tasks import BigramBackcopy
-from attncoda.training.config import TASK_DEFAULTS, TrainConfig
+from attncoda.training.config import TASK_DEFAULTS, ResolvedTrainConfig, TrainConfig
 
 
 def test_text_defaults_resolve_to_the_task_values():
-    assert TrainConfig().resolved() == TrainConfig(
-        steps=1000, size="small", window=128, batch_size=16, lr=2e-3, warmup=100
+    assert TrainConfig().resolved() == ResolvedTrainConfig(
+        task="text",
+        steps=1000,
+        seed=0,
+        size="small",
+        window=128,
+        batch_size=16,
+        lr=2e-3,
+        warmup=100,
+        weight_decay=0.1,
+        vocab_size=1024,
+        val_fraction=0.05,
+        corpus=None,
     )
+
+
+def test_the_resolved_config_has_the_same_fields():
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert [f.name for f in dataclasses.fields(ResolvedTrainConfig)] == names
 
 
 def test_task_defaults_resolve_to_the_task_values():
@@ -48,6 +64,8 @@ def test_none_fields_are_exactly_the_task_defaults():
 def test_the_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         TrainConfig().steps = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TrainConfig().resolved().steps = 3  # type: ignore[misc]
 
 
 def test_the_task_record_is_what_series_folders_hold():

@@ -163,8 +163,9 @@ def assemble(
     arange = torch.arange(width)
     tokens_seen = stats["n_keys"] - about["virtual_keys"]
     causal = bool(((tokens_seen <= arange + 1) | ~keep).all())
+    result: Any = None
     if out is None:  # attention given by the user: no model outputs
-        kind, result, keep_outputs = "none", None, False
+        kind, keep_outputs = "none", False
     else:
         kind = "logits" if getattr(out, "logits", None) is not None else "last_hidden_state"
         result = out.logits if kind == "logits" else out.last_hidden_state

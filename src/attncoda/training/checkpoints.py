@@ -227,7 +227,7 @@ def write_series(
     out: Path, record: dict[str, Any], records: list[dict[str, Any]], result: TrainResult
 ) -> None:
     """Write ``out/attncoda_series.json`` (atomically, last): the series is finished."""
-    keys = ("step", "train_loss", "val_loss", "first_token_attention")
+    keys: tuple[str, ...] = ("step", "train_loss", "val_loss", "first_token_attention")
     if record.get("task", "text") != "text":
         keys += ("bos_attention_trigger", "bos_attention_non_trigger")
     series = {

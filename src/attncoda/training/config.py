@@ -28,6 +28,7 @@ __all__ = [
     "MODEL_SIZES",
     "SIZES",
     "TASK_DEFAULTS",
+    "ResolvedTrainConfig",
     "TrainConfig",
     "check_steps",
     "check_threads",
@@ -106,7 +107,7 @@ class TrainConfig:
     val_fraction: float = 0.05
     corpus: str | os.PathLike[str] | Sequence[Document] | None = None
 
-    def resolved(self) -> TrainConfig:
+    def resolved(self) -> ResolvedTrainConfig:
         """This config with its task's defaults in place of ``None`` and the warmup set.
 
         Raises
@@ -126,45 +127,10 @@ class TrainConfig:
         config = dataclasses.replace(self, **filled)
         check_steps(config.steps)
         config._check()
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         if config.warmup is None:
-            config = dataclasses.replace(config, warmup=min(100, config.steps // 10))
-        return config
-
-    def record(
-        self, threads: int, *, corpus_sha256: str | None = None, task: BigramBackcopy | None = None
-    ) -> dict[str, Any]:
-        """The JSON config a series folder records for this (resolved) config.
-
-        ``threads`` is recorded because the checkpoints are bit-identical only for the same
-        thread count; the text task records the corpus's ``corpus_sha256``, the
-        Bigram-Backcopy task its ``task`` definition.
-        """
-        common = {
-            "size": self.size,
-            "steps": self.steps,
-            "seed": self.seed,
-            "window": self.window,
-            "batch_size": self.batch_size,
-            "lr": self.lr,
-            "warmup": self.warmup,
-            "weight_decay": self.weight_decay,
-        }
-        if task is not None:
-            return {
-                "format": FORMAT,
-                "task": BIGRAM_BACKCOPY,
-                "task_config": task.to_dict(),
-                **common,
-                "threads": threads,
-            }
-        return {
-            "format": FORMAT,
-            **common,
-            "vocab_size": self.vocab_size,
-            "val_fraction": self.val_fraction,
-            "threads": threads,
-            "corpus_sha256": corpus_sha256,
-        }
+            fields["warmup"] = min(100, filled["steps"] // 10)
+        return ResolvedTrainConfig(**fields)
 
     def _check(self) -> None:
         if self.size not in SIZES:
@@ -198,6 +164,61 @@ class TrainConfig:
             raise AttncodaError(
                 f"val_fraction must be a number strictly between 0 and 1, got {fraction!r}"
             )
+
+
+@dataclass(frozen=True)
+class ResolvedTrainConfig:
+    """A :class:`TrainConfig` with every field set (:meth:`TrainConfig.resolved`): what the
+    training loop reads. The fields are those of :class:`TrainConfig`."""
+
+    task: str
+    steps: int
+    seed: int
+    size: str
+    window: int
+    batch_size: int
+    lr: float
+    warmup: int
+    weight_decay: float
+    vocab_size: int
+    val_fraction: float
+    corpus: str | os.PathLike[str] | Sequence[Document] | None
+
+    def record(
+        self, threads: int, *, corpus_sha256: str | None = None, task: BigramBackcopy | None = None
+    ) -> dict[str, Any]:
+        """The JSON config a series folder records for this config.
+
+        ``threads`` is recorded because the checkpoints are bit-identical only for the same
+        thread count; the text task records the corpus's ``corpus_sha256``, the
+        Bigram-Backcopy task its ``task`` definition.
+        """
+        common = {
+            "size": self.size,
+            "steps": self.steps,
+            "seed": self.seed,
+            "window": self.window,
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "warmup": self.warmup,
+            "weight_decay": self.weight_decay,
+        }
+        if task is not None:
+            return {
+                "format": FORMAT,
+                "task": BIGRAM_BACKCOPY,
+                "task_config": task.to_dict(),
+                **common,
+                "threads": threads,
+            }
+        return {
+            "format": FORMAT,
+            **common,
+            "vocab_size": self.vocab_size,
+            "val_fraction": self.val_fraction,
+            "threads": threads,
+            "corpus_sha256": corpus_sha256,
+        }
 
 
 def check_steps(steps: object) -> None:

@@ -26,7 +26,7 @@ from attncoda.training.tokenizer import split_documents, token_stream
 
 if TYPE_CHECKING:
     from attncoda.data.tasks import BigramBackcopy
-    from attncoda.training.config import TrainConfig
+    from attncoda.training.config import ResolvedTrainConfig
 
 __all__ = [
     "N_ATTENTION_WINDOWS",
@@ -83,8 +83,8 @@ def documents(corpus: str | os.PathLike[str] | Sequence[Document] | None) -> lis
     return docs
 
 
-def text_data(docs: list[Document], tokenizer: Any, config: TrainConfig) -> TrainData:
-    """The text task's windows of ``config`` (resolved), in ``tokenizer``'s ids."""
+def text_data(docs: list[Document], tokenizer: Any, config: ResolvedTrainConfig) -> TrainData:
+    """The text task's windows of ``config``, in ``tokenizer``'s ids."""
     train_docs, val_docs = split_documents(docs, config.val_fraction)
     window = config.window
     train = token_stream([d.text for d in train_docs], tokenizer)

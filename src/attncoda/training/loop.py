@@ -34,7 +34,7 @@ from attncoda.training.checkpoints import (
     task_fields,
     write_series,
 )
-from attncoda.training.config import SIZES, TrainConfig
+from attncoda.training.config import SIZES, ResolvedTrainConfig
 from attncoda.training.data import N_ATTENTION_WINDOWS, TrainData, corpus_info, with_bos
 
 __all__ = ["deterministic", "learning_rate", "train"]
@@ -61,7 +61,7 @@ def train(
     out: Path,
     tokenizer: Any,
     data: TrainData,
-    config: TrainConfig,
+    config: ResolvedTrainConfig,
     record: dict[str, Any],
     progress: bool,
 ) -> TrainResult:
@@ -74,8 +74,8 @@ def train(
     tokenizer : transformers.PreTrainedTokenizerFast
         Saved with every checkpoint; its BOS, EOS and pad ids go into the model config.
     data : TrainData
-    config : TrainConfig
-        Resolved (:meth:`TrainConfig.resolved`).
+    config : ResolvedTrainConfig
+        The run (:meth:`attncoda.training.config.TrainConfig.resolved`).
     record : dict
         The JSON config the checkpoints and the series file record.
     progress : bool
@@ -164,7 +164,7 @@ def train(
     return result
 
 
-def _optimizer(model: Any, config: TrainConfig) -> torch.optim.Optimizer:
+def _optimizer(model: Any, config: ResolvedTrainConfig) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     return torch.optim.AdamW(
@@ -178,7 +178,7 @@ def _optimizer(model: Any, config: TrainConfig) -> torch.optim.Optimizer:
     )
 
 
-def learning_rate(step: int, config: TrainConfig) -> float:
+def learning_rate(step: int, config: ResolvedTrainConfig) -> float:
     """The learning rate of optimiser step ``step`` (from 0): linear warmup over
     ``config.warmup`` steps to ``config.lr``, then cosine decay to a tenth of it."""
     peak, warmup, total = config.lr, config.warmup, config.steps
@@ -192,9 +192,9 @@ def _train_step(
     model: Any,
     optimizer: torch.optim.Optimizer,
     data: TrainData,
-    sampler: torch.Generator,
+    sampler: Any,
     step: int,
-    config: TrainConfig,
+    config: ResolvedTrainConfig,
 ) -> float:
     if data.task is not None:
         batch = torch.from_numpy(data.task.sample(config.batch_size, sampler))

@@ -17,13 +17,13 @@ from attncoda.data.tasks import BOS_TOKEN, EOS_TOKEN
 
 if TYPE_CHECKING:
     from attncoda.data.corpus import Document
-    from attncoda.training.config import TrainConfig
+    from attncoda.training.config import ResolvedTrainConfig
 
 __all__ = ["split_documents", "token_stream", "train_tokenizer"]
 
 
-def train_tokenizer(docs: list[Document], config: TrainConfig) -> Any:
-    """The BPE tokenizer of ``config`` (resolved), trained on the training documents only.
+def train_tokenizer(docs: list[Document], config: ResolvedTrainConfig) -> Any:
+    """The BPE tokenizer of ``config``, trained on the training documents only.
 
     Returns a ``transformers.PreTrainedTokenizerFast`` whose template puts ``<|bos|>``
     before every text; ``<|endoftext|>`` is also its pad token.

@@ -144,27 +144,27 @@ def train_tiny(
     --------
     >>> train_tiny("series", TrainConfig(task="bigram-backcopy", steps=64))  # doctest: +SKIP
     """
-    config = (TrainConfig() if config is None else config).resolved()
+    run = (TrainConfig() if config is None else config).resolved()
     check_threads(threads)
     out = Path(out_dir)
-    if config.task == BIGRAM_BACKCOPY:
-        task = BigramBackcopy(seq_len=config.window)
-        record = config.record(threads, task=task)
+    if run.task == BIGRAM_BACKCOPY:
+        task = BigramBackcopy(seq_len=run.window)
+        record = run.record(threads, task=task)
     else:
-        docs = documents(config.corpus)
-        record = config.record(threads, corpus_sha256=corpus_hash(docs))
+        docs = documents(run.corpus)
+        record = run.record(threads, corpus_sha256=corpus_hash(docs))
     finished, stale = inspect_out_dir(out, record, overwrite)
     if finished is not None:
         return finished
     with deterministic(threads):
-        if config.task == BIGRAM_BACKCOPY:
-            tokenizer = task_tokenizer(task, config.window)
+        if run.task == BIGRAM_BACKCOPY:
+            tokenizer = task_tokenizer(task, run.window)
             data = task_data(task)
         else:
-            tokenizer = train_tokenizer(docs, config)
-            data = text_data(docs, tokenizer, config)
+            tokenizer = train_tokenizer(docs, run)
+            data = text_data(docs, tokenizer, run)
         # Only now, with every argument and the corpus accepted, is the folder touched.
         for entry in stale:
             remove_entry(entry)
         out.mkdir(parents=True, exist_ok=True)
-        return train(out, tokenizer, data, config, record, progress)
+        return train(out, tokenizer, data, run, record, progress)
