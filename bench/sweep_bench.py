@@ -52,10 +52,10 @@ TARGET = 1.6
 
 def _checkpoints(folder: Path, quick: bool) -> tuple[list[str], str]:
     """Four measured checkpoints and one warm-up checkpoint of a small train-tiny model."""
-    from attncoda.training.train import train_tiny
+    from attncoda.training.train import TrainConfig, train_tiny
 
     size = "tiny" if quick else "small"
-    result = train_tiny(folder / "tt", steps=16, size=size, progress=False)
+    result = train_tiny(folder / "tt", TrainConfig(steps=16, size=size), progress=False)
     paths = [str(p) for p in result.checkpoints]
     return paths[-4:], paths[0]
 

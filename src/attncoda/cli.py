@@ -191,10 +191,9 @@ def _predictor_apply(args: argparse.Namespace) -> int:
 
 
 def _train_tiny(args: argparse.Namespace) -> int:
-    from attncoda.training.train import train_tiny
+    from attncoda.training.train import TrainConfig, train_tiny
 
-    result = train_tiny(
-        args.out,
+    config = TrainConfig(
         task=args.task,
         steps=args.steps,
         seed=args.seed,
@@ -202,10 +201,10 @@ def _train_tiny(args: argparse.Namespace) -> int:
         window=args.window,
         batch_size=args.batch_size,
         lr=args.lr,
-        threads=args.threads,
         corpus=args.text,
-        overwrite=args.overwrite,
-        progress=True,
+    )
+    result = train_tiny(
+        args.out, config, threads=args.threads, overwrite=args.overwrite, progress=True
     )
     if not result.trained:
         print(f"{args.out} already holds this series (same config): nothing to train")

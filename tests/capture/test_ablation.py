@@ -18,8 +18,10 @@ from attncoda.capture.ablation import (  # noqa: E402
     head_labels,
     parse_heads,
 )
-from attncoda.capture.attention import Recorder, routed  # noqa: E402
-from attncoda.capture.capture import _forward, capture  # noqa: E402
+from attncoda.capture.attention import routed  # noqa: E402
+from attncoda.capture.capture import capture  # noqa: E402
+from attncoda.capture.forward import forward  # noqa: E402
+from attncoda.capture.statistics import Recorder  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -50,7 +52,7 @@ def batch():
 
 
 def logits(model, ids, mask):
-    return _forward(model, ids, mask).logits
+    return forward(model, ids, mask).logits
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt_neox", "gpt2"])
@@ -100,10 +102,10 @@ def head_outputs_and_values(model, layer, heads, mode, ids, mask):
     ]
     try:
         if mode is None:
-            _forward(model, ids, mask)
+            forward(model, ids, mask)
         else:
             with ablate(model, {layer: heads}, mode):
-                _forward(model, ids, mask)
+                forward(model, ids, mask)
     finally:
         for hook in hooks:
             hook.remove()
@@ -199,7 +201,7 @@ def test_ablation_nests_inside_capture_and_keeps_the_recorder():
     assert not np.array_equal(plain.outputs, ablated.outputs)
     recorder = Recorder(mask.bool(), mask.argmax(-1), mask.bool() & False, [torch.zeros(0)] * 2)
     with routed(model, recorder), ablate(model, {0: [1]}, "zero"):
-        _forward(model, ids, mask)
+        forward(model, ids, mask)
     assert len(recorder.stats) == 2
 
 

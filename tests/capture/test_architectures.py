@@ -24,7 +24,8 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.attention import routable, routed  # noqa: E402
-from attncoda.capture.capture import _forward, capture, capture_windows  # noqa: E402
+from attncoda.capture.capture import capture, capture_windows  # noqa: E402
+from attncoda.capture.forward import forward  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -100,7 +101,7 @@ def eager_forward(model, ids, mask, **kwargs):
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
-        return _forward(model, ids, mask, **kwargs)
+        return forward(model, ids, mask, **kwargs)
     finally:
         model.set_attn_implementation(previous)
 
@@ -114,7 +115,7 @@ def test_routed_outputs_are_eager_outputs(family, side, dtype):
     ids, mask = padded(documents(), side)
     eager = output_of(eager_forward(model, ids, mask))
     with routed(model):
-        ours = output_of(_forward(model, ids, mask))
+        ours = output_of(forward(model, ids, mask))
     # One query block: the same op sequence as eager by construction, so bit-identical.
     assert torch.equal(ours, eager), float((ours.float() - eager.float()).abs().max())
 

@@ -12,13 +12,9 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture import attention  # noqa: E402
-from attncoda.capture.attention import (  # noqa: E402
-    Recorder,
-    attncoda_attention,
-    routed,
-    row_statistics,
-)
-from attncoda.capture.capture import _forward  # noqa: E402
+from attncoda.capture.attention import attncoda_attention, routed  # noqa: E402
+from attncoda.capture.forward import forward  # noqa: E402
+from attncoda.capture.statistics import Recorder, row_statistics  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -63,11 +59,11 @@ def test_routed_is_bit_identical_to_eager(family, padding):
     model = tiny(family)
     ids, mask = batch(24, padding)
     model.set_attn_implementation("eager")
-    eager = output_of(_forward(model, ids, mask))
+    eager = output_of(forward(model, ids, mask))
     rec = recorder_for(mask)
     with routed(model, rec):
         assert model.config._attn_implementation == "attncoda"
-        ours = output_of(_forward(model, ids, mask))
+        ours = output_of(forward(model, ids, mask))
     assert model.config._attn_implementation == "eager"
     assert len(rec.stats) == 2
     assert torch.equal(ours, eager), float((ours - eager).abs().max())
@@ -79,9 +75,9 @@ def test_routed_is_bit_identical_in_half_precision(family, dtype):
     model = tiny(family, dtype)
     ids, mask = batch(16, "left")
     model.set_attn_implementation("eager")
-    eager = output_of(_forward(model, ids, mask))
+    eager = output_of(forward(model, ids, mask))
     with routed(model):
-        ours = output_of(_forward(model, ids, mask))
+        ours = output_of(forward(model, ids, mask))
     assert torch.equal(ours, eager)
 
 
@@ -97,10 +93,10 @@ def test_long_sequence_in_blocks_matches_eager():
     model = tiny("llama")
     ids, mask = batch(1500, "none", docs=1)
     model.set_attn_implementation("eager")
-    eager = output_of(_forward(model, ids, mask))
+    eager = output_of(forward(model, ids, mask))
     rec = recorder_for(mask, block_size=256)
     with routed(model, rec):
-        ours = output_of(_forward(model, ids, mask))
+        ours = output_of(forward(model, ids, mask))
     # Closeness is the contract; on this machine's BLAS blocks of 256 are even bit-identical.
     assert float((ours - eager).abs().max()) <= 1e-6
     assert torch.isfinite(rec.stats[1]["entropy"]).all()
@@ -111,9 +107,9 @@ def test_odd_blocks_are_close_to_eager(family):
     model = tiny(family)
     ids, mask = batch(40, "right")
     model.set_attn_implementation("eager")
-    eager = output_of(_forward(model, ids, mask))
+    eager = output_of(forward(model, ids, mask))
     with routed(model, recorder_for(mask, block_size=7)):
-        ours = output_of(_forward(model, ids, mask))
+        ours = output_of(forward(model, ids, mask))
     assert float((ours - eager).abs().max()) <= 1e-6
 
 
@@ -130,7 +126,7 @@ def test_keys_and_values_arrive_unexpanded(family, monkeypatch):
     model = tiny(family)
     ids, mask = batch(12, "none")
     with routed(model):
-        _forward(model, ids, mask)
+        forward(model, ids, mask)
     assert seen == [(4, 2, 2), (4, 2, 2)]
 
 
@@ -139,7 +135,7 @@ def test_training_mode_raises_in_the_attention_function():
     model.train()
     ids, mask = batch(8, "none")
     with pytest.raises(AttncodaError) as info, routed(model):
-        _forward(model, ids, mask)
+        forward(model, ids, mask)
     assert str(info.value) == (
         "LlamaAttention is in training mode: attention capture runs in eval mode only "
         "(call model.eval())"
@@ -293,10 +289,10 @@ def test_blocks_skip_the_keys_the_mask_hides_and_stay_close_to_eager(
     model = tiny(family)
     ids, mask = batch(40, padding)
     model.set_attn_implementation("eager")
-    eager = output_of(_forward(model, ids, mask))
+    eager = output_of(forward(model, ids, mask))
     monkeypatch.setattr(attention, "_scores", spy)
     with routed(model, recorder_for(mask, block_size=16)):
-        ours = output_of(_forward(model, ids, mask))
+        ours = output_of(forward(model, ids, mask))
     assert seen == widths * 2  # two layers
     # The skipped keys have probability exactly 0; what changes is float32 rounding of sums
     # over shorter rows, as for any block size (test_odd_blocks_are_close_to_eager).

@@ -1,4 +1,4 @@
-"""capture(): statistics, padding invariance, sinks, rows, outputs mode, tables, real models."""
+"""capture(): statistics, padding invariance, sinks, rows, tables."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ transformers = pytest.importorskip("transformers")
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.capture import (  # noqa: E402
     Capture,
-    _forward,
     capture,
     capture_frame,
     capture_windows,
 )
+from attncoda.capture.forward import forward  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -98,7 +98,7 @@ def test_padding_side_does_not_change_statistics(family):
             np.testing.assert_allclose(cap.rows[d], single.rows[0], rtol=0, atol=1e-5)
         # outputs are bit-identical to eager on the very same padded batch
         model.set_attn_implementation("eager")
-        eager = output_of(_forward(model, ids, mask)).numpy()
+        eager = output_of(forward(model, ids, mask)).numpy()
         for d, window in enumerate(windows):
             start = int(mask[d].argmax())
             assert np.array_equal(
@@ -197,7 +197,7 @@ def test_statistics_match_eager_probabilities(family):
     ids, mask = pad(docs(), "right")
     cap = capture(model, ids, mask, sink="0,2")
     model.set_attn_implementation("eager")
-    atts = _forward(model, ids, mask, output_attentions=True).attentions
+    atts = forward(model, ids, mask, output_attentions=True).attentions
     for d in range(3):
         n = int(cap.n_tokens[d])
         for layer, probs in enumerate(atts):
@@ -375,57 +375,6 @@ def test_prepend_bos_without_any_bos_id():
     )
 
 
-def test_outputs_mode_matches_routed():
-    model = tiny("llama")
-    ids, mask = pad(docs(), "left")
-    routed = capture(model, ids, mask, sink="0,1", record_rows="all")
-    eager = capture(model, ids, mask, sink="0,1", record_rows="all", mode="outputs")
-    assert eager.mode == "outputs" and eager.n_floored == 0
-    assert model.config._attn_implementation == "sdpa"
-    for name in FLOATS:
-        np.testing.assert_allclose(getattr(eager, name), getattr(routed, name), atol=1e-5)
-    assert np.array_equal(eager.n_keys, routed.n_keys)
-    for ours, theirs in zip(eager.rows, routed.rows, strict=True):
-        np.testing.assert_allclose(ours, theirs, atol=1e-5)
-
-
-def test_unroutable_model_falls_back_to_outputs_unless_routing_is_forced():
-    model = tiny("bloom")
-    ids, mask = pad(docs(), "left")
-    raises(
-        lambda: capture(model, ids, mask, mode="attention"),
-        "BloomForCausalLM does not route its attention through transformers' "
-        "AttentionInterface, so capture cannot read its scores: use mode='outputs' (eager "
-        "output_attentions with an explicit zero policy)",
-    )
-    cap = capture(model, ids, mask, mode="outputs")
-    fallback = capture(model, ids, mask)
-    assert fallback.mode == cap.mode == "outputs"
-    np.testing.assert_array_equal(fallback.entropy, cap.entropy)  # the same eager pass
-    assert cap.causal and cap.model_class == "BloomForCausalLM"
-    for name in FLOATS:
-        assert np.isfinite(getattr(cap, name)).all()
-    np.testing.assert_allclose(
-        cap.sink_mass[:, :, :, 0][cap.query_mask[:, None, None, 0].repeat(2, 1).repeat(4, 2)], 1.0
-    )
-
-
-def test_zero_policy():
-    model = tiny("gpt_neo")  # its local layer (window 4) returns exact zeros
-    ids = torch.tensor([docs((9,))[0]])
-    raises(
-        lambda: capture(model, ids, mode="outputs"),
-        "attention probability is exactly 0 at layer 1, head 0, document 0, query_pos 4, "
-        "key_pos 0: its log is -inf; pass zeros='floor' to clip zeros to 1.17549e-38 (the "
-        "smallest normal float32) and count them",
-    )
-    cap = capture(model, ids, mode="outputs", zeros="floor")
-    assert cap.n_floored == 4 * (9 - 4) * (9 - 4 + 1) // 2
-    assert cap.zeros == "floor"
-    for name in FLOATS:
-        assert np.isfinite(getattr(cap, name)).all()
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_gives_finite_statistics(dtype):
     ids, mask = pad(docs(), "left")
@@ -523,65 +472,3 @@ def test_argument_errors():
         lambda: capture(model, ids),
         "LlamaForCausalLM is in training mode: capture runs in eval mode only (call model.eval())",
     )
-
-
-# ------------------------------------------------------------------------- real models
-
-
-def _load(name):
-    models = pytest.importorskip("attncoda.models.load")
-    try:
-        return models.load_model(name)
-    except AttncodaError as err:  # the model wheel is not installed here
-        pytest.skip(str(err))
-
-
-TEXTS = [
-    "The old lighthouse keeper climbed the stairs every evening to light the lamp.",
-    "Rain fell on the harbour all night, and by morning the boats had drifted.",
-]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["smollm2", "minilm"])
-def test_real_model_is_bit_identical_and_has_a_sink(name):
-    model, tokenizer, _ = _load(name)
-    sink = "[CLS]" if name == "minilm" else "first"
-    caps = {}
-    for side in ("left", "right"):
-        tokenizer.padding_side = side
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        enc = tokenizer(TEXTS, return_tensors="pt", padding=True)
-        ids, mask = enc["input_ids"], enc["attention_mask"]
-        eager = output_of(_forward(model, ids, mask)).numpy()
-        cap = capture(model, ids, mask, sink=sink, tokenizer=tokenizer, keep_outputs=True)
-        for d in range(len(TEXTS)):
-            n, start = int(cap.n_tokens[d]), int(mask[d].argmax())
-            assert np.array_equal(cap.outputs[d, :n], eager[d, start : start + n])
-        caps[side] = cap
-    for stat in FLOATS:
-        # Sums of float32 logs over rows padded differently: equal to float32 rounding. The
-        # balance is a difference of means of logs of size ~10, so ~1e-6 of that.
-        atol = 1e-5 if stat == "sink_balance" else 1e-6
-        np.testing.assert_allclose(
-            getattr(caps["left"], stat), getattr(caps["right"], stat), rtol=1e-6, atol=atol
-        )
-    cap = caps["right"]
-    keep = np.broadcast_to(cap.query_mask[:, None, None, :], cap.sink_mass.shape)
-    per_layer = np.array(
-        [cap.sink_mass[:, layer][keep[:, layer]].mean() for layer in range(cap.n_layers)]
-    )
-    if name == "smollm2":
-        assert cap.sink_mass.shape[1:3] == (30, 9)
-        assert per_layer[12:].mean() > 0.4
-    else:
-        assert cap.sink_mass.shape[1:3] == (6, 12)
-        assert per_layer[1:5].mean() > 0.3
-    auto = capture(model, ids, mask, sink="auto")
-    assert [s.tolist() for s in auto.sink_positions] == [[0], [0]]
-    outputs = capture(
-        model, ids, mask, sink=sink, tokenizer=tokenizer, mode="outputs", zeros="floor"
-    )
-    for stat in FLOATS:
-        np.testing.assert_allclose(getattr(outputs, stat), getattr(cap, stat), atol=1e-5)

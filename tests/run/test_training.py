@@ -14,7 +14,7 @@ pd = pytest.importorskip("pandas")
 
 from attncoda.data.tasks import BigramBackcopy  # noqa: E402
 from attncoda.run.training import run_collapse  # noqa: E402
-from attncoda.training.train import train_tiny  # noqa: E402
+from attncoda.training.train import TrainConfig, train_tiny  # noqa: E402
 
 LEVELS = {"model", "layer", "head"}
 
@@ -42,9 +42,8 @@ def _mean_entropy(folder: Path, ids: np.ndarray) -> float:
 
 def test_collapse_on_a_task_series_reads_task_sequences_and_splits_exactly(tmp_path: Path):
     series = tmp_path / "series"
-    trained = train_tiny(
-        series, task="bigram-backcopy", steps=8, window=16, batch_size=4, progress=False
-    )
+    config = TrainConfig(task="bigram-backcopy", steps=8, window=16, batch_size=4)
+    trained = train_tiny(series, config, progress=False)
     out = tmp_path / "collapse"
     result = run_collapse(str(series), out, max_tokens=16, docs=6)
     _assert_exact_split(result.table)
@@ -66,7 +65,7 @@ def test_collapse_on_a_task_series_reads_task_sequences_and_splits_exactly(tmp_p
 def default_series(tmp_path_factory: pytest.TempPathFactory):
     """The default Bigram-Backcopy series (about 80-150 s on one thread of a shared CPU)."""
     folder = tmp_path_factory.mktemp("default") / "series"
-    return folder, train_tiny(folder, task="bigram-backcopy", progress=False)
+    return folder, train_tiny(folder, TrainConfig(task="bigram-backcopy"), progress=False)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Tests of :mod:`attncoda.training.train`: the tiny model trained from scratch."""
+"""Tests of :func:`attncoda.training.train.train_tiny`: the tiny model trained from scratch."""
 
 from __future__ import annotations
 
@@ -19,19 +19,28 @@ from safetensors.torch import load_file  # noqa: E402
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.data.corpus import Document, corpus_hash, embedded  # noqa: E402
-from attncoda.training.train import (  # noqa: E402
-    BOS_TOKEN,
+from attncoda.data.tasks import BOS_TOKEN  # noqa: E402
+from attncoda.training.checkpoints import (  # noqa: E402
     CHECKPOINT_META,
     SERIES_META,
     TrainResult,
     checkpoint_steps,
     list_checkpoints,
-    train_tiny,
 )
+from attncoda.training.config import TrainConfig  # noqa: E402
+from attncoda.training.train import train_tiny  # noqa: E402
 
 # Small enough for a fast test, large enough for the loss to fall in 20 steps.
-FAST = {"size": "tiny", "window": 64, "batch_size": 8, "progress": False}
+FAST = {"size": "tiny", "window": 64, "batch_size": 8}
 STEPS = 20
+
+
+def _train(
+    out: Path, *, threads: int = 1, overwrite: bool = False, progress: bool = False, **fields
+) -> TrainResult:
+    """``train_tiny`` of ``TrainConfig(**fields)``."""
+    config = TrainConfig(**fields)
+    return train_tiny(out, config, threads=threads, overwrite=overwrite, progress=progress)
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +50,17 @@ def series_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def run_a(series_root: Path) -> TrainResult:
-    return train_tiny(series_root / "a", steps=STEPS, seed=0, **FAST)
+    return _train(series_root / "a", steps=STEPS, seed=0, **FAST)
 
 
 @pytest.fixture(scope="module")
 def run_b(series_root: Path) -> TrainResult:
-    return train_tiny(series_root / "b", steps=STEPS, seed=0, **FAST)
+    return _train(series_root / "b", steps=STEPS, seed=0, **FAST)
 
 
 @pytest.fixture(scope="module")
 def run_other_seed(series_root: Path) -> TrainResult:
-    return train_tiny(series_root / "c", steps=STEPS, seed=1, **FAST)
+    return _train(series_root / "c", steps=STEPS, seed=1, **FAST)
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -118,7 +127,7 @@ def test_caller_torch_state_is_restored(tmp_path: Path) -> None:
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    train_tiny(tmp_path / "s", steps=1, **FAST)
+    _train(tmp_path / "s", steps=1, **FAST)
     assert torch.equal(torch.rand(3), expected)
     assert torch.get_num_threads() == threads
     assert torch.are_deterministic_algorithms_enabled() == deterministic
@@ -198,7 +207,7 @@ def test_first_token_attention_matches_eager_attentions(run_a: TrainResult) -> N
 
 def test_finished_series_is_returned_without_training(run_a: TrainResult) -> None:
     mtimes = [(p / "model.safetensors").stat().st_mtime_ns for p in run_a.checkpoints]
-    again = train_tiny(run_a.out_dir, steps=STEPS, seed=0, **FAST)
+    again = _train(run_a.out_dir, steps=STEPS, seed=0, **FAST)
     assert not again.trained
     assert again.steps == run_a.steps
     assert again.checkpoints == run_a.checkpoints
@@ -211,13 +220,13 @@ def test_finished_series_is_returned_without_training(run_a: TrainResult) -> Non
 
 def test_interrupted_series_is_trained_again(tmp_path: Path) -> None:
     out = tmp_path / "series"
-    first = train_tiny(out, steps=2, seed=0, **FAST)
+    first = _train(out, steps=2, seed=0, **FAST)
     kept = tmp_path / "kept"
     shutil.copytree(out, kept)
     (out / SERIES_META).unlink()
     shutil.rmtree(out / "step2")
     (out / ".attncoda-tmp-step2-1").mkdir()
-    again = train_tiny(out, steps=2, seed=0, **FAST)
+    again = _train(out, steps=2, seed=0, **FAST)
     assert again.trained
     assert sorted(p.name for p in out.iterdir()) == [SERIES_META, "step0", "step1", "step2"]
     for step in first.steps:
@@ -233,8 +242,8 @@ def test_other_configuration_needs_overwrite(run_a: TrainResult, tmp_path: Path)
         "(differs in: seed, steps, warmup); pass overwrite=True to replace them"
     )
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        train_tiny(out, steps=2, seed=1, **FAST)
-    result = train_tiny(out, steps=2, seed=1, overwrite=True, **FAST)
+        _train(out, steps=2, seed=1, **FAST)
+    result = _train(out, steps=2, seed=1, overwrite=True, **FAST)
     assert result.trained
     assert result.steps == (0, 1, 2)
     assert sorted(p.name for p in out.iterdir()) == [SERIES_META, "step0", "step1", "step2"]
@@ -250,7 +259,7 @@ def test_foreign_files_are_never_replaced(tmp_path: Path) -> None:
     )
     for overwrite in (False, True):
         with pytest.raises(AttncodaError, match=re.escape(msg)):
-            train_tiny(out, steps=1, overwrite=overwrite, **FAST)
+            _train(out, steps=1, overwrite=overwrite, **FAST)
     assert (out / "notes.txt").read_text(encoding="utf-8") == "keep me"
 
 
@@ -259,11 +268,11 @@ def test_out_dir_that_is_a_file(tmp_path: Path) -> None:
     out.write_text("x", encoding="utf-8")
     msg = f"output path '{out}' exists and is not a folder"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        train_tiny(out, steps=1, **FAST)
+        _train(out, steps=1, **FAST)
 
 
 def test_progress_bar_shows_the_loss(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    train_tiny(tmp_path / "p", steps=2, **{**FAST, "progress": True})
+    _train(tmp_path / "p", steps=2, progress=True, **FAST)
     err = capsys.readouterr().err
     assert "train-tiny" in err
     assert "loss=" in err
@@ -330,7 +339,7 @@ def test_list_checkpoints_errors(tmp_path: Path) -> None:
 def test_bad_arguments(kwargs: dict[str, object], msg: str, tmp_path: Path) -> None:
     args = {"steps": 1, **FAST, **kwargs}
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        train_tiny(tmp_path / "out", **args)  # type: ignore[arg-type]
+        _train(tmp_path / "out", **args)  # type: ignore[arg-type]
     assert not (tmp_path / "out").exists()
 
 
@@ -344,7 +353,7 @@ def test_corpus_too_small(tmp_path: Path) -> None:
     one = [Document("a", "Just one short document.")]
     msg = "the corpus holds 1 document; training needs at least 2 (one is held out for validation)"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        train_tiny(tmp_path / "one", steps=1, corpus=one, **FAST)
+        _train(tmp_path / "one", steps=1, corpus=one, **FAST)
     # Byte-level BPE makes each " a" one token: 5 + <|endoftext|> and 3 + <|endoftext|>.
     two = [Document("a", "a a a a a"), Document("b", "a a a")]
     msg = (
@@ -352,7 +361,7 @@ def test_corpus_too_small(tmp_path: Path) -> None:
         "each needs at least 64 and 63"
     )
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        train_tiny(tmp_path / "two", steps=1, corpus=two, **FAST)
+        _train(tmp_path / "two", steps=1, corpus=two, **FAST)
     assert not (tmp_path / "one").exists()
     assert not (tmp_path / "two").exists()
 
@@ -360,22 +369,22 @@ def test_corpus_too_small(tmp_path: Path) -> None:
 def test_corpus_of_other_items(tmp_path: Path) -> None:
     msg = "corpus must be a spec, a path or a sequence of Document, got an item of type str"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
-        train_tiny(tmp_path / "out", steps=1, corpus=["plain text"], **FAST)  # type: ignore[list-item]
+        _train(tmp_path / "out", steps=1, corpus=["plain text"], **FAST)  # type: ignore[list-item]
     assert not (tmp_path / "out").exists()
 
 
 # --------------------------------------------------------------------------------------------
 # The Bigram-Backcopy task
 
-TASK_FAST = {"task": "bigram-backcopy", "window": 16, "batch_size": 4, "progress": False}
+TASK_FAST = {"task": "bigram-backcopy", "window": 16, "batch_size": 4}
 
 
 def test_task_series_is_deterministic_and_records_bos_attention(tmp_path: Path) -> None:
     from attncoda.models.load import load_model
 
-    a = train_tiny(tmp_path / "a", steps=4, seed=0, **TASK_FAST)
-    b = train_tiny(tmp_path / "b", steps=4, seed=0, **TASK_FAST)
-    c = train_tiny(tmp_path / "c", steps=4, seed=1, **TASK_FAST)
+    a = _train(tmp_path / "a", steps=4, seed=0, **TASK_FAST)
+    b = _train(tmp_path / "b", steps=4, seed=0, **TASK_FAST)
+    c = _train(tmp_path / "c", steps=4, seed=1, **TASK_FAST)
     assert a.task == "bigram-backcopy" and a.steps == (0, 1, 2, 4)
     for pa, pb in zip(a.checkpoints, b.checkpoints, strict=True):
         _assert_same_weights(pa, pb)
@@ -393,7 +402,7 @@ def test_task_series_is_deterministic_and_records_bos_attention(tmp_path: Path) 
     assert meta["config"]["task_config"]["n_triggers"] == 3
     assert "corpus_sha256" not in meta["config"]
     np.testing.assert_allclose(meta["bos_attention_trigger"], a.bos_attention_trigger[-1])
-    again = train_tiny(tmp_path / "a", steps=4, seed=0, **TASK_FAST)
+    again = _train(tmp_path / "a", steps=4, seed=0, **TASK_FAST)
     assert not again.trained
     assert again.bos_attention_non_trigger == a.bos_attention_non_trigger
     model, tokenizer, info = load_model(str(a.checkpoints[-1]))
@@ -403,5 +412,5 @@ def test_task_series_is_deterministic_and_records_bos_attention(tmp_path: Path) 
 
 def test_unknown_task_is_refused(tmp_path: Path) -> None:
     with pytest.raises(AttncodaError, match="unknown task 'copy'; accepted: 'text', "):
-        train_tiny(tmp_path / "x", task="copy", steps=1)
+        _train(tmp_path / "x", task="copy", steps=1)
     assert not (tmp_path / "x").exists()

@@ -22,7 +22,7 @@ head's output by a scalar ``xi_{l,h}``; with ``xi = 1`` and ``requires_grad`` th
 ``dL/dxi`` is the head-importance signal.
 
 Layers are numbered in call order within each forward pass of the model (the numbering of
-:class:`attncoda.capture.attention.Recorder`, hence of every capture table): a forward
+:class:`attncoda.capture.statistics.Recorder`, hence of every capture table): a forward
 pre-hook on the model resets the count, so call the model itself, not one of its submodules.
 Row statistics recorded in the same forward pass describe the attention scores before the
 edit.

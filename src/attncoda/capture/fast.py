@@ -49,7 +49,7 @@ import torch
 
 from .._errors import AttncodaError
 
-__all__ = ["FAST_STATISTICS", "fast_attention", "visible_keys"]
+__all__ = ["FAST_STATISTICS", "fast_attention", "read_mask", "record_layer", "visible_keys"]
 
 #: What the fast path returns per (batch, head, query_pos), as ``row_statistics`` does.
 FAST_STATISTICS = (
@@ -326,16 +326,21 @@ def _layer_mask(recorder, module, attention_mask, q_len, k_len):
     if attention_mask is None:
         entry = (None, bool(getattr(module, "is_causal", False)), True)
     else:
-        entry = _read_mask(attention_mask, q_len, k_len)
+        entry = read_mask(attention_mask, q_len, k_len)
     if len(cache) >= 4:  # a forward has one or two masks (full and sliding-window layers)
         cache.clear()
     cache[id(attention_mask)] = (attention_mask, *entry)
     return entry
 
 
-def _read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):
+def read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):
     """``(visible, causal, ok)`` of a mask, read ``rows_per_chunk`` queries at a time so that
-    no full-size temporary is made (a 32k-token mask is 4 GiB in float32)."""
+    no full-size temporary is made (a 32k-token mask is 4 GiB in float32).
+
+    ``visible`` is bool ``(batch, 1, q_len, k_len)``, None when the mask is exactly causal
+    (``causal``); ``ok`` is False when an additive mask puts a bias on a visible key, which
+    the fast statistics refuse.
+    """
     b = attention_mask.shape[0]
     device = attention_mask.device
     boolean = attention_mask.dtype == torch.bool

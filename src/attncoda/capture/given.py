@@ -3,7 +3,7 @@
 :func:`from_attentions` turns attention computed elsewhere into the same :class:`Capture`
 a model run gives, so every experiment that needs no model (profile, flips, cluster,
 safety, predictor apply, collapse) runs on it. The statistics are those of
-:func:`attncoda.capture.attention.row_statistics`, computed in float64 from the given rows.
+:func:`attncoda.capture.statistics.row_statistics`, computed in float64 from the given rows.
 
 Masked keys are structural, never zeros: keys outside ``attention_mask``, keys after the
 query in a causal row, and ``-inf`` logits (TransformerLens fills masked scores with
@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._errors import AttncodaError
-from .attention import Recorder
-from .capture import Capture, check_batch, record_plan
-from .capture import assemble as assemble_capture
-from .names import ATTENTION_FILES
-from .sinks import auto_sinks, parse_sink, resolve_sinks
+from attncoda._errors import AttncodaError
+from attncoda.capture.forward import check_batch
+from attncoda.capture.names import ATTENTION_FILES
+from attncoda.capture.result import Capture
+from attncoda.capture.result import assemble as assemble_capture
+from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
+from attncoda.capture.statistics import Recorder, record_plan
 
 __all__ = ["ATTENTION_FILES", "KINDS", "from_attentions", "read_attentions"]
 

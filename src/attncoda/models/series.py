@@ -18,13 +18,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import AttncodaError
+from attncoda._errors import AttncodaError
+from attncoda.models.spec import is_hub_id, parse_spec
 
 __all__ = ["SeriesPoint", "parse_series", "pythia_revisions"]
 
 _STEP = re.compile(r"step(\d+)")
-_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
-_HUB_ID = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
 _FORMS = (
     "write 'owner/name@step0,step512,...' (hub revisions named stepN, at least two) or give a "
     "local folder of step<N> checkpoint folders"
@@ -108,17 +107,19 @@ def parse_series(spec: str | os.PathLike[str]) -> list[SeriesPoint]:
     path = Path(text).expanduser()
     if path.is_dir():
         return _local(text, path)
-    repo, at, revisions = text.partition("@")
-    if not at:
-        from .load import embedded_models
+    if "@" not in text:
+        from attncoda.models.load import embedded_models
 
-        if _HUB_ID.fullmatch(repo) or text in embedded_models() or path.is_file():
+        if is_hub_id(text) or text in embedded_models() or path.is_file():
             raise _single(text)
         raise AttncodaError(f"cannot read series spec {text!r}: {_FORMS}")
-    if not _HUB_ID.fullmatch(repo):
+    parsed = parse_spec(text)
+    if parsed.revision is None:
+        repo = text.partition("@")[0]
         raise AttncodaError(
             f"series spec {text!r}: {repo!r} before '@' is not a hub id 'owner/name'; {_FORMS}"
         )
+    repo, revisions = parsed.name, parsed.revision
     points: dict[int, SeriesPoint] = {}
     for raw in revisions.split(","):
         name = raw.strip()
@@ -139,7 +140,7 @@ def parse_series(spec: str | os.PathLike[str]) -> list[SeriesPoint]:
 
 
 def _local(text: str, path: Path) -> list[SeriesPoint]:
-    from attncoda.training.train import list_checkpoints
+    from attncoda.training.checkpoints import list_checkpoints
 
     if (path / "config.json").is_file():
         raise _single(text)

@@ -24,7 +24,7 @@ from attncoda.store import atomic_write_json
 
 __all__ = ["HELD_OUT", "SERIES", "TRAINING", "main", "model_row", "regenerate"]
 
-#: The training series: name -> train_tiny arguments.
+#: The training series: name -> TrainConfig fields.
 SERIES: dict[str, dict[str, Any]] = {
     "bigram-backcopy-seed0": {"task": "bigram-backcopy", "seed": 0},
     "bigram-backcopy-seed1": {"task": "bigram-backcopy", "seed": 1},
@@ -61,9 +61,9 @@ def _spec(name: str, root: Path) -> str:
     series, at, step = name.partition("@")
     if not at:
         return name
-    from attncoda.training.train import train_tiny
+    from attncoda.training.train import TrainConfig, train_tiny
 
-    train_tiny(root / "series" / series, threads=1, progress=True, **SERIES[series])
+    train_tiny(root / "series" / series, TrainConfig(**SERIES[series]), threads=1, progress=True)
     return str(root / "series" / series / step)
 
 

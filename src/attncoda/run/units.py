@@ -341,11 +341,10 @@ def _prune(unit: Unit, spec: str, config: Mapping[str, Any], root: Path) -> dict
 def _train(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     import pandas as pd
 
-    from attncoda.training.train import train_tiny
+    from attncoda.training.train import TrainConfig, train_tiny
 
     s = config["settings"]
-    result = train_tiny(
-        root / "series" / "train-tiny",
+    train_config = TrainConfig(
         task=s.get("train_task", "text"),
         steps=s["train_steps"],
         seed=config["seed"],
@@ -354,9 +353,8 @@ def _train(unit: Unit, config: Mapping[str, Any], root: Path) -> dict[str, Any]:
         batch_size=s["train_batch_size"],
         lr=s.get("train_lr"),
         corpus=config["corpus"]["text"],
-        threads=1,
-        progress=False,
     )
+    result = train_tiny(root / "series" / "train-tiny", train_config, threads=1, progress=False)
     rows = []
     for step, tr, va, att in zip(
         result.steps, result.train_loss, result.val_loss, result.first_token_attention, strict=True

@@ -1,19 +1,43 @@
 """Atomic file writes: a result file is either complete or absent, never half-written.
 
 Each write goes to a temporary file in the same folder, is flushed and fsynced, then renamed
-over the target (``os.replace`` is atomic on POSIX and Windows within one filesystem).
+over the target (``os.replace`` is atomic on POSIX and Windows within one filesystem). A
+folder written as a whole (a model checkpoint) is filled under a temporary name beside its
+target and renamed into place (:func:`atomic_folder`). :func:`is_temporary` recognises what a
+killed write leaves behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "TEMP_PREFIX",
+    "atomic_folder",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "is_temporary",
+    "jsonable",
+    "read_json",
+    "read_table",
+    "write_table",
+]
+
+#: Name prefix of the temporary folders :func:`atomic_folder` fills.
+TEMP_PREFIX = ".attncoda-tmp-"
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -64,16 +88,53 @@ _UMASK = _read_umask()
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as indented, key-sorted JSON, atomically."""
-    text = json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n"
+    text = json.dumps(obj, indent=2, sort_keys=True, default=jsonable) + "\n"
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``json.dumps``'s ``default``: a numpy scalar as its Python value, a path as a string.
+
+    Raises ``TypeError`` for anything else, as ``json.dumps`` expects of ``default``.
+    """
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is that of a temporary this module writes (what a killed write leaves).
+
+    ``.<target>.<random>.tmp`` files of :func:`atomic_write_bytes` and
+    ``.attncoda-tmp-<target>-<pid>`` folders of :func:`atomic_folder`.
+    """
+    return name.startswith(TEMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Fill a folder under a temporary name, then put it at ``path`` in one rename.
+
+    Yields ``<parent>/.attncoda-tmp-<name>-<pid>`` (emptied first if a killed attempt of this
+    process id left it). When the block ends without an error, whatever ``path`` held is
+    removed and the temporary folder is renamed to ``path``; on an error the temporary
+    folder is removed and ``path`` is left as it was.
+    """
+    target = Path(path)
+    temp = target.parent / f"{TEMP_PREFIX}{target.name}-{os.getpid()}"
+    if temp.exists():
+        shutil.rmtree(temp)
+    temp.mkdir(parents=True)
+    try:
+        yield temp
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(temp, target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -86,7 +147,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise AttncodaError(f"{str(path)!r} is not valid JSON: {exc}") from exc
 
 
-def write_table(df: Any, path: str | os.PathLike[str]) -> Path:
+def write_table(df: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Write a pandas DataFrame as Parquet (pyarrow, no index), atomically."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -97,7 +158,7 @@ def write_table(df: Any, path: str | os.PathLike[str]) -> Path:
     return atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
-def read_table(path: str | os.PathLike[str]) -> Any:
+def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read a Parquet table written by :func:`write_table` into pandas."""
     import pandas as pd
 

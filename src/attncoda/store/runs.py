@@ -23,17 +23,21 @@ the differing keys.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.store.files import atomic_write_json, read_json, read_table, write_table
+from attncoda.store.files import atomic_write_json, jsonable, read_json, read_table, write_table
 from attncoda.store.manifest import run_manifest
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DONE = "_done.json"
 MANIFEST = "manifest.json"
@@ -100,11 +104,7 @@ _MISSING = object()
 
 def _plain(obj: Any) -> Any:
     """JSON's view of ``obj`` (tuples become lists), so a stored and a given config compare."""
-    import json
-
-    from attncoda.store.files import _jsonable
-
-    return json.loads(json.dumps(obj, default=_jsonable))
+    return json.loads(json.dumps(obj, default=jsonable))
 
 
 class RunStore:
@@ -232,7 +232,7 @@ class RunStore:
     def finish(
         self,
         unit: Unit,
-        tables: Mapping[str, Any],
+        tables: Mapping[str, pd.DataFrame],
         facts: Mapping[str, Any] | None = None,
     ) -> Path:
         """Write ``unit``'s tables, then its ``_done.json`` (last, atomically).
@@ -266,7 +266,7 @@ class RunStore:
         """The facts a finished unit recorded."""
         return dict(read_json(self.unit_dir(unit) / DONE).get("facts", {}))
 
-    def partition(self, unit: Unit, name: str) -> Any:
+    def partition(self, unit: Unit, name: str) -> pd.DataFrame:
         """Table ``name`` of a finished unit (a pandas DataFrame)."""
         return read_table(self.unit_dir(unit) / f"{name}.parquet")
 
@@ -276,7 +276,7 @@ class RunStore:
 
     # the union -------------------------------------------------------------------------------
 
-    def union(self, name: str, units: Iterable[Unit]) -> Any:
+    def union(self, name: str, units: Iterable[Unit]) -> pd.DataFrame | None:
         """Table ``name`` over ``units`` (in the order given; units without it are passed)."""
         import pandas as pd
 
@@ -297,7 +297,7 @@ class RunStore:
             return None
         return write_table(frame, self.root / "tables" / f"{name}.parquet")
 
-    def write_table(self, name: str, frame: Any) -> Path:
+    def write_table(self, name: str, frame: pd.DataFrame) -> Path:
         """Write a derived table (computed from partitions) to ``DIR/tables``."""
         return write_table(frame, self.root / "tables" / f"{name}.parquet")
 
@@ -323,7 +323,7 @@ def _sha256(path: Path) -> str:
     return _HASHES[key]
 
 
-def _keyed(frame: Any, unit: Unit) -> Any:
+def _keyed(frame: pd.DataFrame, unit: Unit) -> pd.DataFrame:
     out = frame.copy()
     for column in ("revision", "model"):
         if column in out.columns:
@@ -337,7 +337,7 @@ def _get(config: Mapping[str, Any], dotted: str) -> Any:
     return _flatten(_plain(config)).get(dotted, "<absent>")
 
 
-def read_run_tables(root: str | os.PathLike[str]) -> dict[str, Any]:
+def read_run_tables(root: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
     """Every table of ``DIR/tables`` as ``{name: DataFrame}`` (sorted by name)."""
     folder = Path(root) / "tables"
     if not folder.is_dir():
