@@ -93,3 +93,36 @@ def test_next_token_nll_matches_cross_entropy_on_a_padded_batch():
 def test_the_capture_module_serves_the_forward_helpers():
     for name in ("check_batch", "first_position", "forward_kwargs", "position_ids"):
         assert getattr(capture_module, name) is globals()[name]
+
+
+def test_without_logits_a_language_model_projects_only_the_last_position():
+    model = _tiny("llama")
+    ids = torch.tensor([[5, 6, 7, 8]])
+    mask = torch.ones_like(ids)
+    assert "logits_to_keep" not in forward_kwargs(model, ids, mask)
+    assert forward_kwargs(model, ids, mask, logits=False)["logits_to_keep"] == 1
+    full = forward(model, ids, mask)
+    last = forward(model, ids, mask, logits=False)
+    assert full.logits.shape == (1, 4, VOCAB)
+    assert last.logits.shape == (1, 1, VOCAB)
+    # The same forward pass up to the head; the head's matmul over one row instead of four
+    # may round differently (BLAS picks its kernel by shape), hence a float32 tolerance.
+    torch.testing.assert_close(last.logits[0, -1], full.logits[0, -1], rtol=1e-5, atol=1e-6)
+
+
+def test_an_encoder_takes_no_logits_to_keep():
+    model = _tiny("bert")
+    ids = torch.tensor([[5, 6, 7]])
+    assert "logits_to_keep" not in forward_kwargs(model, ids, torch.ones_like(ids), logits=False)
+
+
+def test_capture_statistics_do_not_depend_on_keeping_the_outputs():
+    from attncoda.capture.capture import capture_windows
+
+    model = _tiny("llama")
+    windows = [[5, 6, 7, 8, 9], [10, 11, 12]]
+    kept = capture_windows(model, windows, keep_outputs=True)
+    dropped = capture_windows(model, windows)
+    assert kept.outputs is not None and dropped.outputs is None
+    for name in ("sink_mass", "entropy", "content_entropy", "sink_balance"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(dropped, name))

@@ -197,7 +197,17 @@ def capture(
             for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
         ]
     rec, out, floored = _run(
-        model, ids, mask, sinks, record, mode, zeros, block_size, spec.learned, method
+        model,
+        ids,
+        mask,
+        sinks,
+        record,
+        mode,
+        zeros,
+        block_size,
+        spec.learned,
+        method,
+        logits=keep_outputs,
     )
     virtual = int(any(rec.virtual))
     if virtual and not all(rec.virtual):
@@ -222,7 +232,19 @@ def capture(
     return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
 
 
-def _run(model, ids, mask, sinks, record, mode, zeros, block_size, learned=False, method="exact"):
+def _run(
+    model,
+    ids,
+    mask,
+    sinks,
+    record,
+    mode,
+    zeros,
+    block_size,
+    learned=False,
+    method="exact",
+    logits=False,
+):
     """One forward pass; returns (recorder, model output, n_floored)."""
     real = mask.bool()
     offsets = real.long().argmax(-1)
@@ -245,9 +267,9 @@ def _run(model, ids, mask, sinks, record, mode, zeros, block_size, learned=False
     )
     if mode == "attention":
         with routed(model, rec):
-            out = forward(model, ids, mask)
+            out = forward(model, ids, mask, logits=logits)
         return rec, out, 0
-    out, floored = read_outputs(model, ids, mask, rec, zeros)
+    out, floored = read_outputs(model, ids, mask, rec, zeros, logits=logits)
     return rec, out, floored
 
 

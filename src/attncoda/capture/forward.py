@@ -124,11 +124,17 @@ def position_ids(model, mask: torch.Tensor) -> torch.Tensor | None:
     return torch.where(mask.bool(), counted + start, max(start - 1, 0)).long()
 
 
-def forward_kwargs(model, ids, mask, output_attentions: bool = False) -> dict[str, Any]:
+def forward_kwargs(
+    model, ids, mask, output_attentions: bool = False, logits: bool = True
+) -> dict[str, Any]:
     """The keyword arguments of one cache-free forward pass over a padded batch.
 
     ``input_ids`` and ``attention_mask``; ``position_ids`` only where left padding would
-    shift them (:func:`position_ids`); ``use_cache=False`` where the model takes it.
+    shift them (:func:`position_ids`); ``use_cache=False`` where the model takes it. With
+    ``logits=False``, ``logits_to_keep=1`` where the model takes it: a language model then
+    projects only the last position onto its vocabulary (at 32k tokens and a 262k-token
+    vocabulary the full logits are 32 GiB of float32). The hidden states and the attention
+    are the same either way.
     """
     params = inspect.signature(model.forward).parameters
     kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
@@ -139,17 +145,20 @@ def forward_kwargs(model, ids, mask, output_attentions: bool = False) -> dict[st
         kwargs["use_cache"] = False
     if output_attentions:
         kwargs["output_attentions"] = True
+    if not logits and "logits_to_keep" in params:
+        kwargs["logits_to_keep"] = 1
     return kwargs
 
 
-def forward(model, ids, mask, output_attentions: bool = False) -> Any:
+def forward(model, ids, mask, output_attentions: bool = False, logits: bool = True) -> Any:
     """One cache-free forward pass without gradients, with :func:`forward_kwargs`.
 
     Returns the model's output object (``logits`` or ``last_hidden_state``, and the
-    attention probabilities with ``output_attentions``).
+    attention probabilities with ``output_attentions``); ``logits=False`` keeps the logits
+    of the last position only.
     """
     with torch.no_grad():
-        return model(**forward_kwargs(model, ids, mask, output_attentions))
+        return model(**forward_kwargs(model, ids, mask, output_attentions, logits))
 
 
 def next_token_nll(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

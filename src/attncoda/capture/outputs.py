@@ -22,7 +22,9 @@ from attncoda.capture.statistics import Recorder
 __all__ = ["eager_attention", "read_outputs"]
 
 
-def read_outputs(model, ids, mask, recorder: Recorder, zeros: str) -> tuple[Any, int]:
+def read_outputs(
+    model, ids, mask, recorder: Recorder, zeros: str, logits: bool = True
+) -> tuple[Any, int]:
     """One eager forward pass with ``output_attentions``, its rows folded into ``recorder``.
 
     Parameters
@@ -37,6 +39,8 @@ def read_outputs(model, ids, mask, recorder: Recorder, zeros: str) -> tuple[Any,
         above it).
     zeros : {"raise", "floor"}
         What a visible key of probability exactly 0 gets (:func:`attncoda.capture.capture`).
+    logits : bool
+        Whether the output keeps every position's logits (``False``: the last one only).
 
     Returns
     -------
@@ -46,7 +50,7 @@ def read_outputs(model, ids, mask, recorder: Recorder, zeros: str) -> tuple[Any,
     real = mask.bool()
     offsets = real.long().argmax(-1)
     with eager_attention(model):
-        out = forward(model, ids, mask, output_attentions=True)
+        out = forward(model, ids, mask, output_attentions=True, logits=logits)
     atts = getattr(out, "attentions", None)
     if not atts or any(a is None for a in atts):
         raise AttncodaError(
