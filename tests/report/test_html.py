@@ -104,6 +104,12 @@ def test_the_report_has_seven_sections_in_order(report, page):
     assert [s[0] for s in SECTIONS] == SECTION_IDS
 
 
+def test_the_settings_table_names_each_setting_by_its_group(report):
+    header = report.read_text(encoding="utf-8").split("<nav>")[0]
+    for key, value in (("flips.n_boot", "20"), ("rows.docs", "3"), ("train.steps", "16")):
+        assert f"<td>{key}</td><td>{value}</td>" in header, key
+
+
 def test_every_image_is_an_embedded_png_that_decodes(page):
     assert len(page.images) >= 7
     for img in page.images:

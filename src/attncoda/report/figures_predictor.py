@@ -41,7 +41,7 @@ def predictor_figure(table: pd.DataFrame) -> Figure:
     if len(table) == 0:
         raise AttncodaError("the predictor table has no rows to plot")
     rows = [(label, r) for label, g in groups(table) for r in g.to_dict("records")]
-    fig = new_figure(figsize=(7.5, 1.2 + 0.45 * len(rows)))
+    fig = new_figure(figsize=(8.0, 1.2 + 0.45 * len(rows)))
     ax = fig.add_subplot()
     y = np.arange(len(rows))[::-1]
     for yi, (_, r) in zip(y, rows, strict=True):
@@ -51,10 +51,10 @@ def predictor_figure(table: pd.DataFrame) -> Figure:
             ax.plot([float(r["predicted"])], [yi], "o", color="#2e86c1")
         ax.plot([float(r["measured"])], [yi], "x", color="#c0392b", ms=8, mew=2)
     ax.set_yticks(y, [f"{label}: {r['verdict']}" for label, r in rows], fontsize=8)
+    from matplotlib.ticker import PercentFormatter
+
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("flip rate, keep vs drop (mean over the row metrics)")
-    ax.set_title(
-        "Frozen predictor: interval and point prediction (blue), measured (red cross)",
-        fontsize=10,
-    )
+    ax.set_title("Frozen predictor: interval and prediction (blue), measured (red ×)", fontsize=10)
     ax.grid(alpha=0.3, axis="x")
     return fig
