@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.cli_args import Parser, add_settings, names, validate
@@ -17,7 +18,7 @@ from attncoda.cli_args import Parser, add_settings, names, validate
 #: Option strings of settings fields whose option is not ``--<field-name>`` alone: the
 #: window length keeps ``--max-tokens`` (``--tokens`` is the token-id file of given
 #: attention), and older names stay as aliases.
-FLAGS = {
+FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
     "profile": {"tokens": ("--max-tokens",)},
     "flips": {},
     "cluster": {"n_clusters": ("--n-clusters", "--clusters")},
@@ -34,10 +35,10 @@ FLAGS = {
 }
 
 
-def _settings(p: argparse.ArgumentParser, name: str, **options: object) -> None:
+def _settings(p: argparse.ArgumentParser, name: str, skip: Sequence[str] = ()) -> None:
     from attncoda.experiments.contract import experiment
 
-    add_settings(p, experiment(name).settings, flags=FLAGS[name], **options)  # type: ignore[arg-type]
+    add_settings(p, experiment(name).settings, flags=FLAGS[name], skip=skip)
 
 
 def _rows(p: argparse.ArgumentParser) -> None:
@@ -136,7 +137,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     _capture_options(p)
 
 
-def _experiment_parsers(sub: argparse._SubParsersAction) -> None:
+def _experiment_parsers(sub: Any) -> None:
     prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
     prof.add_argument(
         "model",
@@ -199,7 +200,7 @@ def _experiment_parsers(sub: argparse._SubParsersAction) -> None:
     pu.set_defaults(command_name="prune")
 
 
-def _run_parsers(sub: argparse._SubParsersAction) -> None:
+def _run_parsers(sub: Any) -> None:
     rp = sub.add_parser(
         "reproduce",
         help="every experiment on a list of models: a resumable run folder and report.html",
@@ -243,7 +244,7 @@ def _run_parsers(sub: argparse._SubParsersAction) -> None:
     sw.set_defaults(command_name="sweep")
 
 
-def _train_parser(sub: argparse._SubParsersAction) -> None:
+def _train_parser(sub: Any) -> None:
     from attncoda.data.tasks import TASKS  # numpy only: no torch at parse time
 
     tt = sub.add_parser("train-tiny", help="train a small GPT-NeoX from scratch (checkpoints)")

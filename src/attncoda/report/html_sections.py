@@ -65,6 +65,13 @@ class Context:
     tables: Mapping[str, pd.DataFrame]
     sink: str
 
+    def need(self, name: str) -> pd.DataFrame:
+        """Table ``name``, which the section's caller found present (:meth:`get`)."""
+        frame = self.get(name)
+        if frame is None:
+            raise KeyError(name)
+        return frame
+
     def get(self, name: str) -> pd.DataFrame | None:
         """Table ``name``, or ``None`` when the run folder lacks it or it has no rows."""
         frame = self.tables.get(name)
@@ -78,7 +85,7 @@ def profile_section(ctx: Context) -> str:
     """Per model: mean sink mass, H(p) and its exact parts (nats), and the heatmap figure."""
     from attncoda.report.figures import figure
 
-    heads = ctx.get("profile_heads")
+    heads = ctx.need("profile_heads")
     convention = (
         "none — exact sink/content split (entropy identity H(p) = h(s) + s·H(p_S/s) + "
         f"(1−s)·H(q)), sink = {ctx.sink}"
@@ -151,7 +158,7 @@ def flips_section(ctx: Context) -> str:
     """Flip rates keep vs drop per model and metric, with CIs; the range over all of them."""
     from attncoda.report.figures import figure
 
-    flips = ctx.get("flips")
+    flips = ctx.need("flips")
     convention = f"keep vs drop (sink = {ctx.sink})"
     rates = flips["flip_rate"].astype(float)
     finite = rates[rates.notna()]
@@ -234,7 +241,7 @@ def cluster_section(ctx: Context) -> str:
     """Spearman ρ of MDS axis 1 vs sink mass per variant, adjusted Rand, sink share of d_A²."""
     from attncoda.report.figures import figure
 
-    summary = ctx.get("cluster_summary")
+    summary = ctx.need("cluster_summary")
     heads = ctx.get("cluster")
     agreement = ctx.get("cluster_agreement")
     convention = (
@@ -341,7 +348,7 @@ def safety_section(ctx: Context) -> str:
     """Flip rate keep vs drop by bin of the sink share of d_A² and of the sink-mass gap."""
     from attncoda.report.figures import figure
 
-    binned = ctx.get("safety")
+    binned = ctx.need("safety")
     grid = ctx.get("safety_grid")
     convention = (
         "keep vs drop, binned by the Aitchison sink share of d_A² and the sink-mass gap "

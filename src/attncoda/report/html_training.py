@@ -37,7 +37,7 @@ def predictor_section(ctx: Context) -> str:
     """The shipped frozen predictor on each model: prediction or abstention, measured, verdict."""
     from attncoda.report.figures import figure
 
-    rows = ctx.get("predictor")
+    rows = ctx.need("predictor")
     convention = (
         "keep vs drop flip rate, mean over the row metrics (predicted and measured), "
         f"sink = {ctx.sink}"
@@ -115,7 +115,7 @@ def collapse_section(ctx: Context) -> str:
     """The entropy change over training split into sink and content parts (nats)."""
     from attncoda.report.figures import figure
 
-    pairs = ctx.get("collapse")
+    pairs = ctx.need("collapse")
     convention = (
         "none — exact two-factor Shapley split of the entropy change, ΔH = ΔH_sink + "
         f"ΔH_content, sink = {ctx.sink}"
@@ -349,7 +349,7 @@ def prune_section(ctx: Context) -> str:
     from attncoda.report.figures import figure
     from attncoda.report.figures_training import CHANNEL_LABELS
 
-    prune = ctx.get("prune")
+    prune = ctx.need("prune")
     convention = (
         "ranking channels — full entropy H(p) = keep sink, content entropy H(q) = drop sink; "
         f"sink mass and sink balance need no convention; sink = {ctx.sink}"

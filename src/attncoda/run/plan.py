@@ -142,8 +142,8 @@ def plan(config: Mapping[str, Any]) -> Plan:
         if deps:
             after[unit] = tuple(deps)
     order = {u: i for i, u in enumerate(units)}
-    for unit, deps in after.items():
-        late = [d for d in deps if order[d] > order[unit]]
+    for unit, awaited in after.items():
+        late = [d for d in awaited if order[d] > order[unit]]
         if late:  # EXPERIMENTS lists each experiment after those it runs after
             raise AttncodaError(f"unit {unit.key} is planned before {late[0].key}, which it reads")
     return Plan(units=tuple(units), after=after)
