@@ -14,7 +14,7 @@ from attncoda.experiments.cluster import (
     VARIANTS,
     ClusterResult,
     cluster,
-    write_cluster,
+    result_tables,
 )
 from attncoda.experiments.inputs import DocRows, HeadRows
 
@@ -249,15 +249,19 @@ def test_identical_sink_two_content_groups_give_zero_sink_distances() -> None:
     assert content == [0] * 4 + [1] * 4
 
 
-def test_write_cluster_round_trip(random_result: ClusterResult, tmp_path) -> None:
-    table_path, json_path = write_cluster(random_result, tmp_path / "out")
-    assert table_path.name == "cluster.parquet" and json_path.name == "artifact.json"
-    pd.testing.assert_frame_equal(pd.read_parquet(table_path), random_result.table)
-    assert json.loads(json_path.read_text(encoding="utf-8")) == random_result.artifact
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "artifact.json",
-        "cluster.parquet",
-    ]
+def test_summary_is_the_artifact_made_json_safe(random_result: ClusterResult) -> None:
+    summary = result_tables(random_result).summary
+    assert json.loads(json.dumps(summary, allow_nan=False)) == random_result.artifact
+    # JSON has no NaN: a non-finite float (here a stress) is stored as null
+    artifact = dict(random_result.artifact)
+    artifact["mds_stress"] = {**artifact["mds_stress"], "keep": float("nan")}
+    artifact["degenerate_variants"] = [*artifact["degenerate_variants"], float("inf")]
+    nan = ClusterResult(table=random_result.table, artifact=artifact, distances={})
+    summary = result_tables(nan).summary
+    json.dumps(summary, allow_nan=False)
+    assert summary["mds_stress"]["keep"] is None
+    assert summary["degenerate_variants"][-1] is None
+    assert summary["mds_stress"]["drop"] == random_result.artifact["mds_stress"]["drop"]
 
 
 def test_refuses_bad_arguments(random_rows: HeadRows) -> None:

@@ -1,4 +1,4 @@
-"""collapse(): the exact sink/content split of entropy changes across checkpoints."""
+"""collapse: the exact sink/content split of entropy changes across checkpoints."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ transformers = pytest.importorskip("transformers")
 pd = pytest.importorskip("pandas")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import _forward, capture_windows  # noqa: E402
+from attncoda.capture.capture import capture_windows, forward_kwargs  # noqa: E402
 from attncoda.coda import entropy_change_split  # noqa: E402
 from attncoda.experiments.collapse import (  # noqa: E402
     CHECKPOINT_COLUMNS,
     COLUMNS,
     CheckpointStats,
-    _check_same_layout,
-    collapse,
-    write_collapse,
+    checkpoint_stats,
+    collapse_from_stats,
 )
+from attncoda.experiments.collapse_stats import check_same_layout  # noqa: E402
 from attncoda.models.series import SeriesPoint  # noqa: E402
 
 VOCAB = 120
@@ -48,11 +48,10 @@ def points(n: int) -> list[SeriesPoint]:
     return [SeriesPoint(step, f"step{step}", f"ckpt{step}") for step in steps]
 
 
-def loader_of(models: dict[str, object], tokenizers: dict[str, object] | None = None):
-    def loader(spec: str):
-        return models[spec], (tokenizers or {}).get(spec), None
-
-    return loader
+def collapse(pts, wins, models, *, batch_size=8, model="tiny", **options):
+    """The series' tables: each checkpoint's statistics (``models[spec]``), assembled."""
+    stats = [checkpoint_stats(models[p.spec], None, wins, p, batch_size=batch_size) for p in pts]
+    return collapse_from_stats(stats, wins, points=pts, model=model, **options)
 
 
 def windows(n: int = 4, seed: int = 3) -> list[list[int]]:
@@ -64,7 +63,7 @@ def windows(n: int = 4, seed: int = 3) -> list[list[int]]:
 def series():
     pts = points(3)
     models = {p.spec: neox(seed) for p, seed in zip(pts, (0, 1, 2), strict=True)}
-    result = collapse(pts, windows(), loader=loader_of(models), batch_size=3, model="tiny")
+    result = collapse(pts, windows(), models, batch_size=3)
     return pts, models, result
 
 
@@ -130,7 +129,8 @@ def test_pair_numbers_match_a_direct_computation_from_the_captures(series):
 def eager_log_rows(model, window):
     """float64 log-probabilities ``(layer, head, query, key)`` from eager output_attentions."""
     ids = torch.as_tensor([window])
-    out = _forward(model, ids, torch.ones_like(ids), output_attentions=True)
+    with torch.no_grad():
+        out = model(**forward_kwargs(model, ids, torch.ones_like(ids), True))
     probs = torch.stack([a[0] for a in out.attentions]).double()
     return torch.log(probs).numpy()
 
@@ -172,7 +172,7 @@ def test_head_means_match_entropy_change_split_on_eager_rows(series):
 def test_an_unchanged_model_has_an_undefined_share():
     pts = points(2)
     model = neox(0)
-    result = collapse(pts, windows(2), loader=loader_of({p.spec: model for p in pts}))
+    result = collapse(pts, windows(2), {p.spec: model for p in pts})
     model_row = result.table[result.table["level"] == "model"].iloc[0]
     assert model_row["delta_entropy"] == 0.0
     assert model_row["sink_share"] is pd.NA
@@ -186,7 +186,7 @@ def test_an_unchanged_model_has_an_undefined_share():
 def test_opposite_parts_are_noted():
     pts = points(2)
     models = {pts[0].spec: neox(0), pts[1].spec: neox(1)}
-    result = collapse(pts, windows(), loader=loader_of(models))
+    result = collapse(pts, windows(), models)
     for _, row in result.table.iterrows():
         if row["delta_sink"] * row["delta_content"] < 0:
             assert row["sink_share_note"] == (
@@ -196,18 +196,14 @@ def test_opposite_parts_are_noted():
             assert row["sink_share_note"] == ""
 
 
-def test_write_collapse_and_figure(series, tmp_path):
+def test_summary_is_json_ready_and_the_table_drawn(series, tmp_path):
     from attncoda.report.figures_training import collapse_figure
 
-    _, _, result = series
-    table_path, checkpoints_path, summary_path = write_collapse(result, tmp_path / "out")
-    back = pd.read_parquet(table_path)
-    assert tuple(back.columns) == COLUMNS
-    assert back["sink_share"].isna().sum() == result.table["sink_share"].isna().sum()
-    assert len(pd.read_parquet(checkpoints_path)) == len(result.checkpoints)
-    summary = json.loads(summary_path.read_text())
-    assert "NaN" not in summary_path.read_text()
+    pts, _, result = series
+    summary = json.loads(json.dumps(result.summary, allow_nan=False))
     assert len(summary["pairs"]) == 2
+    assert summary["points"] == [{"step": p.step, "label": p.label, "spec": p.spec} for p in pts]
+    assert summary["n_windows"] == 4 and summary["n_tokens"] == 9 + 14 + 6 + 11
     figure = collapse_figure(result.table, tmp_path / "collapse.png", model="tiny")
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -218,56 +214,29 @@ def raises(message: str):
 
 def test_errors():
     pts = points(2)
-    same = loader_of({p.spec: neox(0) for p in pts})
-    with raises("collapse needs a series of at least 2 checkpoints, got 1"):
-        collapse(pts[:1], windows(), loader=same)
-    with raises("series points must have increasing, distinct steps, got [16, 0]"):
-        collapse(pts[::-1], windows(), loader=same)
-    with raises("series_points must hold SeriesPoint items (see parse_series), got str"):
-        collapse(["a", "b"], windows(), loader=same)
+    same = {p.spec: neox(0) for p in pts}
+    stats = [checkpoint_stats(same[p.spec], None, windows(), p) for p in pts]
+    with raises("collapse needs at least 2 checkpoints' statistics, got 1"):
+        collapse_from_stats(stats[:1], windows(), points=pts[:1], model="tiny")
     with raises("windows_ids is empty: give at least one window of token ids"):
-        collapse(pts, [], loader=same)
+        collapse_from_stats(stats, [], points=pts, model="tiny")
     with raises(
         "window 1 must be a sequence of at least 2 token ids (a row needs a key besides the "
         "sink to have content), got [5]"
     ):
-        collapse(pts, [[1, 2, 3], [5]], loader=same)
+        checkpoint_stats(same["ckpt0"], None, [[1, 2, 3], [5]], pts[0])
     with raises("share_atol must be a non-negative number, got -1.0"):
-        collapse(pts, windows(), loader=same, share_atol=-1.0)
-    with raises(
-        "checkpoint step16 has another vocab_size than step0 (compared: vocab_size): a series "
-        "must share one tokenizer"
-    ):
-        collapse(pts, windows(), loader=loader_of({"ckpt0": neox(0), "ckpt16": neox(0, vocab=130)}))
+        collapse_from_stats(stats, windows(), points=pts, model="tiny", share_atol=-1.0)
     with raises(
         "checkpoint step0 has a vocabulary of 120 tokens, but the windows hold token id 125: "
         "make the windows with this series' tokenizer"
     ):
-        collapse(pts, [[1, 125]], loader=same)
+        checkpoint_stats(same["ckpt0"], None, [[1, 125]], pts[0])
     with raises(
         "checkpoint step16 has 3 layers x 4 heads, step0 has 2 x 4: a series must keep its "
         "architecture"
     ):
-        collapse(pts, windows(), loader=loader_of({"ckpt0": neox(0), "ckpt16": neox(0, 3)}))
-
-
-def test_tokenizers_must_share_their_vocabulary():
-    class Tok:
-        def __init__(self, vocab):
-            self.vocab = vocab
-            self.pad_token_id = 0
-
-        def get_vocab(self):
-            return dict(self.vocab)
-
-    pts = points(2)
-    models = {p.spec: neox(0) for p in pts}
-    tokenizers = {"ckpt0": Tok({"a": 0, "b": 1}), "ckpt16": Tok({"a": 1, "b": 0})}
-    with raises(
-        "checkpoint step16 has another tokenizer vocabulary than step0 (compared: tokenizer "
-        "vocabulary): a series must share one tokenizer"
-    ):
-        collapse(pts, windows(), loader=loader_of(models, tokenizers))
+        collapse(pts, windows(), {"ckpt0": neox(0), "ckpt16": neox(0, 3)})
 
 
 def test_moving_sink_keys_are_refused():
@@ -281,4 +250,4 @@ def test_moving_sink_keys_are_refused():
         "the sink keys of window 0 differ between step0 ([0]) and step8 ([0, 2]): the split "
         "needs the same sink keys at every checkpoint; use sink='first' or explicit positions"
     ):
-        _check_same_layout(stats("step0", [0]), stats("step8", [0, 2]))
+        check_same_layout(stats("step0", [0]), stats("step8", [0, 2]))

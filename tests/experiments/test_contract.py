@@ -47,6 +47,7 @@ from attncoda.experiments.profile import head_summary  # noqa: E402
 from attncoda.experiments.prune import prune, split_windows  # noqa: E402
 from attncoda.experiments.safety import safety_map  # noqa: E402
 from attncoda.models.series import SeriesPoint  # noqa: E402
+from attncoda.store import atomic_write_json  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -135,6 +136,14 @@ def test_an_unknown_experiment_and_a_missing_input_are_named():
         experiment("flips").run(Inputs(model="m"), experiment("flips").settings())
     with raises("the runner gave no 'flips' tables for 'm': run flips first"):
         Inputs(model="m").tables_of("flips")
+    # each name of NEEDS is an input: "model" is the loaded (model, tokenizer, info)
+    with raises("the runner gave no 'model' input for 'm'"):
+        Inputs(model="m").need("model")
+    loaded = (object(), None, None)
+    assert Inputs(model="m", loaded=loaded).need("model") is loaded
+    for name in NEEDS:
+        with raises(f"the runner gave no {name!r} input for 'm'"):
+            Inputs(model="m").need(name)
 
 
 # --- experiments on recorded rows ------------------------------------------------------------
@@ -292,7 +301,7 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
         rates = {m: r * scale for m, r in row["flip_rates"].items()}
         others.append({"model": f"other {i}", "features": features, "flip_rates": rates})
     fitted = fit_predictor([*others, {**row, "model": "tiny step4"}])
-    path = fitted.to_json(tmp_path / "predictor.json")
+    path = atomic_write_json(tmp_path / "predictor.json", fitted.to_dict())
     e = experiment("predictor")
     inputs = Inputs(model="tiny", revision="step4", rows=rows, after={"flips": flips_tables})
     frame = e.run(inputs, e.settings(predictor=str(path))).frames["predictor"]

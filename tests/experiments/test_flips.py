@@ -17,10 +17,11 @@ from attncoda.experiments.flips import (
     BY_LAYER_COLUMNS,
     FLIP_METRICS,
     TABLE_COLUMNS,
-    _inversions,
     flips,
     triplet_flips,
 )
+from attncoda.experiments.flips_bootstrap import bootstrap_rates, resample_weights
+from attncoda.experiments.flips_count import count_inversions
 from attncoda.experiments.inputs import DocRows, HeadRows
 
 
@@ -190,7 +191,7 @@ def test_inversion_kernel_counts_every_inversion(n):
     pi = np.stack([rng.permutation(n) for _ in range(3)] + [np.arange(n)[::-1], np.arange(n)])
     upper = np.triu(np.ones((n, n), dtype=bool), 1)
     expected = [int(((p[:, None] > p[None, :]) & upper).sum()) for p in pi]
-    assert _inversions(pi).tolist() == expected
+    assert count_inversions(pi).tolist() == expected
     assert expected[-2:] == [n * (n - 1) // 2, 0]
 
 
@@ -375,16 +376,16 @@ def test_bootstrap_recounts_every_triplet_of_each_resample():
 def test_bootstrap_with_repeated_draws_counts_each_draw_as_itself():
     # Two documents give only 3 distinct draws: 40 resamples repeat them, and each repeat
     # must get the rate of its own draw (counted once, copied back in resample order).
-    from attncoda.experiments.flips import _bootstrap_rates, _resample_weights, document_sums
+    from attncoda.experiments.flips import document_sums
 
     head_rows = random_head_rows(n_layers=2, n_heads=3, n_docs=2, seed=5)
     keep = document_sums(head_rows, "tv", "keep")
     drop = document_sums(head_rows, "tv", "drop")
-    weights = _resample_weights(2, 40, 1)
+    weights = resample_weights(2, 40, 1)
     assert len(np.unique(weights, axis=0)) < 40
-    rates = _bootstrap_rates(keep, drop, weights, 1e-9, 6 * math.comb(5, 2), 1)
+    rates = bootstrap_rates(keep, drop, weights, 1e-9, 6 * math.comb(5, 2), 1)
     one_by_one = [
-        _bootstrap_rates(keep, drop, weights[i : i + 1], 1e-9, 6 * math.comb(5, 2), 1)[0]
+        bootstrap_rates(keep, drop, weights[i : i + 1], 1e-9, 6 * math.comb(5, 2), 1)[0]
         for i in range(40)
     ]
     np.testing.assert_array_equal(rates, one_by_one)

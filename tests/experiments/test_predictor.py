@@ -23,9 +23,15 @@ from attncoda.experiments.predictor import (
     verdict,
 )
 from attncoda.experiments.safety import mean_squared_split
+from attncoda.store import atomic_write_json
 
 METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
 COEF = {"mean_sink_mass": 0.3, "std_sink_mass": 0.8, "mean_sink_share": 0.2}
+
+
+def freeze(predictor, path):
+    """Write a predictor's file as the run does (the experiment writes no file)."""
+    return atomic_write_json(path, predictor.to_dict())
 
 
 def row(model, mass, std, share, noise=0.0):
@@ -106,7 +112,7 @@ def test_too_few_models_for_the_interval_are_refused():
 def test_a_model_whose_rate_lies_outside_its_interval_fails(tmp_path):
     from attncoda.experiments.predictor import apply_predictor
 
-    path = fit_predictor(TRAIN).to_json(tmp_path / "p.json")
+    path = freeze(fit_predictor(TRAIN), tmp_path / "p.json")
     inside = row("new", 0.25, 0.12, 0.33)
     off = {**inside, "model": "off", "flip_rates": {m: 0.9 for m in METRICS}}
     outside = row("far", 0.9, 0.12, 0.33)
@@ -124,9 +130,10 @@ def test_single_metric_target():
 
 def test_file_round_trips_exactly(tmp_path):
     predictor = fit_predictor(TRAIN)
-    path = predictor.to_json(tmp_path / "frozen" / "predictor.json")
+    path = freeze(predictor, tmp_path / "frozen" / "predictor.json")
     loaded = Predictor.from_json(path)
     assert loaded == predictor
+    assert Predictor.from_dict(predictor.to_dict()) == predictor
     probe = {"mean_sink_mass": 0.33, "std_sink_mass": 0.11, "mean_sink_share": 0.41}
     assert loaded.apply(probe) == predictor.apply(probe)
     data = json.loads(path.read_text())
@@ -134,19 +141,6 @@ def test_file_round_trips_exactly(tmp_path):
     assert data["training_models"] == ["a", "b", "c", "d", "e", "f"]
     assert data["training_range"]["std_sink_mass"] == [0.02, 0.25]
     assert set(data) >= {"features", "coefficients", "intercept", "interval_half_width", "created"}
-
-
-def test_frozen_file_is_not_overwritten(tmp_path):
-    predictor = fit_predictor(TRAIN)
-    path = predictor.to_json(tmp_path / "p.json")
-    msg = (
-        f"{str(path)!r} already exists: a frozen predictor is not overwritten; choose a new "
-        "path or pass overwrite=True"
-    )
-    with pytest.raises(AttncodaError, match=re.escape(msg)):
-        predictor.to_json(path)
-    predictor.to_json(path, overwrite=True)
-    assert Predictor.from_json(path) == predictor
 
 
 def test_outside_the_training_range_it_abstains_with_the_reason():
@@ -246,7 +240,7 @@ def test_fit_errors():
 
 @pytest.fixture
 def frozen(tmp_path):
-    path = fit_predictor(TRAIN).to_json(tmp_path / "p.json")
+    path = freeze(fit_predictor(TRAIN), tmp_path / "p.json")
     return path, json.loads(path.read_text())
 
 

@@ -22,7 +22,6 @@ from attncoda.experiments.prune import (  # noqa: E402
     prune,
     split_windows,
     window_losses,
-    write_prune,
 )
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
@@ -211,14 +210,12 @@ def test_gradient_importance_is_the_summed_absolute_gate_gradient():
     assert all(p.grad is None for p in model.parameters())
 
 
-def test_write_prune_and_figure(grid, tmp_path):
+def test_result_is_json_ready_and_drawn(grid, tmp_path):
     from attncoda.report.figures_training import prune_figure
 
     _, _, _, result = grid
-    table_path, heads_path, summary_path = write_prune(result, tmp_path / "out")
-    assert pd.read_parquet(table_path).equals(result.table)
-    assert len(pd.read_parquet(heads_path)) == 8
-    assert json.loads(summary_path.read_text())["n_heads"] == 4
+    assert len(result.heads) == 8
+    assert json.loads(json.dumps(result.summary, allow_nan=False))["n_heads"] == 4
     figure = prune_figure(result.table, tmp_path / "prune.png", model="tiny")
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

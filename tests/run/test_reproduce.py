@@ -14,7 +14,7 @@ import pytest
 
 from attncoda import AttncodaError
 from attncoda.cli import main
-from attncoda.experiments.collapse import collapse, collapse_from_stats, stats_frames
+from attncoda.experiments.collapse import checkpoint_stats, collapse_from_stats, stats_frames
 from attncoda.report.html import render_report
 from attncoda.run.config import run_config
 from attncoda.run.plan import plan
@@ -38,6 +38,25 @@ def _series_windows(first_checkpoint: Path) -> list:
         docs=collapse_settings["docs"],
     )
     return [w.input_ids for w in windows]
+
+
+def _checkpoint_stats(points, windows):
+    from attncoda.models.load import load_model
+
+    for point in points:
+        model, tokenizer, _ = load_model(point.spec)
+        yield checkpoint_stats(model, tokenizer, windows, point)
+
+
+def collapse(series, windows, *, model: str):
+    """The collapse result of every checkpoint of ``series`` (a folder or its points),
+    captured here, one checkpoint after another."""
+    from attncoda.models.series import parse_series
+
+    points = parse_series(series) if isinstance(series, (str, Path)) else list(series)
+    return collapse_from_stats(
+        _checkpoint_stats(points, windows), windows, points=points, model=model
+    )
 
 
 def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupted):
@@ -184,7 +203,7 @@ def test_the_scales_are_overrides_of_the_settings_defaults():
 
 
 def test_checkpoint_stats_round_trip_through_tables(models):
-    from attncoda.experiments.collapse import checkpoint_stats, stats_from_frames
+    from attncoda.experiments.collapse import stats_from_frames
     from attncoda.models.load import load_model
     from attncoda.models.series import parse_series
 

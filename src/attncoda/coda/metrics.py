@@ -23,6 +23,7 @@ from attncoda._errors import AttncodaError
 from attncoda.coda import _math
 from attncoda.coda._validate import (
     CLASSIC_METRICS,
+    CONVENTIONS,
     as_array,
     check_convention,
     check_logs,
@@ -30,7 +31,7 @@ from attncoda.coda._validate import (
 )
 from attncoda.coda.core import _closed, _pair, aitchison_split
 
-__all__ = ["head_distances", "row_distance"]
+__all__ = ["CLASSIC_METRICS", "CONVENTIONS", "head_distances", "row_distance"]
 
 _CHUNK_BYTES = 1 << 22  # working memory per Gram block: small blocks stay in cache
 _PAIR_BYTES = 1 << 20  # working memory per JSD / TV block on the host: a core's L2

@@ -118,8 +118,10 @@ class Inputs:
     after: Mapping[str, Tables] = field(default_factory=dict)
 
     def need(self, name: str) -> Any:
-        """The input ``name``; an error names the experiment's missing input."""
-        value = self.after if name == "after" else getattr(self, name)
+        """The input ``name`` (a name of :data:`NEEDS`: ``"model"`` is the ``loaded``
+        field; or a field name); an error names the experiment's missing input."""
+        field_name = {"model": "loaded"}.get(name, name)
+        value = self.after if name == "after" else getattr(self, field_name)
         if value is None:
             raise AttncodaError(f"the runner gave no {name!r} input for {self.model!r}")
         return value

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, Inputs, Tables
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROW_COLUMNS = (
     "doc",
@@ -26,7 +29,7 @@ ROW_COLUMNS = (
 MEANS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
 
 
-def entropy_terms(rows: Any) -> Any:
+def entropy_terms(rows: pd.DataFrame) -> pd.DataFrame:
     """The three additive entropy terms of each row, in nats.
 
     ``entropy == binary_term + within_sink_term + content_term`` for rows with content:
@@ -59,7 +62,7 @@ def entropy_terms(rows: Any) -> Any:
     )
 
 
-def head_summary(rows: Any) -> Any:
+def head_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (layer, head): means over the rows that have content, and row counts.
 
     Parameters
@@ -95,7 +98,7 @@ def head_summary(rows: Any) -> Any:
     return out
 
 
-def layer_summary(heads: Any) -> Any:
+def layer_summary(heads: pd.DataFrame) -> pd.DataFrame:
     """Per-layer means of the head table (for the printed summary)."""
     cols = ["sink_mass", "entropy", "content_entropy", "binary_term", "content_term"]
     return heads.groupby("layer", sort=True)[cols].mean().reset_index()

@@ -2,25 +2,8 @@
 (docs/design.md, "The experiments", prune).
 
 Heads are profiled on one set of windows and pruned models are evaluated on another,
-disjoint set. A *channel* ranks the heads:
-
-``sink_mass``, ``sink_balance``, ``content_entropy``
-    The head's mean over profiling rows with content (:func:`head_summary`).
-``full_entropy``
-    The mean row entropy ``H(p)`` (the keep-sink convention's entropy; ``content_entropy``
-    ``H(q)`` is the drop-sink convention's).
-``random``
-    A seeded random permutation.
-``gradient``
-    Head importance as in Michel et al. (2019), "Are Sixteen Heads Really Better than
-    One?": a gate ``xi_h = 1`` multiplies each head's output and
-    ``I_h = sum over windows |dL_w / dxi_h|``, ``L_w`` the window's mean next-token loss
-    (nats). Michel et al. also normalise the scores per layer (l2); the raw sums are used
-    here so that heads of different layers are compared on one scale.
-
-``order="high"`` prunes the highest values first, ``"low"`` the lowest (ties: lower layer,
-then lower head first). Pruning the top ``k`` heads uses an ablation mode of
-:func:`attncoda.capture.ablation.ablate` (``zero``, ``uniform`` or ``sink``).
+disjoint set. A *channel* ranks the heads (the channels, orders and ablations are those of
+:mod:`attncoda.experiments.prune_ranking`), and the top ``k`` are ablated.
 
 Perplexity: each evaluation window's loss is the mean negative log-likelihood of its
 predicted tokens (tokens ``1..n-1`` given their prefix; nats), as transformers' ``labels=``
@@ -31,18 +14,28 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, Inputs, Tables
+from attncoda.experiments.prune_ranking import (
+    ABLATIONS,
+    CHANNELS,
+    DEFAULT_CHANNELS,
+    ORDERS,
+    check_choices,
+    check_ks,
+    head_ranking,
+    split_windows,
+)
 from attncoda.models.spec import parse_spec
-from attncoda.store.files import atomic_write_json, write_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "ABLATIONS",
@@ -57,23 +50,8 @@ __all__ = [
     "prune",
     "split_windows",
     "window_losses",
-    "write_prune",
 ]
 
-#: Every channel a head ranking may use.
-CHANNELS = ("sink_mass", "sink_balance", "content_entropy", "full_entropy", "random", "gradient")
-#: The channels pruned by default (``gradient`` needs a backward pass per window).
-DEFAULT_CHANNELS = CHANNELS[:5]
-ORDERS = ("high", "low")
-ABLATIONS = ("zero", "uniform", "sink")
-#: The head-table column each channel ranks by.
-CHANNEL_COLUMNS = {
-    "sink_mass": "sink_mass",
-    "sink_balance": "sink_balance",
-    "content_entropy": "content_entropy",
-    "full_entropy": "entropy",
-    "gradient": "gradient_importance",
-}
 #: Columns of :attr:`PruneResult.table` (``prune.parquet``).
 COLUMNS = (
     "model",
@@ -109,8 +87,8 @@ class PruneResult:
         (labels and token hashes), sink, seed and the grid.
     """
 
-    table: Any
-    heads: Any
+    table: pd.DataFrame
+    heads: pd.DataFrame
     summary: dict[str, Any]
 
 
@@ -144,99 +122,6 @@ def _check_windows(windows: object, name: str) -> list[np.ndarray]:
             )
         out.append(ids)
     return out
-
-
-def split_windows(windows: Sequence[Any], n_profile: int, n_eval: int) -> tuple[list, list]:
-    """Profile on the first ``n_profile`` windows, evaluate on the last ``n_eval``.
-
-    Parameters
-    ----------
-    windows : sequence
-        Token windows (id sequences or :class:`attncoda.data.corpus.Window`).
-    n_profile, n_eval : int
-        Positive; ``n_profile + n_eval <= len(windows)`` so the two sets are disjoint.
-
-    Returns
-    -------
-    profile, evaluation : list
-    """
-    for name, value in (("n_profile", n_profile), ("n_eval", n_eval)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise AttncodaError(f"{name} must be a positive integer, got {value!r}")
-    if n_profile + n_eval > len(windows):
-        raise AttncodaError(
-            f"n_profile + n_eval = {n_profile + n_eval} windows, but only {len(windows)} are "
-            f"given: profiling and evaluation windows must be disjoint"
-        )
-    return list(windows[:n_profile]), list(windows[len(windows) - n_eval :])
-
-
-def head_ranking(heads_table: Any, channel: str, order: str, seed: int = 0) -> Any:
-    """Heads in pruning order for one channel.
-
-    Parameters
-    ----------
-    heads_table : pandas.DataFrame
-        One row per (layer, head) with the channel's column (:data:`CHANNEL_COLUMNS`), e.g.
-        from :func:`attncoda.experiments.profile.head_summary`.
-    channel : str
-        One of :data:`CHANNELS`.
-    order : {"high", "low"}
-        ``"high"``: highest value pruned first; ``"low"``: lowest first. Ties go to the lower
-        layer, then the lower head. For ``random`` the two orders are reverse permutations.
-    seed : int
-        Seeds ``random``.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``rank`` (0 = pruned first), ``layer``, ``head``, ``value`` (the channel's
-        value; for ``random`` the random key).
-
-    Raises
-    ------
-    AttncodaError
-        Unknown channel or order, a table without the channel's column, or a head whose value
-        is missing.
-    """
-    import pandas as pd
-
-    if channel not in CHANNELS:
-        raise AttncodaError(f"unknown channel {channel!r}: use one of {', '.join(CHANNELS)}")
-    if order not in ORDERS:
-        raise AttncodaError(
-            f"unknown order {order!r}: use 'high' (prune the highest values first) or 'low'"
-        )
-    for column in ("layer", "head"):
-        if column not in heads_table.columns:
-            raise AttncodaError(f"the heads table has no column {column!r}")
-    layer = heads_table["layer"].to_numpy(np.int64)
-    head = heads_table["head"].to_numpy(np.int64)
-    if channel == "random":
-        value = np.random.default_rng(seed).permutation(len(layer)).astype(np.float64)
-    else:
-        column = CHANNEL_COLUMNS[channel]
-        if column not in heads_table.columns:
-            hint = " (compute it with gradient_importance)" if channel == "gradient" else ""
-            raise AttncodaError(
-                f"the heads table has no column {column!r} for channel {channel!r}{hint}"
-            )
-        value = heads_table[column].astype("Float64").fillna(np.nan).to_numpy(np.float64)
-        missing = ~np.isfinite(value)
-        if missing.any():
-            pairs = zip(layer[missing], head[missing], strict=True)
-            which = ", ".join(f"{a}.{b}" for a, b in pairs)
-            raise AttncodaError(f"channel {channel!r} has no finite value for heads {which}")
-    key = -value if order == "high" else value
-    perm = np.lexsort((head, layer, key))
-    return pd.DataFrame(
-        {
-            "rank": np.arange(len(perm), dtype=np.int64),
-            "layer": layer[perm],
-            "head": head[perm],
-            "value": value[perm],
-        }
-    )
 
 
 def _batches(model, windows: Sequence[np.ndarray], batch_size: int):
@@ -347,30 +232,6 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
     return total.numpy()
 
 
-def _check_list(values: object, name: str, allowed: Sequence[str] | None) -> list:
-    items = [values] if isinstance(values, str) else list(values)  # type: ignore[call-overload]
-    if not items:
-        raise AttncodaError(f"{name} is empty: give at least one")
-    if allowed is not None:
-        for item in items:
-            if item not in allowed:
-                singular = name.removesuffix("s")
-                raise AttncodaError(f"unknown {singular} {item!r}: use one of {', '.join(allowed)}")
-    return list(dict.fromkeys(items))
-
-
-def _check_ks(ks: object, n_total: int, model: str) -> list[int]:
-    items = [ks] if isinstance(ks, int) else list(ks)  # type: ignore[call-overload]
-    if not items:
-        raise AttncodaError("ks is empty: give at least one")
-    for k in items:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise AttncodaError(f"k must be a positive integer, got {k!r}")
-        if k > n_total:
-            raise AttncodaError(f"k={k} is more than the {n_total} heads of {model}")
-    return sorted({int(k) for k in items})
-
-
 def _profile(model, tokenizer, windows, sink, batch_size, with_gradient):
     from attncoda.capture.capture import capture_frame, capture_windows
     from attncoda.experiments.profile import head_summary
@@ -452,9 +313,9 @@ def prune(
     """
     from attncoda.capture.ablation import ablate, head_counts, head_labels
 
-    channels = _check_list(channels, "channels", CHANNELS)
-    orders = _check_list(orders, "orders", ORDERS)
-    ablations = _check_list(ablations, "ablations", ABLATIONS)
+    channels = check_choices(channels, "channels", CHANNELS)
+    orders = check_choices(orders, "orders", ORDERS)
+    ablations = check_choices(ablations, "ablations", ABLATIONS)
     batch_size = _check_batch_size(batch_size)
     profile_ids = _check_windows(profile_windows, "profile_windows")
     eval_ids = _check_windows(eval_windows, "eval_windows")
@@ -467,7 +328,7 @@ def prune(
             )
     n_layers, n_heads = head_counts(model)
     name = model_name or getattr(model.config, "name_or_path", "") or type(model).__name__
-    ks = _check_ks(ks, n_layers * n_heads, name)
+    ks = check_ks(ks, n_layers * n_heads, name)
     heads = _profile(model, tokenizer, profile_ids, sink, batch_size, "gradient" in channels)
     rankings = {
         (channel, order): head_ranking(heads, channel, order, seed)
@@ -551,22 +412,6 @@ def prune(
     return PruneResult(table=table, heads=heads, summary=summary)
 
 
-def write_prune(result: PruneResult, out_dir: str | os.PathLike[str]) -> tuple[Path, ...]:
-    """Write ``prune.parquet``, ``prune_heads.parquet`` and ``prune.json``, atomically.
-
-    Returns
-    -------
-    tuple of Path
-        The three paths, in that order.
-    """
-    out = Path(out_dir)
-    return (
-        write_table(result.table, out / "prune.parquet"),
-        write_table(result.heads, out / "prune_heads.parquet"),
-        atomic_write_json(out / "prune.json", result.summary),
-    )
-
-
 @dataclass(frozen=True)
 class Settings:
     """Settings of the prune experiment. The runner provides ``docs`` windows of ``tokens``
@@ -613,7 +458,7 @@ def skip(info: Any) -> str | None:
 def run(inputs: Inputs, settings: Settings) -> Tables:
     """Prune the unit's model (:func:`prune`) on the runner's windows: frames ``prune`` and
     ``prune_heads``; the summary is :attr:`PruneResult.summary`."""
-    model, tokenizer, info = inputs.need("loaded")
+    model, tokenizer, info = inputs.need("model")
     reason = skip(info)
     if reason is not None:
         raise AttncodaError(reason)

@@ -11,7 +11,7 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import settings_from
 from attncoda.run.config import Rows
 
-__all__ = ["fit_and_freeze", "model_rows", "predictor_row_of", "predictor_rows"]
+__all__ = ["fit_and_freeze", "freeze_predictor", "model_rows", "predictor_row_of", "predictor_rows"]
 
 
 def model_rows(
@@ -72,6 +72,21 @@ def predictor_rows(specs: Sequence[str], **options: Any) -> list[dict[str, Any]]
     return [predictor_row_of(model_rows(spec, **options)) for spec in specs]
 
 
+def freeze_predictor(predictor: Any, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``predictor`` (:class:`attncoda.experiments.predictor.Predictor`) to the JSON
+    file ``path``, atomically. A frozen predictor is not rewritten by accident: an existing
+    file is an error unless ``overwrite=True``."""
+    from attncoda.store import atomic_write_json
+
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise AttncodaError(
+            f"{str(target)!r} already exists: a frozen predictor is not overwritten; "
+            "choose a new path or pass overwrite=True"
+        )
+    return atomic_write_json(target, predictor.to_dict())
+
+
 def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: bool = False) -> Any:
     """Fit the flip-rate predictor on ``rows`` and write it, frozen, to ``path``."""
     from attncoda.experiments.predictor import fit_predictor
@@ -79,5 +94,5 @@ def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: b
     if len(rows) < 2:
         raise AttncodaError(f"the predictor needs at least 2 training models; got {len(rows)}")
     predictor = fit_predictor(rows)
-    predictor.to_json(path, overwrite=overwrite)
+    freeze_predictor(predictor, path, overwrite=overwrite)
     return predictor

@@ -89,11 +89,12 @@ def regenerate(root: str | Path) -> list[dict[str, Any]]:
     Returns the held-out outcomes (model, prediction, measured rate, verdict).
     """
     from attncoda.experiments.predictor import apply_predictor, fit_predictor
+    from attncoda.run.fit import freeze_predictor
 
     root = Path(root)
     training = [model_row(m, root) for m in TRAINING]
     held_out = [model_row(m, root) for m in HELD_OUT]
-    path = fit_predictor(training).to_json(root / "flip_predictor.json", overwrite=True)
+    path = freeze_predictor(fit_predictor(training), root / "flip_predictor.json", overwrite=True)
     outcomes = apply_predictor(path, held_out)
     checked = []
     for row, outcome in zip(held_out, outcomes, strict=True):
