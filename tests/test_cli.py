@@ -134,12 +134,13 @@ def test_errors_are_one_line(capsys, tmp_path, monkeypatch):
     assert "needs --out" in capsys.readouterr().err
 
 
-def test_train_tiny_then_collapse(tmp_path, capsys):
+def test_train_tiny_then_collapse(tmp_path, capsys, monkeypatch):
     series = tmp_path / "series"
     assert main(["train-tiny", str(series), "--steps", "4", "--size", "tiny"]) == 0
     assert sorted(p.name for p in series.glob("step*")) == ["step0", "step1", "step2", "step4"]
-    out = tmp_path / "collapse"
-    assert main(["collapse", str(series), "--docs", "4", "--out", str(out)]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["collapse", str(series), "--docs", "4"]) == 0
+    out = tmp_path / "attncoda-out" / "collapse" / "series"  # named after the series
     printed = capsys.readouterr().out
     assert "first_last" in printed and "sink share" in printed
     table = pd.read_parquet(out / "tables" / "collapse.parquet")

@@ -53,7 +53,8 @@ def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: 
     if "rows" in experiment(name).needs:
         settings["rows"] = settings_values(args, Rows)
     files = options.pop("attentions", None)
-    shown = [Path(f).name for f in files] if files else list(models)
+    series = options.get("series")
+    shown = [Path(f).name for f in files] if files else list(models) or [str(series)]
     out = _out(args, name, shown)
     run_experiment(
         name,
