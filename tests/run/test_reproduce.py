@@ -183,6 +183,10 @@ def test_bad_arguments_are_named():
         run_config(["x"], scale="huge")
     with pytest.raises(AttncodaError, match="listed twice"):
         run_config(["x", "x"])
+    with pytest.raises(AttncodaError, match="prune runs a model: give a model spec, not"):
+        run_config([], experiments=["flips", "prune"], attentions=["a.npz"])
+    with pytest.raises(AttncodaError, match="give models or attention files, not both"):
+        run_config(["x"], experiments=["flips"], attentions=["a.npz"])
 
 
 def test_the_scales_are_overrides_of_the_settings_defaults():

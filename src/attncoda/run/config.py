@@ -220,6 +220,15 @@ def run_config(
     planned = closure(experiments)
     overrides = _merged(scale, settings)
     needs = {n for e in planned for n in experiment(e).needs}
+    if files:
+        loads = [
+            e for e in planned if {"model", "windows", "checkpoint"} & set(experiment(e).needs)
+        ]
+        if loads:
+            raise AttncodaError(
+                f"{loads[0]} runs a model: give a model spec, not attention files "
+                "(attention files serve experiments that read rows or statistics)"
+            )
     trains = "collapse" in planned and series is None
     train = settings_dict(settings_from(TrainSeries, overrides.get("train"))) if trains else None
     return {
