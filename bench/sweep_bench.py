@@ -32,19 +32,15 @@ from pathlib import Path
 from typing import Any
 
 #: The measured units' settings: about 1.5 s (profile) and 3 s (flips) a unit on one core.
-SETTINGS: dict[str, Any] = {
-    "profile_docs": 96,
-    "profile_tokens": 128,
-    "rows_docs": 32,
-    "rows_tokens": 128,
-    "n_boot": 2000,
+SETTINGS: dict[str, dict[str, Any]] = {
+    "profile": {"docs": 96, "tokens": 128},
+    "rows": {"docs": 32, "tokens": 128},
+    "flips": {"n_boot": 2000},
 }
-QUICK_SETTINGS: dict[str, Any] = {
-    "profile_docs": 4,
-    "profile_tokens": 64,
-    "rows_docs": 3,
-    "rows_tokens": 64,
-    "n_boot": 50,
+QUICK_SETTINGS: dict[str, dict[str, Any]] = {
+    "profile": {"docs": 4, "tokens": 64},
+    "rows": {"docs": 3, "tokens": 64},
+    "flips": {"n_boot": 50},
 }
 EXPERIMENTS = ("profile", "flips")
 TARGET = 1.6
@@ -90,8 +86,8 @@ def bench_sweep(quick: bool = False) -> dict[str, Any]:
     """P5 figures (see the module docstring) as a dict."""
     import torch
 
+    from attncoda.run.provide import clear_cache
     from attncoda.run.sweep import sweep
-    from attncoda.run.units import clear_cache
 
     settings = QUICK_SETTINGS if quick else SETTINGS
     work = Path(tempfile.mkdtemp(prefix="attncoda-sweep-bench-"))
@@ -101,7 +97,6 @@ def bench_sweep(quick: bool = False) -> dict[str, Any]:
             "experiments": EXPERIMENTS,
             "settings": settings,
             "progress": False,
-            "report": False,
         }
         # In this process: warm up (imports, one unit of another checkpoint), then time.
         sweep([warm], work / "warm-in-process", **common)
@@ -125,10 +120,10 @@ def bench_sweep(quick: bool = False) -> dict[str, Any]:
         # Ray already started, both workers warm: the units alone.
         import ray
 
-        from attncoda.run.sweep import _connect
+        from attncoda.run.ray_tasks import connect
 
         start = time.perf_counter()
-        _connect(None, 2)
+        connect(None, 2)
         try:
             # Two warm-up units at once, so that each of the two workers runs one.
             sweep([warm], work / "warm-ray", ray_local=2, **common)

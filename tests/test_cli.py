@@ -1,4 +1,5 @@
-"""The command line: each command runs end to end on real offline models and writes its files."""
+"""The command line: each command runs end to end on real offline models into a run folder
+(manifest.json, units/, tables/, report.html) and prints its summary from the tables."""
 
 from __future__ import annotations
 
@@ -42,24 +43,66 @@ def test_demo_example_only(capsys):
     assert "aitchison content" in capsys.readouterr().out
 
 
-def test_profile_writes_its_files(tmp_path, capsys):
+def _manifest(out):
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _unit_facts(out, experiment):
+    done = next((out / "units" / experiment).glob("*/_done.json"))
+    return json.loads(done.read_text())["facts"]
+
+
+def test_profile_is_a_run_of_one_unit(tmp_path, capsys):
     assert main(["profile", "minilm", "--docs", "2", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert "sink mass" in printed and "wrote" in printed
-    heads = pd.read_parquet(tmp_path / "heads.parquet")
+    assert "minilm: 2 windows of up to 128 tokens, sink = first" in printed
+    assert "sink mass" in printed and f"report: {tmp_path / 'report.html'}" in printed
+    heads = pd.read_parquet(tmp_path / "tables" / "profile_heads.parquet")
     assert len(heads) == 6 * 12
-    assert json.loads((tmp_path / "manifest.json").read_text())["command"] == "profile"
+    assert list(heads.columns[:3]) == ["model", "revision", "family"]
+    assert _manifest(tmp_path)["command"] == "profile"
+    assert _manifest(tmp_path)["config"]["settings"] == {"profile": {"docs": 2, "tokens": 128}}
 
 
-def test_flips_cluster_safety(tmp_path, capsys):
-    args = ["--docs", "2"]
-    assert main(["flips", "minilm", "--n-boot", "20", "--out", str(tmp_path / "f"), *args]) == 0
-    table = pd.read_parquet(tmp_path / "f" / "flips.parquet")
+def test_flips_writes_a_run_folder_that_report_renders(tmp_path, capsys):
+    out = tmp_path / "f"
+    assert main(["flips", "minilm", "--n-boot", "20", "--docs", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert {p.name for p in out.iterdir()} == {"manifest.json", "tables", "units", "report.html"}
+    table = pd.read_parquet(out / "tables" / "flips.parquet")
     assert list(table["metric"]) == ["cosine", "jsd", "entropy_gap", "hellinger", "tv"]
-    assert main(["cluster", "minilm", "--out", str(tmp_path / "c"), *args]) == 0
-    assert json.loads((tmp_path / "c" / "artifact.json").read_text())["n_heads"] == 72
-    assert main(["safety", "minilm", "--out", str(tmp_path / "s"), *args]) == 0
-    assert (tmp_path / "s" / "safety.png").read_bytes()[:4] == b"\x89PNG"
+    for row in table.itertuples(index=False):
+        assert f"  minilm                   {row.metric:<12} {row.flip_rate:6.1%}" in printed
+    config = _manifest(out)["config"]
+    assert config["rows"] == {"docs": 2, "tokens": 128}
+    assert config["settings"]["flips"]["n_boot"] == 20
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0
+    assert capsys.readouterr().out == f"report: {out / 'report.html'}\n"
+    html = (out / "report.html").read_text()
+    assert 'id="flips"' in html and "Flip rate of head-similarity verdicts" in html
+    # rerun on the finished folder: nothing computed, the same lines printed
+    assert main(["flips", "minilm", "--n-boot", "20", "--docs", "2", "--out", str(out)]) == 0
+    again = capsys.readouterr()
+    assert again.out.splitlines()[:6] == printed.splitlines()[:6]
+    assert "flips: 0 units run, 1 already finished" in again.err
+
+
+def test_cluster_and_safety_are_runs_of_their_experiment(tmp_path, capsys):
+    args = ["--docs", "2"]
+    out = tmp_path / "c"
+    assert main(["cluster", "minilm", "--n-clusters", "3", "--out", str(out), *args]) == 0
+    printed = capsys.readouterr().out
+    summary = pd.read_parquet(out / "tables" / "cluster_summary.parquet")
+    keep = summary.set_index("variant").loc["keep", "spearman_axis1_vs_sink_mass"]
+    assert f"  keep               {keep:+.3f}" in printed
+    assert len(pd.read_parquet(out / "tables" / "cluster.parquet")) == 72
+    assert _manifest(out)["config"]["settings"]["cluster"]["n_clusters"] == 3
+    out = tmp_path / "s"
+    assert main(["safety", "minilm", "--out", str(out), *args]) == 0
+    # safety runs after flips: its folder holds both, flips first
+    units = pd.read_parquet(out / "tables" / "units.parquet")
+    assert list(units["experiment"]) == ["flips", "safety"]
     assert "flip rate" in capsys.readouterr().out
 
 
@@ -71,34 +114,43 @@ def test_predictor_fit_and_apply(tmp_path, capsys, tiny_llama):
     models = ["minilm", tiny_llama, str(series / "step0"), str(series / "step4")]
     assert main(["predictor", "fit", *models, "--docs", "2", "--out", str(path)]) == 0
     assert json.loads(path.read_text())["training_models"]
-    assert main(["predictor", "apply", str(path), "minilm", "--docs", "2"]) == 0
+    out = tmp_path / "applied"
+    assert main(["predictor", "apply", str(path), "minilm", "--docs", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "measured" in printed
-    assert any(v in printed for v in ("confirmed", "abstained", "failed"))
+    (row,) = pd.read_parquet(out / "tables" / "predictor.parquet").itertuples(index=False)
+    assert "minilm: " in printed and f"measured {row.measured:.1%}; {row.verdict}" in printed
+    assert _manifest(out)["config"]["settings"]["predictor"] == {"predictor": str(path)}
 
 
-def test_errors_are_one_line(capsys):
+def test_errors_are_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert main(["profile", "no-such-model"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("attncoda: error: ") and "no-such-model" in err
+    head = "attncoda: error: unit profile/no-such-model@- failed: unknown model spec 'no-such-"
+    assert err.startswith(head) and len(err.splitlines()) == 1
+    folder = tmp_path / "attncoda-out" / "profile" / "no-such-model"
+    assert not folder.exists(), "a run that could not load its model left its folder"
     assert main(["predictor", "fit", "minilm"]) == 2
     assert "needs --out" in capsys.readouterr().err
 
 
-def test_train_tiny_then_collapse(tmp_path, capsys):
+def test_train_tiny_then_collapse(tmp_path, capsys, monkeypatch):
     series = tmp_path / "series"
     assert main(["train-tiny", str(series), "--steps", "4", "--size", "tiny"]) == 0
     assert sorted(p.name for p in series.glob("step*")) == ["step0", "step1", "step2", "step4"]
-    out = tmp_path / "collapse"
-    assert main(["collapse", str(series), "--docs", "4", "--out", str(out)]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["collapse", str(series), "--docs", "4"]) == 0
+    out = tmp_path / "attncoda-out" / "collapse" / "series"  # named after the series
     printed = capsys.readouterr().out
     assert "first_last" in printed and "sink share" in printed
-    table = pd.read_parquet(out / "collapse.parquet")
+    table = pd.read_parquet(out / "tables" / "collapse.parquet")
     model = table[table["level"] == "model"]
     assert (
         (model["delta_sink"] + model["delta_content"] - model["delta_entropy"]).abs() <= 1e-10
     ).all()
-    assert (out / "collapse.png").read_bytes()[:4] == b"\x89PNG"
+    units = pd.read_parquet(out / "tables" / "units.parquet")
+    assert list(units["revision"]) == ["step0", "step1", "step2", "step4"]
+    assert 'id="collapse"' in (out / "report.html").read_text()
 
 
 def test_prune(tmp_path, capsys, tiny_llama):
@@ -118,15 +170,27 @@ def test_prune(tmp_path, capsys, tiny_llama):
         str(out),
     ]
     assert main(args) == 0
-    assert "unpruned perplexity" in capsys.readouterr().out
-    table = pd.read_parquet(out / "prune.parquet")
+    printed = capsys.readouterr().out
+    table = pd.read_parquet(out / "tables" / "prune.parquet")
     assert set(table["k"]) == {0, 1, 2}
-    assert (out / "prune.png").read_bytes()[:4] == b"\x89PNG"
+    base = float(table[table["k"] == 0]["perplexity"].iloc[0])
+    assert f"unpruned perplexity: {base:.3f}" in printed
+    assert _manifest(out)["config"]["settings"]["prune"]["ks"] == [1, 2]
+
+
+def test_prune_refuses_an_encoder_by_name(tmp_path, capsys):
+    assert main(["prune", "minilm", "--ks", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "\nattncoda: error: prune measures perplexity, which needs a causal language model; "
+        "minilm is BertModel\n"
+    )
+    units = pd.read_parquet(tmp_path / "tables" / "units.parquet")
+    assert list(units["status"]) == ["skipped"]
 
 
 def test_shipped_predictor_loads_and_abstains_outside_its_range():
-    from attncoda.experiments.predictor import Predictor
-    from attncoda.run.conventions import shipped_predictor
+    from attncoda.experiments.predictor import Predictor, shipped_predictor
 
     predictor = Predictor.from_json(shipped_predictor())
     assert "smollm2" in predictor.training_models and "minilm" in predictor.training_models
@@ -160,15 +224,17 @@ def test_profile_and_flips_read_saved_attention(tmp_path, capsys):
     assert main(["profile", "--attentions", str(tmp_path / "a.npz"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "a.npz: 3 documents of given attention, sink = first" in printed
-    heads = pd.read_parquet(out / "heads.parquet")
-    assert len(heads) == 2 * 4
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["model_info"]["capture_mode"] == "given"
+    heads = pd.read_parquet(out / "tables" / "profile_heads.parquet")
+    assert len(heads) == 2 * 4 and set(heads["family"]) == {"given attention"}
+    manifest = _manifest(out)
+    assert manifest["model_info"]["a.npz@-"]["capture_mode"] == "given"
+    assert manifest["config"]["attentions"]["files"] == [str(tmp_path / "a.npz")]
     files = [str(tmp_path / f"a.{ext}") for ext in ("npz", "pt", "safetensors")]
     flips_out = tmp_path / "f"
     args = ["flips", "--attentions", *files, "--tokens", str(tmp_path / "ids.npy")]
     assert main([*args, "--n-boot", "20", "--out", str(flips_out)]) == 0
-    table = pd.read_parquet(flips_out / "flips.parquet")
+    assert _manifest(flips_out)["config"]["attentions"]["tokens"] == str(tmp_path / "ids.npy")
+    table = pd.read_parquet(flips_out / "tables" / "flips.parquet")
     assert sorted(set(table["model"])) == ["a.npz", "a.pt", "a.safetensors"]
     rates = table.pivot(index="metric", columns="model", values="flip_rate")
     # The same attention three ways (probabilities twice, log-probabilities as logits):
@@ -185,19 +251,17 @@ def test_a_short_text_is_profiled_whole(tmp_path, capsys):
     assert main(["profile", "minilm", "--text", str(text), "--out", str(out)]) == 0
     captured = capsys.readouterr()
     assert (
-        "note: the corpus gives 1 window of up to 128 tokens (docs=32 asked for): using all "
+        "note: the corpus gives 1 window of up to 128 tokens (docs=8 asked for): using all "
         "of them" in captured.err
     )
     assert "minilm: 1 window of up to 128 tokens" in captured.out
-    rows = pd.read_parquet(out / "rows.parquet")
-    assert set(rows["doc"]) == {0}
-    assert json.loads((out / "manifest.json").read_text())["config"]["corpus"]["windows"] == 1
+    assert _unit_facts(out, "profile")["read"] == {"windows": 1, "max_tokens": 128}
 
 
 def test_safety_of_two_models_draws_one_figure_each(tmp_path, capsys, tiny_llama):
     out = tmp_path / "s"
-    args = ["safety", "minilm", tiny_llama, "--docs", "2", "--bins", "2", "--out", str(out)]
+    args = ["safety", "minilm", tiny_llama, "--docs", "2", "--n-bins", "2", "--out", str(out)]
     assert main(args) == 0
-    pngs = sorted(p.name for p in out.glob("safety*.png"))
-    assert len(pngs) == 2 and all(p.startswith("safety_") for p in pngs)
-    assert pd.read_parquet(out / "safety_grid.parquet")["model"].nunique() == 2
+    html = (out / "report.html").read_text()
+    assert html.count("flip rate over sink share × sink-mass gap") == 2
+    assert pd.read_parquet(out / "tables" / "safety_grid.parquet")["model"].nunique() == 2

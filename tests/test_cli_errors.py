@@ -33,9 +33,10 @@ CASES = [
     (["profile", "minilm", "--max-tokens", "x"], "argument --max-tokens: invalid int value: 'x'"),
     (["profile", "minilm", "--docs", "0"], "--docs must be an integer of at least 1; got 0"),
     (
-        ["profile", "minilm", "--batch-size", "0"],
+        ["train-tiny", "{d}/tt", "--batch-size", "0"],
         "--batch-size must be an integer of at least 1; got 0",
     ),
+    (["profile", "minilm", "--batch-size", "8"], "unrecognized arguments: --batch-size 8"),
     (["profile", "minilm", "--seed", "-1"], "--seed must be an integer of at least 0; got -1"),
     (
         ["profile", "minilm", "--sink", "banana"],
@@ -82,12 +83,13 @@ CASES = [
     (["flips", "minilm", "--n-boot", "0"], "--n-boot must be an integer of at least 1; got 0"),
     (
         ["flips", "minilm", "--metrics", "foo"],
-        "argument --metrics: unknown metric(s) ['foo']: use a comma list of cosine, jsd, entropy_gap, hellinger, tv",
+        "unknown metric 'foo' in --metrics: use a comma list of cosine, jsd, entropy_gap, hellinger, tv",
     ),
     (
         ["flips", "minilm", "--metrics", ","],
-        "argument --metrics: unknown metric(s) ',': use a comma list of cosine, jsd, entropy_gap, hellinger, tv",
+        "--metrics is empty: give a comma list of cosine, jsd, entropy_gap, hellinger, tv",
     ),
+    (["flips", "minilm", "--tol", "-1"], "--tol must be a finite number of at least 0; got -1.0"),
     (["flips", "minilm", "--docs", "0"], "--docs must be an integer of at least 1; got 0"),
     (
         ["flips", "--attentions", "{d}/missing.npz"],
@@ -100,9 +102,14 @@ CASES = [
     (["cluster"], "the following arguments are required: model"),
     (
         ["cluster", "minilm", "--clusters", "1"],
-        "--clusters must be an integer of at least 2; got 1",
+        "--n-clusters must be an integer of at least 2; got 1",
     ),
-    (["safety", "minilm", "--bins", "0"], "--bins must be an integer of at least 1; got 0"),
+    (["cluster", "minilm", "--n-init", "0"], "--n-init must be an integer of at least 1; got 0"),
+    (["safety", "minilm", "--bins", "0"], "--n-bins must be an integer of at least 1; got 0"),
+    (
+        ["safety", "minilm", "--safe-threshold", "2"],
+        "--threshold must be a number above 0 and at most 1; got 2.0",
+    ),
     (
         ["predictor", "apply", "{d}/missing.json", "minilm"],
         "predictor file '{d}/missing.json' does not exist: give a file written by 'attncoda predictor fit', or 'shipped'",
@@ -115,14 +122,18 @@ CASES = [
         ["predictor", "apply", "{d}/bad.json", "minilm"],
         "invalid predictor file '{d}/bad.json': missing key 'format'",
     ),
-    (["prune", "smollm2", "--k", "0"], "--k holds 0: every head count must be at least 1"),
+    (["prune", "smollm2", "--k", "0"], "--ks holds 0: every head count must be at least 1"),
     (
-        ["prune", "smollm2", "--k", "1,x"],
-        "argument --k: expected a comma list of integers; got '1,x'",
+        ["prune", "smollm2", "--ks", "1,x"],
+        "argument --ks/--k: expected a comma list of integers; got '1,x'",
     ),
     (
         ["prune", "smollm2", "--k", ","],
-        "--k is empty: give a comma list of head counts, e.g. 1,2,4",
+        "--ks is empty: give a comma list of head counts, e.g. 1,2,4",
+    ),
+    (
+        ["prune", "smollm2", "--max-tokens", "0"],
+        "--max-tokens must be an integer of at least 1; got 0",
     ),
     (
         ["prune", "smollm2", "--channels", "bogus"],
@@ -134,11 +145,11 @@ CASES = [
     ),
     (
         ["prune", "smollm2", "--order", "sideways"],
-        "unknown order 'sideways' in --order: use a comma list of high, low",
+        "unknown order 'sideways' in --orders: use a comma list of high, low",
     ),
     (
         ["prune", "smollm2", "--ablation", "melt"],
-        "unknown ablation 'melt' in --ablation: use a comma list of zero, uniform, sink",
+        "unknown ablation 'melt' in --ablations: use a comma list of zero, uniform, sink",
     ),
     (
         ["prune", "smollm2", "--profile-docs", "0"],

@@ -1,80 +1,197 @@
-"""Every command-line argument checked after parsing and before anything is loaded.
+"""Command-line options built from settings dataclasses, and every check made after parsing
+and before anything is loaded.
 
-:func:`validate` reads the parsed arguments by name, so each check is written once for every
-command that has the option: integers and their ranges, sink specs, metric, experiment,
-prune channel, order and ablation names, corpus files that exist and hold text, predictor
-files that parse, saved-attention files that exist. It imports neither torch nor
-transformers, so a bad call is refused in well under a second.
+:func:`add_settings` turns each field of an experiment's ``Settings`` (or of
+:class:`attncoda.run.config.Rows`) into an option: field ``n_boot`` -> ``--n-boot``, the type
+from its default (a tuple becomes a comma list of its items' type), the help from the
+field's metadata ``"help"``. Options left out keep the dataclass default, which stays the
+only default. :func:`validate` reads the parsed arguments by name, so each check is
+written once for every command that has the option: integers and their ranges, finite
+numbers, sink specs, names from a fixed list (metrics, experiments, prune channels, orders,
+ablations), corpus files that exist and hold text, predictor files that parse,
+saved-attention files that exist. It imports neither torch nor transformers, so a bad call
+is refused in well under a second.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.names import ATTENTION_FILES
 
+__all__ = [
+    "AT_LEAST",
+    "Parser",
+    "add_settings",
+    "ints",
+    "names",
+    "settings_values",
+    "validate",
+]
+
 #: The smallest value of each integer option (by its argparse destination).
 AT_LEAST = {
-    "max_tokens": 1,
+    "tokens": 1,
     "docs": 1,
-    "batch_size": 1,
     "n_boot": 1,
-    "clusters": 2,
-    "bins": 1,
+    "n_clusters": 2,
+    "n_init": 1,
+    "n_bins": 1,
     "profile_docs": 1,
     "eval_docs": 1,
     "rows_docs": 1,
     "train_steps": 1,
     "steps": 1,
     "window": 2,
+    "batch_size": 1,
     "threads": 1,
     "retries": 0,
     "ray_local": 1,
     "seed": 0,
 }
+#: Float options and the open or closed range each must lie in: (low, high, what).
+FLOAT_RANGES = {
+    "lr": (0.0, math.inf, "a finite number above 0"),
+    "tol": (0.0, math.inf, "a finite number of at least 0"),
+    "threshold": (0.0, 1.0, "a number above 0 and at most 1"),
+}
+#: Where every option destination holding names from a fixed list gets them, and what
+#: one of them is called in a message.
+_CHOICES = {
+    "metrics": ("attncoda.experiments.flips", "FLIP_METRICS", "metric"),
+    "experiments": ("attncoda.experiments.contract", "EXPERIMENTS", "experiment"),
+    "channels": ("attncoda.experiments.prune", "CHANNELS", "channel"),
+    "orders": ("attncoda.experiments.prune", "ORDERS", "order"),
+    "ablations": ("attncoda.experiments.prune", "ABLATIONS", "ablation"),
+}
+#: The flag each destination is written as, for the messages (set by :func:`add_settings`
+#: and the commands; the default: ``--`` and the destination with dashes).
+_FLAGS = "_flags"
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+def names(text: str) -> tuple[str, ...]:
+    """A comma list of names (blanks dropped)."""
+    return tuple(v.strip() for v in text.split(",") if v.strip())
 
 
-def _integers(args: argparse.Namespace) -> None:
+def ints(text: str) -> tuple[int, ...]:
+    """A comma list of integers."""
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of integers; got {text!r}"
+        ) from exc
+
+
+def _kind(default: Any) -> tuple[Any, str]:
+    """The argparse type of a field with ``default``, and how its help names it."""
+    if isinstance(default, tuple):
+        if default and all(isinstance(v, int) and not isinstance(v, bool) for v in default):
+            return ints, ",".join(map(str, default))
+        return names, ",".join(map(str, default))
+    if isinstance(default, bool):
+        raise AttncodaError("a settings field with a bool default has no option form")
+    if isinstance(default, int):
+        return int, str(default)
+    if isinstance(default, float):
+        return float, f"{default:g}"
+    return str, str(default)
+
+
+def add_settings(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *,
+    flags: Mapping[str, Sequence[str]] | None = None,
+    prefix: str = "",
+    skip: Sequence[str] = (),
+) -> None:
+    """One option per field of the settings dataclass ``cls``: ``--<prefix><field-name>``,
+    destination ``<prefix><field_name>``, default ``None`` (the dataclass default applies;
+    the help says which it is). ``flags`` gives a field other option strings (an older name
+    beside the new one); the first names the option in messages."""
+    shown_as = dict(parser.get_default(_FLAGS) or {})
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        dest = prefix + f.name
+        kind, shown = _kind(f.default)
+        strings = tuple((flags or {}).get(f.name, ())) or ("--" + dest.replace("_", "-"),)
+        parser.add_argument(
+            *strings,
+            dest=dest,
+            type=kind,
+            metavar="LIST" if kind in (ints, names) else None,
+            help=f"{f.metadata.get('help', f.name)} (default: {shown})",
+        )
+        shown_as[dest] = strings[0]
+    parser.set_defaults(**{_FLAGS: shown_as})
+
+
+def settings_values(args: argparse.Namespace, cls: type, *, prefix: str = "") -> dict[str, Any]:
+    """The fields of ``cls`` given on the command line (their options not left out)."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(args, prefix + f.name, None)
+        if value is not None:
+            values[f.name] = value
+    return values
+
+
+def _flag(args: argparse.Namespace, dest: str) -> str:
+    return (getattr(args, _FLAGS, None) or {}).get(dest, "--" + dest.replace("_", "-"))
+
+
+def _numbers(args: argparse.Namespace) -> None:
     for name, least in AT_LEAST.items():
         value = getattr(args, name, None)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise AttncodaError(
-                f"{_flag(name)} must be an integer of at least {least}; got {value!r}"
+                f"{_flag(args, name)} must be an integer of at least {least}; got {value!r}"
             )
-    lr = getattr(args, "lr", None)
-    if lr is not None and not (math.isfinite(lr) and lr > 0):
-        raise AttncodaError(f"--lr must be a finite number above 0; got {lr!r}")
-    ks = getattr(args, "k", None)
+    for name, (low, high, what) in FLOAT_RANGES.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        above = value > low if name != "tol" else value >= low
+        if not (math.isfinite(value) and above and value <= high):
+            raise AttncodaError(f"{_flag(args, name)} must be {what}; got {value!r}")
+    ks = getattr(args, "ks", None)
     if ks is not None:
+        flag = _flag(args, "ks")
         if not ks:
-            raise AttncodaError("--k is empty: give a comma list of head counts, e.g. 1,2,4")
+            raise AttncodaError(f"{flag} is empty: give a comma list of head counts, e.g. 1,2,4")
         for k in ks:
             if k < 1:
-                raise AttncodaError(f"--k holds {k}: every head count must be at least 1")
+                raise AttncodaError(f"{flag} holds {k}: every head count must be at least 1")
 
 
-def _names(args: argparse.Namespace, name: str, allowed: tuple[str, ...], what: str) -> None:
-    given = getattr(args, name, None)
-    if given is None:
-        return
-    if not given:
-        raise AttncodaError(f"{_flag(name)} is empty: give a comma list of {', '.join(allowed)}")
-    unknown = [g for g in given if g not in allowed]
-    if unknown:
-        raise AttncodaError(
-            f"unknown {what} {', '.join(repr(u) for u in unknown)} in {_flag(name)}: use a "
-            f"comma list of {', '.join(allowed)}"
-        )
+def _names(args: argparse.Namespace) -> None:
+    import importlib
+
+    for dest, (module, constant, what) in _CHOICES.items():
+        given = getattr(args, dest, None)
+        if given is None:
+            continue
+        allowed = tuple(getattr(importlib.import_module(module), constant))
+        flag = _flag(args, dest)
+        if not given:
+            raise AttncodaError(f"{flag} is empty: give a comma list of {', '.join(allowed)}")
+        unknown = [g for g in given if g not in allowed]
+        if unknown:
+            raise AttncodaError(
+                f"unknown {what} {', '.join(repr(u) for u in unknown)} in {flag}: use a "
+                f"comma list of {', '.join(allowed)}"
+            )
 
 
 def _files(args: argparse.Namespace) -> None:
@@ -93,7 +210,7 @@ def _files(args: argparse.Namespace) -> None:
         from attncoda.experiments.predictor import Predictor
 
         Predictor.from_json(predictor)
-    for name in ("attentions", "tokens"):
+    for name in ("attentions", "token_ids"):
         value = getattr(args, name, None)
         files = [value] if isinstance(value, str) else list(value or [])
         for file in files:
@@ -116,19 +233,14 @@ def validate(args: argparse.Namespace) -> None:
         With a message that names the option and its value and says what to give instead.
     """
     from attncoda.capture.sinks import parse_sink
-    from attncoda.experiments.prune import ABLATIONS, CHANNELS, ORDERS
-    from attncoda.run.units import EXPERIMENTS
 
-    _integers(args)
+    _numbers(args)
     if getattr(args, "sink", None) is not None:
         parse_sink(args.sink)
     models = getattr(args, "models", None)
     if isinstance(models, tuple) and not models:
         raise AttncodaError("--models is empty: give a comma list of models, e.g. smollm2,minilm")
-    _names(args, "experiments", EXPERIMENTS, "experiment")
-    _names(args, "channels", CHANNELS, "channel")
-    _names(args, "order", ORDERS, "order")
-    _names(args, "ablation", ABLATIONS, "ablation")
+    _names(args)
     _files(args)
 
 
@@ -137,6 +249,3 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:  # argparse's hook; it must not return
         self.exit(2, f"attncoda: error: {message}\n")
-
-
-__all__ = ["AT_LEAST", "Parser", "validate"]

@@ -11,7 +11,6 @@ import pytest
 
 from attncoda import AttncodaError, aitchison_split
 from attncoda.experiments.cluster import (
-    VARIANT_TITLES,
     VARIANTS,
     ClusterResult,
     cluster,
@@ -248,29 +247,6 @@ def test_identical_sink_two_content_groups_give_zero_sink_distances() -> None:
     assert art["adjusted_rand"]["drop|aitchison_content"] == pytest.approx(1.0)
     content = result.table["cluster_aitchison_content"].tolist()
     assert content == [0] * 4 + [1] * 4
-
-
-def test_figure_is_png_with_four_named_panels(random_result: ClusterResult, tmp_path) -> None:
-    import matplotlib.image
-
-    from attncoda.report.figures_cluster import _figure, cluster_figure
-
-    path = cluster_figure(random_result, tmp_path / "fig" / "cluster.png")
-    assert path == tmp_path / "fig" / "cluster.png"
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    image = matplotlib.image.imread(path)
-    assert image.ndim == 3 and image.shape[0] > 500 and image.shape[1] > 500
-    assert not list(path.parent.glob(".*.tmp"))
-
-    fig = _figure(random_result)
-    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    assert len(titles) == 4
-    for variant, title in zip(VARIANTS, titles, strict=True):
-        assert title.startswith(VARIANT_TITLES[variant])
-        rho = random_result.artifact["spearman_axis1_vs_sink_mass"][variant]
-        assert f"ρ(axis 1, sink mass) = {rho:+.2f}" in title
-    colorbars = [ax for ax in fig.axes if ax.get_ylabel() == "head sink mass"]
-    assert len(colorbars) == 1
 
 
 def test_summary_is_the_artifact_made_json_safe(random_result: ClusterResult) -> None:

@@ -34,3 +34,16 @@ def test_models_table_names_the_family():
     assert "<th>family</th>" in html
     assert html.index("<td>Gemma 3</td>") < html.index("<td>MPNet</td>")
     assert "<td>gpt_neox</td>" in html
+
+
+def test_models_table_keeps_the_run_order_when_a_revision_holds_an_at():
+    from attncoda.report.html import _models
+
+    info = {
+        "train-tiny@step0": {"family": "GPT-NeoX"},
+        "a/b@x@y": {"family": "Llama"},
+        "minilm@-": {"family": "BERT"},
+    }
+    html = _models(info, ["minilm", "a/b@x@y"], "sink = first")
+    rows = [html.index(f"<td>{label}</td>") for label in ("minilm", "a/b@x@y", "train-tiny@step0")]
+    assert rows == sorted(rows)

@@ -98,10 +98,16 @@ def page(report: Path) -> Page:
     return Page(report.read_text(encoding="utf-8"))
 
 
-def test_reproduce_writes_the_report_with_seven_sections_in_order(report, page):
+def test_the_report_has_seven_sections_in_order(report, page):
     assert report.is_file()
     assert page.sections == SECTION_IDS
     assert [s[0] for s in SECTIONS] == SECTION_IDS
+
+
+def test_the_settings_table_names_each_setting_by_its_group(report):
+    header = report.read_text(encoding="utf-8").split("<nav>")[0]
+    for key, value in (("flips.n_boot", "20"), ("rows.docs", "3"), ("train.steps", "16")):
+        assert f"<td>{key}</td><td>{value}</td>" in header, key
 
 
 def test_every_image_is_an_embedded_png_that_decodes(page):
@@ -197,7 +203,7 @@ def test_self_contained_no_script_no_external_url(report, page):
 
 def test_rendering_again_gives_identical_bytes(tiny_run, tmp_path):
     copy = copy_run(tiny_run, tmp_path / "copy")
-    # reproduce rendered the first one; the copy's render is the second
+    # the fixture rendered the first one; the copy's render is the second
     assert render_report(copy).read_bytes() == (tiny_run / "report.html").read_bytes()
 
 
@@ -255,7 +261,7 @@ def test_strings_from_tables_are_escaped(tiny_run, tmp_path):
     assert evil in page.text_of("flips")
 
 
-def test_cluster_figure_from_tables_matches_the_result_figure(tiny_run):
+def test_cluster_figure_from_tables_names_each_variant_and_its_rho(tiny_run):
     from attncoda.report.figures_cluster import cluster_figure_from_tables
 
     heads = pd.read_parquet(tiny_run / "tables" / "cluster.parquet")

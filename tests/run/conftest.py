@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from attncoda.report.html import render_report
 from attncoda.run.reproduce import reproduce
 from attncoda.training.train import TrainConfig, train_tiny
 from tiny_runs import TINY_SETTINGS
@@ -20,7 +21,9 @@ def models(tmp_path_factory) -> list[str]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, models) -> Path:
+    """A finished run of every experiment on ``models``, its report rendered."""
     out = tmp_path_factory.mktemp("runs") / "whole"
     result = reproduce(models, out, settings=TINY_SETTINGS, progress=False)
     assert result.ran == len(result.units) and result.skipped == 0
+    render_report(out)
     return out

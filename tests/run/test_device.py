@@ -11,7 +11,7 @@ from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.experiments.flips import document_sums, flips  # noqa: E402
 from attncoda.experiments.inputs import DocRows, HeadRows  # noqa: E402
 from attncoda.run.common import DEVICES, DTYPES, check_dtype, resolve_device  # noqa: E402
-from attncoda.run.reproduce import run_config  # noqa: E402
+from attncoda.run.config import run_config  # noqa: E402
 
 
 def test_resolve_device(monkeypatch):
@@ -81,7 +81,7 @@ def test_head_distances_on_torch_equal_numpy(metric, monkeypatch):
 
 
 def test_a_ray_task_asks_for_a_gpu_when_the_run_can_use_one():
-    from attncoda.run.sweep import task_gpus
+    from attncoda.run.ray_tasks import task_gpus
 
     with_gpu, without = {"CPU": 8.0, "GPU": 2.0}, {"CPU": 8.0}
     assert task_gpus({"device": "auto"}, with_gpu) == 1

@@ -19,7 +19,9 @@ import pytest
 
 from attncoda import AttncodaError
 from attncoda.cli import main
-from attncoda.run.reproduce import plan, reproduce, run_config
+from attncoda.run.config import run_config
+from attncoda.run.plan import plan
+from attncoda.run.reproduce import reproduce
 from attncoda.store import files
 from attncoda.store.lock import LOCK
 from tiny_runs import TINY_SETTINGS, assert_same_tables, done_units
@@ -135,7 +137,7 @@ def test_a_full_disk_is_one_clear_error_and_the_rerun_resumes(
 
 def test_sigterm_ends_the_run_between_units_and_the_rerun_resumes(tmp_path, models, uninterrupted):
     out = tmp_path / "terminated"
-    total = len(plan(run_config(models, settings=TINY_SETTINGS)))
+    total = len(plan(run_config(models, settings=TINY_SETTINGS)).units)
     proc = _start(models, out, until_done=3)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 130

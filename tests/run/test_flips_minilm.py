@@ -73,14 +73,18 @@ def _count(d_keep, d_drop, tol):
 
 
 def test_minilm_flips_equal_an_independent_count(tmp_path):
+    from attncoda.experiments.flips import CAPTURE_TOL
     from attncoda.models.load import load_model
     from attncoda.run.common import corpus_windows
-    from attncoda.run.conventions import CAPTURE_TOL, model_rows, run_flips
+    from attncoda.run.fit import model_rows
+    from attncoda.run.reproduce import run_experiment
+
+    settings = {"flips": {"n_boot": 10}, "rows": {"docs": 16, "tokens": 128}}
+    run_experiment("flips", ["minilm"], tmp_path, settings=settings, progress=False)
+    table = pd.read_parquet(tmp_path / "tables" / "flips.parquet").set_index("metric")
 
     model, tokenizer, info = load_model("minilm")
-    rows = model_rows("minilm", loaded=(model, tokenizer, info))  # the defaults
-    run_flips([rows], tmp_path, n_boot=10)
-    table = pd.read_parquet(tmp_path / "flips.parquet").set_index("metric")
+    rows = model_rows("minilm", rows=settings["rows"], loaded=(model, tokenizer, info))
 
     windows, _ = corpus_windows(tokenizer, text=None, max_tokens=128, docs=16)
     attentions = []
@@ -90,7 +94,7 @@ def test_minilm_flips_equal_an_independent_count(tmp_path):
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
             stacked = torch.cat(out.attentions, dim=1)[0]  # (layers*heads, L, L)
             attentions.append(stacked.double().numpy())
-    assert sum(a.shape[1] for a in attentions) == sum(d.logp.shape[1] for d in rows.rows.docs)
+    assert sum(a.shape[1] for a in attentions) == sum(d.logp.shape[1] for d in rows.docs)
     for name in METRICS:
         d_keep = _distances(attentions, name, "keep")
         d_drop = _distances(attentions, name, "drop")

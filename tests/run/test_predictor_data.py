@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attncoda.experiments.predictor import Predictor
-from attncoda.run.conventions import apply_predictor, shipped_predictor
+from attncoda.experiments.predictor import Predictor, apply_predictor, shipped_predictor
 from attncoda.run.predictor_data import HELD_OUT, TRAINING, main, regenerate
 
 METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")

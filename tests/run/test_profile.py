@@ -16,23 +16,22 @@ pytestmark = pytest.mark.slow
 def test_head_sink_mass_equals_eager_output_attentions(tmp_path, name, docs):
     from attncoda.models.load import load_model
     from attncoda.run.common import corpus_windows
-    from attncoda.run.profile import profile
+    from attncoda.run.reproduce import run_experiment
+
+    settings = {"profile": {"docs": docs, "tokens": 128}}
+    run_experiment("profile", [name], tmp_path, settings=settings, progress=False)
+    heads = pd.read_parquet(tmp_path / "tables" / "profile_heads.parquet")
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [
+        "profile_heads.parquet",
+        "units.parquet",
+    ]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["command"] == "profile"
+    assert manifest["config"]["models"] == [name] and manifest["config"]["sink"] == "first"
+    assert manifest["config"]["settings"] == {"profile": {"docs": docs, "tokens": 128}}
+    assert len(manifest["config"]["corpus"]["sha256"]) == 64
 
     model, tokenizer, info = load_model(name)
-    result = profile(name, tmp_path, docs=docs, loaded=(model, tokenizer, info))
-    heads = pd.read_parquet(tmp_path / "heads.parquet")
-    assert {p.name for p in result.files} == {
-        "rows.parquet",
-        "heads.parquet",
-        "profile.png",
-        "manifest.json",
-    }
-    rows = pd.read_parquet(tmp_path / "rows.parquet")
-    assert len(rows) == heads["n_rows"].sum()
-    assert (tmp_path / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["config"]["model"] == name and manifest["config"]["sink"] == "first"
-    assert len(manifest["config"]["corpus"]["sha256"]) == 64
 
     windows, _ = corpus_windows(tokenizer, text=None, max_tokens=128, docs=docs)
     total, count = 0.0, 0
@@ -47,6 +46,8 @@ def test_head_sink_mass_equals_eager_output_attentions(tmp_path, name, docs):
             total = total + att[:, first:, 0].sum(-1)
             count += att.shape[1] - first
     expected = total / count
+    with_content = heads["n_rows"] - heads["n_rows_no_content"]
+    assert (with_content == count).all()  # every window read whole
     got = heads.sort_values(["layer", "head"])["sink_mass"].to_numpy()
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
     if name == "minilm":

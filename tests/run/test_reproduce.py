@@ -14,16 +14,54 @@ import pytest
 
 from attncoda import AttncodaError
 from attncoda.cli import main
-from attncoda.experiments.collapse import collapse, collapse_from_stats, stats_frames
-from attncoda.run.reproduce import plan, reproduce, run_config
+from attncoda.experiments.collapse import checkpoint_stats, collapse_from_stats, stats_frames
+from attncoda.report.html import render_report
+from attncoda.run.config import run_config
+from attncoda.run.plan import plan
+from attncoda.run.reproduce import reproduce
 from tiny_runs import TINY_SETTINGS, assert_same_tables, done_units, run_tables
 
 SETTINGS = TINY_SETTINGS
 
 
+def _series_windows(first_checkpoint: Path) -> list:
+    """The collapse windows of the tiny settings, cut by the series' first tokenizer."""
+    from attncoda.models.load import load_model
+    from attncoda.run.common import corpus_windows
+
+    _, tokenizer, _ = load_model(str(first_checkpoint))
+    collapse_settings = SETTINGS["collapse"]
+    windows, _ = corpus_windows(
+        tokenizer,
+        text=None,
+        max_tokens=collapse_settings["tokens"],
+        docs=collapse_settings["docs"],
+    )
+    return [w.input_ids for w in windows]
+
+
+def _checkpoint_stats(points, windows):
+    from attncoda.models.load import load_model
+
+    for point in points:
+        model, tokenizer, _ = load_model(point.spec)
+        yield checkpoint_stats(model, tokenizer, windows, point)
+
+
+def collapse(series, windows, *, model: str):
+    """The collapse result of every checkpoint of ``series`` (a folder or its points),
+    captured here, one checkpoint after another."""
+    from attncoda.models.series import parse_series
+
+    points = parse_series(series) if isinstance(series, (str, Path)) else list(series)
+    return collapse_from_stats(
+        _checkpoint_stats(points, windows), windows, points=points, model=model
+    )
+
+
 def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupted):
     config = run_config(models, settings=SETTINGS)
-    units = plan(config)
+    units = plan(config).units
     per_model = ["profile", "flips", "cluster", "safety", "predictor", "prune"]
     assert [u.experiment for u in units[:6]] == per_model
     assert [u.revision for u in units if u.experiment == "collapse"] == [
@@ -51,16 +89,40 @@ def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupte
         assert set(tables[f"{name}.parquet"]["family"]) == {"GPT-NeoX"}, name
     # the collapse table assembled from stored checkpoint partitions equals collapse() direct
     series = uninterrupted / "series" / "train-tiny"  # the run trained its own series
-    direct = collapse(series, _series_windows(uninterrupted), model="train-tiny")
+    direct = collapse(series, _series_windows(series / "step0"), model="train-tiny")
     stored = tables["collapse.parquet"].drop(columns="revision")
-    pd.testing.assert_frame_equal(stored, direct.table.drop(columns=[]), check_exact=True)
+    pd.testing.assert_frame_equal(stored, direct.table, check_exact=True)
 
 
-def _series_windows(out: Path):
-    from attncoda.run.units import series_windows
+def test_plan_waits_for_the_units_it_reads():
+    # safety alone brings the flips unit it reads; each waits for it, same model and revision
+    config = run_config(["a/x@step0", "a/b@x@y"], experiments=["safety"])
+    assert config["experiments"] == ["flips", "safety"]
+    found = plan(config)
+    assert [u.key for u in found.units] == [
+        "flips/a/x@step0",
+        "safety/a/x@step0",
+        "flips/a/b@x@y",  # the revision is everything after the first '@'
+        "safety/a/b@x@y",
+    ]
+    assert [d.key for d in found.waits_for(found.units[1])] == ["flips/a/x@step0"]
+    assert found.waits_for(found.units[0]) == ()
+    assert {u.key for u in found.awaited()} == {"flips/a/x@step0", "flips/a/b@x@y"}
+    # a trained series: its checkpoints' units wait for the train unit; the predictor on
+    # a checkpoint reads flips where it runs (no flips unit of the series is planned)
+    config = run_config([], experiments=["collapse", "predictor"], settings=SETTINGS)
+    found = plan(config)
+    train = next(u for u in found.units if u.experiment == "train")
+    readers = [u for u in found.units if u.model == "train-tiny" and u != train]
+    assert len(readers) == 6 + 2
+    assert all(found.waits_for(u) == (train,) for u in readers)
 
-    manifest = json.loads((out / "manifest.json").read_text())
-    return series_windows(manifest["config"], out)
+
+def test_a_given_series_waits_for_nothing(models):
+    series = str(Path(models[0]).parent)
+    found = plan(run_config([], series=series, experiments=["collapse"], settings=SETTINGS))
+    assert [u.experiment for u in found.units] == ["collapse"] * 6
+    assert found.after == {}
 
 
 def test_sigkill_partway_then_resume_gives_identical_tables(tmp_path, models, uninterrupted):
@@ -69,7 +131,7 @@ def test_sigkill_partway_then_resume_gives_identical_tables(tmp_path, models, un
         "from attncoda.run.reproduce import reproduce; "
         f"reproduce({models!r}, {str(out)!r}, settings={SETTINGS!r}, progress=False)"
     )
-    total = len(plan(run_config(models, settings=SETTINGS)))
+    total = len(plan(run_config(models, settings=SETTINGS)).units)
     for kill_after in (2, 9, 14):  # inside the first model, the second, the series
         proc = subprocess.Popen([sys.executable, "-c", script])
         deadline = time.monotonic() + 120
@@ -93,8 +155,8 @@ def test_rerun_skips_everything_and_keeps_tables(tmp_path, models, uninterrupted
 
 
 def test_other_config_is_refused_naming_the_keys(models, uninterrupted, capsys):
-    changed = {**SETTINGS, "n_boot": 21}
-    with pytest.raises(AttncodaError, match=r"settings\.n_boot \(stored 20, given 21\)"):
+    changed = {**SETTINGS, "flips": {"n_boot": 21}}
+    with pytest.raises(AttncodaError, match=r"settings\.flips\.n_boot \(stored 20, given 21\)"):
         reproduce(models, uninterrupted, settings=changed, progress=False)
     code = main(
         ["reproduce", "--models", ",".join(models), "--seed", "5", "--out", str(uninterrupted)]
@@ -107,16 +169,45 @@ def test_other_config_is_refused_naming_the_keys(models, uninterrupted, capsys):
 def test_bad_arguments_are_named():
     with pytest.raises(AttncodaError, match="unknown experiment"):
         run_config(["x"], experiments=["flips", "nope"])
-    with pytest.raises(AttncodaError, match="unknown setting 'n_bootz'"):
-        run_config(["x"], settings={"n_bootz": 1})
+    with pytest.raises(
+        AttncodaError, match="unknown setting 'n_bootz' of flips: use one of metrics, n_boot, tol"
+    ):
+        run_config(["x"], settings={"flips": {"n_bootz": 1}})
+    with pytest.raises(
+        AttncodaError, match="unknown setting 'window' of rows: use one of docs, tokens"
+    ):
+        run_config(["x"], settings={"rows": {"window": 1}})
+    with pytest.raises(AttncodaError, match="unknown settings group 'flip': use one of profile"):
+        run_config(["x"], settings={"flip": {"n_boot": 1}})
     with pytest.raises(AttncodaError, match="unknown scale"):
         run_config(["x"], scale="huge")
     with pytest.raises(AttncodaError, match="listed twice"):
         run_config(["x", "x"])
+    with pytest.raises(AttncodaError, match="prune runs a model: give a model spec, not"):
+        run_config([], experiments=["flips", "prune"], attentions=["a.npz"])
+    with pytest.raises(AttncodaError, match="give models or attention files, not both"):
+        run_config(["x"], experiments=["flips"], attentions=["a.npz"])
+
+
+def test_the_scales_are_overrides_of_the_settings_defaults():
+    from attncoda.experiments.flips import Settings as FlipsSettings
+    from attncoda.experiments.prune import Settings as PruneSettings
+
+    demo = run_config(["x"])
+    assert demo["settings"]["flips"]["n_boot"] == FlipsSettings().n_boot == 200
+    assert demo["settings"]["prune"]["ks"] == list(PruneSettings().ks) == [4, 16, 64]
+    assert demo["rows"] == {"docs": 4, "tokens": 128}
+    full = run_config(["x"], scale="full", settings={"flips": {"n_boot": 7}})
+    assert full["rows"] == {"docs": 16, "tokens": 128}
+    assert full["settings"]["flips"]["n_boot"] == 7  # a setting given wins over the scale
+    assert full["settings"]["profile"]["docs"] == 32
+    assert full["settings"]["prune"]["ks"] == [1, 2, 4, 8, 16, 32, 64]
+    # an experiment that needs no rows records none
+    assert run_config(["x"], experiments=["profile"])["rows"] is None
 
 
 def test_checkpoint_stats_round_trip_through_tables(models):
-    from attncoda.experiments.collapse import checkpoint_stats, stats_from_frames
+    from attncoda.experiments.collapse import stats_from_frames
     from attncoda.models.load import load_model
     from attncoda.models.series import parse_series
 
@@ -164,29 +255,27 @@ def test_a_given_series_is_used_instead_of_training_one(tmp_path, models):
     assert [u.key for u in result.units] == [f"collapse/tt@step{s}" for s in (0, 1, 2, 4, 8, 16)]
     assert not (out / "series").exists()
     stored = pd.read_parquet(out / "tables" / "collapse.parquet").drop(columns="revision")
-    direct = collapse(series, _series_windows(out), model="tt")
+    direct = collapse(series, _series_windows(series / "step0"), model="tt")
     pd.testing.assert_frame_equal(stored, direct.table, check_exact=True)
-    html = (out / "report.html").read_text()
+    html = render_report(out).read_text()
     assert "This section was not run" in html
 
 
 def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupted):
     import numpy as np
 
-    from attncoda.experiments.flips import flips
-    from attncoda.run import units as run_units
-    from attncoda.run.conventions import CAPTURE_TOL
-    from attncoda.store.runs import Unit
+    from attncoda.experiments.flips import CAPTURE_TOL, FlipsResult, flips
+    from attncoda.run import provide
+    from attncoda.run.fit import model_rows
+    from attncoda.store.runs import RunStore, Unit
 
     config = json.loads((uninterrupted / "manifest.json").read_text())["config"]
-    unit = Unit("safety", models[0])
-    assert (
-        uninterrupted / "units" / Unit("flips", models[0]).folder / "flips_result.npz"
-    ).is_file()
-    run_units.clear_cache()
-    stored = run_units._stored_flips(unit, config, uninterrupted)
-    rows = run_units._model_rows(models[0], models[0], config).rows
-    fresh = flips(rows, n_boot=SETTINGS["n_boot"], seed=0, tol=CAPTURE_TOL)
+    unit = Unit("flips", models[0])
+    assert (uninterrupted / "units" / unit.folder / provide.ARRAYS).is_file()
+    store = RunStore(uninterrupted, "reproduce", config)
+    stored = FlipsResult.from_tables(models[0], provide.read_unit(store, unit))
+    rows = model_rows(models[0], rows=SETTINGS["rows"])
+    fresh = flips(rows, n_boot=SETTINGS["flips"]["n_boot"], seed=0, tol=CAPTURE_TOL)
     assert stored.distances.keys() == fresh.distances.keys()
     for key, value in fresh.distances.items():
         np.testing.assert_array_equal(stored.distances[key], value)
@@ -194,30 +283,53 @@ def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupt
         np.testing.assert_array_equal(stored.bootstrap[metric], value)
     assert (stored.n_docs, stored.n_rows, stored.tol) == (fresh.n_docs, fresh.n_rows, fresh.tol)
     pd.testing.assert_frame_equal(stored.table, fresh.table, check_exact=True)
-    run_units.clear_cache()
 
 
 def test_the_process_cache_holds_one_model_at_a_time():
-    from attncoda.run import units as run_units
+    from attncoda.run import provide
 
-    run_units.clear_cache()
+    provide.clear_cache()
     try:
-        for kind, value in (("load", 1), ("rows", 2), ("flips", 3), ("series_windows", 4)):
-            run_units._cached((kind, "a"), lambda v=value: v)
-        assert run_units._cached(("rows", "a"), lambda: 99) == 2  # cached: not made again
-        run_units._cached(("load", "b"), lambda: 5)
-        assert sorted(run_units._CACHE) == [("load", "b"), ("series_windows", "a")]
+        for kind, value in (("load", 1), ("rows", 2), ("after", 3), ("series_windows", 4)):
+            provide.cached((kind, "a"), lambda v=value: v)
+        assert provide.cached(("rows", "a"), lambda: 99) == 2  # cached: not made again
+        provide.cached(("load", "b"), lambda: 5)
+        assert provide.cache_keys() == [("series_windows", "a"), ("load", "b")]
     finally:
-        run_units.clear_cache()
+        provide.clear_cache()
 
 
 def test_the_default_series_is_bigram_backcopy_and_text_is_asked_for():
     default = run_config([], experiments=["collapse"])
     assert default["series"]["task"] == "bigram-backcopy"
     assert default["series"]["points"][-1][1] == "step2000"  # the task's default steps
-    text = run_config([], experiments=["collapse"], settings={"train_task": "text"})
+    text = run_config([], experiments=["collapse"], settings={"train": {"task": "text"}})
     assert text["series"]["task"] == "text"
     assert text["series"]["points"][-1][1] == "step1000"
-    msg = "unknown train_task 'copy': use one of text, bigram-backcopy"
+    msg = "unknown train task 'copy': use one of text, bigram-backcopy"
     with pytest.raises(AttncodaError, match=msg):
-        run_config([], experiments=["collapse"], settings={"train_task": "copy"})
+        run_config([], experiments=["collapse"], settings={"train": {"task": "copy"}})
+
+
+def test_reproduce_and_sweep_run_their_units_through_one_executor(monkeypatch, tmp_path, models):
+    from attncoda.run import executors
+    from attncoda.run import reproduce as reproduce_module
+    from attncoda.run import sweep as sweep_module
+
+    seen: list[tuple[str, int]] = []
+
+    class Recording(executors.InProcess):
+        def run(self, job, log):
+            seen.append((job.command, len(job.todo)))
+            return super().run(job, log)
+
+    monkeypatch.setattr(reproduce_module, "InProcess", Recording)
+    monkeypatch.setattr(sweep_module, "InProcess", Recording)
+    settings = {"rows": SETTINGS["rows"], "flips": SETTINGS["flips"]}
+    reproduce(models[:1], tmp_path / "r", experiments=["flips"], settings=settings, progress=False)
+    sweep_module.sweep(
+        models[:1], tmp_path / "s", experiments=["flips"], settings=settings, progress=False
+    )
+    assert seen == [("reproduce", 1), ("reproduce", 1)]
+    assert_same_tables(tmp_path / "r", tmp_path / "s")
+    assert isinstance(executors.OnRay(local=1), executors.Executor)

@@ -22,7 +22,9 @@ import pandas as pd
 import pytest
 
 from attncoda import AttncodaError
-from attncoda.run.reproduce import plan, reproduce, run_config
+from attncoda.run.config import run_config
+from attncoda.run.plan import plan
+from attncoda.run.reproduce import reproduce
 from attncoda.run.sweep import expand_models, sweep
 from attncoda.store.runs import RunStore, Unit, read_run_tables
 
@@ -50,7 +52,7 @@ KEYS = {
 def reference(models, tmp_path_factory) -> Path:
     """The in-process reproduce run every sweep is compared with."""
     out = tmp_path_factory.mktemp("reference") / "run"
-    reproduce(models, out, settings=SETTINGS, progress=False, report=False)
+    reproduce(models, out, settings=SETTINGS, progress=False)
     return out
 
 
@@ -92,20 +94,16 @@ def assert_each_unit_once(out: Path, units: list[Unit]) -> None:
 def test_sweep_on_cluster_equals_in_process_run(cluster: Cluster, models, reference, tmp_path):
     drivers = len(cluster.driver_logs())
     out = tmp_path / "sweep"
-    result = sweep(
-        models, out, settings=SETTINGS, ray_address=cluster.address, progress=False, report=False
-    )
+    result = sweep(models, out, settings=SETTINGS, ray_address=cluster.address, progress=False)
     # The sweep connected to this cluster as a driver (it did not start a Ray of its own).
     assert len(cluster.driver_logs()) == drivers + 1
     assert result.failed == {}
     assert (result.ran, result.skipped) == (len(result.units), 0) == (21, 0)
-    assert result.report is None and result.out == out
+    assert result.out == out
     assert_same_tables(out, reference)
     assert_each_unit_once(out, result.units)
     # Rerun: every unit is finished, nothing runs (Ray is not even contacted).
-    again = sweep(
-        models, out, settings=SETTINGS, ray_address=cluster.address, progress=False, report=False
-    )
+    again = sweep(models, out, settings=SETTINGS, ray_address=cluster.address, progress=False)
     assert (again.ran, again.skipped, again.failed) == (0, 21, {})
     assert len(cluster.driver_logs()) == drivers + 1
     assert_same_tables(out, reference)
@@ -144,7 +142,6 @@ def test_killed_worker_is_retried_and_units_stay_single(
         ray_address=cluster.address,
         retries=2,
         progress=False,
-        report=False,
     )
     killer.join(timeout=5)
     assert killed, "no worker was seen executing a unit"
@@ -200,11 +197,10 @@ def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tm
         [],
         tmp_path / "train",
         experiments=["collapse"],
-        settings={**SETTINGS, "train_size": "bogus"},
+        settings={**SETTINGS, "train": {"size": "bogus", "steps": 16}},
         ray_address=cluster.address,
         retries=0,
         progress=False,
-        report=False,
     )
     train = "train/train-tiny@-"
     assert result.failed[train] == "AttncodaError: unknown model size 'bogus'; accepted: " + (
@@ -221,11 +217,11 @@ def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tm
 
 def test_sweep_in_process_equals_reproduce(models, reference, tmp_path):
     out = tmp_path / "sweep"
-    result = sweep(models, out, settings=SETTINGS, progress=False, report=False)
+    result = sweep(models, out, settings=SETTINGS, progress=False)
     assert (result.ran, result.skipped, result.failed) == (21, 0, {})
     assert_same_tables(out, reference)
     # A sweep and a reproduce of the same models share the folder: reproduce finds it done.
-    again = reproduce(models, out, settings=SETTINGS, progress=False, report=False)
+    again = reproduce(models, out, settings=SETTINGS, progress=False)
     assert (again.ran, again.skipped) == (0, 21)
 
 
@@ -238,7 +234,7 @@ def test_revisions_expand_every_model():
     ]
     assert expand_models(["a/x@step1", "b"]) == ["a/x@step1", "b"]
     config = run_config(expand_models(["a/x"], ["step0", "step8"]), experiments=["profile"])
-    assert plan(config) == [Unit("profile", "a/x", "step0"), Unit("profile", "a/x", "step8")]
+    assert plan(config).units == (Unit("profile", "a/x", "step0"), Unit("profile", "a/x", "step8"))
     with pytest.raises(AttncodaError, match="'a/x@step1' already names a revision"):
         expand_models(["a/x@step1"], ["step0"])
 
@@ -262,7 +258,6 @@ def test_failures_in_process_are_retried_then_reported(tmp_path, capsys):
         experiments=["profile"],
         retries=1,
         progress=True,
-        report=False,
     )
     assert result.units == [Unit("profile", missing, "step1"), Unit("profile", missing, "step2")]
     assert sorted(result.failed) == [f"profile/{missing}@step1", f"profile/{missing}@step2"]
@@ -277,10 +272,9 @@ def test_failures_in_process_are_retried_then_reported(tmp_path, capsys):
         [],
         tmp_path / "train",
         experiments=["collapse"],
-        settings={**SETTINGS, "train_size": "bogus"},
+        settings={**SETTINGS, "train": {"size": "bogus", "steps": 16}},
         retries=0,
         progress=False,
-        report=False,
     )
     assert len(trained.failed) == 7
     assert trained.failed["collapse/train-tiny@step16"].startswith(

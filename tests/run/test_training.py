@@ -1,4 +1,5 @@
-"""Collapse on a Bigram-Backcopy series (:func:`attncoda.run.training.run_collapse`)."""
+"""Collapse on a Bigram-Backcopy series: a run of the collapse experiment over its
+checkpoints."""
 
 from __future__ import annotations
 
@@ -13,10 +14,19 @@ pytest.importorskip("transformers")
 pd = pytest.importorskip("pandas")
 
 from attncoda.data.tasks import BigramBackcopy  # noqa: E402
-from attncoda.run.training import run_collapse  # noqa: E402
+from attncoda.run.reproduce import run_experiment  # noqa: E402
 from attncoda.training.train import TrainConfig, train_tiny  # noqa: E402
 
 LEVELS = {"model", "layer", "head"}
+
+
+def run_collapse(series: str, out: Path, *, max_tokens: int, docs: int) -> tuple:
+    """The collapse table of a run over ``series``, and one checkpoint unit's summary."""
+    settings = {"collapse": {"docs": docs, "tokens": max_tokens}}
+    run_experiment("collapse", [], out, series=series, settings=settings, progress=False)
+    done = next((out / "units" / "collapse").glob("*/_done.json"))
+    summary = json.loads(done.read_text())["facts"]["summary"]
+    return pd.read_parquet(out / "tables" / "collapse.parquet"), summary
 
 
 def _assert_exact_split(table: pd.DataFrame) -> None:
@@ -42,19 +52,20 @@ def _mean_entropy(folder: Path, ids: np.ndarray) -> float:
 
 def test_collapse_on_a_task_series_reads_task_sequences_and_splits_exactly(tmp_path: Path):
     series = tmp_path / "series"
-    config = TrainConfig(task="bigram-backcopy", steps=8, window=16, batch_size=4)
-    trained = train_tiny(series, config, progress=False)
+    trained = train_tiny(
+        series,
+        TrainConfig(task="bigram-backcopy", steps=8, window=16, batch_size=4),
+        progress=False,
+    )
     out = tmp_path / "collapse"
-    result = run_collapse(str(series), out, max_tokens=16, docs=6)
-    _assert_exact_split(result.table)
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["config"]["corpus"]["source"] == "bigram-backcopy"
+    table, summary = run_collapse(str(series), out, max_tokens=16, docs=6)
+    _assert_exact_split(table)
     # The windows are the task's held-out sequences, the same at every checkpoint.
     ids = BigramBackcopy(seq_len=16).evaluation_sequences(6)
-    assert result.summary["n_windows"] == 6 and result.summary["n_tokens"] == ids.size
+    assert summary["n_windows"] == 6 and summary["n_tokens"] == ids.size
     # Independent reference: the model-level first -> last entropy change from eager
     # attention weights (float32 softmax, so agreement to 1e-5 nats, not bit-identity).
-    first_last = result.table.query("pair_kind == 'first_last' and level == 'model'")
+    first_last = table.query("pair_kind == 'first_last' and level == 'model'")
     expected = _mean_entropy(trained.checkpoints[-1], ids) - _mean_entropy(
         trained.checkpoints[0], ids
     )
@@ -85,8 +96,8 @@ def test_collapse_on_the_default_series_splits_exactly_and_the_sink_dominates(
     default_series, tmp_path
 ):
     folder, _ = default_series
-    result = run_collapse(str(folder), tmp_path / "collapse", docs=16, max_tokens=64)
-    _assert_exact_split(result.table)
-    model = result.table.query("pair_kind == 'first_last' and level == 'model'").iloc[0]
+    table, _ = run_collapse(str(folder), tmp_path / "collapse", docs=16, max_tokens=64)
+    _assert_exact_split(table)
+    model = table.query("pair_kind == 'first_last' and level == 'model'").iloc[0]
     # Measured 79% (README); a sink that grows must carry most of the drop.
     assert model["delta_entropy"] < 0 and model["sink_share"] > 0.5

@@ -2,26 +2,26 @@
 
 One panel per variant (:data:`attncoda.experiments.cluster.VARIANTS`), heads at their MDS
 coordinates coloured by head sink mass on one shared scale, each panel titled with its
-variant and the Spearman correlation of its axis 1 with sink mass.
-:func:`cluster_figure` draws it from a :class:`ClusterResult`,
-:func:`cluster_figure_from_tables` from the ``cluster`` and ``cluster_summary`` tables of a
-run folder.
+variant and the Spearman correlation of its axis 1 with sink mass, drawn from the
+``cluster`` and ``cluster_summary`` tables of a run folder
+(:func:`cluster_figure_from_tables`).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, ClusterResult
-from attncoda.report.figures import save_png
+from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS
 from attncoda.store.runs import NO_REVISION
 
-__all__ = ["cluster_figure", "cluster_figure_from_tables"]
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["cluster_figure_from_tables"]
 
 
 def _panel_title(variant: str, rho: float | None, best: float | None) -> str:
@@ -29,18 +29,6 @@ def _panel_title(variant: str, rho: float | None, best: float | None) -> str:
     if best is not None:
         stat += f"\nlargest |ρ| over directions = {best:.2f}"
     return f"{VARIANT_TITLES[variant]}\nSpearman ρ(axis 1, sink mass) = {stat}"
-
-
-def _figure(result: ClusterResult) -> Any:
-    """Build the 2×2 figure (a :class:`matplotlib.figure.Figure`, no pyplot state)."""
-    art = result.artifact
-    return _draw(
-        result.table,
-        rho=art["spearman_axis1_vs_sink_mass"],
-        best=art["max_abs_spearman_any_direction_vs_sink_mass"],
-        degenerate=set(art.get("degenerate_variants", [])),
-        model=art["model"],
-    )
 
 
 def _optional(value: Any) -> float | None:
@@ -54,7 +42,7 @@ def _optional(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-def cluster_figure_from_tables(table: Any, summary: Any) -> Any:
+def cluster_figure_from_tables(table: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     """The four-panel clustering figure of one model, from a run folder's tables.
 
     Parameters
@@ -69,7 +57,7 @@ def cluster_figure_from_tables(table: Any, summary: Any) -> Any:
     Returns
     -------
     matplotlib.figure.Figure
-        The same panels as :func:`cluster_figure`.
+        A 2×2 grid, one panel per variant; heads coloured by sink mass on one scale.
 
     Raises
     ------
@@ -112,13 +100,13 @@ def cluster_figure_from_tables(table: Any, summary: Any) -> Any:
 
 
 def _draw(
-    table: Any,
+    table: pd.DataFrame,
     *,
     rho: Mapping[str, float | None],
     best: Mapping[str, float | None],
     degenerate: set[str],
     model: str,
-) -> Any:
+) -> Figure:
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
@@ -165,21 +153,3 @@ def _draw(
     units = "JS in nats, summed over rows and documents; Aitchison terms summed likewise"
     fig.suptitle(f"Head clustering (Clark et al. 2019) of {model}\n{units}")
     return fig
-
-
-def cluster_figure(result: ClusterResult, path: str | os.PathLike[str]) -> Path:
-    """Write the four-panel clustering figure as a PNG, atomically.
-
-    Parameters
-    ----------
-    result : ClusterResult
-        As returned by :func:`attncoda.experiments.cluster.cluster`.
-    path : path
-        Where to write the PNG (its folder is created if needed).
-
-    Returns
-    -------
-    Path
-        ``path``.
-    """
-    return save_png(_figure(result), path)

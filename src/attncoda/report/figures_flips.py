@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.report.figures import save_png
+from attncoda.report.canvas import save_png
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 __all__ = [
     "CONVENTIONS_LABEL",
@@ -33,7 +38,7 @@ __all__ = [
 CONVENTIONS_LABEL = "keep vs drop"
 
 
-def _new_figure(**kwargs: Any) -> Any:
+def _new_figure(**kwargs: Any) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -42,7 +47,7 @@ def _new_figure(**kwargs: Any) -> Any:
     return fig
 
 
-def _need(df: Any, columns: tuple[str, ...], what: str) -> None:
+def _need(df: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
     missing = [c for c in columns if c not in getattr(df, "columns", ())]
     if missing:
         raise AttncodaError(f"{what} lacks the column {missing[0]!r}")
@@ -50,7 +55,7 @@ def _need(df: Any, columns: tuple[str, ...], what: str) -> None:
         raise AttncodaError(f"{what} has no rows to plot")
 
 
-def flip_rate_figure(table: Any) -> Any:
+def flip_rate_figure(table: pd.DataFrame) -> Figure:
     """Bar chart of the keep vs drop flip rate per metric, with bootstrap CI whiskers.
 
     Parameters
@@ -103,11 +108,11 @@ def flip_rate_figure(table: Any) -> Any:
     return fig
 
 
-def _get(rows: Any, metric: str, column: str) -> float:
+def _get(rows: pd.DataFrame, metric: str, column: str) -> float:
     return float(rows.loc[metric, column]) if metric in rows.index else math.nan
 
 
-def safety_figure(grid: Any, metrics: Any = None) -> Any:
+def safety_figure(grid: pd.DataFrame, metrics: Sequence[str] | None = None) -> Figure:
     """Heatmaps of the keep vs drop flip rate over sink share × sink-mass gap, per metric.
 
     Parameters
@@ -226,11 +231,13 @@ def safety_figure(grid: Any, metrics: Any = None) -> Any:
     return fig
 
 
-def plot_flip_rates(table: Any, path: str | os.PathLike[str]) -> Path:
+def plot_flip_rates(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     """:func:`flip_rate_figure` saved as PNG at ``path``; returns the path."""
     return save_png(flip_rate_figure(table), path)
 
 
-def plot_safety(grid: Any, path: str | os.PathLike[str], metrics: Any = None) -> Path:
+def plot_safety(
+    grid: pd.DataFrame, path: str | os.PathLike[str], metrics: Sequence[str] | None = None
+) -> Path:
     """:func:`safety_figure` saved as PNG at ``path``; returns the path."""
     return save_png(safety_figure(grid, metrics), path)

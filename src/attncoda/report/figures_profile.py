@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attncoda.report.figures import figure, save_png
+from attncoda.report.canvas import new_figure, save_png
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 PANELS = (
     ("sink_mass", "sink mass s", "magma"),
@@ -18,7 +22,9 @@ PANELS = (
 )
 
 
-def profile_heatmap(heads: Any, path: str | os.PathLike[str], *, model: str, sink: str) -> Path:
+def profile_heatmap(
+    heads: pd.DataFrame, path: str | os.PathLike[str], *, model: str, sink: str
+) -> Path:
     """Four layer × head heatmaps: sink mass, H(p) and its exact split into sink and content.
 
     Parameters
@@ -33,12 +39,12 @@ def profile_heatmap(heads: Any, path: str | os.PathLike[str], *, model: str, sin
     return save_png(profile_figure(heads, model=model, sink=sink), path)
 
 
-def profile_figure(heads: Any, *, model: str, sink: str) -> Any:
+def profile_figure(heads: pd.DataFrame, *, model: str, sink: str) -> Figure:
     """The figure of :func:`profile_heatmap` (a :class:`matplotlib.figure.Figure`), unsaved."""
     table = heads.assign(sink_term=heads["binary_term"] + heads["within_sink_term"])
     n_layers = int(table["layer"].max()) + 1
     n_heads = int(table["head"].max()) + 1
-    fig = figure(figsize=(4.6 * 4, 0.28 * n_layers + 2.2))
+    fig = new_figure(figsize=(4.6 * 4, 0.28 * n_layers + 2.2))
     axes = fig.subplots(1, 4, squeeze=False)
     for ax, (column, label, cmap) in zip(axes[0], PANELS, strict=True):
         grid = np.full((n_layers, n_heads), np.nan)

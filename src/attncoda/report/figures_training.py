@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.report.figures import figure, save_png
+from attncoda.report.canvas import new_figure, save_png
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 __all__ = ["collapse_figure", "collapse_split_figure", "prune_curve_figure", "prune_figure"]
 
@@ -26,7 +30,7 @@ CHANNEL_LABELS = {
 }
 
 
-def _model_pairs(table: Any) -> Any:
+def _model_pairs(table: pd.DataFrame) -> pd.DataFrame:
     rows = table[(table["level"] == "model") & (table["pair_kind"] == "consecutive")]
     if rows.empty:
         raise AttncodaError("the collapse table has no model-level consecutive pairs to plot")
@@ -34,7 +38,7 @@ def _model_pairs(table: Any) -> Any:
 
 
 def collapse_figure(
-    table: Any, path: str | os.PathLike[str], *, model: str, sink: str = "first"
+    table: pd.DataFrame, path: str | os.PathLike[str], *, model: str, sink: str = "first"
 ) -> Path:
     """Stacked sink and content contributions to the entropy change, pair by pair.
 
@@ -55,7 +59,7 @@ def collapse_figure(
     return save_png(collapse_split_figure(table, model=model, sink=sink), path)
 
 
-def collapse_split_figure(table: Any, *, model: str, sink: str = "first") -> Any:
+def collapse_split_figure(table: pd.DataFrame, *, model: str, sink: str = "first") -> Figure:
     """The figure of :func:`collapse_figure` (a :class:`matplotlib.figure.Figure`), unsaved."""
     rows = _model_pairs(table)
     d_sink = rows["delta_sink"].to_numpy(np.float64)
@@ -63,7 +67,7 @@ def collapse_split_figure(table: Any, *, model: str, sink: str = "first") -> Any
     d_total = rows["delta_entropy"].to_numpy(np.float64)
     labels = [f"{a}→{b}" for a, b in zip(rows["pair_from"], rows["pair_to"], strict=True)]
     x = np.arange(len(rows))
-    fig = figure(figsize=(max(9.0, 0.45 * len(x) + 6.0), 4.6), layout=None)
+    fig = new_figure(figsize=(max(9.0, 0.45 * len(x) + 6.0), 4.6), layout=None)
     left, right = fig.subplots(1, 2)
     pos_bottom = np.zeros(len(x))
     neg_bottom = np.zeros(len(x))
@@ -109,7 +113,7 @@ def collapse_split_figure(table: Any, *, model: str, sink: str = "first") -> Any
     return fig
 
 
-def prune_figure(table: Any, path: str | os.PathLike[str], *, model: str) -> Path:
+def prune_figure(table: pd.DataFrame, path: str | os.PathLike[str], *, model: str) -> Path:
     """Perplexity ratio against heads pruned: one line per channel and order, one panel per
     ablation, log y.
 
@@ -126,7 +130,7 @@ def prune_figure(table: Any, path: str | os.PathLike[str], *, model: str) -> Pat
     return save_png(prune_curve_figure(table, model=model), path)
 
 
-def prune_curve_figure(table: Any, *, model: str) -> Any:
+def prune_curve_figure(table: pd.DataFrame, *, model: str) -> Figure:
     """The figure of :func:`prune_figure` (a :class:`matplotlib.figure.Figure`), unsaved."""
     curves = table[table["k"] > 0]
     if curves.empty:
@@ -134,7 +138,7 @@ def prune_curve_figure(table: Any, *, model: str) -> Any:
     ablations = list(dict.fromkeys(curves["ablation"]))
     channels = list(dict.fromkeys(curves["channel"]))
     width = max(6.2 * len(ablations), 11.0)
-    fig = figure(figsize=(width, 5.0), layout=None)
+    fig = new_figure(figsize=(width, 5.0), layout=None)
     axes = fig.subplots(1, len(ablations), squeeze=False, sharey=True)
     ks = sorted({0, *curves["k"].astype(int).tolist()})
     from matplotlib import colormaps

@@ -1,4 +1,5 @@
-"""The self-contained HTML report of a ``reproduce`` run folder.
+"""The self-contained HTML report of a run folder (of ``reproduce``, ``sweep`` or one
+experiment's command).
 
 :func:`render_report` reads ``DIR/manifest.json`` and ``DIR/tables/*.parquet`` only (no model
 is loaded) and writes ``DIR/report.html``: a header with the run's facts, then one
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attncoda.models.spec import parse_spec
 from attncoda.report.html_parts import esc, is_missing, model_label, note, table
 from attncoda.report.html_sections import (
     Context,
@@ -87,8 +89,8 @@ def render_report(run_dir: str | os.PathLike[str]) -> Path:
     Parameters
     ----------
     run_dir : path-like
-        A ``reproduce`` run folder: ``manifest.json`` and ``tables/*.parquet``. Any table
-        may be absent (a run of fewer experiments): its section then says it was not run.
+        A run folder: ``manifest.json`` and ``tables/*.parquet``. Any table may be absent (a
+        run of fewer experiments): its section then says it was not run.
 
     Returns
     -------
@@ -195,7 +197,7 @@ def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
             "what this run measured. Entropies and Aitchison distances are in nats."
         ),
         table("Run", convention, ("", "value"), [(k, str(v)) for k, v in facts]),
-        _settings(config.get("settings") or {}, convention),
+        _settings(config, convention),
         _models(manifest.get("model_info") or {}, config.get("models") or [], convention),
         _units(ctx),
         "<nav><ol>"
@@ -205,15 +207,26 @@ def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
     return "".join(parts)
 
 
-def _settings(settings: Mapping[str, Any], convention: str) -> str:
-    rows = [
-        (key, ", ".join(map(str, v)) if isinstance(v, list) else str(v))
-        for key, v in sorted(settings.items())
-    ]
+def _settings(config: Mapping[str, Any], convention: str) -> str:
+    """Every setting of the run: each experiment's, the shared rows and the train series,
+    as ``group.name``."""
+    groups = dict(config.get("settings") or {})
+    for group in ("rows", "train"):
+        if config.get(group):
+            groups[group] = config[group]
+    rows = []
+    for group, values in groups.items():
+        items = values.items() if isinstance(values, Mapping) else [("", values)]
+        for key, v in sorted(items):
+            shown = ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+            rows.append((f"{group}.{key}" if key else str(group), shown))
     return (
         "<details><summary>Settings</summary>"
         + table(
-            "Settings of the run (manifest config.settings)", convention, ("setting", "value"), rows
+            "Settings of the run (manifest config.settings, config.rows, config.train)",
+            convention,
+            ("setting", "value"),
+            rows,
         )
         + "</details>\n"
     )
@@ -226,11 +239,11 @@ def _capture_route(facts: Mapping[str, Any]) -> str:
 
 
 def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> str:
-    first = [str(m) for m in order]
+    # model_info is keyed model@revision; a revision may hold an '@' itself (a/b@x@y)
+    first = [f"{parse_spec(str(m)).name}@{parse_spec(str(m)).label}" for m in order]
 
     def rank(key: str) -> tuple[int, str]:
-        base = key.rsplit("@", 1)[0]
-        return (first.index(base) if base in first else len(first), key)
+        return (first.index(key) if key in first else len(first), key)
 
     rows = []
     for key in sorted(info, key=rank):

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import re
 import struct
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from attncoda.report.figures import png_bytes
-from attncoda.store.runs import NO_REVISION
+from attncoda.report.canvas import png_bytes
+from attncoda.report.labels import groups, is_missing, model_label
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "NA",
     "esc",
     "figure",
+    "figure_or_note",
     "fmt_count",
     "fmt_nats",
     "fmt_num",
@@ -48,16 +51,6 @@ _NUM = ' class="num"'
 def esc(value: Any) -> str:
     """``str(value)`` with ``& < > " '`` escaped."""
     return html.escape(str(value), quote=True)
-
-
-def is_missing(value: Any) -> bool:
-    """Whether ``value`` is ``None``, NaN or pandas' ``NA``."""
-    if value is None:
-        return True
-    try:
-        return bool(math.isnan(float(value)))
-    except (TypeError, ValueError):
-        return str(value) in ("<NA>", "NaT")
 
 
 def fmt_pct(value: Any, digits: int = 1) -> str:
@@ -101,26 +94,6 @@ def fmt_ratio(value: Any) -> str:
 def fmt_count(value: Any) -> str:
     """An integer with thousands separators."""
     return NA if is_missing(value) else f"{int(value):,}"
-
-
-def model_label(model: Any, revision: Any = NO_REVISION) -> str:
-    """``model`` or ``model@revision`` (no revision: ``"-"``)."""
-    rev = "" if is_missing(revision) else str(revision)
-    return str(model) if rev in ("", NO_REVISION) else f"{model}@{rev}"
-
-
-def groups(frame: Any) -> list[tuple[str, Any]]:
-    """``(model_label, rows)`` per (model, revision), in order of first appearance; the
-    label names the model family too when the table has a ``family`` column."""
-    keys = list(dict.fromkeys(zip(frame["model"], frame["revision"], strict=True)))
-    out = []
-    for model, revision in keys:
-        rows = frame[(frame["model"] == model) & (frame["revision"] == revision)]
-        label = model_label(model, revision)
-        if "family" in rows.columns and len(rows) and not is_missing(rows["family"].iloc[0]):
-            label = f"{label} ({rows['family'].iloc[0]})"
-        out.append((label, rows))
-    return out
 
 
 def _caption(caption: str, convention: str) -> str:
@@ -170,7 +143,7 @@ def paper_vs_measured(convention: str, rows: Iterable[Sequence[str]]) -> str:
     ).replace("<table>", '<table class="claims">', 1)
 
 
-def figure(fig: Any, *, alt: str, caption: str, convention: str) -> str:
+def figure(fig: Figure, *, alt: str, caption: str, convention: str) -> str:
     """A matplotlib figure embedded as a base64 PNG, in a ``<figure>`` with its caption."""
     data = png_bytes(fig, dpi=_FIGURE_DPI)
     width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
@@ -184,3 +157,15 @@ def figure(fig: Any, *, alt: str, caption: str, convention: str) -> str:
 def note(text: str, cls: str = "note") -> str:
     """A paragraph of escaped text."""
     return f'<p class="{esc(cls)}">{esc(text)}</p>\n'
+
+
+def figure_or_note(make: Any, **kwargs: Any) -> str:
+    """:func:`figure` of ``make()``, or a note saying why it could not be drawn (the tables
+    are still shown)."""
+    from attncoda._errors import AttncodaError
+
+    try:
+        fig = make()
+    except AttncodaError as exc:
+        return note(f"Figure not drawn: {exc}.", "not-run")
+    return figure(fig, **kwargs)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attncoda.report.html_parts import (
     NA,
     esc,
-    figure,
+    figure_or_note,
     fmt_count,
     fmt_nats,
     fmt_num,
@@ -29,6 +29,9 @@ from attncoda.report.html_parts import (
     paper_vs_measured,
     table,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "Context",
@@ -59,24 +62,20 @@ class Context:
         The sink spec of the run (manifest ``config.sink``), named in every convention.
     """
 
-    tables: Mapping[str, Any]
+    tables: Mapping[str, pd.DataFrame]
     sink: str
 
-    def get(self, name: str) -> Any:
+    def need(self, name: str) -> pd.DataFrame:
+        """Table ``name``, which the section's caller found present (:meth:`get`)."""
+        frame = self.get(name)
+        if frame is None:
+            raise KeyError(name)
+        return frame
+
+    def get(self, name: str) -> pd.DataFrame | None:
         """Table ``name``, or ``None`` when the run folder lacks it or it has no rows."""
         frame = self.tables.get(name)
         return None if frame is None or len(frame) == 0 else frame
-
-
-def _figure_or_note(make: Any, **kwargs: Any) -> str:
-    """A figure, or a note saying why it could not be drawn (the tables are still shown)."""
-    from attncoda._errors import AttncodaError
-
-    try:
-        fig = make()
-    except AttncodaError as exc:
-        return note(f"Figure not drawn: {exc}.", "not-run")
-    return figure(fig, **kwargs)
 
 
 # profile -------------------------------------------------------------------------------------
@@ -84,9 +83,9 @@ def _figure_or_note(make: Any, **kwargs: Any) -> str:
 
 def profile_section(ctx: Context) -> str:
     """Per model: mean sink mass, H(p) and its exact parts (nats), and the heatmap figure."""
-    from attncoda.report.figures_profile import profile_figure
+    from attncoda.report.figures import figure
 
-    heads = ctx.get("profile_heads")
+    heads = ctx.need("profile_heads")
     convention = (
         "none — exact sink/content split (entropy identity H(p) = h(s) + s·H(p_S/s) + "
         f"(1−s)·H(q)), sink = {ctx.sink}"
@@ -112,8 +111,8 @@ def profile_section(ctx: Context) -> str:
             f"{label}: mean {fmt_pct(g['sink_mass'].mean())}, {major} of {len(g)} heads above 50%"
         )
         figures.append(
-            _figure_or_note(
-                lambda g=g, label=label: profile_figure(g, model=label, sink=ctx.sink),
+            figure_or_note(
+                lambda g=g: figure("profile", {"profile_heads": g}, sink=ctx.sink),
                 alt=f"Layer by head heatmaps of sink mass, H(p), its sink part and its content "
                 f"part for {label}",
                 caption=f"{label}: per-head means over rows with content.",
@@ -157,9 +156,9 @@ def profile_section(ctx: Context) -> str:
 
 def flips_section(ctx: Context) -> str:
     """Flip rates keep vs drop per model and metric, with CIs; the range over all of them."""
-    from attncoda.report.figures_flips import flip_rate_figure
+    from attncoda.report.figures import figure
 
-    flips = ctx.get("flips")
+    flips = ctx.need("flips")
     convention = f"keep vs drop (sink = {ctx.sink})"
     rates = flips["flip_rate"].astype(float)
     finite = rates[rates.notna()]
@@ -210,8 +209,8 @@ def flips_section(ctx: Context) -> str:
             ),
             rows,
         ),
-        _figure_or_note(
-            lambda: flip_rate_figure(plotted),
+        figure_or_note(
+            lambda: figure("flips", {"flips": plotted}),
             alt="Bar chart of the keep vs drop flip rate per row metric and model, with "
             "bootstrap 95% intervals",
             caption="Flip rate of head-similarity verdicts per row metric.",
@@ -240,9 +239,9 @@ def flips_section(ctx: Context) -> str:
 
 def cluster_section(ctx: Context) -> str:
     """Spearman ρ of MDS axis 1 vs sink mass per variant, adjusted Rand, sink share of d_A²."""
-    from attncoda.report.figures_cluster import cluster_figure_from_tables
+    from attncoda.report.figures import figure
 
-    summary = ctx.get("cluster_summary")
+    summary = ctx.need("cluster_summary")
     heads = ctx.get("cluster")
     agreement = ctx.get("cluster_agreement")
     convention = (
@@ -329,8 +328,8 @@ def cluster_section(ctx: Context) -> str:
                 & (summary["revision"] == g["revision"].iloc[0])
             ]
             parts.append(
-                _figure_or_note(
-                    lambda g=g, s=s: cluster_figure_from_tables(g, s),
+                figure_or_note(
+                    lambda g=g, s=s: figure("cluster", {"cluster": g, "cluster_summary": s}),
                     alt=f"Four MDS scatter plots of the heads of {label}, one per variant, "
                     "coloured by head sink mass",
                     caption=f"{label}: heads at their MDS coordinates, coloured by sink mass.",
@@ -347,9 +346,9 @@ _BIN_KINDS = {"sink_share": "sink share of d_A²", "sink_gap": "sink-mass gap |s
 
 def safety_section(ctx: Context) -> str:
     """Flip rate keep vs drop by bin of the sink share of d_A² and of the sink-mass gap."""
-    from attncoda.report.figures_flips import safety_figure
+    from attncoda.report.figures import figure
 
-    binned = ctx.get("safety")
+    binned = ctx.need("safety")
     grid = ctx.get("safety_grid")
     convention = (
         "keep vs drop, binned by the Aitchison sink share of d_A² and the sink-mass gap "
@@ -447,8 +446,8 @@ def safety_section(ctx: Context) -> str:
             if len(cells):
                 plotted = cells.assign(model=label)
                 parts.append(
-                    _figure_or_note(
-                        lambda plotted=plotted: safety_figure(plotted),
+                    figure_or_note(
+                        lambda plotted=plotted: figure("safety", {"safety_grid": plotted}),
                         alt=f"Heatmaps per row metric of the keep vs drop flip rate of {label} "
                         "over sink-share and sink-mass-gap bins",
                         caption=f"{label}: flip rate over sink share × sink-mass gap; grey "

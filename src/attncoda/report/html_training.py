@@ -11,6 +11,7 @@ from typing import Any
 
 from attncoda.report.html_parts import (
     NA,
+    figure_or_note,
     fmt_count,
     fmt_nats,
     fmt_num,
@@ -22,7 +23,7 @@ from attncoda.report.html_parts import (
     paper_vs_measured,
     table,
 )
-from attncoda.report.html_sections import Context, _figure_or_note
+from attncoda.report.html_sections import Context
 
 __all__ = ["collapse_section", "predictor_section", "prune_section"]
 
@@ -34,7 +35,9 @@ _VERDICTS = ("confirmed", "abstained", "failed")
 
 def predictor_section(ctx: Context) -> str:
     """The shipped frozen predictor on each model: prediction or abstention, measured, verdict."""
-    rows = ctx.get("predictor")
+    from attncoda.report.figures import figure
+
+    rows = ctx.need("predictor")
     convention = (
         "keep vs drop flip rate, mean over the row metrics (predicted and measured), "
         f"sink = {ctx.sink}"
@@ -95,6 +98,13 @@ def predictor_section(ctx: Context) -> str:
             "confirmed: the measured flip rate lies inside the predicted interval; failed: it "
             "lies outside; abstained: a feature is outside the predictor's training range."
         )
+        + figure_or_note(
+            lambda: figure("predictor", {"predictor": rows}),
+            alt="Predicted flip-rate interval and measured flip rate per model",
+            caption="The frozen predictor's interval and point prediction beside the measured "
+            "flip rate, per model.",
+            convention=convention,
+        )
     )
 
 
@@ -103,9 +113,9 @@ def predictor_section(ctx: Context) -> str:
 
 def collapse_section(ctx: Context) -> str:
     """The entropy change over training split into sink and content parts (nats)."""
-    from attncoda.report.figures_training import collapse_split_figure
+    from attncoda.report.figures import figure
 
-    pairs = ctx.get("collapse")
+    pairs = ctx.need("collapse")
     convention = (
         "none — exact two-factor Shapley split of the entropy change, ΔH = ΔH_sink + "
         f"ΔH_content, sink = {ctx.sink}"
@@ -159,8 +169,8 @@ def collapse_section(ctx: Context) -> str:
                 + "</details>\n"
             )
         parts.append(
-            _figure_or_note(
-                lambda g=g, label=label: collapse_split_figure(g, model=label, sink=ctx.sink),
+            figure_or_note(
+                lambda g=g: figure("collapse", {"collapse": g}, sink=ctx.sink),
                 alt=f"Stacked bars of the sink and content parts of the entropy change between "
                 f"consecutive checkpoints of {label}, and their cumulative sums",
                 caption=f"{label}: entropy change per checkpoint pair and cumulated.",
@@ -336,9 +346,10 @@ def _training(ctx: Context) -> str:
 
 def prune_section(ctx: Context) -> str:
     """Per model: the worst and the best perplexity ratio over channels and orders."""
-    from attncoda.report.figures_training import CHANNEL_LABELS, prune_curve_figure
+    from attncoda.report.figures import figure
+    from attncoda.report.figures_training import CHANNEL_LABELS
 
-    prune = ctx.get("prune")
+    prune = ctx.need("prune")
     convention = (
         "ranking channels — full entropy H(p) = keep sink, content entropy H(q) = drop sink; "
         f"sink mass and sink balance need no convention; sink = {ctx.sink}"
@@ -387,8 +398,8 @@ def prune_section(ctx: Context) -> str:
                 )
             )
         figures.append(
-            _figure_or_note(
-                lambda g=g, label=label: prune_curve_figure(g, model=label),
+            figure_or_note(
+                lambda g=g: figure("prune", {"prune": g}),
                 alt=f"Perplexity ratio against the number of heads pruned for {label}, one line "
                 "per ranking channel and order, log scale",
                 caption=f"{label}: perplexity ratio to the unpruned model on held-out text.",

@@ -198,6 +198,7 @@ class GivenInfo:
     causal: bool
     source: str = "attentions file"
     architecture: str = "given attention"
+    family: str = "given attention"
     capture_mode: str = "given"
 
     @property

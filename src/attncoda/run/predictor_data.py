@@ -58,6 +58,8 @@ _MAX_TOKENS = 128
 
 
 def _spec(name: str, root: Path) -> str:
+    # ``series@stepN`` names a checkpoint of a series below, not a hub revision (the model
+    # spec parser keeps a name that is no hub id whole).
     series, at, step = name.partition("@")
     if not at:
         return name
@@ -69,17 +71,14 @@ def _spec(name: str, root: Path) -> str:
 
 def model_row(name: str, root: str | Path) -> dict[str, Any]:
     """The predictor row of ``name`` (features and flip rates), from ``root/rows`` if there."""
-    from dataclasses import replace
-
-    from attncoda.run.conventions import model_rows, predictor_rows
+    from attncoda.run.fit import model_rows, predictor_row_of
 
     root = Path(root)
     cached = root / "rows" / f"{name}.json"
     if cached.is_file():
         return json.loads(cached.read_text(encoding="utf-8"))
-    measured = model_rows(_spec(name, root), docs=_DOCS, max_tokens=_MAX_TOKENS)
-    measured = replace(measured, rows=replace(measured.rows, model=name))
-    (row,) = predictor_rows([measured])
+    rows = {"docs": _DOCS, "tokens": _MAX_TOKENS}
+    row = predictor_row_of(model_rows(_spec(name, root), name=name, rows=rows))
     atomic_write_json(cached, row)
     return row
 
@@ -89,8 +88,8 @@ def regenerate(root: str | Path) -> list[dict[str, Any]]:
 
     Returns the held-out outcomes (model, prediction, measured rate, verdict).
     """
-    from attncoda.experiments.predictor import fit_predictor
-    from attncoda.run.conventions import apply_predictor, freeze_predictor
+    from attncoda.experiments.predictor import apply_predictor, fit_predictor
+    from attncoda.run.fit import freeze_predictor
 
     root = Path(root)
     training = [model_row(m, root) for m in TRAINING]

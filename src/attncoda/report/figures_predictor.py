@@ -1,0 +1,60 @@
+"""The figure of the predictor experiment: the frozen predictor's interval beside the
+measured flip rate, one row per model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+from attncoda.report.canvas import new_figure
+from attncoda.report.labels import groups
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["predictor_figure"]
+
+
+def predictor_figure(table: pd.DataFrame) -> Figure:
+    """Predicted interval (bar), point prediction (dot) and measured rate (cross) per model.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The ``predictor`` table of a run: ``model``, ``revision``, ``abstained``,
+        ``predicted``, ``predicted_low``, ``predicted_high``, ``measured``, ``verdict``.
+        The rates are keep vs drop flip rates (the predictor's target), fractions.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One row per model, labelled with its verdict; an abstention shows the measured
+        rate alone.
+    """
+    columns = ("model", "revision", "abstained", "predicted", "predicted_low", "predicted_high")
+    missing = [c for c in (*columns, "measured", "verdict") if c not in table.columns]
+    if missing:
+        raise AttncodaError(f"the predictor table lacks the column {missing[0]!r}")
+    if len(table) == 0:
+        raise AttncodaError("the predictor table has no rows to plot")
+    rows = [(label, r) for label, g in groups(table) for r in g.to_dict("records")]
+    fig = new_figure(figsize=(8.0, 1.2 + 0.45 * len(rows)))
+    ax = fig.add_subplot()
+    y = np.arange(len(rows))[::-1]
+    for yi, (_, r) in zip(y, rows, strict=True):
+        if not bool(r["abstained"]):
+            low, high = float(r["predicted_low"]), float(r["predicted_high"])
+            ax.plot([low, high], [yi, yi], color="#2e86c1", lw=5, alpha=0.5, solid_capstyle="butt")
+            ax.plot([float(r["predicted"])], [yi], "o", color="#2e86c1")
+        ax.plot([float(r["measured"])], [yi], "x", color="#c0392b", ms=8, mew=2)
+    ax.set_yticks(y, [f"{label}: {r['verdict']}" for label, r in rows], fontsize=8)
+    from matplotlib.ticker import PercentFormatter
+
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlabel("flip rate, keep vs drop (mean over the row metrics)")
+    ax.set_title("Frozen predictor: interval and prediction (blue), measured (red ×)", fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+    return fig

@@ -1,0 +1,287 @@
+"""The config of a run: everything that determines its tables (docs/design.md, "Experiments
+and runs").
+
+A run config is a JSON-able dict. Its keys:
+
+- ``models``: the model specs (or the names of given attention files), in order;
+- ``experiments``: the experiments asked for and those they run after, in the order of
+  :data:`attncoda.experiments.contract.EXPERIMENTS`;
+- ``scale``: ``"demo"`` or ``"full"`` (:data:`SCALES`);
+- ``settings``: ``{experiment: settings_dict(Settings)}`` for every experiment of the run;
+- ``rows``: the windows whose full rows every experiment that needs ``"rows"`` shares
+  (:class:`Rows`), or ``None``;
+- ``train``: the train-tiny series a run trains for collapse (:class:`TrainSeries`), or
+  ``None`` when a series is given or collapse is not run;
+- ``series``: the checkpoint series of collapse (its points ``[step, label, spec]``; a spec
+  ``run:<path>`` is relative to the run folder), or ``None``;
+- ``attentions``: given attention files read instead of models, or ``None``;
+- ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``.
+
+A run folder holds one config: resuming it with another is refused, naming the keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import (
+    EXPERIMENTS,
+    experiment,
+    settings_dict,
+    settings_from,
+)
+from attncoda.models.spec import parse_spec
+
+__all__ = [
+    "DEMO_MODELS",
+    "SCALES",
+    "Rows",
+    "TrainSeries",
+    "closure",
+    "run_config",
+    "settings_of",
+]
+
+#: The models ``attncoda demo`` (and ``reproduce`` without ``--models``) runs: three
+#: families, a Llama decoder, a Gemma 3 decoder with sliding-window layers, and a BERT
+#: encoder, all embedded (``attncoda models``). ``mpnet`` joins them with ``--models``.
+DEMO_MODELS = ("smollm2", "gemma3", "minilm")
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The windows of the corpus whose full rows are recorded, once per model, for every
+    experiment that needs ``"rows"`` (flips, cluster, safety, predictor). 128-token windows,
+    as the shipped predictor was fitted on: sink statistics depend on the window length."""
+
+    docs: int = field(default=4, metadata={"help": "windows of the corpus whose rows are read"})
+    tokens: int = field(default=128, metadata={"help": "window length in tokens"})
+
+
+@dataclass(frozen=True)
+class TrainSeries:
+    """The train-tiny series a run trains for collapse when no series is given. ``None``: the
+    task's own default (``attncoda.training.train.TASK_DEFAULTS``)."""
+
+    task: str = field(
+        default="bigram-backcopy",
+        metadata={"help": "bigram-backcopy (a sink grows) or text (the corpus; none grows)"},
+    )
+    size: str | None = None
+    steps: int | None = None
+    window: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+
+
+#: Each scale as overrides of the defaults (the experiments' Settings, :class:`Rows`,
+#: :class:`TrainSeries`). ``demo`` fits a 2-core CPU in minutes; ``full`` is what the
+#: README's results were measured with.
+SCALES: dict[str, dict[str, dict[str, Any]]] = {
+    "demo": {},
+    "full": {
+        "rows": {"docs": 16},
+        "profile": {"docs": 32},
+        "flips": {"n_boot": 1000},
+        "collapse": {"docs": 32},
+        "prune": {"ks": [1, 2, 4, 8, 16, 32, 64], "profile_docs": 16, "eval_docs": 16},
+    },
+}
+_GROUPS = {"rows": Rows, "train": TrainSeries}
+
+
+def closure(experiments: Sequence[str]) -> list[str]:
+    """``experiments`` and every experiment they run after, in the order of
+    :data:`~attncoda.experiments.contract.EXPERIMENTS`."""
+    wanted: set[str] = set()
+    stack = list(experiments)
+    while stack:
+        name = stack.pop()
+        if name not in wanted:
+            wanted.add(name)
+            stack.extend(experiment(name).after)
+    return [e for e in EXPERIMENTS if e in wanted]
+
+
+def _group_class(name: str) -> type:
+    return _GROUPS[name] if name in _GROUPS else experiment(name).settings
+
+
+def _merged(scale: str, settings: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict]:
+    """The overrides of ``scale`` updated by ``settings``, group by group."""
+    merged = {k: dict(v) for k, v in SCALES[scale].items()}
+    for group, values in (settings or {}).items():
+        if group not in _GROUPS and group not in EXPERIMENTS:
+            raise AttncodaError(
+                f"unknown settings group {group!r}: use one of "
+                f"{', '.join((*EXPERIMENTS, *_GROUPS))}"
+            )
+        if not isinstance(values, Mapping):
+            raise AttncodaError(
+                f"settings[{group!r}] is {values!r}: give a mapping of setting names to values"
+            )
+        known = sorted(f.name for f in dataclasses.fields(_group_class(group)))
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise AttncodaError(
+                f"unknown setting {unknown[0]!r} of {group}: use one of {', '.join(known)}"
+            )
+        merged.setdefault(group, {}).update(values)
+    return merged
+
+
+def settings_of(config: Mapping[str, Any], name: str) -> Any:
+    """The Settings of experiment ``name`` (or the :class:`Rows`, :class:`TrainSeries` of
+    ``"rows"``, ``"train"``) that ``config`` records."""
+    values = config[name] if name in _GROUPS else config["settings"][name]
+    return settings_from(_group_class(name), values)
+
+
+def run_config(
+    models: Sequence[str],
+    *,
+    series: str | None = None,
+    experiments: Sequence[str] = EXPERIMENTS,
+    scale: str = "demo",
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+    text: str | None = None,
+    sink: str = "first",
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    attentions: Sequence[str] | None = None,
+    tokens: str | None = None,
+    kind: str | None = None,
+) -> dict[str, Any]:
+    """The config of a run (see the module docstring for its keys).
+
+    Parameters
+    ----------
+    models : sequence of str
+        Model specs (``smollm2``, ``owner/name@rev``, a folder); empty with ``attentions``.
+    series : str, optional
+        The checkpoint series of collapse; default: a train-tiny series the run trains.
+    experiments : sequence of str
+        Those asked for; the experiments they run after join them.
+    scale : str
+        ``"demo"`` or ``"full"``: overrides of the defaults (:data:`SCALES`).
+    settings : mapping, optional
+        Further overrides by group: ``{"flips": {"n_boot": 20}, "rows": {"docs": 3},
+        "train": {"steps": 16}}``; a group is an experiment, ``"rows"`` or ``"train"``.
+    text, sink, seed
+        The corpus (default: the embedded one), the sink spec and the seed.
+    device, dtype, method
+        Where the models run (``cpu``, ``cuda``, ``auto``), their parameter dtype and the
+        capture method (``exact`` or ``fast``): all three change the numbers.
+    attentions, tokens, kind
+        Attention files read instead of models (``.npz``, ``.pt``, ``.safetensors``), token
+        ids for token sinks and what the saved numbers are (see
+        :func:`attncoda.run.common.capture_file`).
+
+    Raises
+    ------
+    AttncodaError
+        No model, a model listed twice, an unknown experiment, scale, settings group or
+        setting, a bad device, dtype or method, or a bad series.
+    """
+    from attncoda.capture.names import METHODS
+    from attncoda.data.corpus import corpus_source
+    from attncoda.run.common import DEVICES, check_dtype
+
+    if device not in DEVICES:
+        raise AttncodaError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
+    if method not in METHODS:
+        raise AttncodaError(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
+    check_dtype(dtype)
+    unknown = [e for e in experiments if e not in EXPERIMENTS]
+    if unknown or not experiments:
+        raise AttncodaError(
+            f"unknown experiment(s) {unknown or list(experiments)}: use a comma list of "
+            f"{', '.join(EXPERIMENTS)}"
+        )
+    if scale not in SCALES:
+        raise AttncodaError(f"unknown scale {scale!r}: use one of {', '.join(SCALES)}")
+    models = [m.strip() for m in models if m and m.strip()]
+    files = [str(Path(f).resolve()) for f in attentions or ()]
+    if files:
+        if models:
+            raise AttncodaError("give models or attention files, not both")
+        models = [Path(f).name for f in files]
+    if not models and "collapse" not in experiments:
+        raise AttncodaError("give at least one model (e.g. --models smollm2,gemma3,minilm)")
+    if len(set(models)) != len(models):
+        raise AttncodaError(f"a model is listed twice in {models}")
+    planned = closure(experiments)
+    overrides = _merged(scale, settings)
+    needs = {n for e in planned for n in experiment(e).needs}
+    if files:
+        loads = [
+            e for e in planned if {"model", "windows", "checkpoint"} & set(experiment(e).needs)
+        ]
+        if loads:
+            raise AttncodaError(
+                f"{loads[0]} runs a model: give a model spec, not attention files "
+                "(attention files serve experiments that read rows or statistics)"
+            )
+    trains = "collapse" in planned and series is None
+    train = settings_dict(settings_from(TrainSeries, overrides.get("train"))) if trains else None
+    return {
+        "models": models,
+        "experiments": planned,
+        "scale": scale,
+        "settings": {
+            e: settings_dict(settings_from(experiment(e).settings, overrides.get(e)))
+            for e in planned
+        },
+        "rows": (
+            settings_dict(settings_from(Rows, overrides.get("rows"))) if "rows" in needs else None
+        ),
+        "train": train,
+        "series": _series_config(series, train) if "collapse" in planned else None,
+        "attentions": (
+            {"files": files, "tokens": tokens and str(Path(tokens).resolve()), "kind": kind}
+            if files
+            else None
+        ),
+        "sink": str(sink),
+        "seed": int(seed),
+        "corpus": {"text": text, **corpus_source(text)},
+        "device": device,
+        "dtype": dtype,
+        "method": method,
+    }
+
+
+def _series_config(series: str | None, train: Mapping[str, Any] | None) -> dict[str, Any]:
+    if series is None:
+        from attncoda.data.tasks import TASKS
+        from attncoda.training.train import TASK_DEFAULTS, checkpoint_steps
+
+        assert train is not None
+        task = train["task"]
+        if task not in TASKS:
+            raise AttncodaError(f"unknown train task {task!r}: use one of {', '.join(TASKS)}")
+        n_steps = train["steps"] or TASK_DEFAULTS[task]["steps"]
+        steps = checkpoint_steps(int(n_steps))
+        return {
+            "name": "train-tiny",
+            "spec": None,
+            "task": task,
+            "points": [[s, f"step{s}", f"run:series/train-tiny/step{s}"] for s in steps],
+        }
+    from attncoda.models.series import parse_series
+
+    points = parse_series(series)
+    first = parse_spec(points[0].spec)
+    name = first.name if first.revision is not None else Path(series).name
+    return {
+        "name": name,
+        "spec": series,
+        "points": [[p.step, p.label, p.spec] for p in points],
+    }

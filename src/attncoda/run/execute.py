@@ -1,0 +1,197 @@
+"""Executing a run: one unit at a time into its partition, then the run's tables.
+
+:func:`run_unit` computes one unit from the run config alone: it provides the experiment's
+inputs (:mod:`attncoda.run.provide`), calls ``Experiment.run``, puts the model family first
+in every table, and writes the unit's partition of the run folder (its tables, its arrays,
+then ``_done.json`` with the summary among the unit's facts). :func:`finalise` unions the
+partitions into ``DIR/tables``, combines the units of a series experiment (collapse), and
+writes the ``units`` table and the model facts. Executors (:mod:`attncoda.run.executors`)
+decide where each :func:`run_unit` call happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Tables, experiment
+from attncoda.run.config import run_config, settings_of
+from attncoda.run.plan import TRAIN, TRAIN_TABLES, Plan, plan
+from attncoda.run.provide import (
+    model_info,
+    provide,
+    read_unit,
+    remember,
+    source,
+    use_options,
+    with_family,
+    write_arrays,
+)
+from attncoda.store.lock import writer_lock
+from attncoda.store.runs import NO_REVISION, RunStore, Unit
+
+__all__ = ["RUN", "finalise", "open_run", "run_unit", "writing"]
+
+#: The command of a run folder made by reproduce or sweep (they share their folders).
+RUN = "reproduce"
+
+
+def run_unit(
+    unit: Unit, config: Mapping[str, Any], root: str | Path, command: str = RUN
+) -> dict[str, Any]:
+    """Compute ``unit`` and write its partition into the run folder ``root``.
+
+    The folder must already hold the run's manifest (made by :class:`RunStore` with
+    ``command`` and ``config``). A finished unit is not redone. Returns the facts recorded
+    with the unit: ``status`` (``"done"``, or ``"skipped"`` for a unit that does not apply
+    to its model, with ``note``), ``seconds``, the model facts and the experiment's summary.
+    """
+    store = RunStore(Path(root), command, config)
+    if store.is_done(unit):
+        return {**store.facts(unit), "resumed": True}
+    use_options(config)
+    folder = store.begin(unit)
+    start = time.perf_counter()
+    facts: dict[str, Any] = {"status": "done", "note": ""}
+    if unit.experiment == TRAIN:
+        from attncoda.run.train import train_unit
+
+        frames = train_unit(config, store.root)
+    else:
+        exp = experiment(unit.experiment)
+        settings = settings_of(config, unit.experiment)
+        info = model_info(source(unit, config, store.root), config)
+        found, device = info
+        combined = exp.combine is not None  # parts of one series table: no model facts
+        if not combined:
+            facts["model_info"] = found.to_dict()
+            facts["device"] = device
+        reason = exp.skip(found) if exp.skip is not None else None
+        if reason:
+            facts["status"], facts["note"] = "skipped", reason
+            frames = {}
+        else:
+            provided = provide(exp, unit, settings, config, store, info=info)
+            facts.update(provided.facts)
+            tables = exp.run(provided.inputs, settings)
+            if not combined:
+                tables = with_family(tables, found.family)
+            facts["summary"] = dict(tables.summary)
+            if tables.arrays:
+                write_arrays(tables.arrays, folder)
+            remember(unit, config, store.root, tables)
+            frames = dict(tables.frames)
+    facts["seconds"] = round(time.perf_counter() - start, 3)
+    store.finish(unit, frames, facts)
+    return facts
+
+
+def open_run(
+    models: list[str], out: str | Path, *, command: str = RUN, **options: Any
+) -> tuple[dict[str, Any], RunStore, Plan, list[Unit]]:
+    """Open (or make) the run folder ``out`` for ``models`` and ``options`` (those of
+    :func:`attncoda.run.config.run_config`).
+
+    Returns
+    -------
+    config, store, plan, todo
+        The run config, its store, its plan, and the units not yet finished.
+    """
+    config = run_config(models, **options)
+    store = RunStore(Path(out), command, config)
+    found = plan(config)
+    return config, store, found, [u for u in found.units if not store.is_done(u)]
+
+
+@contextlib.contextmanager
+def writing(store: RunStore, command: str) -> Iterator[None]:
+    """Be the one writer of ``store``'s folder inside the block, and end cleanly on a signal.
+
+    Holds the folder's writer lock (a second writer is refused, a stale lock taken over).
+    SIGTERM is turned into ``KeyboardInterrupt`` (as Ctrl-C is), so the unit in progress is
+    abandoned, its partial folder cleared, and the lock released: the next run resumes.
+    """
+    handler = None
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with writer_lock(store.root, command):
+            try:
+                yield
+            except KeyboardInterrupt:
+                store.clear_unfinished()
+                raise
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def finalise(store: RunStore, run: Plan, failed: Mapping[str, str] | None = None) -> None:
+    """Union the partitions into ``DIR/tables``, combine the units of a series experiment,
+    and write the ``units`` table and the model facts into the manifest.
+
+    Every unit must be finished, except those in ``failed`` (``{unit.key: error}``): they
+    are left out of the tables and listed in ``units`` with status ``"failed"`` and their
+    error. A series experiment is combined only when every one of its units finished.
+    """
+    import pandas as pd
+
+    failed = dict(failed or {})
+    units = list(run.units)
+    missing = [u.key for u in units if not store.is_done(u) and u.key not in failed]
+    if missing:
+        raise AttncodaError(
+            f"{len(missing)} unit(s) of {str(store.root)!r} are not finished ({missing[0]}, "
+            "...): run the same command again to finish them"
+        )
+    done = [u for u in units if u.key not in failed]
+    names = [e for e in store.config["experiments"] if experiment(e).combine is None]
+    for name in dict.fromkeys([t for e in names for t in experiment(e).tables] + [*TRAIN_TABLES]):
+        store.write_union(name, done)
+    for name in store.config["experiments"]:
+        exp = experiment(name)
+        parts = [u for u in units if u.experiment == name]
+        if exp.combine is None or not parts or any(u.key in failed for u in parts):
+            continue
+        settings = settings_of(store.config, name)
+        _write_combined(store, exp.combine([read_unit(store, u) for u in parts], settings))
+    records = []
+    infos: dict[str, Any] = {}
+    for unit in units:
+        facts = (
+            {"status": "failed", "note": failed[unit.key]}
+            if unit.key in failed
+            else store.facts(unit)
+        )
+        if facts.get("model_info"):
+            infos.setdefault(f"{unit.model}@{unit.revision}", facts["model_info"])
+        records.append(
+            {
+                "experiment": unit.experiment,
+                "model": unit.model,
+                "revision": unit.revision,
+                "status": facts.get("status", "done"),
+                "note": facts.get("note", ""),
+            }
+        )
+    store.write_table("units", pd.DataFrame(records))
+    store.update_manifest(model_info=infos)
+
+
+def _write_combined(store: RunStore, tables: Tables) -> None:
+    """The tables of a series experiment: the series has no revision of its own."""
+    for name, frame in tables.frames.items():
+        if "revision" not in frame.columns:
+            frame = frame.copy()
+            frame.insert(1, "revision", NO_REVISION)
+        store.write_table(name, frame)

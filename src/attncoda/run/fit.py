@@ -1,0 +1,98 @@
+"""Fitting the frozen flip-rate predictor: each model's sink features and measured flip rates
+(``attncoda predictor fit``; applying a predictor is the predictor experiment's)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import settings_from
+from attncoda.run.config import Rows
+
+__all__ = ["fit_and_freeze", "freeze_predictor", "model_rows", "predictor_row_of", "predictor_rows"]
+
+
+def model_rows(
+    spec: str,
+    *,
+    name: str | None = None,
+    rows: Mapping[str, Any] | None = None,
+    text: str | None = None,
+    sink: str = "first",
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    progress: bool = False,
+    loaded: tuple | None = None,
+) -> Any:
+    """The recorded rows of every head of ``spec`` (:class:`Rows` windows, ``rows``
+    overriding its defaults), labelled ``name`` (default: the spec). ``loaded``: the model
+    already loaded, ``(model, tokenizer, info)``."""
+    from dataclasses import replace
+
+    from attncoda.run.common import capture_corpus, head_rows
+
+    windows = settings_from(Rows, rows)
+    captured = capture_corpus(
+        spec,
+        text=text,
+        sink=sink,
+        max_tokens=windows.tokens,
+        docs=windows.docs,
+        seed=seed,
+        progress=progress,
+        loaded=loaded,
+        device=device,
+        dtype=dtype,
+        method=method,
+    )
+    found = head_rows(captured)
+    return found if name is None else replace(found, model=name)
+
+
+def predictor_row_of(rows: Any) -> dict[str, Any]:
+    """The predictor's row of one model's recorded rows: its sink features and the flip rate
+    of each metric (the flips experiment's metrics and tie tolerance, one bootstrap
+    resample: the interval is not used)."""
+    from attncoda.experiments.contract import experiment
+    from attncoda.experiments.flips import flips
+    from attncoda.experiments.predictor import predictor_row
+
+    settings = settings_from(experiment("flips").settings)
+    result = flips(rows, settings.metrics, n_boot=1, seed=0, tol=settings.tol)
+    return predictor_row(rows, result)
+
+
+def predictor_rows(specs: Sequence[str], **options: Any) -> list[dict[str, Any]]:
+    """The predictor's training (or test) rows of ``specs`` (:func:`predictor_row_of`);
+    ``options`` go to :func:`model_rows`."""
+    return [predictor_row_of(model_rows(spec, **options)) for spec in specs]
+
+
+def freeze_predictor(predictor: Any, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``predictor`` (:class:`attncoda.experiments.predictor.Predictor`) to the JSON
+    file ``path``, atomically. A frozen predictor is not rewritten by accident: an existing
+    file is an error unless ``overwrite=True``."""
+    from attncoda.store import atomic_write_json
+
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise AttncodaError(
+            f"{str(target)!r} already exists: a frozen predictor is not overwritten; "
+            "choose a new path or pass overwrite=True"
+        )
+    return atomic_write_json(target, predictor.to_dict())
+
+
+def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: bool = False) -> Any:
+    """Fit the flip-rate predictor on ``rows`` and write it, frozen, to ``path``."""
+    from attncoda.experiments.predictor import fit_predictor
+
+    if len(rows) < 2:
+        raise AttncodaError(f"the predictor needs at least 2 training models; got {len(rows)}")
+    predictor = fit_predictor(rows)
+    freeze_predictor(predictor, path, overwrite=overwrite)
+    return predictor

@@ -1,0 +1,385 @@
+"""What the runner provides to one unit: loaded models, captures, windows, series points, the
+tables of the experiments it runs after (the ``needs`` and ``after`` of
+:class:`attncoda.experiments.contract.Experiment`).
+
+A process keeps one model's objects at a time (its load, its recorded rows, the tables of
+its units), so a process that runs several units of one model loads and captures it once;
+loading another model forgets the previous one's. Nothing of the results depends on what
+the process ran before: every cache key holds what determines its value.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from attncoda.experiments.contract import Experiment, Inputs, Tables, experiment
+from attncoda.models.spec import join_spec
+from attncoda.run.config import settings_of
+from attncoda.run.plan import reads_series, series_point
+from attncoda.store.runs import RunStore, Unit
+
+__all__ = [
+    "ARRAYS",
+    "Provided",
+    "Source",
+    "cache_keys",
+    "cached",
+    "clear_cache",
+    "loaded",
+    "model_info",
+    "provide",
+    "read_unit",
+    "remember",
+    "source",
+    "use_options",
+    "with_family",
+    "write_arrays",
+]
+
+#: Where a unit's :attr:`Tables.arrays` are kept, beside its tables (one ``.npz``).
+ARRAYS = "arrays.npz"
+
+_CACHE: dict[tuple, Any] = {}
+#: Cache entries of one model (key[1] is its spec): dropped when another model loads.
+_PER_MODEL = ("load", "rows", "after")
+#: How this process loads and captures models: the run config's device, dtype and method
+#: (set by :func:`use_options`; changing them forgets every cached model).
+_OPTIONS: dict[str, Any] = {"device": "cpu", "dtype": None, "method": "exact"}
+
+
+def use_options(config: Mapping[str, Any]) -> None:
+    """Load and capture as ``config`` says (its device, dtype and method)."""
+    options = {key: config.get(key, _OPTIONS[key]) for key in ("device", "dtype", "method")}
+    if options != _OPTIONS:
+        _CACHE.clear()
+        _OPTIONS.update(options)
+
+
+def clear_cache() -> None:
+    """Forget every loaded model, capture and table of this process."""
+    _CACHE.clear()
+
+
+def cache_keys() -> list[tuple]:
+    """What this process keeps, by key (``(kind, spec, ...)``), in the order kept."""
+    return list(_CACHE)
+
+
+def cached(key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, computed once per ``key`` (see the module docstring for what is kept)."""
+    if key not in _CACHE:
+        # A Ray worker may run units of hundreds of models: one model's objects at a time.
+        if key[0] == "load":
+            for old in [k for k in _CACHE if k[0] in _PER_MODEL and k[1] != key[1]]:
+                del _CACHE[old]
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def _quiet_load(spec: str) -> tuple:
+    """:func:`attncoda.load_model` without transformers' per-load progress bar (a run prints
+    one line per unit instead)."""
+    from transformers.utils import logging as hf_logging
+
+    from attncoda.models.load import load_model
+    from attncoda.run.common import resolve_device
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        device = resolve_device(_OPTIONS["device"])
+        return load_model(spec, dtype=_OPTIONS["dtype"], device=device)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def loaded(spec: str) -> tuple:
+    """``(model, tokenizer, info)`` of ``spec``, loaded once per process."""
+    return cached(("load", spec), lambda: _quiet_load(spec))
+
+
+def _tokenizer_of(spec: str) -> Any:
+    """The tokenizer of ``spec``: from its cached load, else from a load kept apart (the
+    series' first checkpoint cuts the windows of every checkpoint)."""
+    key = ("load", spec)
+    found = _CACHE[key] if key in _CACHE else cached(("tokenizer", spec), lambda: _quiet_load(spec))
+    return found[1]
+
+
+@dataclass(frozen=True)
+class Source:
+    """What one unit reads.
+
+    Attributes
+    ----------
+    spec : str
+        What :func:`attncoda.load_model` loads (a series checkpoint: its folder or hub
+        revision), or the path of a given attention file.
+    given : bool
+        Whether ``spec`` is an attention file (no model is loaded).
+    point : SeriesPoint or None
+        The series checkpoint the unit reads.
+    """
+
+    spec: str
+    given: bool = False
+    point: Any = None
+
+
+def source(unit: Unit, config: Mapping[str, Any], root: str | Path) -> Source:
+    """What ``unit`` of the run of ``config`` in folder ``root`` reads."""
+    if reads_series(unit, config):
+        point = series_point(config, root, unit.revision)
+        return Source(spec=point.spec, point=point)
+    given = config.get("attentions")
+    if given:
+        by_name = {Path(f).name: f for f in given["files"]}
+        return Source(spec=by_name[unit.model], given=True)
+    return Source(spec=join_spec(unit.model, unit.revision))
+
+
+def _key(*parts: Any) -> str:
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
+    from attncoda.run.common import capture_file
+
+    given = config["attentions"]
+    return capture_file(
+        src.spec,
+        tokens=given.get("tokens"),
+        kind=given.get("kind"),
+        sink=config["sink"],
+        record_rows=record_rows,
+        seed=config["seed"],
+    )
+
+
+def _rows(src: Source, name: str, config: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The recorded rows of every head (labelled ``name``) and what they were read from."""
+    from attncoda.run.common import capture_corpus, head_rows
+
+    rows = settings_of(config, "rows")
+
+    def make() -> tuple[Any, dict[str, Any]]:
+        if src.given:
+            captured = _given(src, config, "auto")
+        else:
+            captured = capture_corpus(
+                src.spec,
+                text=config["corpus"]["text"],
+                sink=config["sink"],
+                max_tokens=rows.tokens,
+                docs=rows.docs,
+                seed=config["seed"],
+                loaded=loaded(src.spec),
+                method=_OPTIONS["method"],
+            )
+        found = head_rows(captured)
+        # Tables name the model as the run does (a series checkpoint by its series name).
+        return replace(found, model=name), _read_from(captured)
+
+    key = ("rows", src.spec, _key(name, rows, config["corpus"], config["sink"], config["seed"]))
+    return cached(key, make)
+
+
+def _read_from(captured: Any) -> dict[str, Any]:
+    """What a unit's facts record of its capture: windows read, or given documents."""
+    if captured.config.get("attentions"):
+        return {"documents": captured.capture.n_docs}
+    corpus = captured.config["corpus"]
+    return {"windows": corpus["windows"], "max_tokens": corpus["max_tokens"]}
+
+
+def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any, dict]:
+    """Statistics of every row (no full rows recorded) of ``settings.docs`` windows of
+    ``settings.tokens`` tokens."""
+    from attncoda.run.common import capture_corpus
+
+    if src.given:
+        captured = _given(src, config, "none")
+    else:
+        captured = capture_corpus(
+            src.spec,
+            text=config["corpus"]["text"],
+            sink=config["sink"],
+            max_tokens=settings.tokens,
+            docs=settings.docs,
+            seed=config["seed"],
+            loaded=loaded(src.spec),
+            record_rows="none",
+            method=_OPTIONS["method"],
+        )
+    return captured.capture, _read_from(captured)
+
+
+def _windows(
+    exp: Experiment, src: Source, config: Mapping[str, Any], root: str | Path, settings: Any
+) -> list:
+    """Token windows of the corpus, ``settings.docs`` of ``settings.tokens`` tokens: cut by
+    the unit's own tokenizer, or for a checkpoint by the series' first checkpoint's (every
+    checkpoint reads the same token ids)."""
+    from attncoda.run.common import corpus_windows
+
+    text = config["corpus"]["text"]
+    if "checkpoint" not in exp.needs:
+        windows, _ = corpus_windows(
+            loaded(src.spec)[1], text=text, max_tokens=settings.tokens, docs=settings.docs
+        )
+        return windows
+    first = series_point(config, root, config["series"]["points"][0][1])
+
+    def make() -> list:
+        windows, _ = corpus_windows(
+            _tokenizer_of(first.spec), text=text, max_tokens=settings.tokens, docs=settings.docs
+        )
+        return [w.input_ids for w in windows]
+
+    return cached(("series_windows", first.spec, _key(text, settings)), make)
+
+
+@dataclass(frozen=True)
+class Provided:
+    """The inputs of one unit, and what the unit's facts record of them.
+
+    Attributes
+    ----------
+    inputs : Inputs
+        What :meth:`Experiment.run` is given.
+    info : ModelInfo or GivenInfo
+        The facts of the model (or attention file) the unit read.
+    facts : dict
+        ``model_info``, ``device`` and, when the unit captured, what it read (``windows``
+        and ``max_tokens``, or ``documents`` of given attention).
+    """
+
+    inputs: Inputs
+    info: Any
+    facts: dict[str, Any]
+
+
+def model_info(src: Source, config: Mapping[str, Any]) -> tuple[Any, str]:
+    """The facts of the model a unit reads, and the device its tensors live on."""
+    from attncoda.run.common import resolve_device
+
+    if src.given:
+        return _given(src, config, "none").info, resolve_device(config.get("device", "cpu"))
+    model, _, info = loaded(src.spec)
+    return info, next(model.parameters()).device.type
+
+
+def provide(
+    exp: Experiment,
+    unit: Unit,
+    settings: Any,
+    config: Mapping[str, Any],
+    store: RunStore,
+    *,
+    info: tuple[Any, str] | None = None,
+) -> Provided:
+    """The :class:`Inputs` of ``unit`` (an experiment ``exp`` with ``settings``) of the run
+    of ``config`` in ``store``'s folder. ``info``: :func:`model_info`, when known."""
+    root = store.root
+    src = source(unit, config, root)
+    found, device = info or model_info(src, config)
+    values: dict[str, Any] = {}
+    facts: dict[str, Any] = {}
+    for need in exp.needs:
+        if need == "rows":
+            values["rows"], facts["read"] = _rows(src, unit.model, config)
+        elif need == "capture":
+            values["capture"], facts["read"] = _capture(src, config, settings)
+        elif need == "model":
+            values["loaded"] = loaded(src.spec)
+        elif need == "windows":
+            values["windows"] = _windows(exp, src, config, root, settings)
+        elif need == "checkpoint":
+            values["checkpoint"] = src.point
+    values["after"] = {
+        name: _after(name, unit, src, config, store, found.family) for name in exp.after
+    }
+    inputs = Inputs(
+        model=unit.model,
+        revision=unit.revision,
+        seed=int(config["seed"]),
+        sink=str(config["sink"]),
+        device=device,
+        **values,
+    )
+    return Provided(inputs=inputs, info=found, facts=facts)
+
+
+def with_family(tables: Tables, family: str) -> Tables:
+    """``tables`` whose every frame has a first column ``family`` (the model family every
+    row belongs to)."""
+    frames = {}
+    for name, frame in tables.frames.items():
+        out = frame.drop(columns="family") if "family" in frame.columns else frame.copy()
+        out.insert(0, "family", family)
+        frames[name] = out
+    return Tables(frames=frames, summary=tables.summary, arrays=tables.arrays)
+
+
+def _after_key(name: str, unit: Unit, src: Source, config: Mapping[str, Any]) -> tuple:
+    return ("after", src.spec, _key(name, unit.model, unit.revision, config))
+
+
+def remember(unit: Unit, config: Mapping[str, Any], root: str | Path, tables: Tables) -> None:
+    """Keep the tables ``unit`` stored, for the units of this process that run after it."""
+    src = source(unit, config, root)
+    _CACHE[_after_key(unit.experiment, unit, src, config)] = tables
+
+
+def _after(
+    name: str, unit: Unit, src: Source, config: Mapping[str, Any], store: RunStore, family: str
+) -> Tables:
+    """The tables of experiment ``name`` on the unit's model and revision: kept by this
+    process, else read back from the finished unit, else computed here (a unit the plan
+    does not hold, such as flips on a series checkpoint)."""
+    prior = Unit(name, unit.model, unit.revision)
+
+    def make() -> Tables:
+        if store.is_done(prior):
+            return read_unit(store, prior)
+        exp = experiment(name)
+        settings = settings_of(config, name)
+        provided = provide(exp, prior, settings, config, store)
+        return with_family(exp.run(provided.inputs, settings), family)
+
+    return cached(_after_key(name, prior, src, config), make)
+
+
+def read_unit(store: RunStore, unit: Unit) -> Tables:
+    """The :class:`Tables` a finished unit stored: its partitions (with the run's key
+    columns), the summary in its facts and its arrays."""
+    import numpy as np
+
+    from attncoda.store import read_json
+    from attncoda.store.runs import DONE
+
+    done = read_json(store.unit_dir(unit) / DONE)
+    frames = {name: store.partition(unit, name) for name in done.get("tables", [])}
+    path = store.unit_dir(unit) / ARRAYS
+    arrays: dict[str, Any] = {}
+    if path.is_file():
+        with np.load(io.BytesIO(path.read_bytes())) as data:
+            arrays = {key: data[key] for key in data.files}
+    return Tables(frames=frames, summary=done.get("facts", {}).get("summary", {}), arrays=arrays)
+
+
+def write_arrays(arrays: Mapping[str, Any], folder: Path) -> None:
+    """Keep ``arrays`` in ``folder`` (one ``.npz``, written atomically)."""
+    import numpy as np
+
+    from attncoda.store import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **dict(arrays))
+    atomic_write_bytes(folder / ARRAYS, buffer.getvalue())

@@ -1,0 +1,89 @@
+"""Every figure is drawn one way, from stored tables: ``figure(name, tables)``; and the
+report of a run folder holding one experiment's tables shows that section alone."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from attncoda import AttncodaError
+from attncoda.experiments.contract import EXPERIMENTS
+from attncoda.report.figures import FIGURE_TABLES, figure
+from attncoda.report.html import SECTIONS, render_report
+from attncoda.report.labels import groups
+from attncoda.run.reproduce import run_experiment
+from attncoda.store.runs import read_run_tables
+from tiny_runs import TINY_SETTINGS
+
+#: The figures that draw every model of their table at once.
+ALL_MODELS = ("flips", "predictor")
+
+
+def _first_model(tables: dict[str, pd.DataFrame], names: tuple[str, ...]) -> dict:
+    model, revision = tables[names[0]]["model"].iloc[0], tables[names[0]]["revision"].iloc[0]
+    return {
+        n: tables[n][(tables[n]["model"] == model) & (tables[n]["revision"] == revision)]
+        for n in names
+    }
+
+
+def test_every_experiment_has_a_figure_drawn_from_its_tables(tiny_run):
+    assert set(FIGURE_TABLES) == set(EXPERIMENTS)
+    tables = read_run_tables(tiny_run)
+    for name in EXPERIMENTS:
+        names = FIGURE_TABLES[name]
+        given = {n: tables[n] for n in names} if name in ALL_MODELS else _first_model(tables, names)
+        fig = figure(name, given, sink="first")
+        titles = [ax.get_title() for ax in fig.axes] + [fig.get_suptitle()]
+        assert fig.axes and any(titles), name
+
+
+def test_a_per_model_figure_is_titled_with_the_models_label_and_sink(tiny_run):
+    heads = read_run_tables(tiny_run)["profile_heads"]
+    label, rows = groups(heads)[0]
+    fig = figure("profile", {"profile_heads": rows}, sink="first")
+    assert fig.get_suptitle().startswith(f"{label}: per-head means over rows with content")
+    assert "(sink = first)" in fig.get_suptitle() and "(GPT-NeoX)" in label
+    with pytest.raises(AttncodaError, match=r"the profile_heads table must hold one model; got"):
+        figure("profile", {"profile_heads": heads})
+
+
+def test_figure_refuses_an_unknown_name_or_a_missing_table(tiny_run):
+    with pytest.raises(AttncodaError, match="no figure of 'train': use one of profile, flips"):
+        figure("train", {})
+    with pytest.raises(AttncodaError, match="the figure of cluster needs the cluster_summary"):
+        figure("cluster", {"cluster": read_run_tables(tiny_run)["cluster"]})
+
+
+def test_the_predictor_figure_marks_each_verdict(tiny_run):
+    table = read_run_tables(tiny_run)["predictor"]
+    fig = figure("predictor", {"predictor": table})
+    (ax,) = fig.axes
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(ticks) == len(table)
+    assert sorted(t.rsplit(": ", 1)[1] for t in ticks) == sorted(table["verdict"])
+    # an abstention has no interval: one line (the measured cross) instead of three
+    abstained = int(table["abstained"].sum())
+    assert len(ax.lines) == 3 * (len(table) - abstained) + abstained
+
+
+@pytest.mark.parametrize(
+    ("name", "settings"),
+    [
+        ("flips", {"rows": TINY_SETTINGS["rows"], "flips": TINY_SETTINGS["flips"]}),
+        ("profile", {"profile": TINY_SETTINGS["profile"]}),
+    ],
+)
+def test_a_folder_of_one_experiment_reports_that_section(tmp_path, tiny_series, name, settings):
+    from test_html import Page
+
+    out = tmp_path / name
+    run_experiment(name, [str(tiny_series / "step16")], out, settings=settings, progress=False)
+    page = Page(render_report(out).read_text(encoding="utf-8"))
+    assert page.sections == [s[0] for s in SECTIONS]
+    assert "not run" not in page.text_of(name)
+    assert [f for f in page.figures if f["section"] == name]
+    for other in page.sections:
+        if other != name:
+            assert "This section was not run" in page.text_of(other)
+            assert f"{other} is not among this run's experiments ({name})" in page.text_of(other)
