@@ -87,6 +87,22 @@ def test_no_docstring_cites_a_file_that_is_not_in_the_repository():
     assert missing == []
 
 
+_SECTION_CITED = re.compile(r'design\.md[,:]?\s*\(?"([^"]+)"')
+
+
+def test_every_section_of_docs_design_md_a_docstring_cites_exists():
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    sections = {line.lstrip("#").strip() for line in design.splitlines() if line.startswith("#")}
+    cited = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in MODULES
+        for _, doc in _docstrings(_tree(path))
+        for name in (" ".join(found.split()) for found in _SECTION_CITED.findall(doc))
+        if name not in sections
+    }
+    assert cited == set()
+
+
 def _error_messages(tree: ast.Module):
     """The literal leading and trailing text of every ``AttncodaError(...)`` message."""
     for node in ast.walk(tree):

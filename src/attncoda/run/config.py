@@ -1,5 +1,4 @@
-"""The config of a run: everything that determines its tables (docs/design.md, "Experiments
-and runs").
+"""The config of a run: everything that determines its tables (docs/design.md, "Runs").
 
 A run config is a JSON-able dict. Its keys:
 
