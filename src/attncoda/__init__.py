@@ -6,7 +6,9 @@ of rows exactly into a *sink* part (how much mass the sink token takes) and a *c
 runs the experiments that show when the usual keep-sink / drop-sink conventions mislead.
 
 ``import attncoda`` imports neither torch nor transformers; the model layer loads on first
-use of :func:`load_model` or :mod:`attncoda.capture`.
+use of :func:`load_model` or :mod:`attncoda.capture`. One function per experiment
+(:func:`profile`, :func:`flips`, :func:`cluster`, :func:`safety`, :func:`collapse`,
+:func:`prune`, :func:`predict`) takes model specs or captures and returns a :class:`Result`.
 """
 
 from __future__ import annotations
@@ -42,27 +44,43 @@ _LAZY = {
     "capture_windows": ("attncoda.capture.capture", "capture_windows"),
     "Capture": ("attncoda.capture.capture", "Capture"),
     "from_attentions": ("attncoda.capture.given", "from_attentions"),
+    "Result": ("attncoda.api", "Result"),
+    "profile": ("attncoda.api", "profile"),
+    "flips": ("attncoda.api", "flips"),
+    "cluster": ("attncoda.api", "cluster"),
+    "safety": ("attncoda.api", "safety"),
+    "collapse": ("attncoda.api", "collapse"),
+    "prune": ("attncoda.api", "prune"),
+    "predict": ("attncoda.api", "predict"),
 }
 
 __all__ = [
     "AitchisonSplit",
     "AttncodaError",
     "Capture",
+    "Result",
     "EntropyChange",
     "EntropySplit",
     "aitchison",
     "aitchison_split",
     "capture_windows",
     "clr",
+    "cluster",
+    "collapse",
     "corpus",
     "entropy",
     "entropy_change_split",
     "entropy_split",
+    "flips",
     "from_attentions",
     "head_distances",
     "load_model",
     "log_probs",
+    "predict",
+    "profile",
+    "prune",
     "row_distance",
+    "safety",
     "sink_balance",
 ]
 

@@ -57,23 +57,38 @@ class Result:
         Each model's JSON summary (cluster's artifact, collapse's facts; empty for most).
     path : pathlib.Path or None
         The run folder the tables were stored in, when ``out`` was given.
+    sink : str
+        The sink spec the tables were made with.
     """
 
     experiment: str
     tables: Mapping[str, pd.DataFrame]
     summary: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     path: Path | None = None
+    sink: str = "first"
 
     @property
     def table(self) -> pd.DataFrame:
         """The experiment's first table (``flips`` for flips, ``profile_heads`` for profile)."""
         return next(iter(self.tables.values()))
 
-    def figure(self) -> Figure:
-        """The experiment's figure, drawn from :attr:`tables` by the report's own code."""
+    def figure(self, model: str | None = None) -> Figure:
+        """The experiment's figure, drawn from :attr:`tables` by the report's own code.
+
+        Flips and predictor draw every model; the others draw one, so a result of several
+        models needs ``model`` (one of the tables' ``model`` values).
+        """
         from attncoda.report.figures import figure
 
-        return figure(self.experiment, self.tables)
+        tables = self.tables
+        if model is not None:
+            known = sorted({str(m) for f in tables.values() for m in f.get("model", [])})
+            if model not in known:
+                raise AttncodaError(f"no model {model!r} in this result: use one of {known}")
+            tables = {
+                k: f[f["model"] == model] if "model" in f.columns else f for k, f in tables.items()
+            }
+        return figure(self.experiment, tables, sink=self.sink)
 
     def _repr_html_(self) -> str:
         from attncoda.report.notebook import result_html
@@ -124,17 +139,27 @@ def _names(items: Sequence[Any], names: Sequence[str] | str | None) -> list[str]
     return listed
 
 
-def _concat(per_model: Sequence[Mapping[str, pd.DataFrame]], family: str) -> dict[str, Any]:
+def _concat(
+    units: Sequence[tuple[Mapping[str, pd.DataFrame], str, str]], family: str
+) -> dict[str, Any]:
+    """The tables of ``(frames, model, revision)`` units as a run stores them: ``model``,
+    ``revision`` and ``family`` first, the units' rows in order."""
     import pandas as pd
 
     out: dict[str, Any] = {}
-    for name in dict.fromkeys(n for frames in per_model for n in frames):
-        parts = [frames[name] for frames in per_model if name in frames]
-        frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].copy()
-        if "family" in frame.columns:
-            frame = frame.drop(columns="family")
-        frame.insert(0, "family", family)
-        out[name] = frame
+    for name in dict.fromkeys(n for frames, _, _ in units for n in frames):
+        parts = []
+        for frames, model, revision in units:
+            if name not in frames:
+                continue
+            frame = frames[name].drop(
+                columns=[c for c in ("model", "revision", "family") if c in frames[name]]
+            )
+            frame.insert(0, "family", family)
+            frame.insert(0, "revision", revision)
+            frame.insert(0, "model", model)
+            parts.append(frame)
+        out[name] = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     return out
 
 
@@ -151,6 +176,7 @@ def _on_captures(
 ) -> Result:
     from attncoda.experiments.contract import Inputs, experiment
     from attncoda.experiments.inputs import head_rows
+    from attncoda.models.spec import NO_REVISION
 
     exp = experiment(name)
     model_free = not {"model", "windows"} & set(exp.needs)
@@ -194,11 +220,12 @@ def _on_captures(
                 f"steps {list(steps)!r} must give one training step per capture "
                 f"({len(captures)} captures)"
             )
+        series_name = names[0]
         units = [
             exp.run(
                 inputs_for(
                     cap,
-                    names[0] if len(set(names)) == 1 else "series",
+                    series_name,
                     checkpoint=SeriesPoint(step=int(s), label=f"step{int(s)}", spec=label),
                     revision=f"step{int(s)}",
                 ),
@@ -207,14 +234,15 @@ def _on_captures(
             for cap, label, s in zip(captures, names, steps, strict=True)
         ]
         combined = exp.combine(units, settings)
-        return Result(name, _concat([combined.frames], GIVEN_FAMILY), {"series": combined.summary})
+        frames = _concat([(combined.frames, series_name, NO_REVISION)], GIVEN_FAMILY)
+        return Result(name, frames, {"series": dict(combined.summary)}, None, sink)
 
     frames, summary = [], {}
     for cap, label in zip(captures, names, strict=True):
         tables = exp.run(with_after(inputs_for(cap, label), exp), settings)
-        frames.append(tables.frames)
+        frames.append((tables.frames, label, NO_REVISION))
         summary[label] = dict(tables.summary)
-    return Result(name, _concat(frames, GIVEN_FAMILY), summary)
+    return Result(name, _concat(frames, GIVEN_FAMILY), summary, None, sink)
 
 
 def _on_specs(
@@ -225,16 +253,45 @@ def _on_specs(
     out: str | Path | None,
     options: Mapping[str, Any],
 ) -> Result:
-    from attncoda.run.single import run_experiment
+    """Run ``name`` on model specs through the runner into ``out`` (or a temporary folder),
+    and read its tables back."""
+    from attncoda.experiments.contract import experiment, settings_dict
+    from attncoda.run.reproduce import run_experiment
+    from attncoda.store.runs import read_run_tables
+
+    exp = experiment(name)
+    own = ("collapse", "collapse_checkpoints") if exp.combine is not None else exp.tables
+    series = specs[0] if exp.combine is not None else None
+    if series is not None and len(specs) != 1:
+        raise AttncodaError(
+            f"collapse reads one checkpoint series, got {len(specs)} specs: pass one series "
+            "spec (owner/name@step0,step512 or a folder of stepN checkpoints)"
+        )
+
+    sink = str(options.get("sink", "first"))
+
+    def run(folder: Path) -> Result:
+        run_experiment(
+            name,
+            [] if series is not None else list(specs),
+            folder,
+            settings={name: settings_dict(settings)},
+            series=series,
+            progress=False,
+            **options,
+        )
+        stored = read_run_tables(folder)
+        tables = {t: stored[t] for t in own if t in stored}
+        if not tables:
+            units = stored["units"]
+            notes = "; ".join(str(n) for n in units[units["experiment"] == name]["note"] if n)
+            raise AttncodaError(f"{name} wrote no table: {notes or 'every unit was skipped'}")
+        return Result(name, tables, {}, None if out is None else Path(out), sink)
 
     if out is None:
         with tempfile.TemporaryDirectory(prefix="attncoda-") as folder:
-            return _read_run(name, run_experiment(name, specs, settings, Path(folder), **options))
-    return _read_run(name, run_experiment(name, specs, settings, Path(out), **options), Path(out))
-
-
-def _read_run(name: str, tables: Mapping[str, Any], path: Path | None = None) -> Result:
-    return Result(name, dict(tables), {}, path)
+            return run(Path(folder) / "run")
+    return run(Path(out))
 
 
 def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[str, Any]) -> Result:
@@ -245,10 +302,17 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
     items, captures = _sources(source)
     sink, seed, device = common["sink"], common["seed"], common["device"]
     if captures:
+        given = common.get("names")
+        if exp.combine is not None:  # one series: one name for every checkpoint's capture
+            if given is not None and not isinstance(given, str):
+                raise AttncodaError(f"names={given!r}: give the series one name (a str)")
+            labels = [given or "series"] * len(items)
+        else:
+            labels = _names(items, given)
         return _on_captures(
             name,
             items,
-            _names(items, common.get("names")),
+            labels,
             chosen,
             sink=sink,
             seed=seed,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,11 +21,8 @@ WIDTH_PX = 560
 
 
 def _png(fig: Any) -> str:
-    import matplotlib.pyplot as plt
-
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-    plt.close(fig)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
     return f'<img style="max-width:{WIDTH_PX}px" src="data:image/png;base64,{data}"/>'
 
@@ -38,12 +34,12 @@ def _table(frame: pd.DataFrame) -> str:
     return shown + tail
 
 
-def _figure_or_note(name: str, tables: Mapping[str, pd.DataFrame]) -> str:
-    from attncoda.report.figures import figure
+def _figure_or_note(draw: Any) -> str:
+    from attncoda._errors import AttncodaError
 
     try:
-        return _png(figure(name, tables))
-    except Exception as exc:  # a notebook view never raises: it says what it could not draw
+        return _png(draw())
+    except AttncodaError as exc:  # several models, say: the view says why there is no figure
         return f"<div><small>no figure: {html.escape(str(exc))}</small></div>"
 
 
@@ -54,24 +50,30 @@ def result_html(result: Any) -> str:
     parts = [f"<div><b>{head}</b></div>"]
     if result.tables:
         parts.append(_table(result.table))
-        parts.append(_figure_or_note(result.experiment, result.tables))
+        parts.append(_figure_or_note(result.figure))
     return "<div>" + "".join(parts) + "</div>"
 
 
-def capture_html(cap: Any, name: str = "capture") -> str:
+def capture_html(cap: Any, sink: str = "first") -> str:
     """The notebook view of a capture: the per-layer means of its statistics (nats) and
     the profile figure of the report."""
     from attncoda.experiments.profile import head_summary, layer_summary
 
     heads = head_summary(cap.to_frame())
-    heads.insert(0, "family", "given attention")
+    # Keyed as a run stores it (docs/design.md, "Runs"), so the report's figure reads it.
+    heads.insert(0, "family", type(cap).__name__)
+    heads.insert(0, "revision", "-")
+    heads.insert(0, "model", "capture")
     layers = layer_summary(heads)
     n_docs = cap.n_docs
     head = (
         f"Capture: {n_docs} document{'s' if n_docs != 1 else ''}, {cap.n_layers} layers x "
         f"{cap.n_heads} heads, method {getattr(cap, 'method', 'exact')}"
     )
-    return (
-        f"<div><div><b>{html.escape(head)}</b></div>{_table(layers)}"
-        f"{_figure_or_note('profile', {'profile_heads': heads})}</div>"
-    )
+    from attncoda.report.figures import figure
+
+    def draw() -> Any:
+        return figure("profile", {"profile_heads": heads}, sink=sink)
+
+    title = f"<div><b>{html.escape(head)}</b></div>"
+    return f"<div>{title}{_table(layers)}{_figure_or_note(draw)}</div>"

@@ -1,0 +1,143 @@
+"""The top-level API: ``ac.profile``, ``ac.flips``, ... on captures and on model specs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pd = pytest.importorskip("pandas")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("matplotlib")
+
+import attncoda as ac  # noqa: E402
+from attncoda.experiments.flips import flips as flips_function  # noqa: E402
+from attncoda.experiments.inputs import head_rows  # noqa: E402
+from tiny_models import tiny  # noqa: E402
+
+KEYS = ["model", "revision", "family"]
+
+
+@pytest.fixture(scope="module")
+def windows() -> list[list[int]]:
+    rng = np.random.default_rng(0)
+    return [[int(t) for t in rng.integers(3, 60, size=20)] for _ in range(4)]
+
+
+@pytest.fixture(scope="module")
+def cap(windows):
+    return ac.capture_windows(tiny("llama"), windows)
+
+
+def test_flips_on_a_capture_is_the_experiment_on_its_rows(cap):
+    result = ac.flips(cap, n_boot=40, seed=3)
+    reference = flips_function(head_rows(cap, "capture"), n_boot=40, seed=3, tol=1e-6).table
+    table = result.tables["flips"]
+    assert list(table.columns[:3]) == KEYS
+    assert (table["family"] == "given attention").all() and (table["revision"] == "-").all()
+    pd.testing.assert_frame_equal(
+        table.drop(columns=["revision", "family"]), reference, check_exact=True
+    )
+    assert set(result.tables) == {"flips", "flips_by_layer"}
+
+
+def test_names_label_the_tables_and_results_concatenate_in_order(cap, windows):
+    other = ac.capture_windows(tiny("llama", seed=1), windows)
+    result = ac.profile([cap, other], names=["a", "b"])
+    heads = result.tables["profile_heads"]
+    assert list(dict.fromkeys(heads["model"])) == ["a", "b"]
+    assert len(heads) == 2 * cap.n_layers * cap.n_heads
+    # Each model's rows are its own capture's head means (nats).
+    mean_entropy = np.where(other.has_content, other.entropy, 0).sum(
+        (0, 3)
+    ) / other.has_content.sum((0, 3))
+    got = heads[heads["model"] == "b"].sort_values(["layer", "head"])["entropy"].to_numpy()
+    np.testing.assert_allclose(got, mean_entropy.reshape(-1), rtol=1e-12)
+
+
+def test_safety_runs_flips_first_and_predict_reads_its_flip_rate(cap):
+    safety = ac.safety(cap)
+    assert {"safety", "safety_grid"} == set(safety.tables)
+    predicted = ac.predict(cap).table
+    flip = ac.flips(cap).table
+    measured = float(predicted["measured"].iloc[0])
+    # The predictor's measured value is a flip rate of this capture, pooled over metrics.
+    decided = (flip["n_triplets"] - flip["n_ties"]).sum()
+    assert measured == pytest.approx(flip["flips"].sum() / decided, rel=1e-12)
+
+
+def test_collapse_over_captures_splits_the_change_of_their_mean_entropy(windows):
+    caps = [ac.capture_windows(tiny("llama", seed=k), windows) for k in range(3)]
+    result = ac.collapse(caps, steps=[0, 100, 200], names="toy")
+    table = result.tables["collapse"]
+    row = table[(table["pair_kind"] == "first_last") & (table["level"] == "model")].iloc[0]
+    assert (row["label_from"], row["label_to"]) == ("step0", "step200")
+
+    def mean_h(c):
+        return float(c.entropy[c.has_content].mean())
+
+    assert row["entropy_from"] == pytest.approx(mean_h(caps[0]), rel=1e-12)
+    assert row["entropy_to"] == pytest.approx(mean_h(caps[2]), rel=1e-12)
+    assert row["delta_entropy"] == pytest.approx(
+        row["delta_sink"] + row["delta_content"], abs=1e-12
+    )
+    assert set(table["model"]) == {"toy"}
+
+
+def test_result_figure_and_notebook_views(cap):
+    from matplotlib.figure import Figure
+
+    result = ac.profile(cap)
+    assert isinstance(result.figure(), Figure)
+    page = result._repr_html_()
+    assert "<table" in page and "data:image/png;base64," in page
+    view = cap._repr_html_()
+    assert "<table" in view and "data:image/png;base64," in view
+    assert f"{cap.n_layers} layers" in view
+
+
+def test_a_figure_of_one_model_among_several_is_chosen_by_name(cap, windows):
+    other = ac.capture_windows(tiny("llama", seed=1), windows)
+    result = ac.cluster([cap, other], names=["a", "b"])
+    with pytest.raises(ac.AttncodaError):
+        result.figure()
+    assert "no figure" in result._repr_html_()
+    result.figure(model="b")
+    with pytest.raises(ac.AttncodaError, match="no model 'c'"):
+        result.figure(model="c")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda c: ac.flips(c, n_bootstrap=3), "unknown setting 'n_bootstrap' of flips"),
+        (lambda c: ac.prune(c), "prune needs the model itself"),
+        (lambda c: ac.flips([c, "minilm"]), "mix of model specs and captures"),
+        (lambda c: ac.flips([]), "no source given"),
+        (lambda c: ac.flips(3.5), "cannot run on float"),
+        (lambda c: ac.flips([c, c], names=["x"]), "must be 2 distinct names"),
+        (lambda c: ac.collapse([c, c], steps=[0]), "one training step per capture"),
+    ],
+)
+def test_bad_calls_are_refused_by_name(cap, call, message):
+    with pytest.raises(ac.AttncodaError, match=message):
+        call(cap)
+
+
+@pytest.mark.slow
+def test_flips_on_a_model_spec_is_the_cli_run(tmp_path):
+    from attncoda.cli import main
+    from attncoda.store.runs import read_run_tables
+
+    result = ac.flips("minilm", n_boot=30, out=tmp_path / "api")
+    assert result.path == tmp_path / "api"
+    assert (tmp_path / "api" / "manifest.json").is_file()
+    assert main(["flips", "minilm", "--n-boot", "30", "--out", str(tmp_path / "cli")]) == 0
+    stored = read_run_tables(tmp_path / "cli")
+    for name in ("flips", "flips_by_layer"):
+        pd.testing.assert_frame_equal(result.tables[name], stored[name], check_exact=True)
+    assert result.tables["flips"]["family"].iloc[0] == "BERT"
+    # Without out, the run goes to a temporary folder and only the tables come back.
+    again = ac.flips("minilm", n_boot=30)
+    assert again.path is None
+    pd.testing.assert_frame_equal(again.tables["flips"], stored["flips"], check_exact=True)
