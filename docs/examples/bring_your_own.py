@@ -16,10 +16,6 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import attncoda as ac
-from attncoda.experiments.flips import flips
-from attncoda.experiments.inputs import head_rows
-from attncoda.experiments.profile import head_summary
-from attncoda.report.figures_profile import profile_heatmap
 
 TEXTS = [
     "The lighthouse keeper climbed the spiral stairs each evening while the fog rolled in.",
@@ -41,12 +37,14 @@ def main(out: Path) -> None:
     cap = ac.from_attentions(
         outputs.attentions, attention_mask=batch["attention_mask"], tokens=batch["input_ids"]
     )
-    result = flips(head_rows(cap, "all-MiniLM-L6-v2"), n_boot=200, seed=0)
-    for row in result.table.itertuples(index=False):
+    result = ac.flips(cap, names="all-MiniLM-L6-v2", n_boot=200, seed=0)
+    for row in result.tables["flips"].itertuples(index=False):
         ci = f"[{row.ci_low:.1%}, {row.ci_high:.1%}]"
         print(f"{row.metric:<12} flip rate {row.flip_rate:6.1%}  {ci}")
-    heads = head_summary(cap.to_frame())
-    path = profile_heatmap(heads, out / "profile.png", model="all-MiniLM-L6-v2", sink="first")
+    # The report's profile figure, drawn from the profile table of the same capture.
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "profile.png"
+    ac.profile(cap, names="all-MiniLM-L6-v2").figure().savefig(path, dpi=100)
     print(f"wrote {path}")
 
 

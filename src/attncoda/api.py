@@ -234,10 +234,11 @@ def _on_captures(
             for cap, label, s in zip(captures, names, steps, strict=True)
         ]
         combined = exp.combine(units, settings)
-        frames = _concat([(combined.frames, series_name, NO_REVISION)], GIVEN_FAMILY)
-        return Result(name, frames, {"series": dict(combined.summary)}, None, sink)
+        series = _concat([(combined.frames, series_name, NO_REVISION)], GIVEN_FAMILY)
+        return Result(name, series, {"series": dict(combined.summary)}, None, sink)
 
-    frames, summary = [], {}
+    frames: list[tuple[Mapping[str, Any], str, str]] = []
+    summary: dict[str, dict[str, Any]] = {}
     for cap, label in zip(captures, names, strict=True):
         tables = exp.run(with_after(inputs_for(cap, label), exp), settings)
         frames.append((tables.frames, label, NO_REVISION))

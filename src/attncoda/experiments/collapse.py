@@ -262,7 +262,9 @@ def combine(units: Sequence[Tables], settings: Settings) -> Tables:
         {"step": facts[i]["step"], "label": facts[i]["label"], "spec": facts[i].get("spec")}
         for i in order
     ]
-    windows = {k: first[k] for k in ("n_windows", "n_tokens", "windows_sha256") if k in first}
+    windows: dict[str, Any] = {
+        k: first[k] for k in ("n_windows", "n_tokens", "windows_sha256") if k in first
+    }
     summary = _summary(model, first["sink"], points, windows, DEFAULT_SHARE_ATOL, pairs, first_last)
     frames = {}
     for name, frame in (("collapse", table), ("collapse_checkpoints", checkpoints)):

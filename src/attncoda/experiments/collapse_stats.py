@@ -86,7 +86,7 @@ def windows_hash(windows: Sequence[np.ndarray]) -> str:
 def checkpoint_stats(
     model: Any,
     tokenizer: Any,
-    windows_ids: Sequence[Sequence[int]],
+    windows_ids: Sequence[Sequence[int]] | Sequence[np.ndarray],
     point: Any,
     *,
     sink: str | int | Sequence[int] = "first",

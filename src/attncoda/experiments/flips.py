@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -144,7 +144,8 @@ def document_sums(
         n_used = used_rows(doc)
         if n_used == 0 and _sinks_present(doc):
             continue  # no row with content: nothing to average (head_distances would refuse)
-        logp, key_mask = doc.logp, doc.key_mask
+        logp: Any = doc.logp
+        key_mask: Any = doc.key_mask
         if device is not None:
             import torch
 

@@ -124,8 +124,6 @@ def _check_windows(windows: object, name: str) -> list[np.ndarray]:
     return out
 
 
-
-
 def _check_batch_size(batch_size: object) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise AttncodaError(f"batch_size must be a positive integer, got {batch_size!r}")

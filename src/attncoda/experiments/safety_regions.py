@@ -114,7 +114,7 @@ def _region(
     decided = int((run["n_triplets"] - run["n_ties"]).sum())
     flips = int(run["flips"].sum())
     high = flip_rate_interval(flips, decided)[1] if n_safe else float("nan")
-    region = {
+    region: dict[str, Any] = {
         "n_bins": int(n_bins if n_bins is not None else len(bins)),
         "n_safe_bins": n_safe,
         "safe_below": float(run["bin_high"].iloc[-1]) if n_safe else float("nan"),
