@@ -281,3 +281,45 @@ def test_fast_path_on_smollm2_at_1024_tokens_within_the_stated_bounds():
     err = np.abs(fast.content_entropy - exact.content_entropy)
     assert err[content & ~high].max() <= 1e-4
     assert err[high].max() <= 1e-4
+
+
+def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch):
+    from attncoda.capture import attention
+
+    model = _tiny("gemma3")  # sliding-window and full layers: two mask kinds
+    seen: list[torch.dtype | None] = []
+    inner = attention.record_fast_layer
+
+    def spy(recorder, layer, module, query, key, value, attention_mask, scaling):
+        seen.append(None if attention_mask is None else attention_mask.dtype)
+        return inner(recorder, layer, module, query, key, value, attention_mask, scaling)
+
+    monkeypatch.setattr(attention, "record_fast_layer", spy)
+    before = model.config._attn_implementation
+    capture_windows(model, [[5, 6, 7, 8, 9, 10], [11, 12, 13]], method="fast")
+    assert len(seen) == model.config.num_hidden_layers and set(seen) == {torch.bool}
+    assert model.config._attn_implementation == before  # restored after
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3", "bert"])
+def test_boolean_masks_give_eager_outputs_bit_for_bit(family):
+    # The exact path masks a boolean mask with masked_fill(min) where eager adds a float
+    # mask of 0 and min: every finite score plus min rounds to min, so the softmax inputs,
+    # and everything after them, are the same bits (one query block per layer here).
+    from attncoda.capture import attention
+
+    model = _tiny(family)
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        eager = model(input_ids=ids, attention_mask=mask)
+    attention.register()
+    model.set_attn_implementation(attention.FAST_NAME)
+    try:
+        with torch.no_grad():
+            routed = model(input_ids=ids, attention_mask=mask)
+    finally:
+        model.set_attn_implementation("eager")
+    name = "logits" if hasattr(eager, "logits") else "last_hidden_state"
+    assert torch.equal(getattr(routed, name)[:, 2:], getattr(eager, name)[:, 2:])

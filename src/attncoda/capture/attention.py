@@ -37,12 +37,14 @@ from attncoda.models.zoo import routable
 
 __all__ = [
     "ATTENTION_NAME",
+    "FAST_NAME",
     "COUNTS",
     "IGNORED_KEYWORDS",
     "IMPLEMENTED_KEYWORDS",
     "STATISTICS",
     "Recorder",
     "attncoda_attention",
+    "boolean_mask",
     "last_visible_key",
     "register",
     "routable",
@@ -52,6 +54,10 @@ __all__ = [
 ]
 
 ATTENTION_NAME = "attncoda"
+#: The same attention function under ``method="fast"``, with boolean masks
+#: (:func:`boolean_mask`): one byte a key instead of eager's four-byte additive floats, so a
+#: 32k-token mask is 1 GiB, not 4 GiB, per mask kind (causal, sliding window).
+FAST_NAME = "attncoda_fast"
 
 _ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
     "attncoda_recorder", default=None
@@ -60,16 +66,35 @@ _RECIPES: dict[type, _Recipe] = {}
 
 
 def register() -> None:
-    """Register ``"attncoda"`` in transformers' attention and attention-mask interfaces.
+    """Register ``"attncoda"`` and ``"attncoda_fast"`` in transformers' attention and
+    attention-mask interfaces.
 
-    Idempotent. The mask function is transformers' ``eager_mask`` (additive float mask,
-    ``0`` where a key is visible and the dtype's minimum where it is not).
+    Idempotent. The mask function of ``"attncoda"`` is transformers' ``eager_mask``
+    (additive float mask, ``0`` where a key is visible and the dtype's minimum where it is
+    not); that of ``"attncoda_fast"`` is :func:`boolean_mask`.
     """
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
     AttentionInterface.register(ATTENTION_NAME, attncoda_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
+    AttentionInterface.register(FAST_NAME, attncoda_attention)
+    AttentionMaskInterface.register(FAST_NAME, boolean_mask)
+
+
+def boolean_mask(*args, **kwargs):
+    """transformers' ``sdpa_mask`` where ``eager_mask`` would give a float mask: True where
+    a key is visible, never skipped for causal rows (``None`` only where ``eager_mask``
+    gives ``None`` too: bidirectional rows without padding).
+
+    The exact path masks boolean scores with ``masked_fill(min)``, which gives eager's
+    probabilities bit for bit (``score + min`` rounds to ``min`` for every finite score).
+    """
+    from transformers.masking_utils import sdpa_mask
+
+    kwargs.pop("dtype", None)
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
 
 
 def unroutable_message(model: object) -> str:
@@ -102,7 +127,8 @@ def routed(model, recorder: Recorder | None = None) -> Iterator[None]:
     if not routable(model):
         raise AttncodaError(unroutable_message(model))
     previous = model.config._attn_implementation
-    model.set_attn_implementation(ATTENTION_NAME)
+    fast = recorder is not None and recorder.method == "fast"
+    model.set_attn_implementation(FAST_NAME if fast else ATTENTION_NAME)
     token = _ACTIVE.set(recorder)
     try:
         yield

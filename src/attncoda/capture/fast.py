@@ -345,14 +345,22 @@ def read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):
     device = attention_mask.device
     boolean = attention_mask.dtype == torch.bool
     floor = 0.0 if boolean else torch.finfo(attention_mask.dtype).min / 2
-    visible = torch.empty((b, 1, q_len, k_len), dtype=torch.bool, device=device)
+    full = tuple(attention_mask.shape) == (b, 1, q_len, k_len)
+    # A full boolean mask is its own visibility (no 1-byte-a-key copy of it).
+    own = boolean and full
+    visible = (
+        attention_mask
+        if own
+        else torch.empty((b, 1, q_len, k_len), dtype=torch.bool, device=device)
+    )
     causal, ok = q_len == k_len, True
     keys = torch.arange(k_len, device=device)
     for r0 in range(0, q_len, rows_per_chunk):
         r1 = min(q_len, r0 + rows_per_chunk)
         part = attention_mask[:, :, r0:r1].expand(b, 1, r1 - r0, k_len)
         seen = part if boolean else part > floor
-        visible[:, :, r0:r1] = seen
+        if not own:
+            visible[:, :, r0:r1] = seen
         if not boolean and ok:
             ok = not bool(part.masked_fill(~seen, 0).any())
         if causal:
