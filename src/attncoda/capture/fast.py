@@ -272,7 +272,12 @@ def fast_attention(
     elif visible is None:
         n = torch.full((b, h, q_len), k_len, dtype=torch.int64, device=device)
     else:
-        n = visible.sum(-1).expand(b, h, q_len)
+        # Counted 1024 queries at a time: a sum over a bool tensor makes an int64 copy of
+        # it (8 GiB for one 32k-token mask at once).
+        counts = torch.empty((b, 1, q_len), dtype=torch.int64, device=device)
+        for r0 in range(0, q_len, 1024):
+            counts[:, :, r0 : r0 + 1024] = visible[:, :, r0 : r0 + 1024].sum(-1)
+        n = counts.expand(b, h, q_len)
     m = n - k
     has_content = m > 0
     lse_c = torch.where(has_content, lse_c, -math.inf)
