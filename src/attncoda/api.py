@@ -300,6 +300,8 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
 
     exp = experiment(name)
     chosen = settings_from(exp.settings, settings)
+    if common.get("steps") is not None and exp.combine is None:
+        raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
     items, captures = _sources(source)
     sink, seed, device = common["sink"], common["seed"], common["device"]
     if captures:
@@ -319,6 +321,11 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
             seed=seed,
             device=device,
             steps=common.get("steps"),
+        )
+    if common.get("steps") is not None or common.get("names") is not None:
+        raise AttncodaError(
+            "steps= and names= are for captures: a run names its models by their specs and "
+            "reads a series' steps from its spec"
         )
     options = {k: v for k, v in common.items() if k not in ("names", "steps", "out")}
     return _on_specs(name, [str(s) for s in items], chosen, out=common.get("out"), options=options)
@@ -362,6 +369,7 @@ def _experiment_function(name: str, doc: str):
         method: str = "exact",
         text: str | None = None,
         names: Sequence[str] | str | None = None,
+        steps: Sequence[int] | None = None,
         **settings: Any,
     ) -> Result:
         common = {
@@ -373,6 +381,7 @@ def _experiment_function(name: str, doc: str):
             "method": method,
             "text": text,
             "names": names,
+            "steps": steps,
         }
         return _call(name, source, settings, common)
 
@@ -402,35 +411,15 @@ prune = _experiment_function(
 )
 
 
-def collapse(
-    source: Any,
-    *,
-    steps: Sequence[int] | None = None,
-    sink: str = "first",
-    seed: int = 0,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    text: str | None = None,
-    names: Sequence[str] | str | None = None,
-    **settings: Any,
-) -> Result:
+_collapse = _experiment_function("collapse", "")
+
+
+def collapse(source: Any, *, steps: Sequence[int] | None = None, **options: Any) -> Result:
     """Entropy collapse over checkpoints, its change split exactly into sink and content.
 
     ``source`` is a series spec (``owner/name@step0,step512``, or a folder of ``stepN``
     checkpoints), or a list of captures, one per checkpoint in training order, with
-    ``steps`` their training steps (default ``0, 1, ...``).
+    ``steps`` their training steps (default ``0, 1, ...``) and ``names`` the series name.
+    ``options`` are those of :func:`flips` and collapse's settings (``docs``, ``tokens``).
     """
-    common = {
-        "sink": sink,
-        "seed": seed,
-        "out": out,
-        "device": device,
-        "dtype": dtype,
-        "method": method,
-        "text": text,
-        "names": names,
-        "steps": steps,
-    }
-    return _call("collapse", source, settings, common)
+    return _collapse(source, steps=steps, **options)

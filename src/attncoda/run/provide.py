@@ -164,24 +164,12 @@ def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
 
 def _rows(src: Source, name: str, config: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The recorded rows of every head (labelled ``name``) and what they were read from."""
-    from attncoda.run.common import capture_corpus, head_rows
+    from attncoda.run.common import head_rows
 
     rows = settings_of(config, "rows")
 
     def make() -> tuple[Any, dict[str, Any]]:
-        if src.given:
-            captured = _given(src, config, "auto")
-        else:
-            captured = capture_corpus(
-                src.spec,
-                text=config["corpus"]["text"],
-                sink=config["sink"],
-                max_tokens=rows.tokens,
-                docs=rows.docs,
-                seed=config["seed"],
-                loaded=loaded(src.spec),
-                method=_OPTIONS["method"],
-            )
+        captured = _captured(src, config, docs=rows.docs, tokens=rows.tokens, record_rows="auto")
         found = head_rows(captured)
         # Tables name the model as the run does (a series checkpoint by its series name).
         return replace(found, model=name), _read_from(captured)
@@ -201,23 +189,32 @@ def _read_from(captured: Any) -> dict[str, Any]:
 def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any, dict]:
     """Statistics of every row (no full rows recorded) of ``settings.docs`` windows of
     ``settings.tokens`` tokens."""
+    captured = _captured(
+        src, config, docs=settings.docs, tokens=settings.tokens, record_rows="none"
+    )
+    return captured.capture, _read_from(captured)
+
+
+def _captured(
+    src: Source, config: Mapping[str, Any], *, docs: int, tokens: int, record_rows: str
+) -> Any:
+    """The capture of a unit's source: its given attention file, or ``docs`` windows of
+    ``tokens`` tokens of the run's corpus, with ``record_rows`` full rows per document."""
     from attncoda.run.common import capture_corpus
 
     if src.given:
-        captured = _given(src, config, "none")
-    else:
-        captured = capture_corpus(
-            src.spec,
-            text=config["corpus"]["text"],
-            sink=config["sink"],
-            max_tokens=settings.tokens,
-            docs=settings.docs,
-            seed=config["seed"],
-            loaded=loaded(src.spec),
-            record_rows="none",
-            method=_OPTIONS["method"],
-        )
-    return captured.capture, _read_from(captured)
+        return _given(src, config, record_rows)
+    return capture_corpus(
+        src.spec,
+        text=config["corpus"]["text"],
+        sink=config["sink"],
+        max_tokens=tokens,
+        docs=docs,
+        seed=config["seed"],
+        loaded=loaded(src.spec),
+        record_rows=record_rows,
+        method=_OPTIONS["method"],
+    )
 
 
 def _windows(
