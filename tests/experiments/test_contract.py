@@ -51,7 +51,7 @@ from attncoda.store import atomic_write_json  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
-#: The defaults the brief of each experiment states (the only defaults there are).
+#: The defaults of each experiment's settings, written out by hand (the demo scale's values).
 DEFAULTS = {
     "profile": {"docs": 8, "tokens": 128},
     "flips": {
