@@ -84,18 +84,9 @@ CHECKPOINT_COLUMNS = (
     "content_entropy",
     "sink_balance",
 )
-_PAIR_MEANS = (
-    "mean_sink_mass_from",
-    "mean_sink_mass_to",
-    "entropy_from",
-    "entropy_to",
-    "content_entropy_from",
-    "content_entropy_to",
-    "delta_entropy",
-    "delta_sink",
-    "delta_content",
-)
-_CHECKPOINT_MEANS = ("mean_sink_mass", "entropy", "content_entropy", "sink_balance")
+# The float columns of each table: its means (and, for pairs, the change and its parts).
+_PAIR_MEANS = COLUMNS[COLUMNS.index("mean_sink_mass_from") : COLUMNS.index("delta_content") + 1]
+_CHECKPOINT_MEANS = CHECKPOINT_COLUMNS[CHECKPOINT_COLUMNS.index("mean_sink_mass") :]
 DEFAULT_SHARE_ATOL = 1e-9
 
 
