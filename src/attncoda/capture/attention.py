@@ -10,7 +10,10 @@ The function runs each family's own eager float operations (``repeat_kv``, score
 scaling, soft-capping, additive mask, softmax, cast, learned sinks, output matmul), so a
 layer whose queries fit in one block gives outputs bit-identical to eager by construction
 (docs/design.md, "Exactness"). Longer inputs are processed ``block_size`` queries at a time,
-so a layer never holds more than ``batch x head x block x key_pos`` scores.
+so a layer never holds more than ``batch x head x block x key_pos`` scores; a block skips the
+keys its mask hides from all its queries. Every block's scores, softmax and log-softmax are
+written into the buffers of one :class:`attncoda.capture.workspace.Workspace` per forward
+pass instead of fresh allocations (docs/design.md, "The attention function").
 
 While a :class:`attncoda.capture.statistics.Recorder` is active, every block's rows are also
 turned into statistics (:mod:`attncoda.capture.statistics`): float32 log-softmax of the
@@ -33,6 +36,7 @@ from attncoda._errors import AttncodaError
 from attncoda.capture.ablation import layer_edit
 from attncoda.capture.fast import record_layer as record_fast_layer
 from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, row_statistics
+from attncoda.capture.workspace import Workspace
 from attncoda.models.zoo import routable
 
 __all__ = [
@@ -239,8 +243,13 @@ def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
     return states[:, :, None].expand(b, kv, groups, n, d).reshape(b, kv * groups, n, d)
 
 
-def _scores(module, query, key_states, scaling, softcap):
-    """Scores ``(batch, head, q, key_pos)`` exactly as the family's eager code computes them."""
+def _scores(module, query, key_states, scaling, softcap, space=None, capacity=0):
+    """Scores ``(batch, head, q, key_pos)`` exactly as the family's eager code computes them.
+
+    With a workspace the matmul writes into its ``"scores"`` buffer and the scaling and
+    soft-capping run in place: the same kernels, so the same values, without allocating.
+    Without one (autograd needs the graph's tensors intact) every op allocates, as eager's.
+    """
     if _recipe(module).float32_scores:
         query, key_states = query.to(torch.float32), key_states.to(torch.float32)
     if getattr(module, "reorder_and_upcast_attn", False):
@@ -252,15 +261,25 @@ def _scores(module, query, key_states, scaling, softcap):
         out = torch.empty(b * h, q, k, dtype=torch.float32, device=query.device)
         out = torch.baddbmm(out, qf, kf, beta=0, alpha=scaling)
         return out.reshape(b, h, q, k)
-    scores = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    b, h, q, _ = query.shape
+    shape = (b, h, q, key_states.shape[2])
+    if space is None:
+        scores = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+        if softcap is not None:
+            # Gemma 2's logit soft-capping, before the mask as in its eager function.
+            scores = torch.tanh(scores / softcap) * softcap
+        return scores
+    out = space.take("scores", shape, query.dtype, query.device, capacity)
+    scores = torch.matmul(query, key_states.transpose(2, 3), out=out).mul_(scaling)
     if softcap is not None:
-        # Gemma 2's logit soft-capping, before the mask as in its eager function.
-        scores = torch.tanh(scores / softcap) * softcap
+        scores = scores.div_(softcap).tanh_().mul_(softcap)
     return scores
 
 
-def _softmax(scores, s_aux, upcast: bool, query_dtype, value_dtype):
-    """The family's softmax of one block: ``(probs over the token keys, float32 log-rows)``.
+def _softmax(scores, s_aux, upcast: bool, query_dtype, value_dtype, out=None):
+    """The family's softmax of one block: ``(probs over the token keys, its logits)``.
+
+    ``out`` (float32, used only for float32 scores and values) receives the probabilities.
 
     With learned sinks (GPT-OSS ``s_aux``) the row has one more, virtual key: its logit is
     appended as the last column, as GPT-OSS's eager function does, and the log-rows keep
@@ -273,6 +292,8 @@ def _softmax(scores, s_aux, upcast: bool, query_dtype, value_dtype):
         combined = combined - combined.max(dim=-1, keepdim=True).values
         probs = torch.softmax(combined, dim=-1, dtype=combined.dtype)
         return probs[..., :-1].to(value_dtype), combined
+    if out is not None and scores.dtype == value_dtype == torch.float32:
+        return torch.softmax(scores, dim=-1, dtype=torch.float32, out=out), scores
     if upcast:
         return torch.softmax(scores, dim=-1, dtype=torch.float32).to(query_dtype), scores
     return torch.softmax(scores, dim=-1).type(value_dtype), scores
@@ -371,6 +392,13 @@ def attncoda_attention(
     # <<< fast path
     key_states = _repeat_kv(key, groups)
     value_states = _repeat_kv(value, groups)
+    # One workspace per forward pass (the recorder's), else per call: the scores, softmax
+    # and log-softmax of every block are written into its buffers (see workspace.py).
+    # Not under autograd (gates with gradients): out= kernels and in-place ops refuse it.
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    space = None if grad else recorder.workspace if recorder is not None else Workspace()
+    rows = min(block, q_len)
+    capacity = b * h * rows * k_len
     output = None
     probs = None
     for start in range(0, q_len, block):
@@ -384,34 +412,58 @@ def attncoda_attention(
             if single or edit is not None
             else last_visible_key(attention_mask, start, stop, k_len)
         )
+        shape = (b, h, stop - start, k_stop)
         block_query = query if single else query[:, :, start:stop]
         block_keys = key_states if k_stop == k_len else key_states[:, :, :k_stop]
         block_values = value_states if k_stop == k_len else value_states[:, :, :k_stop]
-        scores = _scores(module, block_query, block_keys, scaling, softcap)
+        scores = _scores(module, block_query, block_keys, scaling, softcap, space, capacity)
         visible = None
+        block_mask = None
         if attention_mask is not None:
+            if recorder is not None and space is not None:
+                block_mask = space.mask(attention_mask, start, stop, k_stop, torch.float32)
+                visible = block_mask.visible
             mask = attention_mask if single else attention_mask[:, :, start:stop, :k_stop]
+            in_place = space is not None
             if mask.dtype == torch.bool:
                 visible = mask
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+                fill = torch.finfo(scores.dtype).min
+                scores = (
+                    scores.masked_fill_(~mask, fill)
+                    if in_place
+                    else scores.masked_fill(~mask, fill)
+                )
             else:
-                visible = mask > torch.finfo(mask.dtype).min / 2
-                scores = scores + mask
-        probs, logits = _softmax(scores, s_aux, upcast, query.dtype, value_states.dtype)
+                if visible is None:
+                    visible = mask > torch.finfo(mask.dtype).min / 2
+                in_place = in_place and mask.dtype == scores.dtype
+                scores = scores.add_(mask) if in_place else scores + mask
+        # The probabilities of a one-block layer are returned (eager's attention weights),
+        # so they get their own tensor; a longer layer's are written into the workspace.
+        probs_out = None
+        reuse = space is not None and not single and s_aux is None
+        if reuse and scores.dtype == value_states.dtype == torch.float32:
+            probs_out = space.take("probs", shape, torch.float32, scores.device, capacity)
+        probs, logits = _softmax(
+            scores, s_aux, upcast, query.dtype, value_states.dtype, out=probs_out
+        )
         part = torch.matmul(probs, block_values)
         # >>> ablation hook: replace or gate the ablated heads' outputs of this block
         if edit is not None:
             part = edit(part, value, visible)
         # <<< ablation hook
         if recorder is not None:
-            log_rows = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+            log_out = None
+            if space is not None and logits.dtype == torch.float32 and logits.shape == shape:
+                log_out = space.take("log_rows", shape, torch.float32, scores.device, capacity)
+            log_rows = torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=log_out)
             if s_aux is not None:
                 # The virtual key is visible to every query; the layer's own probs lack it.
                 if visible is not None:
                     visible = torch.cat([visible, visible.new_ones((*visible.shape[:3], 1))], -1)
                 recorder.add_block(layer, start, log_rows, visible)
             else:
-                recorder.add_block(layer, start, log_rows, visible, probs=probs)
+                recorder.add_block(layer, start, log_rows, visible, probs=probs, mask=block_mask)
         if single:
             output = part
         else:

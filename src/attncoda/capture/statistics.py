@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.workspace import MaskBlock, Workspace
 
 __all__ = ["COUNTS", "ROWS_AUTO", "STATISTICS", "Recorder", "record_plan", "row_statistics"]
 
@@ -42,6 +43,7 @@ def row_statistics(
     visible: torch.Tensor,
     sink: torch.Tensor,
     probs: torch.Tensor | None = None,
+    mask: MaskBlock | None = None,
 ) -> dict[str, torch.Tensor]:
     """Compositional row statistics, in nats, from log-softmax rows.
 
@@ -52,11 +54,18 @@ def row_statistics(
     summed over the content keys, never a subtraction from 1. Identities such as
     ``H = h(s) + s H(p_S/s) + (1-s) H(q)`` hold to float32 rounding (about 1e-7 nats).
 
+    Given the layer's own ``probs`` (exactly 0 off the visible keys) and finite logs off
+    the visible keys (eager's masks put the dtype's minimum there), the sums read the rows
+    as they are: ``sum p log p`` over every key (a hidden key adds ``0 * log p = 0``) and
+    the visible logs weighted by ``mask.weights``. A row where either sum is not finite (a
+    visible key of log-probability ``-inf``, or ``-inf`` off the visible keys) sends the
+    block to the path that masks the rows first and leaves such keys out.
+
     Parameters
     ----------
     log_rows : torch.Tensor
-        Log-probabilities ``(batch, head, query_pos, key_pos)``; used as scratch (entries
-        off the visible keys are set to 0 in place).
+        Log-probabilities ``(batch, head, query_pos, key_pos)``; may be used as scratch
+        (entries off the visible keys set to 0 in place).
     visible : torch.Tensor
         bool ``(batch, 1, query_pos, key_pos)`` (or one mask per head, ``(batch, head,
         query_pos, key_pos)``): keys each query attends to. A visible key whose
@@ -66,6 +75,9 @@ def row_statistics(
     probs : torch.Tensor, optional
         The layer's own softmax of the same scores, exactly 0 off the visible keys (saves
         one pass); computed from ``log_rows`` when omitted or of another dtype.
+    mask : MaskBlock, optional
+        ``visible`` (one mask for every head) as weights and counts, when the caller keeps
+        them across layers (:class:`attncoda.capture.workspace.Workspace`).
 
     Returns
     -------
@@ -78,10 +90,40 @@ def row_statistics(
         (``m == 0``) or without a visible sink (``k == 0``) get 0.0 where a quantity is
         undefined; the caller masks them with ``n_keys - n_sink`` and ``n_sink``.
     """
+    batch, heads, queries, keys = log_rows.shape
+    visible = visible.expand(batch, visible.shape[1], queries, keys)
+    if probs is not None and probs.dtype == log_rows.dtype:
+        sums = _plain_sums(log_rows, visible, probs, mask)
+        if sums is not None:
+            return _derive(log_rows, visible, sink, probs, *sums)
+    return _masked_statistics(log_rows, visible, sink, probs)
+
+
+def _plain_sums(log_rows, visible, probs, mask: MaskBlock | None):
+    """``(plogp, sum_log, n, n_zero)`` from unmasked rows, or None where a sum is not finite."""
+    f64 = torch.float64
+    batch, heads, queries, keys = log_rows.shape
+    plogp = torch.einsum("bhqk,bhqk->bhq", probs, log_rows)
+    if visible.shape[1] == 1:
+        weights = visible[:, 0].to(log_rows.dtype) if mask is None else mask.weights
+        sum_log = torch.einsum("bhqk,bqk->bhq", log_rows, weights)
+        counts = visible.sum(-1) if mask is None else mask.counts
+    else:
+        sum_log = torch.einsum("bhqk,bhqk->bhq", log_rows, visible.to(log_rows.dtype))
+        counts = visible.sum(-1)
+    if not bool(torch.isfinite(plogp).all()) or not bool(torch.isfinite(sum_log).all()):
+        return None
+    shape = (batch, heads, queries)
+    n_zero = torch.zeros(shape, dtype=torch.int64, device=log_rows.device)
+    return plogp.to(f64), sum_log.to(f64), counts.expand(shape), n_zero
+
+
+def _masked_statistics(log_rows, visible, sink, probs):
+    """:func:`row_statistics` with the rows masked first: visible keys of log-probability
+    ``-inf`` leave their row (counted in ``n_zero``) and the hidden keys' logs become 0."""
     f64 = torch.float64
     batch, heads, queries, keys = log_rows.shape
     shape = (batch, heads, queries)
-    visible = visible.expand(batch, visible.shape[1], queries, keys)
     # A visible key whose log-probability is -inf (its probability is exactly 0: a score of
     # -inf, or an underflow) has no place in a composition: it leaves the row, per head,
     # and is counted, so no statistic becomes NaN.
@@ -97,8 +139,18 @@ def row_statistics(
     plogp = torch.einsum("bhqk,bhqk->bhq", probs, logs).to(f64)
     ones = torch.ones((keys, 1), dtype=logs.dtype, device=logs.device)
     sum_log = torch.matmul(logs, ones)[..., 0].to(f64)
-    content_cols = (~sink).to(probs.dtype)[:, None, :, None]
-    content_mass = torch.matmul(probs, content_cols)[..., 0].to(f64)
+    n = visible.sum(-1).expand(shape)
+    return _derive(logs, visible, sink, probs, plogp, sum_log, n, n_zero.expand(shape))
+
+
+def _derive(logs, visible, sink, probs, plogp, sum_log, n, n_zero) -> dict[str, torch.Tensor]:
+    """Every statistic from the row sums and the sink columns (float64; see
+    :func:`row_statistics`). ``logs`` may hold any finite value off the visible keys."""
+    f64 = torch.float64
+    batch, heads, queries, keys = logs.shape
+    shape = (batch, heads, queries)
+    content = (~sink).to(probs.dtype)
+    content_mass = torch.einsum("bhqk,bk->bhq", probs, content).to(f64)
     # The sink columns (few): gathered once; the rest derives from them.
     index, valid = _sink_columns(sink)
     cols = index[:, None, None, :].expand(batch, visible.shape[1], queries, index.shape[1])
@@ -107,7 +159,6 @@ def row_statistics(
     sink_logs = torch.gather(logs, -1, cols).to(f64).masked_fill(~in_sink, 0.0)
     sink_p = torch.gather(probs, -1, cols).to(f64).masked_fill(~in_sink, 0.0)
     k = in_sink.sum(-1).expand(shape)
-    n = visible.sum(-1).expand(shape)
     m = n - k
     sink_mass = sink_p.sum(-1)
     sink_plogp = (sink_p * sink_logs).sum(-1)
@@ -135,7 +186,7 @@ def row_statistics(
     return {
         "n_keys": n,
         "n_sink": k,
-        "n_zero": n_zero.expand(shape),
+        "n_zero": n_zero,
         "sink_mass": sink_mass / total,
         "entropy": torch.log(total) - plogp / total,
         "content_entropy": torch.where(has_content, content_entropy, 0.0),
@@ -183,6 +234,8 @@ class Recorder:
     received, received_count : torch.Tensor
         ``auto`` pass only: float64 ``(batch, pos)`` attention each key received, summed
         over layers, heads and real queries, and how many such rows could see it.
+    workspace : Workspace
+        The buffers and mask blocks the exact path reuses across the pass's blocks.
     """
 
     query_real: torch.Tensor
@@ -198,6 +251,7 @@ class Recorder:
     received: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
     received_count: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
     fast_cache: dict = field(default_factory=dict, repr=False)
+    workspace: Workspace = field(default_factory=Workspace, repr=False)
 
     def begin_layer(
         self, batch: int, heads: int, q_len: int, k_len: int, learned: bool = False
@@ -237,12 +291,15 @@ class Recorder:
         )
         return len(self.stats) - 1
 
-    def add_block(self, layer: int, start: int, log_rows, visible, probs=None) -> None:
+    def add_block(
+        self, layer: int, start: int, log_rows, visible, probs=None, mask: MaskBlock | None = None
+    ) -> None:
         """Fold one block of log-softmax rows ``(batch, head, q, key_pos)`` in.
 
         ``probs``, when given, is the layer's own softmax of the same scores (it saves the
-        statistics one exponential pass). In a layer with a learned sink, ``log_rows`` and
-        ``visible`` have the virtual key as one more, last column.
+        statistics one exponential pass); ``mask`` is ``visible`` as a cached
+        :class:`MaskBlock`. In a layer with a learned sink, ``log_rows`` and ``visible``
+        have the virtual key as one more, last column.
         """
         stop = start + log_rows.shape[2]
         device = log_rows.device
@@ -266,7 +323,7 @@ class Recorder:
         sink = self.sink[:, :tokens].to(device)
         if virtual:
             sink = torch.cat([sink, sink.new_full((b, 1), self.learned)], dim=-1)
-        stats = row_statistics(log_rows, visible, sink, probs=probs)
+        stats = row_statistics(log_rows, visible, sink, probs=probs, mask=mask)
         for name, value in stats.items():
             self.stats[layer][name][:, :, start:stop] = value.cpu()
         for doc, positions in enumerate(self.record):
