@@ -37,7 +37,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	$(BIN)/python bench/run.py --long --record
+	$(BIN)/python bench/run.py --long --record --threads 2
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
