@@ -28,6 +28,7 @@ def test_take_reuses_one_buffer_and_grows_it_on_demand():
     assert wider.data_ptr() == first.data_ptr()  # 192 elements fit the reserved 200
     grown = space.take("scores", (2, 3, 4, 9), torch.float32, torch.device("cpu"))
     assert grown.shape == (2, 3, 4, 9) and grown.numel() == 216
+    assert space.nbytes == 216 * 4
     other = space.take("probs", (2, 3, 4, 5), torch.float32, torch.device("cpu"))
     assert other.data_ptr() != grown.data_ptr()
     doubles = space.take("probs", (2, 3, 4, 5), torch.float64, torch.device("cpu"))
@@ -138,3 +139,5 @@ def test_every_block_of_every_layer_writes_into_the_same_buffers(monkeypatch):
     assert all(len(found) == 1 for found in pointers.values())
     assert float((ours - eager).abs().max()) <= 1e-6
     assert torch.isfinite(rec.stats[1]["entropy"]).all()
+    # The pass is over: the recorder holds no buffer of it.
+    assert rec.workspace.nbytes == 0

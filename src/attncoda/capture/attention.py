@@ -162,6 +162,8 @@ def routed(model, recorder: Recorder | None = None) -> Iterator[None]:
     finally:
         _ACTIVE.reset(token)
         model.set_attn_implementation(previous)
+        if recorder is not None:
+            recorder.workspace.clear()  # the pass is over: its buffers go back now
 
 
 @dataclass(frozen=True)
