@@ -194,7 +194,7 @@ CASES = [
     (["collapse", "{d}/none", "--docs", "0"], "--docs must be an integer of at least 1; got 0"),
     (
         ["report", "{d}/nowhere"],
-        "'{d}/nowhere' holds no tables/ folder: give the --out folder of a reproduce run",
+        "'{d}/nowhere' holds no tables/ folder: give the --out folder of a run (reproduce, sweep or an experiment command)",
     ),
     (
         ["bogus-command"],

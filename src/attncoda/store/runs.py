@@ -342,7 +342,8 @@ def read_run_tables(root: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
     folder = Path(root) / "tables"
     if not folder.is_dir():
         raise AttncodaError(
-            f"{str(root)!r} holds no tables/ folder: give the --out folder of a reproduce run"
+            f"{str(root)!r} holds no tables/ folder: give the --out folder of a run "
+            f"(reproduce, sweep or an experiment command)"
         )
     return {p.stem: read_table(p) for p in sorted(folder.glob("*.parquet"))}
 
