@@ -2,9 +2,9 @@
 
 Every layer of a forward pass computes the same few ``(batch, head, block, key_pos)``
 tensors: the scores, their softmax and their float32 log-softmax. Allocated afresh, a tensor
-that large is often a new mapping that the kernel zero-fills page by page on first touch:
-on SmolLM2 at L = 2048 an eager forward spends 10.5 s of its 23 s of CPU time doing that
-(4.5 million page faults). A :class:`Workspace` keeps one flat buffer per slot for the
+that large is often a new mapping that the operating system zero-fills page by page on
+first touch: on SmolLM2 at L = 2048 an eager forward spends 10.5 s of its 23 s of CPU time
+doing that (4.5 million page faults). A :class:`Workspace` keeps one flat buffer per slot for the
 whole pass, so each slot is faulted in once; the ``out=`` kernels and in-place ops that
 write into it compute the same values as eager's allocating ones (docs/design.md, "The
 attention function").
