@@ -4,8 +4,11 @@ one line, ``attncoda: error: <the exact message>``, and no traceback."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -231,3 +234,220 @@ def test_a_bad_call_is_one_line_and_exit_2_before_any_model(argv, message, files
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"attncoda: error: {message.replace('{d}', str(files))}\n"
     assert done.stdout == "False\n", "torch or transformers was imported before the refusal"
+
+
+# --------------------------------------------------------------------------- --out and specs
+# Every refusal below leaves the folders it was pointed at byte for byte as they were: the
+# same listing (names and kinds) and the same sha256 of every file, or still no folder.
+
+
+def _snapshot(folder: Path) -> dict[str, str] | None:
+    """``{relative path: "dir" or the file's sha256}`` of everything under ``folder``."""
+    if not folder.exists():
+        return None
+    if folder.is_file():
+        return {".": hashlib.sha256(folder.read_bytes()).hexdigest()}
+    return {
+        str(p.relative_to(folder)): (
+            "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        )
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def _refused(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None, *, light: bool = False
+) -> str:
+    """Run ``attncoda argv`` in ``cwd``; assert exit 2 and one stderr line (and, when
+    ``light``, that neither torch nor transformers was imported); return the message."""
+    done = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and done.stderr.endswith("\n"), done.stderr
+    assert lines[0].startswith("attncoda: error: ")
+    if light:
+        assert done.stdout == "False\n", "torch or transformers was imported before the refusal"
+    return lines[0][len("attncoda: error: ") :]
+
+
+def _not_a_run(folder: Path, first: str, more: int = 0) -> str:
+    extra = f" and {more} more" if more else ""
+    return (
+        f"--out {str(folder)!r} is not empty ({first!r}{extra}) and is no attncoda run "
+        f"folder: give a new or empty folder, or the folder of an earlier attncoda run"
+    )
+
+
+@pytest.fixture
+def user(tmp_path):
+    """A user's folder: a file, a hidden file and a subfolder with a file, no run."""
+    folder = tmp_path / "mine"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("my notes\n")
+    (folder / ".hidden").write_bytes(b"\x00\x01")
+    (folder / "sub" / "data.csv").write_text("a,b\n1,2\n")
+    return folder
+
+
+# Every command that writes a run folder, into the user's folder: refused before any model
+# loads (neither torch nor transformers imported), nothing written.
+INTO_USER = [
+    ["profile", "minilm"],
+    ["flips", "minilm"],
+    ["cluster", "minilm"],
+    ["safety", "minilm"],
+    ["predictor", "apply", "shipped", "minilm"],
+    ["collapse", "{d}/series"],
+    ["prune", "smollm2"],
+    ["reproduce", "--models", "minilm"],
+    ["sweep", "--models", "minilm"],
+    ["demo"],
+]
+
+
+@pytest.mark.parametrize("argv", INTO_USER, ids=[" ".join(a) for a in INTO_USER])
+def test_a_user_folder_is_refused_as_out_and_left_unchanged(argv, user, tmp_path):
+    before = _snapshot(user)
+    argv = [a.replace("{d}", str(tmp_path)) for a in argv]
+    message = _refused([*argv, "--out", str(user)], tmp_path, light=True)
+    assert message == _not_a_run(user, ".hidden", 2)
+    assert _snapshot(user) == before
+
+
+def test_a_file_given_as_out_is_refused_and_left_unchanged(user, tmp_path):
+    target = user / "notes.txt"
+    before = _snapshot(user)
+    message = _refused(["profile", "minilm", "--out", str(target)], tmp_path)
+    assert message == f"--out {str(target)!r} is a file: give a folder"
+    assert _snapshot(user) == before
+
+
+def test_a_manifest_attncoda_did_not_write_is_refused(tmp_path):
+    folder = tmp_path / "web"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"name": "my web app", "icons": []}')
+    before = _snapshot(folder)
+    message = _refused(["flips", "minilm", "--out", str(folder)], tmp_path)
+    assert message == (
+        f"--out {str(folder)!r} holds a manifest.json that attncoda did not write: give a "
+        f"new or empty folder, or the folder of an earlier attncoda run"
+    )
+    assert _snapshot(folder) == before
+
+
+def test_train_tiny_into_a_user_folder_is_refused_and_left_unchanged(user, tmp_path):
+    before = _snapshot(user)
+    message = _refused(["train-tiny", str(user), "--steps", "2"], tmp_path)
+    assert message.startswith(f"output folder '{user}' holds ")
+    assert _snapshot(user) == before
+
+
+UNKNOWN = (
+    "unknown model spec {spec!r}: not an embedded model name, an existing path or a hub id. "
+    "Accepted forms: an embedded model name (gemma3, minilm, mpnet, smollm2); a Hugging Face "
+    "hub id 'owner/name' with an optional '@revision' (e.g. 'EleutherAI/pythia-70m@step512'); "
+    "a local folder containing config.json; a path to a .gguf file."
+)
+
+
+def test_an_unknown_model_spec_creates_no_folder(tmp_path):
+    new = tmp_path / "new"
+    message = _refused(["flips", "no-such-model", "--out", str(new)], tmp_path)
+    assert message == UNKNOWN.format(spec="no-such-model")
+    assert not new.exists()
+    # Without --out, the default attncoda-out/<command>/<model> is not made either.
+    assert _refused(["reproduce", "--models", "minilm,no-such-model"], tmp_path) == message
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_unknown_model_spec_leaves_a_user_folder_and_an_empty_folder_unchanged(user, tmp_path):
+    before = _snapshot(user)
+    message = _refused(["profile", "no-such-model", "--out", str(user)], tmp_path, light=True)
+    assert message == _not_a_run(user, ".hidden", 2)  # the folder is refused first
+    assert _snapshot(user) == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    message = _refused(["profile", "no-such-model", "--out", str(empty)], tmp_path)
+    assert message == UNKNOWN.format(spec="no-such-model")
+    assert _snapshot(empty) == {}
+
+
+def test_bad_hub_id_syntax_is_refused_before_the_folder(tmp_path):
+    new = tmp_path / "new"
+    message = _refused(["cluster", "own--er/name@step8", "--out", str(new)], tmp_path)
+    assert message == UNKNOWN.format(spec="own--er/name@step8")
+    assert not new.exists()
+
+
+def test_an_uncached_hub_id_is_refused_offline(tmp_path):
+    """With HF_HUB_OFFLINE set, a hub id must be in the local cache (an empty one here)."""
+    new = tmp_path / "new"
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub-cache")}
+    spec = "nobody/uncached-model@step8"
+    message = _refused(["flips", "minilm", spec, "--out", str(new)], tmp_path, env)
+    assert message == (
+        f"model spec {spec!r}: 'nobody/uncached-model' at revision 'step8' is not in the local "
+        "Hugging Face cache and HF_HUB_OFFLINE is set: unset HF_HUB_OFFLINE to download it, "
+        "or give a local folder containing config.json"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_bad_attention_files_are_one_line_and_leave_no_folder(tmp_path):
+    """A real pickle of an object, a truncated file and a text file (the messages of every
+    kind of bad file: tests/capture/test_given_files.py). A new --out, an existing empty
+    folder and the default attncoda-out/ stay as they were: what the failed run made goes,
+    with the parents it made."""
+    import fractions
+
+    import torch
+
+    files = tmp_path / "files"
+    files.mkdir()
+    torch.save({"attentions": fractions.Fraction(1, 3)}, files / "object.pt")
+    torch.save(torch.rand(1, 2, 4, 4).softmax(-1), files / "good.pt")
+    data = (files / "good.pt").read_bytes()
+    (files / "truncated.pt").write_bytes(data[: len(data) // 2])
+    (files / "text.npz").write_text("layer,head,value\n0,0,0.5\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    where = {name: f"attention file {str(files / name)!r}" for name in os.listdir(files)}
+    cases = [
+        (
+            "profile",
+            "object.pt",
+            ["--out", str(tmp_path / "new")],
+            f"{where['object.pt']} holds a pickled object that is not a tensor or array: save "
+            "a tensor with torch.save(tensor) or a numpy array with numpy.savez",
+        ),
+        (
+            "flips",
+            "truncated.pt",
+            ["--out", str(empty)],
+            f"{where['truncated.pt']} is truncated or damaged (RuntimeError: PytorchStreamReader "
+            "failed reading zip archive: failed finding central directory): write it again "
+            "with torch.save",
+        ),
+        (
+            "profile",
+            "text.npz",
+            [],
+            f"{where['text.npz']} holds text, not a .npz file: give a .npz file from "
+            "numpy.savez, a .pt file from torch.save of a tensor (or of a dict, tuple or list "
+            "of tensors), or a .safetensors file",
+        ),
+    ]
+    for command, name, out, message in cases:
+        said = _refused([command, "--attentions", str(files / name), *out], tmp_path)
+        # The runner names the unit that read the file.
+        assert said == f"unit {command}/{name}@- failed: {message}"
+        assert "weights_only" not in said
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "files"]
+        assert _snapshot(empty) == {}

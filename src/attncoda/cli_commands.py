@@ -185,9 +185,11 @@ def _safety(args: argparse.Namespace) -> int:
 def _predictor_fit(args: argparse.Namespace) -> int:
     from attncoda.run.config import Rows
     from attncoda.run.fit import fit_and_freeze, predictor_rows
+    from attncoda.run.reproduce import check_models
 
     if not args.out:
         raise AttncodaError("predictor fit needs --out: the JSON file to write the predictor to")
+    check_models(args.models)
     rows = predictor_rows(
         args.models,
         rows=settings_values(args, Rows),
@@ -368,12 +370,15 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from attncoda.report.worked_example import worked_example
+    from attncoda.store.runs import check_run_folder
 
+    if not args.example_only:
+        args.out = args.out or str(Path("attncoda-out") / "demo")
+        check_run_folder(args.out)  # refused before the example is printed, not after
     print(worked_example())
     if args.example_only:
         return 0
     print("\nNow every experiment on the embedded models (attncoda reproduce):\n", flush=True)
-    args.out = args.out or str(Path("attncoda-out") / "demo")
     return _reproduce(args)
 
 
@@ -385,9 +390,15 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from attncoda.run.sweep import sweep
+    from attncoda.run.reproduce import check_models
+    from attncoda.run.sweep import expand_models, sweep
+    from attncoda.store.runs import check_run_folder
 
     out = Path(args.out or Path("attncoda-out") / "sweep")
+    check_run_folder(out)
+    # Syntax and paths only: a sweep's units may run on machines whose hub caches differ
+    # from this one's, so a hub id missing here fails as a unit, not the whole sweep.
+    check_models(expand_models(args.models, args.revisions), args.series, cache=False)
     result = sweep(
         args.models,
         out,

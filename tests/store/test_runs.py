@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
 from attncoda import AttncodaError
-from attncoda.store.runs import RunStore, Unit, config_differences, read_run_tables, slug
+from attncoda.store.runs import (
+    RunStore,
+    Unit,
+    check_run_folder,
+    config_differences,
+    new_folders,
+    read_run_tables,
+    remove_created,
+    slug,
+)
 
 CONFIG = {"models": ["a", "b"], "settings": {"n_boot": 10, "ks": [1, 2]}, "seed": 0}
 
@@ -113,3 +123,132 @@ def test_result_files_are_readable_by_others(tmp_path):
     os.umask(mask)
     path = atomic_write_bytes(tmp_path / "report.html", b"<html></html>")
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+
+
+# --------------------------------------------------------------------------- what --out accepts
+
+
+def _tree(folder):
+    """Every path under ``folder`` with its bytes (None for a folder): the whole state."""
+    return {
+        str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def test_a_new_an_empty_and_a_run_folder_are_accepted(tmp_path):
+    assert check_run_folder(tmp_path / "new") is False
+    assert not (tmp_path / "new").exists()  # nothing is written by the check
+    (tmp_path / "empty").mkdir()
+    assert check_run_folder(tmp_path / "empty") is True
+    RunStore(tmp_path / "run", "reproduce", CONFIG)
+    assert check_run_folder(tmp_path / "run") is True
+    # A run's damaged manifest is the store's to name (test_faults.py), not a user's file.
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "manifest.json").write_text('{"command": ')
+    assert check_run_folder(tmp_path / "broken") is True
+
+
+def test_a_folder_of_other_files_is_refused_and_left_as_it_was(tmp_path):
+    user = tmp_path / "mine"
+    (user / "photos").mkdir(parents=True)
+    (user / "photos" / "cat.jpg").write_bytes(b"\xff\xd8\xff")
+    (user / "todo.txt").write_text("buy milk\n")
+    before = _tree(user)
+    message = (
+        f"--out {str(user)!r} is not empty ('photos' and 1 more) and is no attncoda run "
+        f"folder: give a new or empty folder, or the folder of an earlier attncoda run"
+    )
+    for call in (lambda: check_run_folder(user), lambda: RunStore(user, "flips", CONFIG)):
+        with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+            call()
+    assert _tree(user) == before
+
+
+@pytest.mark.parametrize(
+    "text", ['{"name": "app", "icons": []}', "[1, 2]", '{"command": "flips", "config": {}}']
+)
+def test_a_manifest_json_attncoda_did_not_write_is_refused(tmp_path, text):
+    (tmp_path / "manifest.json").write_text(text)
+    message = (
+        f"--out {str(tmp_path)!r} holds a manifest.json that attncoda did not write: give a "
+        f"new or empty folder, or the folder of an earlier attncoda run"
+    )
+    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+        RunStore(tmp_path, "flips", CONFIG)
+    assert (tmp_path / "manifest.json").read_text() == text
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def test_a_store_says_whether_it_made_the_folder(tmp_path):
+    assert RunStore(tmp_path / "run", "reproduce", CONFIG).made is True
+    assert RunStore(tmp_path / "run", "reproduce", CONFIG).made is False  # reopened
+
+
+def test_remove_created_takes_exactly_what_the_run_made(tmp_path):
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    (keep / "other.txt").write_text("not the run's")
+    out = keep / "a" / "b" / "run"
+    created = new_folders(out)
+    assert created == (out, out.parent, out.parent.parent)
+    RunStore(out, "reproduce", CONFIG).finish(Unit("flips", "a"), {})
+    remove_created(out, created)
+    assert _tree(tmp_path) == {"kept": None, "kept/other.txt": b"not the run's"}
+    # A folder that was empty before the run keeps existing, emptied.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert new_folders(empty) == ()
+    RunStore(empty, "reproduce", CONFIG)
+    remove_created(empty, ())
+    assert empty.is_dir() and list(empty.iterdir()) == []
+    # A parent another writer filled meanwhile stays, with what it holds.
+    out = tmp_path / "shared" / "run"
+    created = new_folders(out)
+    RunStore(out, "reproduce", CONFIG)
+    (tmp_path / "shared" / "theirs").mkdir()
+    remove_created(out, created)
+    assert _tree(tmp_path / "shared") == {"theirs": None}
+
+
+def test_the_api_refuses_a_user_folder_before_loading_anything(tmp_path):
+    import attncoda as ac
+
+    (tmp_path / "notes.txt").write_text("mine\n")
+    before = _tree(tmp_path)
+    with pytest.raises(AttncodaError, match=r"is not empty \('notes.txt'\)"):
+        ac.profile("minilm", out=tmp_path)
+    assert _tree(tmp_path) == before
+
+
+def test_a_failed_run_removes_the_folder_it_made_and_only_that(tmp_path):
+    """A real run that fails in its unit (an attention file with a pickled object):
+    ``run_experiment`` removes the new folder and its new parents, empties a folder that
+    was empty, and keeps a run folder that held a finished run."""
+    import fractions
+
+    torch = pytest.importorskip("torch")
+    from attncoda.run.reproduce import run_experiment
+
+    bad = tmp_path / "files" / "bad.pt"
+    bad.parent.mkdir()
+    torch.save({"attentions": fractions.Fraction(1, 3)}, bad)
+    for out in (tmp_path / "x" / "new", tmp_path / "empty"):
+        if out.name == "empty":
+            out.mkdir()
+        with pytest.raises(AttncodaError, match="holds a pickled object"):
+            run_experiment("profile", [], out, attentions=[str(bad)], progress=False)
+    assert _tree(tmp_path) == {"empty": None, "files": None, "files/bad.pt": bad.read_bytes()}
+    # A folder holding this run's manifest before (an earlier attempt) is left to resume:
+    # its manifest as it was, the unfinished unit to be redone by the next attempt.
+    from attncoda.run.config import run_config
+
+    resumed = tmp_path / "resumed"
+    config = run_config([], experiments=["profile"], attentions=[str(bad)])
+    RunStore(resumed, "profile", config)
+    before = _tree(resumed)
+    with pytest.raises(AttncodaError, match="holds a pickled object"):
+        run_experiment("profile", [], resumed, attentions=[str(bad)], progress=False)
+    after = _tree(resumed)
+    assert after["manifest.json"] == before["manifest.json"]
+    assert not any(name.endswith("_done.json") for name in after)

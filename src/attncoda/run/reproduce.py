@@ -11,20 +11,25 @@ the stored tables afterwards (``attncoda report DIR``), by the command line.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import EXPERIMENTS
 from attncoda.run.execute import RUN, finalise, open_run, writing
 from attncoda.run.executors import Executor, InProcess, Job, Progress
 from attncoda.run.plan import Plan
-from attncoda.store.runs import DONE, RunStore, Unit
+from attncoda.store.runs import (
+    DONE,
+    RunStore,
+    Unit,
+    check_run_folder,
+    new_folders,
+    remove_created,
+)
 
-__all__ = ["ReproduceResult", "execute_run", "reproduce", "run_experiment"]
+__all__ = ["ReproduceResult", "check_models", "execute_run", "reproduce", "run_experiment"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,31 @@ def execute_run(
     )
 
 
+def check_models(models: Sequence[str], series: str | None = None, *, cache: bool = True) -> None:
+    """Refuse a model spec or series checkpoint that cannot load, before a run folder is
+    made (:func:`attncoda.models.resolve.check_spec`; with ``cache``, a hub id must be in
+    the local Hugging Face cache while ``HF_HUB_OFFLINE`` is set)."""
+    specs = [m.strip() for m in models if m and m.strip()]
+    if not specs and series is None:
+        return
+    from attncoda.models.resolve import check_spec
+
+    for spec in specs:
+        check_spec(spec, cache=cache)
+    if series is not None:
+        from attncoda.models.series import parse_series
+
+        for point in parse_series(series):
+            check_spec(point.spec, cache=cache)
+
+
+def _made_here(store: RunStore | None) -> bool:
+    """Whether this call made its run folder: the store wrote the manifest, so the folder
+    was new or empty before (:func:`check_run_folder`) and all it holds is this run's. A
+    second writer refused by the lock of a run it found there made nothing."""
+    return store is not None and store.made
+
+
 def reproduce(
     models: Sequence[str],
     out: str | Path,
@@ -136,25 +166,38 @@ def reproduce(
     Raises
     ------
     AttncodaError
-        A bad config, a folder of another config, or a unit that failed (named).
+        A bad config or model spec, a folder of another config or of a user's files, or a
+        unit that failed (named). A folder this call made is removed again when the run
+        fails before any unit finished; one that held files before is never touched.
     """
-    config, store, run, todo = open_run(
-        list(models),
-        out,
-        series=series,
-        experiments=experiments,
-        scale=scale,
-        settings=settings,
-        text=text,
-        sink=sink,
-        seed=seed,
-        device=device,
-        dtype=dtype,
-        method=method,
-    )
-    result = execute_run(
-        config, store, run, todo, InProcess(keep_going=False), command=RUN, progress=progress
-    )
+    check_run_folder(out)
+    created = new_folders(out)
+    check_models(models, series)
+    store: RunStore | None = None
+    try:
+        config, store, run, todo = open_run(
+            list(models),
+            out,
+            series=series,
+            experiments=experiments,
+            scale=scale,
+            settings=settings,
+            text=text,
+            sink=sink,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            method=method,
+        )
+        result = execute_run(
+            config, store, run, todo, InProcess(keep_going=False), command=RUN, progress=progress
+        )
+    except Exception:
+        # Finished units of a long run are worth resuming; a run that finished none left
+        # nothing but its own manifest and lock.
+        if _made_here(store) and not any((Path(out) / "units").glob(f"*/*/{DONE}")):
+            remove_created(out, created)
+        raise
     _said(progress, "reproduce", result)
     return result
 
@@ -182,35 +225,43 @@ def run_experiment(
     The folder belongs to the command ``name`` (its manifest says so); it is resumed as a
     reproduce folder is. ``settings`` overrides the defaults by group, as for
     :func:`reproduce`; ``attentions`` (with ``tokens`` and ``kind``) reads attention files
-    instead of models; ``series`` is the checkpoint series of collapse. A folder this call
-    made is removed again when the run fails before any unit finished (a model spec that
-    does not load leaves nothing behind).
+    instead of models; ``series`` is the checkpoint series of collapse.
+
+    ``out`` must be new, empty or a run folder (:func:`attncoda.store.runs.check_run_folder`),
+    and every model spec must resolve (:func:`check_models`), before anything is written.
+    When the run fails, what this call made goes again (the folder and the parents it
+    created, or the contents of a folder that was empty); a folder that held a run before
+    is left as it is, to resume.
     """
-    fresh = not Path(out).exists()
-    config, store, run, todo = open_run(
-        list(models),
-        out,
-        command=name,
-        series=series,
-        experiments=[name],
-        settings=settings,
-        text=text,
-        sink=sink,
-        seed=seed,
-        device=device,
-        dtype=dtype,
-        method=method,
-        attentions=attentions,
-        tokens=tokens,
-        kind=kind,
-    )
+    check_run_folder(out)
+    created = new_folders(out)
+    if not attentions:
+        check_models(models, series)
+    store: RunStore | None = None
     try:
+        config, store, run, todo = open_run(
+            list(models),
+            out,
+            command=name,
+            series=series,
+            experiments=[name],
+            settings=settings,
+            text=text,
+            sink=sink,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            method=method,
+            attentions=attentions,
+            tokens=tokens,
+            kind=kind,
+        )
         result = execute_run(
             config, store, run, todo, InProcess(keep_going=False), command=name, progress=progress
         )
-    except AttncodaError:
-        if fresh and not any(store.is_done(u) for u in run.units):
-            shutil.rmtree(store.root, ignore_errors=True)
+    except Exception:
+        if _made_here(store):
+            remove_created(out, created)
         raise
     _said(progress, name, result)
     return result

@@ -107,13 +107,94 @@ def _plain(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=jsonable))
 
 
+def is_run_manifest(manifest: Any) -> bool:
+    """Whether ``manifest`` (a parsed ``manifest.json``) is one :func:`run_manifest` wrote:
+    a JSON object with the ``command``, ``config`` and ``packages`` it always holds."""
+    return isinstance(manifest, dict) and {"command", "config", "packages"} <= set(manifest)
+
+
+def check_run_folder(root: str | os.PathLike[str]) -> bool:
+    """Refuse ``root`` as a run folder unless writing there can harm nothing of a user's.
+
+    A run folder (``--out DIR``, ``out=``) is accepted when it does not exist, is an empty
+    folder, or holds a run manifest (:func:`is_run_manifest`; the run is resumed, or refused
+    for another config, by :class:`RunStore`). Nothing is written here.
+
+    Returns
+    -------
+    bool
+        Whether ``root`` exists already (as an empty folder or a run folder).
+
+    Raises
+    ------
+    AttncodaError
+        ``root`` is a file, or a folder holding anything but an attncoda run (the message
+        names one of its entries and says what to give instead).
+    """
+    path = Path(root)
+    if not path.exists():
+        return False
+    if not path.is_dir():
+        raise AttncodaError(f"--out {str(path)!r} is a file: give a folder")
+    manifest = path / MANIFEST
+    if manifest.is_file():
+        try:
+            stored = read_json(manifest)
+        except AttncodaError:
+            return True  # a run's manifest damaged: RunStore says so, naming it
+        if is_run_manifest(stored):
+            return True
+        raise AttncodaError(
+            f"--out {str(path)!r} holds a manifest.json that attncoda did not write: give a "
+            f"new or empty folder, or the folder of an earlier attncoda run"
+        )
+    entries = sorted(p.name for p in path.iterdir())
+    if entries:
+        more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
+        raise AttncodaError(
+            f"--out {str(path)!r} is not empty ({entries[0]!r}{more}) and is no attncoda run "
+            f"folder: give a new or empty folder, or the folder of an earlier attncoda run"
+        )
+    return True
+
+
+def new_folders(root: str | os.PathLike[str]) -> tuple[Path, ...]:
+    """``root`` and each of its parents that does not exist yet, innermost first: what a
+    run into ``root`` creates (for :func:`remove_created`)."""
+    path = Path(root).absolute()
+    return tuple(p for p in (path, *path.parents) if not p.exists())
+
+
+def remove_created(root: str | os.PathLike[str], created: tuple[Path, ...]) -> None:
+    """Remove what a failed run made in ``root``, a folder that was new or empty before it.
+
+    Everything inside ``root`` goes (the run wrote all of it); ``root`` itself and the
+    parents in ``created`` (:func:`new_folders`, taken before the run) go when they are
+    empty then, so a folder that another process filled meanwhile stays, and a folder that
+    existed before the run is never removed.
+    """
+    path = Path(root)
+    if path.is_dir():
+        for entry in path.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another writer's), or gone already
+            break
+
+
 class RunStore:
     """A run folder holding one config's results, unit by unit.
 
     Parameters
     ----------
     root : path-like
-        The run folder; created if missing.
+        The run folder; created if missing. It must be new, empty or a run folder
+        (:func:`check_run_folder`): a folder of a user's files is never written into.
     command : str
         The command that makes the run (recorded in the manifest).
     config : dict
@@ -124,17 +205,18 @@ class RunStore:
     Raises
     ------
     AttncodaError
-        ``root`` is a file, or holds a run of another command or config (the message names
-        every differing key), or its manifest is unreadable.
+        ``root`` is a file or a folder of other files, or holds a run of another command or
+        config (the message names every differing key), or its manifest is unreadable.
     """
 
     def __init__(self, root: str | os.PathLike[str], command: str, config: Mapping[str, Any]):
         self.root = Path(root)
         self.command = command
         self.config = _plain(dict(config))
-        if self.root.exists() and not self.root.is_dir():
-            raise AttncodaError(f"--out {str(self.root)!r} is a file: give a folder")
+        check_run_folder(self.root)
         manifest_path = self.root / MANIFEST
+        #: Whether this store wrote the folder's manifest (the folder held no run before).
+        self.made = False
         if manifest_path.is_file():
             try:
                 stored = read_json(manifest_path)
@@ -143,11 +225,6 @@ class RunStore:
                     f"the run manifest {str(manifest_path)!r} is corrupt ({exc}): move the "
                     f"folder aside, or give another --out"
                 ) from None
-            if not isinstance(stored, dict):
-                raise AttncodaError(
-                    f"the run manifest {str(manifest_path)!r} is corrupt (not a JSON object): "
-                    f"move the folder aside, or give another --out"
-                )
             if stored.get("command") != command:
                 raise AttncodaError(
                     f"{str(self.root)!r} holds a run of {stored.get('command')!r}, not "
@@ -170,6 +247,7 @@ class RunStore:
         else:
             self.manifest = run_manifest(command, self.config)
             atomic_write_json(manifest_path, self.manifest)
+            self.made = True
 
     # units -----------------------------------------------------------------------------------
 
@@ -352,7 +430,11 @@ __all__ = [
     "NO_REVISION",
     "RunStore",
     "Unit",
+    "check_run_folder",
     "config_differences",
+    "is_run_manifest",
+    "new_folders",
+    "remove_created",
     "read_run_tables",
     "slug",
 ]
