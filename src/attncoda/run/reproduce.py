@@ -138,8 +138,9 @@ def reproduce(
     models : sequence of str
         Model specs (``smollm2``, ``minilm``, ``owner/name[@revision]``, a folder).
     out : path-like
-        The run folder. A folder holding a run of this config resumes it (finished units are
-        skipped); one holding another config is refused.
+        The run folder: new, empty, or a run folder. A folder holding a run of this config
+        resumes it (finished units are skipped); one holding another config, or any other
+        files, is refused before anything is written.
     series : str, optional
         The checkpoint series of ``collapse`` (``owner/name@step0,step512`` or a folder of
         ``stepN`` checkpoints); default: a ``train-tiny`` series trained into
