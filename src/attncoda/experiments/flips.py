@@ -38,6 +38,7 @@ from attncoda.experiments.flips_count import (
 )
 from attncoda.experiments.flips_sums import DocumentSums, document_sums, used_rows
 from attncoda.experiments.inputs import HeadRows
+from attncoda.experiments.setting import setting
 from attncoda.experiments.verdicts import (
     CONVENTIONS,
     DEFAULT_TOL,
@@ -307,13 +308,17 @@ CAPTURE_TOL = 1e-6
 class Settings:
     """Settings of the flips experiment."""
 
-    metrics: tuple[str, ...] = field(
-        default=FLIP_METRICS, metadata={"help": "classic metrics compared under keep and drop"}
+    metrics: tuple[str, ...] = setting(
+        FLIP_METRICS,
+        "classic metrics compared under keep and drop",
+        choices=FLIP_METRICS,
+        item="metric",
     )
-    n_boot: int = field(default=200, metadata={"help": "bootstrap resamples over documents"})
-    tol: float = field(
-        default=CAPTURE_TOL,
-        metadata={"help": "relative tie tolerance of the head distances (float32 rows: 1e-6)"},
+    n_boot: int = setting(200, "bootstrap resamples over documents", at_least=1)
+    tol: float = setting(
+        CAPTURE_TOL,
+        "relative tie tolerance of the head distances (float32 rows: 1e-6)",
+        at_least=0.0,
     )
 
 
