@@ -451,3 +451,52 @@ def test_bad_attention_files_are_one_line_and_leave_no_folder(tmp_path):
         assert "weights_only" not in said
         assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "files"]
         assert _snapshot(empty) == {}
+
+
+# --------------------------------------------------------------------------------------------
+# Settings checked by their fields (attncoda.experiments.setting), before any model loads
+# and before the --out folder is made: the same checks as the Python API's.
+
+SETTINGS_CASES = [
+    (
+        ["flips", "minilm", "--n-boot", "-1"],
+        "--n-boot must be an integer of at least 1; got -1",
+    ),
+    (
+        ["flips", "minilm", "--metrics", "jsd,tv,jsd"],
+        "--metrics holds 'jsd' twice: give each metric once",
+    ),
+    (
+        ["prune", "smollm2", "--channels", "sink_mass,sink_mass"],
+        "--channels holds 'sink_mass' twice: give each channel once",
+    ),
+    (
+        ["safety", "minilm", "--threshold", "0"],
+        "--threshold must be a number above 0 and at most 1; got 0.0",
+    ),
+    (
+        ["flips", "minilm", "--tol", "nan"],
+        "--tol must be a finite number of at least 0; got nan",
+    ),
+    (
+        ["collapse", "{d}/none", "--max-tokens", "0"],
+        "--max-tokens must be an integer of at least 1; got 0",
+    ),
+    (["reproduce", "--n-boot", "0"], "--n-boot must be an integer of at least 1; got 0"),
+    (["reproduce", "--rows-docs", "0"], "--rows-docs must be an integer of at least 1; got 0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"), SETTINGS_CASES, ids=[" ".join(a) for a, _ in SETTINGS_CASES]
+)
+def test_a_bad_setting_is_refused_before_any_model_and_any_folder(argv, message, files):
+    out = files / f"out-{abs(hash(tuple(argv)))}"
+    argv = [a.replace("{d}", str(files)) for a in argv] + ["--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"attncoda: error: {message.replace('{d}', str(files))}\n"
+    assert done.stdout == "False\n", "torch or transformers was imported before the refusal"
+    assert not out.exists(), "the --out folder was made before the refusal"

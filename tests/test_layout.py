@@ -189,3 +189,91 @@ def test_the_layer_contract_holds():
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
+
+
+def _imports(path: Path) -> set[str]:
+    """The attncoda modules ``path`` imports anywhere in it (at the top, inside a function,
+    under ``TYPE_CHECKING``): ``from pkg import name`` is ``pkg.name`` when that is a
+    module, else ``pkg``."""
+    here = _module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                while name.startswith("attncoda") and not _is_module(name):
+                    name = name.rpartition(".")[0]
+                if name.startswith("attncoda"):
+                    found.add(name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                source = ".".join([*base, node.module] if node.module else base)
+            else:
+                source = node.module or ""
+            if not source.startswith("attncoda"):
+                continue
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                found.add(sub if _is_module(sub) else source)
+    found.discard(here)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle_of_three_and_a_pair():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}
+    assert sorted(_cycles(graph)) == [["a", "b", "c"], ["d", "e"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_a_module_that_imports_it_back():
+    """No cycle of imports between modules, however long and wherever the imports sit
+    (a lazy import inside a function or one under ``TYPE_CHECKING`` still ties two modules:
+    give what both need a module of its own)."""
+    graph = {_module_name(p): _imports(p) for p in MODULES}
+    assert graph["attncoda.experiments.safety"] >= {"attncoda.experiments.flips"}
+    assert _cycles(graph) == []

@@ -12,6 +12,10 @@ Each function takes model specs or captures:
 Either way the tables are those of the experiment's contract (``attncoda.experiments``),
 with the run's ``family`` column first, and :meth:`Result.figure` draws the figure of the
 report from them.
+
+Each function's keywords are the common options, then every field of the experiment's
+``Settings`` with its default, each value checked before anything loads or is written
+(:mod:`attncoda.api_signatures`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
+from attncoda.api_signatures import COMMON_OPTIONS, check_common
+from attncoda.api_signatures import experiment_function as _shown
+from attncoda.experiments import cluster as _cluster
+from attncoda.experiments import collapse as _collapse
+from attncoda.experiments import flips as _flips
+from attncoda.experiments import predictor as _predictor
+from attncoda.experiments import profile as _profile
+from attncoda.experiments import prune as _prune
+from attncoda.experiments import safety as _safety
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -299,7 +312,8 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
     from attncoda.experiments.contract import experiment, settings_from
 
     exp = experiment(name)
-    chosen = settings_from(exp.settings, settings)
+    chosen = settings_from(exp.settings, settings)  # every value checked: nothing loaded yet
+    check_common(common)
     if common.get("steps") is not None and exp.combine is None:
         raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
     items, captures = _sources(source)
@@ -331,95 +345,154 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
     return _on_specs(name, [str(s) for s in items], chosen, out=common.get("out"), options=options)
 
 
-_COMMON_DOC = """
-    Parameters
-    ----------
-    source : str, Capture, or a list of either
-        Model specs (run through the runner, as the CLI does) or captures (run here).
-    sink : str
-        Sink spec (docs/design.md, "Sinks"): ``"first"`` unless said otherwise.
-    seed : int
-        The run's seed (bootstrap resamples, MDS, random pruning).
-    out : str or path, optional
-        Model specs only: the run folder to keep (``attncoda report OUT`` renders it).
-    device, dtype, method, text
-        Model specs only: where models run, their parameter dtype, the capture method
-        (``"exact"`` or ``"fast"``) and the corpus (default: the embedded one).
-    names : str or list of str, optional
-        Captures only: the model names the tables carry.
-    **settings
-        The experiment's settings (its ``Settings`` dataclass); unknown names are refused.
-
-    Returns
-    -------
-    Result
-        ``.tables`` (tidy DataFrames, ``family`` first), ``.figure()``, and a notebook view.
-"""
+def _run(name: str, values: Mapping[str, Any]) -> Result:
+    """Call ``name`` with an API function's parameters ``values`` (its ``locals()``)."""
+    values = dict(values)
+    source = values.pop("source")
+    common = {k: values.pop(k, None) for k in COMMON_OPTIONS if k != "source"}
+    return _call(name, source, values, common)
 
 
-def _experiment_function(name: str, doc: str):
-    def function(
-        source: Any,
-        *,
-        sink: str = "first",
-        seed: int = 0,
-        out: str | Path | None = None,
-        device: str = "cpu",
-        dtype: str | None = None,
-        method: str = "exact",
-        text: str | None = None,
-        names: Sequence[str] | str | None = None,
-        steps: Sequence[int] | None = None,
-        **settings: Any,
-    ) -> Result:
-        common = {
-            "sink": sink,
-            "seed": seed,
-            "out": out,
-            "device": device,
-            "dtype": dtype,
-            "method": method,
-            "text": text,
-            "names": names,
-            "steps": steps,
-        }
-        return _call(name, source, settings, common)
-
-    function.__name__ = function.__qualname__ = "predict" if name == "predictor" else name
-    function.__doc__ = doc + _COMMON_DOC
-    return function
+Source = Any  # a model spec (str or path), a Capture, or a list of either
 
 
-profile = _experiment_function(
-    "profile", "Sink mass, entropy and its exact split per (layer, head), in nats.\n"
-)
-flips = _experiment_function(
-    "flips", "How often keep and drop reverse 'which head is closer', per metric, with a CI.\n"
-)
-cluster = _experiment_function(
-    "cluster", "Clark et al.'s head clustering under keep, drop and the Aitchison terms.\n"
-)
-safety = _experiment_function(
-    "safety", "The flip rate by sink share and sink-mass gap, and where keep and drop agree.\n"
-)
-predict = _experiment_function(
+@_shown("profile", "Sink mass, entropy and its exact split per (layer, head), in nats.")
+def profile(
+    source: Source,
+    *,
+    sink: str = "first",
+    seed: int = 0,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    text: str | None = None,
+    names: Sequence[str] | str | None = None,
+    docs: int = _profile.Settings.docs,
+    tokens: int = _profile.Settings.tokens,
+) -> Result:
+    return _run("profile", locals())
+
+
+@_shown("flips", "How often keep and drop reverse 'which head is closer', per metric, with a CI.")
+def flips(
+    source: Source,
+    *,
+    sink: str = "first",
+    seed: int = 0,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    text: str | None = None,
+    names: Sequence[str] | str | None = None,
+    metrics: Sequence[str] = _flips.Settings.metrics,
+    n_boot: int = _flips.Settings.n_boot,
+    tol: float = _flips.Settings.tol,
+) -> Result:
+    return _run("flips", locals())
+
+
+@_shown("cluster", "Clark et al.'s head clustering under keep, drop and the Aitchison terms.")
+def cluster(
+    source: Source,
+    *,
+    sink: str = "first",
+    seed: int = 0,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    text: str | None = None,
+    names: Sequence[str] | str | None = None,
+    n_clusters: int = _cluster.Settings.n_clusters,
+    n_init: int = _cluster.Settings.n_init,
+) -> Result:
+    return _run("cluster", locals())
+
+
+@_shown("safety", "The flip rate by sink share and sink-mass gap, and where keep and drop agree.")
+def safety(
+    source: Source,
+    *,
+    sink: str = "first",
+    seed: int = 0,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    text: str | None = None,
+    names: Sequence[str] | str | None = None,
+    n_bins: int = _safety.Settings.n_bins,
+    threshold: float = _safety.Settings.threshold,
+) -> Result:
+    return _run("safety", locals())
+
+
+@_shown(
     "predictor",
-    "The frozen flip-rate predictor applied and checked: confirmed, abstained or failed.\n",
+    "The frozen flip-rate predictor applied and checked: confirmed, abstained or failed.",
 )
-prune = _experiment_function(
-    "prune", "Heads pruned by a channel, held-out perplexity per k (model specs only).\n"
-)
+def predict(
+    source: Source,
+    *,
+    sink: str = "first",
+    seed: int = 0,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    text: str | None = None,
+    names: Sequence[str] | str | None = None,
+    predictor: str = _predictor.Settings.predictor,
+) -> Result:
+    return _run("predictor", locals())
 
 
-_collapse = _experiment_function("collapse", "")
+@_shown("prune", "Heads pruned by a channel, held-out perplexity per k (model specs only).")
+def prune(
+    source: Source,
+    *,
+    sink: str = "first",
+    seed: int = 0,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    text: str | None = None,
+    names: Sequence[str] | str | None = None,
+    channels: Sequence[str] = _prune.Settings.channels,
+    orders: Sequence[str] = _prune.Settings.orders,
+    ablations: Sequence[str] = _prune.Settings.ablations,
+    ks: Sequence[int] = _prune.Settings.ks,
+    profile_docs: int = _prune.Settings.profile_docs,
+    eval_docs: int = _prune.Settings.eval_docs,
+    tokens: int = _prune.Settings.tokens,
+) -> Result:
+    return _run("prune", locals())
 
 
-def collapse(source: Any, *, steps: Sequence[int] | None = None, **options: Any) -> Result:
+@_shown(
+    "collapse",
     """Entropy collapse over checkpoints, its change split exactly into sink and content.
 
     ``source`` is a series spec (``owner/name@step0,step512``, or a folder of ``stepN``
     checkpoints), or a list of captures, one per checkpoint in training order, with
-    ``steps`` their training steps (default ``0, 1, ...``) and ``names`` the series name.
-    ``options`` are those of :func:`flips` and collapse's settings (``docs``, ``tokens``).
-    """
-    return _collapse(source, steps=steps, **options)
+    ``steps`` their training steps and ``names`` the series name.""",
+)
+def collapse(
+    source: Source,
+    *,
+    sink: str = "first",
+    seed: int = 0,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    method: str = "exact",
+    text: str | None = None,
+    names: str | None = None,
+    steps: Sequence[int] | None = None,
+    docs: int = _collapse.Settings.docs,
+    tokens: int = _collapse.Settings.tokens,
+) -> Result:
+    return _run("collapse", locals())

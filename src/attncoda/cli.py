@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.cli_args import Parser, add_settings, names, validate
+from attncoda.cli_args import Parser, add_settings, bind_setting, names, validate
 
 #: Option strings of settings fields whose option is not ``--<field-name>`` alone: the
 #: window length keeps ``--max-tokens`` (``--tokens`` is the token-id file of given
@@ -94,8 +94,8 @@ def _attention_options(p: argparse.ArgumentParser, several: bool) -> None:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    from attncoda.experiments.contract import EXPERIMENTS
-    from attncoda.run.config import DEMO_MODELS
+    from attncoda.experiments.contract import EXPERIMENTS, experiment
+    from attncoda.run.config import DEMO_MODELS, Rows
 
     p.add_argument(
         "--models",
@@ -124,6 +124,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--rows-docs", type=int, help="windows whose full rows feed flips/cluster")
     p.add_argument("--n-boot", type=int, help="bootstrap resamples of the flip-rate CI")
+    bind_setting(p, "rows_docs", Rows, "docs")
+    bind_setting(p, "n_boot", experiment("flips").settings, "n_boot")
     p.add_argument("--train-steps", type=int, help="steps of the default train-tiny series")
     p.add_argument(
         "--train-task",

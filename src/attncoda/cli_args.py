@@ -5,12 +5,13 @@ and before anything is loaded.
 :class:`attncoda.run.config.Rows`) into an option: field ``n_boot`` -> ``--n-boot``, the type
 from its default (a tuple becomes a comma list of its items' type), the help from the
 field's metadata ``"help"``. Options left out keep the dataclass default, which stays the
-only default. :func:`validate` reads the parsed arguments by name, so each check is
-written once for every command that has the option: integers and their ranges, finite
-numbers, sink specs, names from a fixed list (metrics, experiments, prune channels, orders,
-ablations), corpus files that exist and hold text, predictor files that parse,
-saved-attention files that exist. It imports neither torch nor transformers, so a bad call
-is refused in well under a second.
+only default. :func:`validate` checks each settings option by its field
+(:func:`attncoda.experiments.setting.check_setting`: the ranges and names the field allows,
+the one source the Python API checks too), and reads the other parsed arguments by name, so
+each check is written once for every command that has the option: integers and their
+ranges, finite numbers, sink specs, experiment names, corpus files that exist and hold
+text, predictor files that parse, saved-attention files that exist. It imports neither
+torch nor transformers, so a bad call is refused in well under a second.
 """
 
 from __future__ import annotations
@@ -29,23 +30,16 @@ __all__ = [
     "AT_LEAST",
     "Parser",
     "add_settings",
+    "bind_setting",
     "ints",
     "names",
     "settings_values",
     "validate",
 ]
 
-#: The smallest value of each integer option (by its argparse destination).
+#: The smallest value of each integer option that is no settings field (by its argparse
+#: destination; a settings field's own metadata says what it allows).
 AT_LEAST = {
-    "tokens": 1,
-    "docs": 1,
-    "n_boot": 1,
-    "n_clusters": 2,
-    "n_init": 1,
-    "n_bins": 1,
-    "profile_docs": 1,
-    "eval_docs": 1,
-    "rows_docs": 1,
     "train_steps": 1,
     "steps": 1,
     "window": 2,
@@ -55,24 +49,22 @@ AT_LEAST = {
     "ray_local": 1,
     "seed": 0,
 }
-#: Float options and the open or closed range each must lie in: (low, high, what).
+#: Float options that are no settings field, and the open range each must lie in:
+#: (low, high, what).
 FLOAT_RANGES = {
     "lr": (0.0, math.inf, "a finite number above 0"),
-    "tol": (0.0, math.inf, "a finite number of at least 0"),
-    "threshold": (0.0, 1.0, "a number above 0 and at most 1"),
 }
-#: Where every option destination holding names from a fixed list gets them, and what
-#: one of them is called in a message.
+#: Where every option destination that is no settings field and holds names from a fixed
+#: list gets them, and what one of them is called in a message.
 _CHOICES = {
-    "metrics": ("attncoda.experiments.flips", "FLIP_METRICS", "metric"),
     "experiments": ("attncoda.experiments.contract", "EXPERIMENTS", "experiment"),
-    "channels": ("attncoda.experiments.prune", "CHANNELS", "channel"),
-    "orders": ("attncoda.experiments.prune", "ORDERS", "order"),
-    "ablations": ("attncoda.experiments.prune", "ABLATIONS", "ablation"),
 }
 #: The flag each destination is written as, for the messages (set by :func:`add_settings`
 #: and the commands; the default: ``--`` and the destination with dashes).
 _FLAGS = "_flags"
+#: The settings field each destination of a settings option checks its value by (set by
+#: :func:`add_settings` and :func:`bind_setting`).
+_FIELDS = "_setting_fields"
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -118,6 +110,7 @@ def add_settings(
     the help says which it is). ``flags`` gives a field other option strings (an older name
     beside the new one); the first names the option in messages."""
     shown_as = dict(parser.get_default(_FLAGS) or {})
+    checked = dict(parser.get_default(_FIELDS) or {})
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
@@ -132,7 +125,17 @@ def add_settings(
             help=f"{f.metadata.get('help', f.name)} (default: {shown})",
         )
         shown_as[dest] = strings[0]
-    parser.set_defaults(**{_FLAGS: shown_as})
+        checked[dest] = f
+    parser.set_defaults(**{_FLAGS: shown_as, _FIELDS: checked})
+
+
+def bind_setting(parser: argparse.ArgumentParser, dest: str, cls: type, name: str) -> None:
+    """Check the option ``dest`` of ``parser`` (one added by hand, such as reproduce's
+    ``--n-boot``) by the field ``name`` of the settings dataclass ``cls``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    checked = dict(parser.get_default(_FIELDS) or {})
+    checked[dest] = fields[name]
+    parser.set_defaults(**{_FIELDS: checked})
 
 
 def settings_values(args: argparse.Namespace, cls: type, *, prefix: str = "") -> dict[str, Any]:
@@ -149,6 +152,15 @@ def _flag(args: argparse.Namespace, dest: str) -> str:
     return (getattr(args, _FLAGS, None) or {}).get(dest, "--" + dest.replace("_", "-"))
 
 
+def _settings(args: argparse.Namespace) -> None:
+    from attncoda.experiments.setting import check_setting
+
+    for dest, f in (getattr(args, _FIELDS, None) or {}).items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            check_setting(f, value, _flag(args, dest), listing="a comma list")
+
+
 def _numbers(args: argparse.Namespace) -> None:
     for name, least in AT_LEAST.items():
         value = getattr(args, name, None)
@@ -162,17 +174,8 @@ def _numbers(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is None:
             continue
-        above = value > low if name != "tol" else value >= low
-        if not (math.isfinite(value) and above and value <= high):
+        if not (math.isfinite(value) and value > low and value <= high):
             raise AttncodaError(f"{_flag(args, name)} must be {what}; got {value!r}")
-    ks = getattr(args, "ks", None)
-    if ks is not None:
-        flag = _flag(args, "ks")
-        if not ks:
-            raise AttncodaError(f"{flag} is empty: give a comma list of head counts, e.g. 1,2,4")
-        for k in ks:
-            if k < 1:
-                raise AttncodaError(f"{flag} holds {k}: every head count must be at least 1")
 
 
 def _names(args: argparse.Namespace) -> None:
@@ -201,15 +204,10 @@ def _files(args: argparse.Namespace) -> None:
 
         read_corpus(text)  # exists, UTF-8, at least one document, or a named error
     predictor = getattr(args, "predictor", None)
-    if predictor is not None and predictor != "shipped":
-        if not Path(predictor).is_file():
-            raise AttncodaError(
-                f"predictor file {predictor!r} does not exist: give a file written by "
-                f"'attncoda predictor fit', or 'shipped'"
-            )
-        from attncoda.experiments.predictor import Predictor
+    if predictor is not None:
+        from attncoda.experiments.predictor import check_predictor_file
 
-        Predictor.from_json(predictor)
+        check_predictor_file(predictor)
     for name in ("attentions", "token_ids"):
         value = getattr(args, name, None)
         files = [value] if isinstance(value, str) else list(value or [])
@@ -234,6 +232,7 @@ def validate(args: argparse.Namespace) -> None:
     """
     from attncoda.capture.sinks import parse_sink
 
+    _settings(args)
     _numbers(args)
     if getattr(args, "sink", None) is not None:
         parse_sink(args.sink)

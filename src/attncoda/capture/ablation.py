@@ -31,14 +31,13 @@ edit.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
 from .._errors import AttncodaError
+from .head_edit import ACTIVE_PLAN, EditPlan, layer_edit
 
 __all__ = [
     "MODES",
@@ -54,24 +53,6 @@ __all__ = [
 MODES = ("zero", "uniform", "sink")
 
 _HEAD = re.compile(r"^\s*(\d+)\s*\.\s*(\d+)\s*$")
-
-
-@dataclass
-class _Plan:
-    """What the attention function does to each layer while a context is active."""
-
-    model_name: str
-    n_layers: int
-    n_heads: int
-    mode: str | None = None
-    heads: dict[int, torch.Tensor] = field(default_factory=dict)
-    gates: torch.Tensor | None = None  # (batch or 1, layer, head)
-    calls: int = 0
-
-
-_PLAN: contextvars.ContextVar[_Plan | None] = contextvars.ContextVar(
-    "attncoda_ablation", default=None
-)
 
 
 def head_counts(model) -> tuple[int, int]:
@@ -164,7 +145,7 @@ def _check_heads(heads: object, n_layers: int, n_heads: int, name: str) -> dict[
 
 
 @contextlib.contextmanager
-def _activate(model, plan: _Plan) -> Iterator[None]:
+def _activate(model, plan: EditPlan) -> Iterator[None]:
     """Route ``model`` (unless it already is), count layers per forward pass, set ``plan``."""
     from .attention import ATTENTION_NAME, routed
 
@@ -172,7 +153,7 @@ def _activate(model, plan: _Plan) -> Iterator[None]:
         plan.calls = 0
 
     handle = model.register_forward_pre_hook(reset)
-    token = _PLAN.set(plan)
+    token = ACTIVE_PLAN.set(plan)
     try:
         # Nested inside routed() or capture(): keep their recorder, do not route again.
         if model.config._attn_implementation == ATTENTION_NAME:
@@ -181,7 +162,7 @@ def _activate(model, plan: _Plan) -> Iterator[None]:
             with routed(model):
                 yield
     finally:
-        _PLAN.reset(token)
+        ACTIVE_PLAN.reset(token)
         handle.remove()
 
 
@@ -223,9 +204,9 @@ def ablate(model, heads: Mapping[int, Sequence[int]], mode: str = "zero") -> Ite
     n_layers, n_heads = head_counts(model)
     name = type(model).__name__
     chosen = _check_heads(heads, n_layers, n_heads, name)
-    outer = _PLAN.get()
+    outer = ACTIVE_PLAN.get()
     gates = outer.gates if outer is not None else None
-    with _activate(model, _Plan(name, n_layers, n_heads, mode, chosen, gates)):
+    with _activate(model, EditPlan(name, n_layers, n_heads, mode, chosen, gates)):
         yield
 
 
@@ -262,105 +243,7 @@ def head_gates(model, gates: torch.Tensor) -> Iterator[None]:
             f"{n_layers}, {n_heads}) for {name}, got {tuple(gates.shape)}"
         )
     batched = gates if gates.ndim == 3 else gates[None]
-    outer = _PLAN.get()
+    outer = ACTIVE_PLAN.get()
     mode, heads = (outer.mode, outer.heads) if outer is not None else (None, {})
-    with _activate(model, _Plan(name, n_layers, n_heads, mode, heads, batched)):
+    with _activate(model, EditPlan(name, n_layers, n_heads, mode, heads, batched)):
         yield
-
-
-def _first_real_key(attention_mask, batch: int, device) -> torch.Tensor:
-    """``(batch,)``: the first key any query of each document may see (0 without a mask)."""
-    if attention_mask is None:
-        return torch.zeros(batch, dtype=torch.long, device=device)
-    if attention_mask.dtype == torch.bool:
-        seen = attention_mask
-    else:
-        seen = attention_mask > torch.finfo(attention_mask.dtype).min / 2
-    seen = seen.any(dim=-2).any(dim=1)  # (batch, key_pos): keys some query may see
-    first = seen.to(torch.uint8).argmax(dim=-1)
-    return first.expand(batch) if first.shape[0] != batch else first
-
-
-def layer_edit(module, query, attention_mask) -> Callable | None:
-    """The edit of this attention call's heads, or None (the hot path when nothing is active).
-
-    Called once per attention call by :func:`attncoda.capture.attention.attncoda_attention`;
-    advances the layer count of the active context.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        The attention layer.
-    query : torch.Tensor
-        ``(batch, head, query_pos, head_dim)``.
-    attention_mask : torch.Tensor or None
-        The full additive (or bool) mask ``(batch, 1, query_pos, key_pos)``.
-
-    Returns
-    -------
-    callable or None
-        ``edit(part, value, visible) -> part`` for a block of outputs ``part`` ``(batch,
-        head, q, head_dim)``, values ``(batch, kv_head, key_pos, head_dim)`` and visible keys
-        bool ``(batch, 1, q, key_pos)`` (or None: every key).
-    """
-    plan = _PLAN.get()
-    if plan is None:
-        return None
-    layer = plan.calls
-    plan.calls += 1
-    batch, n_heads = query.shape[0], query.shape[1]
-    if layer >= plan.n_layers or n_heads != plan.n_heads:
-        raise AttncodaError(
-            f"attention call {layer} of one forward pass has {n_heads} heads, but "
-            f"{plan.model_name} has {plan.n_layers} layers of {plan.n_heads} heads: ablation "
-            f"counts the attention calls of each forward pass of the model itself (call the "
-            f"model, not a submodule; cross-attention is not supported)"
-        )
-    heads = plan.heads.get(layer)
-    gate = None
-    if plan.gates is not None:
-        gate = plan.gates[:, layer]
-        if gate.shape[0] not in (1, batch):
-            raise AttncodaError(
-                f"gates have a batch of {gate.shape[0]} documents, the forward pass has {batch}"
-            )
-    if heads is None and gate is None:
-        return None
-    mode = plan.mode
-    if heads is not None:
-        heads = heads.to(query.device)
-    sink = (
-        _first_real_key(attention_mask, batch, query.device)
-        if heads is not None and mode == "sink"
-        else None
-    )
-
-    def edit(part, value, visible):
-        if heads is not None:
-            part = _replace(part, value, visible, heads, mode, sink)
-        if gate is not None:
-            part = part * gate.to(part.dtype)[:, :, None, None]
-        return part
-
-    return edit
-
-
-def _replace(part, value, visible, heads, mode, sink):
-    """``part`` with the outputs of ``heads`` replaced as ``mode`` says (out of place)."""
-    if mode == "zero":
-        return part.index_fill(1, heads, 0.0)
-    b, h, q, _ = part.shape
-    kv_of = torch.div(heads * value.shape[1], h, rounding_mode="floor")
-    if mode == "uniform":
-        k = value.shape[2]
-        if visible is None:
-            weights = torch.ones((1, 1, q, k), dtype=value.dtype, device=value.device)
-        else:
-            weights = visible.expand(-1, 1, q, k).to(value.dtype)
-        weights = weights / weights.sum(-1, keepdim=True).clamp(min=1)
-        out = torch.matmul(weights, value[:, kv_of])
-        return part.index_copy(1, heads, out.expand(b, -1, q, -1).to(part.dtype))
-    rows = torch.arange(b, device=value.device)[:, None]
-    picked = value[rows, kv_of[None, :], sink[:, None]]  # (batch, n_ablated, head_dim)
-    out = picked[:, :, None, :].expand(b, heads.numel(), q, picked.shape[-1])
-    return part.index_copy(1, heads, out.to(part.dtype))

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.ablation import layer_edit
 from attncoda.capture.fast import record_layer as record_fast_layer
+from attncoda.capture.head_edit import layer_edit
 from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, row_statistics
 from attncoda.capture.workspace import Workspace
 from attncoda.models.zoo import routable

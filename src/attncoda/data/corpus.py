@@ -15,13 +15,13 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.data.document import Document
 from attncoda.data.windows import Window, windows
 
 __all__ = [
@@ -48,25 +48,6 @@ _EMBEDDED_FILE = "corpus_en.jsonl"
 _EMBEDDED_META = "corpus_en.meta.json"
 # A blank line: a line holding nothing but whitespace.
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\f\v]*\n\s*")
-
-
-@dataclass(frozen=True)
-class Document:
-    """One document of a corpus.
-
-    Attributes
-    ----------
-    id : str
-        Identifier, unique within the corpus.
-    text : str
-        The document text.
-    title : str
-        A human-readable title; ``""`` when the source has none.
-    """
-
-    id: str
-    text: str
-    title: str = ""
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from attncoda._errors import AttncodaError
 
 if TYPE_CHECKING:
-    from attncoda.data.corpus import Document
+    from attncoda.data.document import Document
 
 __all__ = ["Window", "windows"]
 

@@ -53,7 +53,7 @@ largest ``|rho|`` over all directions of the plane.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,7 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.cluster_distances import SMOOTHING, document_terms, used_row_mask
 from attncoda.experiments.contract import Experiment, Inputs, Tables
 from attncoda.experiments.inputs import HeadRows
+from attncoda.experiments.setting import setting
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -396,8 +397,8 @@ def _finite(obj: Any) -> Any:
 class Settings:
     """Settings of the cluster experiment."""
 
-    n_clusters: int = field(default=4, metadata={"help": "k-means clusters per embedding"})
-    n_init: int = field(default=5, metadata={"help": "MDS starts (Clark et al. used 5)"})
+    n_clusters: int = setting(4, "k-means clusters per embedding", at_least=2)
+    n_init: int = setting(5, "MDS starts (Clark et al. used 5)", at_least=1)
 
 
 def result_tables(result: ClusterResult) -> Tables:

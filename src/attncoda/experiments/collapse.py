@@ -11,7 +11,7 @@ where the entropy change of each pair is split by the two-factor Shapley rule an
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from attncoda.experiments.collapse_stats import (
     windows_hash,
 )
 from attncoda.experiments.contract import Experiment, Inputs, Tables
+from attncoda.experiments.setting import setting
 from attncoda.models.spec import NO_REVISION
 
 if TYPE_CHECKING:
@@ -166,8 +167,8 @@ class Settings:
     """Settings of the collapse experiment: every checkpoint reads the same ``docs`` windows
     of ``tokens`` tokens (made with the series' first tokenizer)."""
 
-    docs: int = field(default=16, metadata={"help": "corpus windows every checkpoint reads"})
-    tokens: int = field(default=128, metadata={"help": "tokens per window"})
+    docs: int = setting(16, "corpus windows every checkpoint reads", at_least=1)
+    tokens: int = setting(128, "tokens per window", at_least=1)
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:

@@ -5,8 +5,10 @@ An experiment module declares one :class:`Experiment`:
 - ``name``: the unit name of a run (``"flips"``);
 - ``needs``: the inputs the runner must provide (:data:`NEEDS` lists them);
 - ``after``: the experiments whose tables it reads, of the same model and revision;
-- ``settings``: a frozen dataclass whose defaults are the only defaults (the CLI builds its
-  options from its fields, a run config stores it with :func:`settings_dict`);
+- ``settings``: a frozen dataclass whose defaults are the only defaults, each field made by
+  :func:`attncoda.experiments.setting.setting` with its help and the values it allows (the
+  API's signatures and the CLI's options are built from its fields, a run config stores it
+  with :func:`settings_dict`);
 - ``run(inputs, settings) -> Tables``: the computation. It loads nothing, writes nothing and
   keeps no state: the same inputs and settings give the same tables;
 - ``tables``: the names of the tables ``run`` returns, in order;
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.setting import check_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -172,16 +175,10 @@ def settings_dict(settings: Any) -> dict[str, Any]:
 
 
 def settings_from(cls: type, values: Mapping[str, Any] | None = None) -> Any:
-    """``cls(**values)`` with lists made tuples; an unknown key is an error that names it."""
-    values = dict(values or {})
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise AttncodaError(
-            f"unknown setting {unknown[0]!r} of {cls.__module__.rsplit('.', 1)[-1]}: "
-            f"use one of {', '.join(sorted(names))}"
-        )
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    """``cls(**values)``, each value checked against its field
+    (:func:`attncoda.experiments.setting.check_settings`: lists made tuples); an unknown key
+    or a value the field does not allow is an error that names it."""
+    return cls(**check_settings(cls, values))
 
 
 def without_run_columns(frame: pd.DataFrame) -> pd.DataFrame:

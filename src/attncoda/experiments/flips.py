@@ -8,9 +8,10 @@ documents). A *flip* is a triplet whose verdict under ``convention="keep"`` is t
 verdict under ``convention="drop"``, both decided. A triplet is a *tie* when ``|D(A, C) - D(A, B)|``
 is within the tie tolerance under either convention; ties are counted apart and never as flips.
 
-The counting itself (exact, over every triplet) is :mod:`attncoda.experiments.flips_count`;
-this module pools the head distances over documents, bootstraps them and declares the
-experiment.
+The counting itself (exact, over every triplet) is :mod:`attncoda.experiments.flips_count`,
+the per-document distance sums :mod:`attncoda.experiments.flips_sums` and their bootstrap
+:mod:`attncoda.experiments.flips_bootstrap`; this module pools the sums, bootstraps them and
+declares the experiment.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.coda import head_distances
 from attncoda.experiments.contract import Experiment, Inputs, Tables, without_run_columns
 from attncoda.experiments.flips_bootstrap import (
     bootstrap_rates,
@@ -36,7 +36,9 @@ from attncoda.experiments.flips_count import (
     tie_tolerance,
     triplet_flips,
 )
-from attncoda.experiments.inputs import DocRows, HeadRows
+from attncoda.experiments.flips_sums import DocumentSums, document_sums, used_rows
+from attncoda.experiments.inputs import HeadRows
+from attncoda.experiments.setting import setting
 from attncoda.experiments.verdicts import (
     CONVENTIONS,
     DEFAULT_TOL,
@@ -78,97 +80,6 @@ TABLE_COLUMNS = (
     "ci_high",
 )
 BY_LAYER_COLUMNS = ("model", "metric", "layer", "n_triplets", "n_ties", "flips", "flip_rate")
-
-
-# --------------------------------------------------------------------------------------------
-# Head distances, per document
-
-
-@dataclass(frozen=True)
-class DocumentSums:
-    """Per-document sums of row distances, so that resampling documents reweights them.
-
-    Attributes
-    ----------
-    sums : ndarray, shape (document, head, head)
-        ``S_d = sum`` over document ``d``'s used rows of the row metric between two heads.
-    counts : ndarray of int64, shape (document,)
-        ``n_d``, the used rows of each document (every sink key present, ``m >= 2``).
-    docs : tuple of int
-        Index in ``HeadRows.docs`` of each kept document (documents without a used row are
-        left out).
-    """
-
-    sums: np.ndarray
-    counts: np.ndarray
-    docs: tuple[int, ...]
-
-    @property
-    def distances(self) -> np.ndarray:
-        """The pooled head distances ``D = sum_d S_d / sum_d n_d``, shape (head, head)."""
-        return self.sums.sum(axis=0) / self.counts.sum()
-
-
-def used_rows(doc: DocRows) -> int:
-    """Recorded rows of a document with every sink key present and ``m >= 2`` content keys."""
-    mask = np.asarray(doc.key_mask, dtype=bool)
-    n_valid = mask.sum(axis=-1)
-    has_sink = mask[:, list(doc.sink)].all(axis=-1)
-    return int((has_sink & (n_valid - len(doc.sink) >= 2)).sum())
-
-
-def document_sums(
-    head_rows: HeadRows, metric: str, convention: str | None, *, device: str | None = None
-) -> DocumentSums:
-    """Per-document sums ``S_d`` and counts ``n_d`` of a metric's row distances.
-
-    Parameters
-    ----------
-    head_rows : HeadRows
-        The recorded rows of every head.
-    metric : str
-        A metric of :func:`attncoda.head_distances`.
-    convention : {"keep", "drop"} or None
-        As :func:`attncoda.head_distances` requires for ``metric``.
-    device : str, optional
-        A torch device (``"cuda"``) to compute the head distances on; None: numpy on the
-        host.
-
-    Returns
-    -------
-    DocumentSums
-        ``sums`` in the metric's units (nats for ``jsd`` and ``entropy_gap``).
-    """
-    sums, counts, kept = [], [], []
-    for i, doc in enumerate(head_rows.docs):
-        n_used = used_rows(doc)
-        if n_used == 0 and _sinks_present(doc):
-            continue  # no row with content: nothing to average (head_distances would refuse)
-        logp: Any = doc.logp
-        key_mask: Any = doc.key_mask
-        if device is not None:
-            import torch
-
-            logp = torch.as_tensor(logp, device=device)
-            key_mask = torch.as_tensor(key_mask, device=device)
-        mean = head_distances(logp, metric, convention=convention, sink=doc.sink, key_mask=key_mask)
-        if device is not None:
-            mean = mean.cpu().numpy()
-        sums.append(np.asarray(mean, dtype=np.float64) * n_used)
-        counts.append(n_used)
-        kept.append(i)
-    if not kept:
-        raise AttncodaError(
-            f"model {head_rows.model!r} has no recorded row with every sink key present and "
-            "at least 2 content keys: head distances are means over such rows"
-        )
-    return DocumentSums(np.stack(sums), np.asarray(counts, dtype=np.int64), tuple(kept))
-
-
-def _sinks_present(doc: DocRows) -> bool:
-    mask = np.asarray(doc.key_mask, dtype=bool)
-    rows_with_keys = mask.any(axis=-1)
-    return bool(mask[rows_with_keys][:, list(doc.sink)].all())
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,13 +308,17 @@ CAPTURE_TOL = 1e-6
 class Settings:
     """Settings of the flips experiment."""
 
-    metrics: tuple[str, ...] = field(
-        default=FLIP_METRICS, metadata={"help": "classic metrics compared under keep and drop"}
+    metrics: tuple[str, ...] = setting(
+        FLIP_METRICS,
+        "classic metrics compared under keep and drop",
+        choices=FLIP_METRICS,
+        item="metric",
     )
-    n_boot: int = field(default=200, metadata={"help": "bootstrap resamples over documents"})
-    tol: float = field(
-        default=CAPTURE_TOL,
-        metadata={"help": "relative tie tolerance of the head distances (float32 rows: 1e-6)"},
+    n_boot: int = setting(200, "bootstrap resamples over documents", at_least=1)
+    tol: float = setting(
+        CAPTURE_TOL,
+        "relative tie tolerance of the head distances (float32 rows: 1e-6)",
+        at_least=0.0,
     )
 
 

@@ -15,7 +15,7 @@ from attncoda.experiments.flips_count import count_rows, off_diagonal
 from attncoda.experiments.verdicts import flip_rate
 
 if TYPE_CHECKING:
-    from attncoda.experiments.flips import DocumentSums
+    from attncoda.experiments.flips_sums import DocumentSums
 
 __all__ = ["bootstrap_rates", "check_n_boot", "check_threads", "resample_weights"]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from attncoda.experiments.inputs import HeadRows
 from attncoda.experiments.predictor_fit import fit_predictor
 from attncoda.experiments.predictor_model import FEATURES, Prediction, Predictor, verdict
 from attncoda.experiments.safety_split import SquaredSplit, mean_squared_split
+from attncoda.experiments.setting import setting
 from attncoda.models.spec import NO_REVISION
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Predictor",
     "Settings",
     "apply_predictor",
+    "check_predictor_file",
     "fit_predictor",
     "predictor_row",
     "shipped_predictor",
@@ -153,13 +155,27 @@ def apply_predictor(
     return outcomes
 
 
+def check_predictor_file(predictor: str) -> None:
+    """Refuse a predictor setting that is neither ``"shipped"`` nor a file that
+    :meth:`Predictor.from_json` reads (its error names what is wrong)."""
+    if predictor == "shipped":
+        return
+    if not Path(predictor).is_file():
+        raise AttncodaError(
+            f"predictor file {predictor!r} does not exist: give a file written by "
+            f"'attncoda predictor fit', or 'shipped'"
+        )
+    Predictor.from_json(predictor)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Settings of the predictor experiment."""
 
-    predictor: str = field(
-        default="shipped",
-        metadata={"help": "frozen predictor file to apply ('shipped': the one shipped)"},
+    predictor: str = setting(
+        "shipped",
+        "frozen predictor file to apply ('shipped': the one shipped)",
+        check=check_predictor_file,
     )
 
 

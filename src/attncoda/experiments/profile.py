@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, Inputs, Tables
+from attncoda.experiments.setting import setting
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -109,8 +110,8 @@ class Settings:
     """Settings of the profile experiment (the runner captures ``docs`` windows of
     ``tokens`` tokens for it)."""
 
-    docs: int = field(default=8, metadata={"help": "corpus windows to capture"})
-    tokens: int = field(default=128, metadata={"help": "tokens per window"})
+    docs: int = setting(8, "corpus windows to capture", at_least=1)
+    tokens: int = setting(128, "tokens per window", at_least=1)
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:

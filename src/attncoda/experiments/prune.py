@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from attncoda.experiments.prune_ranking import (
     head_ranking,
     split_windows,
 )
+from attncoda.experiments.setting import setting
 from attncoda.models.spec import parse_spec
 
 if TYPE_CHECKING:
@@ -396,26 +397,33 @@ class Settings:
     """Settings of the prune experiment. The runner provides ``docs`` windows of ``tokens``
     tokens: the first ``profile_docs`` profile, the last ``eval_docs`` evaluate."""
 
-    channels: tuple[str, ...] = field(
-        default=DEFAULT_CHANNELS,
-        metadata={"help": f"channels that rank the heads ({', '.join(CHANNELS)})"},
+    channels: tuple[str, ...] = setting(
+        DEFAULT_CHANNELS,
+        f"channels that rank the heads ({', '.join(CHANNELS)})",
+        choices=CHANNELS,
+        item="channel",
     )
-    orders: tuple[str, ...] = field(
-        default=ORDERS, metadata={"help": "prune the highest values first, the lowest, or both"}
+    orders: tuple[str, ...] = setting(
+        ORDERS,
+        "prune the highest values first, the lowest, or both",
+        choices=ORDERS,
+        item="order",
     )
-    ablations: tuple[str, ...] = field(
-        default=("zero",),
-        metadata={"help": f"how a pruned head is ablated ({', '.join(ABLATIONS)})"},
+    ablations: tuple[str, ...] = setting(
+        ("zero",),
+        f"how a pruned head is ablated ({', '.join(ABLATIONS)})",
+        choices=ABLATIONS,
+        item="ablation",
     )
-    ks: tuple[int, ...] = field(
-        default=(4, 16, 64),
-        metadata={"help": "numbers of heads pruned (those above the model's heads are left out)"},
+    ks: tuple[int, ...] = setting(
+        (4, 16, 64),
+        "numbers of heads pruned (those above the model's heads are left out)",
+        at_least=1,
+        item="head count",
     )
-    profile_docs: int = field(default=8, metadata={"help": "windows that profile the heads"})
-    eval_docs: int = field(
-        default=4, metadata={"help": "held-out windows whose perplexity is measured"}
-    )
-    tokens: int = field(default=128, metadata={"help": "tokens per window"})
+    profile_docs: int = setting(8, "windows that profile the heads", at_least=1)
+    eval_docs: int = setting(4, "held-out windows whose perplexity is measured", at_least=1)
+    tokens: int = setting(128, "tokens per window", at_least=1)
 
     @property
     def docs(self) -> int:

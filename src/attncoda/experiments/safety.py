@@ -47,6 +47,7 @@ from attncoda.experiments.safety_split import (
     mean_squared_split,
     triplet_coordinates,
 )
+from attncoda.experiments.setting import setting
 from attncoda.experiments.verdicts import (
     DEFAULT_TOL,
     FLIP_METRICS,
@@ -383,14 +384,12 @@ def _cell_counts(
 class Settings:
     """Settings of the safety experiment."""
 
-    n_bins: int = field(
-        default=5, metadata={"help": "quantile bins of sink share and of sink-mass gap"}
-    )
-    threshold: float = field(
-        default=DEFAULT_SAFE_THRESHOLD,
-        metadata={
-            "help": "a bin is safe when the upper 95 percent bound of its flip rate is below this"
-        },
+    n_bins: int = setting(5, "quantile bins of sink share and of sink-mass gap", at_least=1)
+    threshold: float = setting(
+        DEFAULT_SAFE_THRESHOLD,
+        "a bin is safe when the upper 95 percent bound of its flip rate is below this",
+        above=0.0,
+        at_most=1.0,
     )
 
 

@@ -34,6 +34,7 @@ from attncoda.experiments.contract import (
     settings_dict,
     settings_from,
 )
+from attncoda.experiments.setting import setting
 from attncoda.models.spec import parse_spec
 
 __all__ = [
@@ -58,8 +59,8 @@ class Rows:
     experiment that needs ``"rows"`` (flips, cluster, safety, predictor). 128-token windows,
     as the shipped predictor was fitted on: sink statistics depend on the window length."""
 
-    docs: int = field(default=4, metadata={"help": "windows of the corpus whose rows are read"})
-    tokens: int = field(default=128, metadata={"help": "window length in tokens"})
+    docs: int = setting(4, "windows of the corpus whose rows are read", at_least=1)
+    tokens: int = setting(128, "window length in tokens", at_least=1)
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.run.executors import describe, failed_before
+from attncoda.run.job import describe, failed_before
 from attncoda.store.runs import Unit
 
 if TYPE_CHECKING:
-    from attncoda.run.executors import Job, Progress
+    from attncoda.run.job import Job, Progress
 
 __all__ = ["COST_RANK", "TASK_CPUS", "connect", "run_on_ray", "task_gpus"]
 
