@@ -67,7 +67,8 @@ def test_safety_runs_flips_first_and_predict_reads_its_flip_rate(cap):
 
 def _mean_of_rates(flip: pd.DataFrame) -> float:
     """The mean over metrics of ``flips / (n_triplets - n_ties)``, from the counts alone."""
-    rates = [f / (t - k) for f, t, k in zip(flip["flips"], flip["n_triplets"], flip["n_ties"])]
+    counts = zip(flip["flips"], flip["n_triplets"], flip["n_ties"], strict=True)
+    rates = [f / (t - k) for f, t, k in counts]
     return sum(rates) / len(rates)
 
 
