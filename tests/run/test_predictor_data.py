@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,10 +45,15 @@ def test_regenerate_fits_on_the_training_models_and_checks_the_held_out_ones(tmp
     assert [o["verdict"] for o in regenerate(tmp_path)] == [r["verdict"] for r in data["held_out"]]
 
 
-def test_the_shipped_predictor_is_fitted_on_8_models_with_a_leave_one_out_interval():
+def test_the_shipped_predictor_is_fitted_on_12_models_with_a_leave_one_out_interval():
     predictor = Predictor.from_json(shipped_predictor())
     n = len(predictor.training_models)
-    assert n >= 8
+    # The shipped file holds the fit on every model of TRAINING: SmolLM2, MiniLM and ten
+    # train-tiny checkpoints.
+    assert predictor.training_models == TRAINING and n == 12
+    # Every sentence of the README that counts the predictor's training models counts these.
+    counts = re.findall(r"(?i)\b(?:re)?fitted on (\d+) models", README.read_text())
+    assert counts and set(counts) == {str(n)}
     assert not set(predictor.training_models) & set(HELD_OUT) and len(HELD_OUT) >= 3
     assert len(predictor.loo_residuals) == n
     k = math.ceil((n + 1) * predictor.coverage)

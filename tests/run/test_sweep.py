@@ -16,6 +16,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +26,7 @@ import pytest
 from attncoda import AttncodaError
 from attncoda.run.config import run_config
 from attncoda.run.plan import plan
+from attncoda.run.ray_tasks import TASK_CPUS
 from attncoda.run.reproduce import reproduce
 from attncoda.run.sweep import expand_models, sweep
 from attncoda.store.runs import RunStore, Unit, read_run_tables
@@ -48,11 +51,30 @@ KEYS = {
 }
 
 
+@contextmanager
+def task_threads() -> Iterator[None]:
+    """Torch at the threads of one Ray task (``TASK_CPUS``) inside, its own count restored.
+
+    A Ray task sets ``torch.set_num_threads(TASK_CPUS)``; torch's CPU kernels split their
+    reductions by thread, so another thread count may round differently. The in-process
+    side of each comparison runs at the task's count, and the tables then agree exactly.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(TASK_CPUS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def reference(models, tmp_path_factory) -> Path:
-    """The in-process reproduce run every sweep is compared with."""
+    """The in-process reproduce run every sweep is compared with (at one task's threads)."""
     out = tmp_path_factory.mktemp("reference") / "run"
-    reproduce(models, out, settings=SETTINGS, progress=False)
+    with task_threads():
+        reproduce(models, out, settings=SETTINGS, progress=False)
     return out
 
 
@@ -217,7 +239,8 @@ def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tm
 
 def test_sweep_in_process_equals_reproduce(models, reference, tmp_path):
     out = tmp_path / "sweep"
-    result = sweep(models, out, settings=SETTINGS, progress=False)
+    with task_threads():
+        result = sweep(models, out, settings=SETTINGS, progress=False)
     assert (result.ran, result.skipped, result.failed) == (21, 0, {})
     assert_same_tables(out, reference)
     # A sweep and a reproduce of the same models share the folder: reproduce finds it done.

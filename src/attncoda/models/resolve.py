@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, MissingWheelError
 from attncoda.models.spec import is_hub_id, parse_spec
 from attncoda.models.wheels import chunk_paths, join
 from attncoda.models.zoo import EMBEDDED
@@ -62,6 +62,8 @@ def resolve(spec: str) -> Target:
 
     Raises
     ------
+    MissingWheelError
+        An embedded model whose wheel (or one of its parts) is not installed.
     AttncodaError
         A file that is not ``.gguf``, a folder without ``config.json``, an empty revision, a
         path where nothing exists, or a spec of no accepted form (each names the forms).
@@ -177,7 +179,7 @@ def _resolve_embedded(name: str) -> Target:
     # imports llama_cpp and llm, which are not installed).
     found = importlib.util.find_spec(entry.module)
     if found is None or not found.submodule_search_locations:
-        raise AttncodaError(
+        raise MissingWheelError(
             f"embedded model {name!r} needs the package {entry.distribution!r}; "
             f"install it with: {install}"
         )

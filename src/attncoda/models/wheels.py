@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, MissingWheelError
 from attncoda.models.gguf import (
     cache_dir,
     discard_folder,
@@ -133,7 +133,7 @@ def installed(model: ChunkedModel) -> bool:
     """Whether every wheel of ``model`` has its files in place (nothing is read or joined)."""
     try:
         chunk_paths(model)
-    except AttncodaError:
+    except MissingWheelError:
         return False
     return True
 
@@ -143,7 +143,7 @@ def chunk_paths(model: ChunkedModel) -> list[Path]:
 
     Raises
     ------
-    AttncodaError
+    MissingWheelError
         When a wheel or one of its chunk files is missing; the message names the exact
         ``pip install`` line of every wheel of the model.
     """
@@ -160,7 +160,7 @@ def chunk_paths(model: ChunkedModel) -> list[Path]:
         elif chunk in model.chunks:
             paths.append(path)
     if missing:
-        raise AttncodaError(
+        raise MissingWheelError(
             f"embedded model {model.name!r} needs the package(s) {', '.join(missing)}; "
             f"install every part with: {model.install_line}"
         )
@@ -171,7 +171,7 @@ def cached_path(model: ChunkedModel) -> Path | None:
     """The joined model in the cache if it is complete there, else None (nothing is written)."""
     try:
         paths = chunk_paths(model)
-    except AttncodaError:
+    except MissingWheelError:
         return None
     folder = cache_dir() / "wheels" / _cache_key(model, paths)
     if _read_meta(folder) is None:
@@ -184,9 +184,11 @@ def join(model: ChunkedModel) -> Joined:
 
     Raises
     ------
+    MissingWheelError
+        A missing wheel (with the install line).
     AttncodaError
-        A missing wheel (with the install line), or joined bytes whose size or sha256 differ
-        from the recorded ones (with the reinstall line).
+        Joined bytes whose size or sha256 differ from the recorded ones (with the
+        reinstall line).
     """
     paths = chunk_paths(model)
     parent = cache_dir() / "wheels"
