@@ -369,3 +369,19 @@ def test_fused_on_real_weights_at_48_tokens(name, capsys):
     assert np.abs(fused.entropy - exact.entropy)[keep].max() <= 1e-4
     content = exact.has_content
     assert np.abs(fused.content_entropy - exact.content_entropy)[content].max() <= 1e-4
+
+
+def test_the_run_config_records_the_kernel_that_runs(monkeypatch):
+    from attncoda.run.config import run_config
+
+    def config(**kwargs):
+        return run_config(["smollm2"], experiments=["profile"], **kwargs)
+
+    assert config(method="fast", kernel="triton")["kernel"] == "triton"  # interpreted
+    assert config(method="fast")["kernel"] == "sdpa"  # auto on the CPU
+    assert "kernel" not in config(method="exact")
+    with pytest.raises(AttncodaError, match=r"unknown kernel 'x'"):
+        config(method="exact", kernel="x")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(AttncodaError, match=r"kernel='triton' runs on cuda"):
+        config(method="fast", kernel="triton")
