@@ -60,7 +60,7 @@ def _corpus_options(p: argparse.ArgumentParser) -> None:
 
 
 def _capture_options(p: argparse.ArgumentParser) -> None:
-    from attncoda.capture.names import METHODS
+    from attncoda.capture.names import KERNELS, METHODS
     from attncoda.run.common import DEVICES, DTYPES
 
     p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")
@@ -70,6 +70,12 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
         default="exact",
         choices=METHODS,
         help="capture: exact (the reference) or fast (statistics from the fused kernel)",
+    )
+    p.add_argument(
+        "--kernel",
+        default="auto",
+        choices=KERNELS,
+        help="the fast path's kernel: auto (triton on cuda, else sdpa), triton or sdpa",
     )
 
 

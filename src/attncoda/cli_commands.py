@@ -39,8 +39,13 @@ def _one_source(models: Sequence[str], files: Sequence[str] | None, command: str
 
 
 def capture_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The device, dtype and method options of a command."""
-    return {"device": args.device, "dtype": args.dtype, "method": args.method}
+    """The device, dtype, method and kernel options of a command."""
+    return {
+        "device": args.device,
+        "dtype": args.dtype,
+        "method": args.method,
+        "kernel": args.kernel,
+    }
 
 
 def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: Any) -> Path:

@@ -34,6 +34,7 @@ import torch
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.fast import record_layer as record_fast_layer
+from attncoda.capture.fused import record_layer as record_fused_layer
 from attncoda.capture.head_edit import layer_edit
 from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, row_statistics
 from attncoda.capture.workspace import Workspace
@@ -385,12 +386,17 @@ def attncoda_attention(
     # >>> fast path (attncoda.capture.fast): statistics from the fused kernel's log-sum-exp;
     # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
     if recorder is not None and recorder.method == "fast" and recorder.sink is not None:
-        if edit is None and kwargs.get("softcap") is None and kwargs.get("s_aux") is None:
+        fast = None
+        if edit is None and recorder.kernel == "triton":
+            fast = record_fused_layer(
+                recorder, layer, module, query, key, value, attention_mask, scaling, kwargs
+            )
+        if fast is None and edit is None and softcap is None and s_aux is None:
             fast = record_fast_layer(
                 recorder, layer, module, query, key, value, attention_mask, scaling
             )
-            if fast is not None:
-                return fast, None
+        if fast is not None:
+            return fast, None
     # <<< fast path
     key_states = _repeat_kv(key, groups)
     value_states = _repeat_kv(value, groups)

@@ -32,7 +32,8 @@ from attncoda.capture.forward import (
     pad,
     position_ids,
 )
-from attncoda.capture.names import METHODS, MODES
+from attncoda.capture.fused import resolve_kernel
+from attncoda.capture.names import KERNELS, METHODS, MODES
 from attncoda.capture.outputs import read_outputs
 from attncoda.capture.result import Capture, assemble, capture_frame, concatenate
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
@@ -83,6 +84,7 @@ def capture(
     zeros: str = "raise",
     prepend_bos: bool = False,
     method: str = "exact",
+    kernel: str = "auto",
     keep_outputs: bool = False,
     _first_doc: int = 0,
 ) -> Capture:
@@ -125,7 +127,13 @@ def capture(
         ``"exact"`` (the reference) computes every row; ``"fast"`` takes the statistics from
         the fused attention kernel's log-sum-exp (:mod:`attncoda.capture.fast`), within
         float32 rounding of the exact path, and only the recorded rows in full. The ``auto``
-        sink pass, ablations and softcapped or learned-sink layers use the exact path.
+        sink pass and ablations use the exact path.
+    kernel : {"auto", "triton", "sdpa"}
+        ``method="fast"`` only: ``"sdpa"`` calls PyTorch's fused attention twice per layer
+        (softcapped and learned-sink layers then take the exact path); ``"triton"`` runs
+        the one-pass kernel of :mod:`attncoda.capture.fused` (CUDA, or the CPU under
+        ``TRITON_INTERPRET=1``); ``"auto"`` is ``"triton"`` on CUDA when triton imports and
+        ``"sdpa"`` otherwise. ``Capture.kernel`` records the one that ran.
     keep_outputs : bool
         Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
         language models the next-token log-likelihoods in ``Capture.token_logprob``.
@@ -151,6 +159,10 @@ def capture(
         raise AttncodaError(f"unknown method {method!r}: use 'exact' (the reference) or 'fast'")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
+    device = next(model.parameters()).device
+    ran = resolve_kernel(kernel, device.type) if method == "fast" else None
+    if method != "fast" and kernel not in KERNELS:
+        resolve_kernel(kernel, device.type)  # the unknown-kernel message
     if model.training:
         raise AttncodaError(
             f"{type(model).__name__} is in training mode: capture runs in eval mode only "
@@ -184,7 +196,6 @@ def capture(
         )
     lengths = [len(doc) for doc in docs]
     record = record_plan(lengths, record_rows, seed, _first_doc)
-    device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
     offsets = mask.argmax(-1).cpu()
     if sinks is None:
@@ -208,6 +219,7 @@ def capture(
         spec.learned,
         method,
         logits=keep_outputs,
+        kernel=ran or "sdpa",
     )
     virtual = int(any(rec.virtual))
     if virtual and not all(rec.virtual):
@@ -228,6 +240,7 @@ def capture(
         "block_size": block_size,
         "seed": seed,
         "method": method,
+        "kernel": ran,
     }
     return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
 
@@ -244,6 +257,7 @@ def _run(
     learned=False,
     method="exact",
     logits=False,
+    kernel="sdpa",
 ):
     """One forward pass; returns (recorder, model output, n_floored)."""
     real = mask.bool()
@@ -264,6 +278,7 @@ def _run(
         block_size,
         learned=learned,
         method=method,
+        kernel=kernel,
     )
     if mode == "attention":
         with routed(model, rec):

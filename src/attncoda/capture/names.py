@@ -5,8 +5,11 @@ them without importing the model layer."""
 MODES = ("auto", "attention", "outputs")
 #: The capture methods: the exact path (the reference) and the fused-kernel fast path.
 METHODS = ("exact", "fast")
+#: The kernels of the fast path: triton on CUDA when it imports (else sdpa), the one-pass
+#: Triton kernel, PyTorch's fused attention called twice.
+KERNELS = ("auto", "triton", "sdpa")
 
 #: File types of saved attention (``--attentions``, :func:`attncoda.capture.given.read_attentions`).
 ATTENTION_FILES = (".npz", ".pt", ".safetensors")
 
-__all__ = ["ATTENTION_FILES", "METHODS", "MODES"]
+__all__ = ["ATTENTION_FILES", "KERNELS", "METHODS", "MODES"]

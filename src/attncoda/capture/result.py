@@ -88,6 +88,9 @@ class Capture:
     block_size, seed : int
     method : str
         ``"exact"`` or ``"fast"`` (:func:`capture`).
+    kernel : str or None
+        The kernel that served ``method="fast"``: ``"triton"`` or ``"sdpa"``; None for the
+        exact path.
     """
 
     sink_mass: np.ndarray
@@ -119,6 +122,7 @@ class Capture:
     block_size: int
     seed: int
     method: str = "exact"
+    kernel: str | None = None
 
     @property
     def n_docs(self) -> int:

@@ -219,6 +219,9 @@ class Recorder:
         sink set ``S``; otherwise it is one more key of the content ``C``.
     method : {"exact", "fast"}
         ``"fast"`` takes the statistics from the fused kernel (:mod:`attncoda.capture.fast`).
+    kernel : {"sdpa", "triton"}
+        The fast path's kernel: PyTorch's fused attention twice, or the one-pass Triton
+        kernel (:mod:`attncoda.capture.fused`).
 
     Attributes
     ----------
@@ -245,6 +248,7 @@ class Recorder:
     block_size: int = 512
     learned: bool = False
     method: str = "exact"
+    kernel: str = "sdpa"
     stats: list[dict[str, torch.Tensor]] = field(default_factory=list)
     rows: list[list[torch.Tensor]] = field(default_factory=list)
     virtual: list[bool] = field(default_factory=list)

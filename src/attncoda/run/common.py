@@ -122,6 +122,7 @@ def capture_corpus(
     loaded: tuple | None = None,
     device: str = "cpu",
     method: str = "exact",
+    kernel: str = "auto",
 ) -> Captured:
     """Load ``spec`` (unless ``loaded`` gives ``(model, tokenizer, info)``) on ``device``
     in ``dtype`` and capture ``docs`` windows of the corpus with the registered attention
@@ -151,6 +152,7 @@ def capture_corpus(
         block_size=block_size,
         progress=progress,
         method=method,
+        kernel=kernel,
     )
     if cap.mode == "outputs":
         # The automatic fallback changes how rows are read (eager probabilities, a zero
@@ -175,6 +177,7 @@ def capture_corpus(
         "block_size": block_size,
         "device": next(model.parameters()).device.type,
         "method": method,
+        **({"kernel": cap.kernel} if cap.kernel is not None else {}),
     }
     return Captured(spec=spec, info=info, capture=cap, config=config)
 

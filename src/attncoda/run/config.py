@@ -14,7 +14,8 @@ A run config is a JSON-able dict. Its keys:
 - ``series``: the checkpoint series of collapse (its points ``[step, label, spec]``; a spec
   ``run:<path>`` is relative to the run folder), or ``None``;
 - ``attentions``: given attention files read instead of models, or ``None``;
-- ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``.
+- ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast
+  path's, resolved: ``triton`` or ``sdpa``) for ``method="fast"`` only.
 
 A run folder holds one config: resuming it with another is refused, naming the keys.
 """
@@ -155,6 +156,7 @@ def run_config(
     device: str = "cpu",
     dtype: str | None = None,
     method: str = "exact",
+    kernel: str = "auto",
     attentions: Sequence[str] | None = None,
     tokens: str | None = None,
     kind: str | None = None,
@@ -179,6 +181,9 @@ def run_config(
     device, dtype, method
         Where the models run (``cpu``, ``cuda``, ``auto``), their parameter dtype and the
         capture method (``exact`` or ``fast``): all three change the numbers.
+    kernel
+        The fast path's kernel (``auto``, ``triton``, ``sdpa``), recorded as the one that
+        runs on the run's device (:func:`attncoda.capture.fused.resolve_kernel`).
     attentions, tokens, kind
         Attention files read instead of models (``.npz``, ``.pt``, ``.safetensors``), token
         ids for token sinks and what the saved numbers are (see
@@ -199,6 +204,7 @@ def run_config(
     if method not in METHODS:
         raise AttncodaError(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
     check_dtype(dtype)
+    ran = _kernel(kernel, method, device)
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if unknown or not experiments:
         raise AttncodaError(
@@ -255,7 +261,21 @@ def run_config(
         "device": device,
         "dtype": dtype,
         "method": method,
+        **({"kernel": ran} if ran is not None else {}),
     }
+
+
+def _kernel(kernel: str, method: str, device: str) -> str | None:
+    """The fast path's kernel on ``device`` (None for the exact path); a bad one refused."""
+    from attncoda.capture.fused import resolve_kernel
+    from attncoda.capture.names import KERNELS
+    from attncoda.run.common import resolve_device
+
+    if method != "fast":
+        if kernel not in KERNELS:
+            resolve_kernel(kernel, "cpu")  # raises the unknown-kernel message
+        return None
+    return resolve_kernel(kernel, resolve_device(device))
 
 
 def _series_config(series: str | None, train: Mapping[str, Any] | None) -> dict[str, Any]:

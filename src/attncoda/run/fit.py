@@ -25,6 +25,7 @@ def model_rows(
     device: str = "cpu",
     dtype: str | None = None,
     method: str = "exact",
+    kernel: str = "auto",
     progress: bool = False,
     loaded: tuple | None = None,
 ) -> Any:
@@ -48,6 +49,7 @@ def model_rows(
         device=device,
         dtype=dtype,
         method=method,
+        kernel=kernel,
     )
     found = head_rows(captured)
     return found if name is None else replace(found, model=name)

@@ -49,12 +49,13 @@ _CACHE: dict[tuple, Any] = {}
 _PER_MODEL = ("load", "rows", "after")
 #: How this process loads and captures models: the run config's device, dtype and method
 #: (set by :func:`use_options`; changing them forgets every cached model).
-_OPTIONS: dict[str, Any] = {"device": "cpu", "dtype": None, "method": "exact"}
+_OPTIONS: dict[str, Any] = {"device": "cpu", "dtype": None, "method": "exact", "kernel": "auto"}
 
 
 def use_options(config: Mapping[str, Any]) -> None:
     """Load and capture as ``config`` says (its device, dtype and method)."""
     options = {key: config.get(key, _OPTIONS[key]) for key in ("device", "dtype", "method")}
+    options["kernel"] = config.get("kernel") or "auto"
     if options != _OPTIONS:
         _CACHE.clear()
         _OPTIONS.update(options)
@@ -214,6 +215,7 @@ def _captured(
         loaded=loaded(src.spec),
         record_rows=record_rows,
         method=_OPTIONS["method"],
+        kernel=_OPTIONS["kernel"],
     )
 
 

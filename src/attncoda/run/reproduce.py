@@ -130,6 +130,7 @@ def reproduce(
     device: str = "cpu",
     dtype: str | None = None,
     method: str = "exact",
+    kernel: str = "auto",
 ) -> ReproduceResult:
     """Run every experiment on ``models`` into the run folder ``out``, in this process.
 
@@ -154,9 +155,9 @@ def reproduce(
         group (:func:`attncoda.run.config.run_config`).
     text, sink, seed
         The corpus (default: the embedded one), the sink spec and the seed.
-    device, dtype, method
-        Where the models run (``cpu``, ``cuda``, ``auto``), their parameter dtype and the
-        capture method.
+    device, dtype, method, kernel
+        Where the models run (``cpu``, ``cuda``, ``auto``), their parameter dtype, the
+        capture method and the fast path's kernel (``auto``, ``triton``, ``sdpa``).
     progress : bool
         Print one line per unit and an overall progress bar (on stderr).
 
@@ -189,6 +190,7 @@ def reproduce(
             device=device,
             dtype=dtype,
             method=method,
+            kernel=kernel,
         )
         result = execute_run(
             config, store, run, todo, InProcess(keep_going=False), command=RUN, progress=progress
@@ -220,6 +222,7 @@ def run_experiment(
     device: str = "cpu",
     dtype: str | None = None,
     method: str = "exact",
+    kernel: str = "auto",
 ) -> ReproduceResult:
     """Run experiment ``name`` (and those it runs after) on ``models`` into ``out``.
 
@@ -253,6 +256,7 @@ def run_experiment(
             device=device,
             dtype=dtype,
             method=method,
+            kernel=kernel,
             attentions=attentions,
             tokens=tokens,
             kind=kind,

@@ -112,6 +112,7 @@ def sweep(
     device: str = "cpu",
     dtype: str | None = None,
     method: str = "exact",
+    kernel: str = "auto",
 ) -> SweepResult:
     """Run every experiment on every model at every revision, one unit at a time or on Ray.
 
@@ -167,6 +168,7 @@ def sweep(
         device=device,
         dtype=dtype,
         method=method,
+        kernel=kernel,
     )
     result = execute_run(
         config, store, run, todo, executor, command=RUN, progress=progress, label="sweep"

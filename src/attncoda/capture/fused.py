@@ -1,0 +1,451 @@
+"""The fused Triton kernel of the fast path (``kernel="triton"``): one pass per layer.
+
+Per (batch, query head, query block) the kernel streams the key blocks the mask leaves and
+keeps, beside the running maximum ``m`` and ``l = sum_C exp(z - m)`` of a flash-style loop,
+three more accumulators over the *content* keys ``C`` (docs/design.md, "The fused kernel"):
+
+- ``a = sum_C exp(z - m) (z - m)``, rescaled like ``l`` when ``m`` moves, so that
+  ``H(q) = log l - a / l`` and ``E_q[z] = lse_C - H(q)``, with ``lse_C = m + log l``;
+- ``sum_C z`` and ``m_C = |C|`` (the visible content keys), for the sink balance;
+- ``sum_C exp(z - m) v``, the output ``o_C = E_q[v]`` after division by ``l``.
+
+It also writes the scores of the few sink keys (``-inf`` where a query does not see them),
+so the statistics follow in float64 exactly as in :mod:`attncoda.capture.fast`:
+``lse = logaddexp(lse_C, logsumexp(z_S))``, ``log(1 - s) = lse_C - lse`` (no subtraction
+from 1) and ``H(p) = -sum_S p log p + (1 - s) (H(q) - log(1 - s))``, never divided by
+``1 - s``.
+
+Covered:
+
+- grouped-query attention: key/value head ``head // group``, never an expanded copy;
+- causal rows, padding (one contiguous run of real keys per document) and sliding windows
+  (``i - j < window``), key blocks outside them skipped;
+- ``scaling``, Gemma 2's ``softcap`` (``tanh(z / c) c``, sink scores included) and GPT-OSS
+  learned sinks ``s_aux``: a virtual key of logit ``s_aux[head]`` and no value, seen by every
+  query, in ``C`` (it seeds the accumulators) or in ``S`` (``sink="learned"``: one more sink
+  column);
+- float32, bfloat16 and float16 inputs, any head dim up to 256 (padded to a power of two),
+  every accumulator float32.
+
+A mask the kernel cannot describe by these parameters, a head dim above 256 or a float64
+input falls back to the two-call SDPA path with a printed note (:func:`record_layer`).
+
+On CUDA the kernel is compiled by Triton; on the CPU it runs only under Triton's interpreter
+(``TRITON_INTERPRET=1`` before the first call), which is how the test suite checks it.
+Under the interpreter the score and value products are taken in float32 (its bfloat16
+``dot`` is not implemented); bfloat16 and float16 products are exact in float32, so only the
+summation order differs from the compiled kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+
+import torch
+
+from attncoda._errors import AttncodaError
+from attncoda.capture.names import KERNELS
+from attncoda.capture.triton_kernel import compiled
+
+__all__ = [
+    "KERNELS",
+    "MaskShape",
+    "fused_attention",
+    "interpreting",
+    "mask_shape",
+    "record_layer",
+    "resolve_kernel",
+    "triton_available",
+]
+
+#: The largest head dim the kernel takes (a query block and its accumulator in registers).
+MAX_HEAD_DIM = 256
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter is asked for (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    """Whether ``triton`` imports."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_kernel(kernel: str, device: str) -> str:
+    """The kernel that serves ``method="fast"`` on ``device`` (``"cpu"`` or ``"cuda"``).
+
+    ``"auto"`` is ``"triton"`` on CUDA when triton imports and ``"sdpa"`` otherwise;
+    ``"triton"`` is refused where it cannot run (the CPU without ``TRITON_INTERPRET=1``, or no
+    triton); ``"sdpa"`` runs everywhere.
+    """
+    if kernel not in KERNELS:
+        raise AttncodaError(
+            f"unknown kernel {kernel!r}: use 'auto' (triton on cuda, else sdpa), 'triton' or "
+            f"'sdpa'"
+        )
+    if kernel == "sdpa":
+        return kernel
+    if kernel == "auto":
+        return "triton" if device == "cuda" and triton_available() else "sdpa"
+    if not triton_available():
+        raise AttncodaError(
+            "kernel='triton' needs the triton package, which does not import here: install "
+            "triton or use kernel='sdpa'"
+        )
+    if device != "cuda" and not interpreting():
+        raise AttncodaError(
+            f"kernel='triton' runs on cuda, or on the cpu under Triton's interpreter "
+            f"(TRITON_INTERPRET=1, for tests); got device {device!r}: use kernel='sdpa'"
+        )
+    return kernel
+
+
+class MaskShape:
+    """The visibility the kernel computes from parameters: query ``i`` (at key position
+    ``i + offset``) sees key ``j`` when ``lo[b] <= j < hi[b]``, and, if ``causal``,
+    ``j <= i + offset``, and, if ``window``, ``i + offset - j < window``.
+
+    Attributes
+    ----------
+    lo, hi : torch.Tensor
+        int32 ``(batch,)``: each document's run of real keys.
+    causal : bool
+    window : int or None
+    """
+
+    __slots__ = ("causal", "hi", "lo", "window")
+
+    def __init__(self, lo: torch.Tensor, hi: torch.Tensor, causal: bool, window: int | None):
+        self.lo, self.hi, self.causal, self.window = lo, hi, causal, window
+
+    def visible(self, rows: torch.Tensor, k_len: int, offset: int) -> torch.Tensor:
+        """bool ``(batch, 1, len(rows), k_len)``: the keys the query rows ``rows`` see."""
+        keys = torch.arange(k_len, device=rows.device)
+        seen = (keys[None, :] >= self.lo[:, None].to(rows.device)) & (
+            keys[None, :] < self.hi[:, None].to(rows.device)
+        )
+        seen = seen[:, None, None, :]
+        pos = (rows + offset)[:, None]
+        if self.causal:
+            seen = seen & (keys[None, :] <= pos)
+        if self.window is not None:
+            seen = seen & (pos - keys[None, :] < self.window)
+        return seen.expand(-1, 1, rows.numel(), k_len)
+
+    def seen_keys(self, q_len: int, k_len: int) -> torch.Tensor:
+        """int64 ``(batch, q_len)``: how many token keys each query sees."""
+        pos = torch.arange(q_len, device=self.lo.device)[None, :] + (k_len - q_len)
+        first = self.lo[:, None].to(torch.int64).expand(-1, q_len)
+        stop = self.hi[:, None].to(torch.int64).expand(-1, q_len)
+        if self.window is not None:
+            first = torch.maximum(first, pos - self.window + 1)
+        if self.causal:
+            stop = torch.minimum(stop, pos + 1)
+        return (stop - first).clamp(min=0)
+
+
+def mask_shape(
+    visible: torch.Tensor | None,
+    causal: bool,
+    batch: int,
+    q_len: int,
+    k_len: int,
+    window: int | None,
+    device,
+    rows_per_chunk: int = 1024,
+) -> MaskShape | None:
+    """The :class:`MaskShape` of a boolean mask, or None when it has no such shape.
+
+    ``visible`` is bool ``(batch, 1, q_len, k_len)`` or None (plain causal rows with
+    ``causal``, every key otherwise), as :func:`attncoda.capture.fast.read_mask` gives it.
+    Each candidate (causal or not, with ``window`` or without) is checked against the mask
+    ``rows_per_chunk`` queries at a time; the first that reproduces it is returned.
+    """
+    offset = k_len - q_len
+    if visible is None:
+        lo = torch.zeros(batch, dtype=torch.int32, device=device)
+        hi = torch.full((batch,), k_len, dtype=torch.int32, device=device)
+        return MaskShape(lo, hi, causal, None)
+    seen_keys = visible.any(dim=2)[:, 0]  # (b, k)
+    keys = torch.arange(k_len, device=visible.device)
+    lo = torch.where(seen_keys, keys, k_len).amin(-1).to(torch.int32)
+    hi = (torch.where(seen_keys, keys, -1).amax(-1) + 1).to(torch.int32)
+    windows = [window, None] if window is not None else [None]
+    for cand_causal in (True, False):
+        for cand_window in windows:
+            shape = MaskShape(lo, hi, cand_causal, cand_window)
+            same = True
+            for r0 in range(0, q_len, rows_per_chunk):
+                rows = torch.arange(r0, min(q_len, r0 + rows_per_chunk), device=visible.device)
+                expected = shape.visible(rows, k_len, offset)
+                if not torch.equal(visible[:, :, r0 : r0 + rows.numel()], expected):
+                    same = False
+                    break
+            if same:
+                return MaskShape(lo.to(device), hi.to(device), cand_causal, cand_window)
+    return None
+
+
+def _blocks(head_dim: int) -> tuple[int, int]:
+    """``(BLOCK_M, BLOCK_N)``: 64 x 64 up to head dim 128, 64 x 32 at 256 (the accumulator
+    and the key and value blocks in registers)."""
+    return (64, 32) if head_dim > 128 else (64, 64)
+
+
+def fused_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    scaling: float,
+    sink: torch.Tensor,
+    shape: MaskShape,
+    softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
+    learned: bool = False,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Attention output and compositional row statistics from one pass of the fused kernel.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``(batch, head, query_pos, head_dim)``: float32, bfloat16 or float16, on CUDA (or on
+        the CPU under ``TRITON_INTERPRET=1``).
+    key, value : torch.Tensor
+        ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention
+        (head ``i`` reads key/value head ``i // (head // kv_head)``).
+    scaling : float
+        Score scale.
+    sink : torch.Tensor
+        bool ``(batch, key_pos)``: the sink token keys of each document.
+    shape : MaskShape
+        The keys each query sees (:func:`mask_shape`).
+    softcap : float, optional
+        Gemma 2's logit soft-cap ``c``: scores ``tanh(z / c) c``.
+    s_aux : torch.Tensor, optional
+        ``(head,)``: GPT-OSS learned sink logits, a virtual key every query sees.
+    learned : bool
+        Whether that virtual key is in the sink set ``S`` (``sink="learned"``); otherwise it
+        is a content key.
+    block_m, block_n : int, optional
+        Queries and keys per block (powers of two, at least 16); defaults by head dim.
+
+    Returns
+    -------
+    output : torch.Tensor
+        ``(batch, head, query_pos, head_dim)`` in the query's dtype.
+    stats : dict
+        ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.fast.fast_attention`
+        returns them (:data:`attncoda.capture.fast.FAST_STATISTICS`); ``n_keys`` counts the
+        virtual key. Float statistics in float64, nats.
+    """
+    triton, kernel = compiled(interpreting())
+    f64 = torch.float64
+    b, h, q_len, d = query.shape
+    kv, k_len = key.shape[1], key.shape[2]
+    device = query.device
+    if d > MAX_HEAD_DIM:
+        raise AttncodaError(f"the fused kernel takes head dims up to {MAX_HEAD_DIM}; got {d}")
+    default_m, default_n = _blocks(d)
+    block_m, block_n = block_m or default_m, block_n or default_n
+    block_d = max(16, triton.next_power_of_2(d))
+    sink = sink.to(device)
+    counts = sink.sum(-1)
+    width = max(int(counts.max()) if counts.numel() else 0, 1)
+    index = torch.argsort((~sink).to(torch.int8), dim=-1, stable=True)[:, :width]
+    valid = torch.arange(width, device=device)[None, :] < counts[:, None]
+    index32 = index.to(torch.int32).contiguous()
+    valid8 = valid.to(torch.int8).contiguous()
+    is_sink = sink.to(torch.int8).contiguous()
+    aux = (
+        s_aux.to(device=device, dtype=torch.float32).contiguous()
+        if s_aux is not None
+        else torch.zeros(1, dtype=torch.float32, device=device)
+    )
+
+    out = torch.empty((b, h, q_len, d), dtype=torch.float32, device=device)
+    rows = {name: torch.empty((b, h, q_len), dtype=torch.float32, device=device) for name in (
+        "lse", "ent", "sum_z"
+    )}  # fmt: skip
+    z_sink = torch.empty((b, h, q_len, width), dtype=torch.float32, device=device)
+    grid = (triton.cdiv(q_len, block_m), b * h)
+    kernel[grid](
+        query, key, value, index32, valid8, is_sink, shape.lo, shape.hi, aux,
+        out, rows["lse"], rows["ent"], rows["sum_z"], z_sink,
+        *query.stride(), *key.stride(), *value.stride(), *out.stride(),
+        h, h // kv, q_len, k_len, k_len - q_len, shape.window or 0, d,
+        float(scaling), float(softcap or 1.0),
+        N_SINK=width, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        CAUSAL=shape.causal, HAS_WINDOW=shape.window is not None,
+        HAS_SOFTCAP=softcap is not None, AUX_CONTENT=s_aux is not None and not learned,
+        UPCAST=interpreting() or query.dtype == torch.float32,
+    )  # fmt: skip
+
+    z_sink = z_sink.to(f64)
+    in_sink = torch.isfinite(z_sink)
+    cols = index[:, None, :, None].expand(b, kv, width, d)
+    sink_values = torch.gather(value.float(), 2, cols).repeat_interleave(h // kv, 1)
+    if s_aux is not None and learned:
+        logit = aux.to(f64)[None, :, None, None].expand(b, h, q_len, 1)
+        z_sink = torch.cat([z_sink, logit], -1)
+        in_sink = torch.cat([in_sink, torch.ones_like(in_sink[..., :1])], -1)
+        sink_values = torch.cat([sink_values, sink_values.new_zeros((b, h, 1, d))], 2)
+    k = in_sink.sum(-1)
+    n = shape.seen_keys(q_len, k_len).to(device)[:, None, :] + int(s_aux is not None)
+    n = n.expand(b, h, q_len)
+    m = n - k
+    has_content = m > 0
+    lse_c = torch.where(has_content, rows["lse"].to(f64), -math.inf)
+    content_entropy = torch.where(has_content, rows["ent"].to(f64), 0.0)
+
+    z_in = z_sink.masked_fill(~in_sink, -math.inf)
+    lse_s = torch.logsumexp(z_in, -1)  # -inf where no sink is visible
+    lse = torch.logaddexp(lse_c, lse_s)
+    safe_lse = torch.where(torch.isfinite(lse), lse, 0.0)
+    log_ps = torch.where(in_sink, z_sink - safe_lse[..., None], 0.0)
+    p_s = torch.where(in_sink, log_ps.exp(), 0.0)
+    sink_mass = p_s.sum(-1)
+    sink_plogp = (p_s * log_ps).sum(-1)
+    log_content = torch.where(has_content, lse_c - safe_lse, 0.0)  # log(1 - s)
+    content_share = torch.where(has_content, log_content.exp(), 0.0)
+    entropy = -sink_plogp + content_share * (content_entropy - log_content)
+    # H(p_S / s) from the sink logs alone (exactly 0 for a one-key sink).
+    log_q = torch.where(in_sink, z_sink - torch.where(k > 0, lse_s, 0.0)[..., None], 0.0)
+    within = torch.where(k > 1, -(log_q.exp() * log_q).masked_fill(~in_sink, 0.0).sum(-1), 0.0)
+    mean_sink = log_ps.sum(-1) / k.clamp(min=1)
+    mean_content = rows["sum_z"].to(f64) / m.clamp(min=1) - safe_lse
+    factor = torch.sqrt(k.to(f64) * m.to(f64) / n.clamp(min=1).to(f64))
+    balance = torch.where(has_content & (k > 0), factor * (mean_sink - mean_content), 0.0)
+
+    output = content_share[..., None].float() * out
+    output = output + torch.matmul(p_s.float(), sink_values)
+    stats = {
+        "n_keys": n,
+        "n_sink": k,
+        "sink_mass": sink_mass,
+        "entropy": entropy,
+        "content_entropy": content_entropy,
+        "within_sink_entropy": within + 0.0,
+        "sink_balance": balance + 0.0,
+    }
+    return output.to(query.dtype), stats
+
+
+def _note(recorder, reason: str) -> None:
+    """Print, once per capture and reason, that a layer left the fused kernel."""
+    said = recorder.fast_cache.setdefault("fused_notes", set())
+    if reason not in said:
+        said.add(reason)
+        print(
+            f"note: the fused Triton kernel does not cover {reason}: those layers take the "
+            f"two-call SDPA path (the exact path where that does not apply)",
+            file=sys.stderr,
+        )
+
+
+def _not_covered(query, module) -> str | None:
+    """Why a layer cannot take the fused kernel (None when it can): the reason printed."""
+    if query.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"{query.dtype} inputs"
+    if query.shape[-1] > MAX_HEAD_DIM:
+        return f"head dim {query.shape[-1]} (above {MAX_HEAD_DIM})"
+    if getattr(module, "reorder_and_upcast_attn", False):
+        return "GPT-2's reorder_and_upcast_attn"
+    return None
+
+
+def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs):
+    """The fused kernel on one routed layer: statistics into ``recorder``; the output.
+
+    Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None (after a printed
+    note) when the layer's mask has no :class:`MaskShape` or carries a bias: the caller then
+    takes the two-call SDPA path, or the exact one for what that path does not cover.
+    """
+    from attncoda.capture.fast import read_mask
+
+    reason = _not_covered(query, module)
+    if reason is not None:
+        _note(recorder, reason)
+        return None
+    b, h, q_len, _ = query.shape
+    k_len = key.shape[2]
+    window = kwargs.get("sliding_window")
+    window = int(window) if isinstance(window, int) and window > 0 else None
+    # Once per mask tensor and window: a forward has one or two masks (full and sliding).
+    cache = recorder.fast_cache.setdefault("fused_shapes", {})
+    found = cache.get((id(attention_mask), window))
+    if found is not None and found[0] is attention_mask:
+        shape, ok = found[1], found[2]
+    else:
+        if attention_mask is None:
+            visible, causal, ok = None, bool(getattr(module, "is_causal", False)), True
+        else:
+            visible, causal, ok = read_mask(attention_mask, q_len, k_len)
+        shape = mask_shape(visible, causal, b, q_len, k_len, window, query.device) if ok else None
+        if len(cache) >= 4:
+            cache.clear()
+        cache[(id(attention_mask), window)] = (attention_mask, shape, ok)
+    if not ok:
+        _note(recorder, "masks that carry a bias")
+        return None
+    if shape is None:
+        _note(recorder, "this mask (not causal, padding and sliding-window)")
+        return None
+    out, stats = fused_attention(
+        query,
+        key,
+        value,
+        scaling=scaling,
+        sink=recorder.sink,
+        shape=shape,
+        softcap=kwargs.get("softcap"),
+        s_aux=kwargs.get("s_aux"),
+        learned=recorder.learned,
+    )
+    for name, values in stats.items():
+        recorder.stats[layer][name][:] = values.cpu()
+    _record_rows(recorder, layer, query, key, shape, scaling, kwargs)
+    return out.transpose(1, 2).contiguous()
+
+
+def _record_rows(recorder, layer, query, key, shape, scaling, kwargs):
+    """Exact float32 log-softmax rows of the recorded queries only (soft-capped scores, the
+    virtual key as the last column of a learned-sink layer)."""
+    h, kv = query.shape[1], key.shape[1]
+    q_len, k_len = query.shape[2], key.shape[2]
+    softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
+    for doc, positions in enumerate(recorder.record):
+        if positions.numel() == 0:
+            continue
+        pos = positions.to(query.device)
+        qd = query[doc, :, pos].float()  # (h, r, d)
+        kd = key[doc].float()  # (kv, k, d)
+        r = qd.shape[1]
+        scores = torch.matmul(qd.reshape(kv, (h // kv) * r, -1), kd.transpose(-1, -2))
+        scores = scores.reshape(h, r, k_len) * scaling
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+        span = slice(doc, doc + 1)
+        one = MaskShape(shape.lo[span], shape.hi[span], shape.causal, shape.window)
+        seen = one.visible(pos, k_len, k_len - q_len)[0, 0]  # (r, k)
+        scores = scores.masked_fill(~seen[None], -math.inf)
+        lo = int(recorder.offsets[doc])
+        n = recorder.rows[layer][doc].shape[-1] - int(s_aux is not None)
+        if s_aux is not None:
+            sinks = s_aux.float().reshape(h, 1, 1).expand(h, r, 1)
+            log_rows = torch.log_softmax(torch.cat([scores, sinks], -1), dim=-1)
+            rows = torch.cat([log_rows[:, :, lo : lo + n], log_rows[:, :, -1:]], -1)
+        else:
+            rows = torch.log_softmax(scores, dim=-1)[:, :, lo : lo + n]
+        recorder.rows[layer][doc][:] = rows.cpu()

@@ -1,0 +1,146 @@
+"""The ``@triton.jit`` source of the fused kernel (docs/design.md, "The fused kernel").
+
+The loop and its accumulators are documented in :mod:`attncoda.capture.fused`, which
+launches the kernel and turns its per-row outputs into statistics. Triton is imported only
+when the kernel is first asked for, so the package imports without it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["compiled"]
+
+
+@functools.lru_cache(maxsize=2)
+def compiled(interpret: bool):
+    """``(triton, kernel)``: the ``@triton.jit`` kernel, decorated under the interpreter
+    flag it is asked for (Triton reads ``TRITON_INTERPRET`` when it decorates)."""
+    import triton
+    import triton.language as tl
+
+    del interpret  # the cache key: one decoration per mode
+
+    @triton.jit
+    def _forward(
+        Q, K, V, SINK_INDEX, SINK_VALID, IS_SINK, KEY_LO, KEY_HI, AUX,
+        OUT, LSE, ENT, SUM_Z, Z_SINK,
+        sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
+        H, GROUP, Q_LEN, K_LEN, OFFSET, WINDOW, D,
+        scaling, softcap,
+        N_SINK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, AUX_CONTENT: tl.constexpr, UPCAST: tl.constexpr,
+    ):  # fmt: skip
+        block = tl.program_id(0)
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        kvh = h // GROUP
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, BLOCK_D)
+        offs = tl.arange(0, BLOCK_N)
+        row_ok = rows < Q_LEN
+        dim_ok = dims < D
+        q = tl.load(
+            Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
+            mask=row_ok[:, None] & dim_ok[None, :],
+            other=0.0,
+        )
+        if UPCAST:
+            q = q.to(tl.float32)
+        pos = rows + OFFSET  # each query's own position among the keys
+        lo = tl.load(KEY_LO + b)
+        hi = tl.load(KEY_HI + b)
+        start = lo
+        stop = hi
+        if CAUSAL:
+            stop = tl.minimum(stop, block * BLOCK_M + BLOCK_M + OFFSET)
+        if HAS_WINDOW:
+            start = tl.maximum(start, block * BLOCK_M + OFFSET - WINDOW + 1)
+        start = (start // BLOCK_N) * BLOCK_N
+        k_ptrs = K + b * skb + kvh * skh + offs[:, None] * skn + dims[None, :] * skd
+        v_ptrs = V + b * svb + kvh * svh + offs[:, None] * svn + dims[None, :] * svd
+        sink_ptrs = IS_SINK + b * K_LEN + offs
+
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        a_i = tl.zeros([BLOCK_M], tl.float32)
+        s_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        if AUX_CONTENT:
+            # The learned sink as a content key: logit s_aux[h], no value.
+            aux = tl.load(AUX + h).to(tl.float32)
+            m_i = tl.zeros([BLOCK_M], tl.float32) + aux
+            l_i = l_i + 1.0
+            s_i = s_i + aux
+
+        for n0 in range(start, stop, BLOCK_N):
+            cols = n0 + offs
+            col_ok = (cols < stop) & (cols >= lo)
+            tile_ok = col_ok[:, None] & dim_ok[None, :]
+            k = tl.load(k_ptrs + n0 * skn, mask=tile_ok, other=0.0)
+            v = tl.load(v_ptrs + n0 * svn, mask=tile_ok, other=0.0)
+            if UPCAST:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            z = tl.dot(q, tl.trans(k), input_precision="ieee") * scaling
+            if HAS_SOFTCAP:
+                # tanh(x) from one exponential of -2|x| (no overflow; tl has no tanh).
+                x = z / softcap
+                e = tl.exp(-2.0 * tl.abs(x))
+                z = tl.where(x < 0, e - 1.0, 1.0 - e) / (1.0 + e) * softcap
+            is_sink = tl.load(sink_ptrs + n0, mask=col_ok, other=1)
+            seen = (col_ok & (is_sink == 0))[None, :]
+            if CAUSAL:
+                seen = seen & (cols[None, :] <= pos[:, None])
+            if HAS_WINDOW:
+                seen = seen & (pos[:, None] - cols[None, :] < WINDOW)
+            z = tl.where(seen, z, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(z, 1))
+            # A row that has seen no key yet keeps m = -inf; shift by 0 then (no nan).
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            centred = tl.where(seen, z - m_safe[:, None], 0.0)
+            p = tl.exp(z - m_safe[:, None])
+            # sum p (z - m_old) becomes sum p' (z - m_new) = alpha (a + (m_old - m_new) l).
+            moved = (tl.where(l_i > 0, m_i, m_safe) - m_safe) * l_i
+            a_i = alpha * (a_i + moved) + tl.sum(p * centred, 1)
+            l_i = alpha * l_i + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            s_i = s_i + tl.sum(tl.where(seen, z, 0.0), 1)
+            m_i = m_new
+
+        some = l_i > 0
+        l_safe = tl.where(some, l_i, 1.0)
+        row = bh * Q_LEN + rows
+        tl.store(
+            OUT + b * sob + h * soh + rows[:, None] * som + dims[None, :] * sod,
+            acc / l_safe[:, None],
+            mask=row_ok[:, None] & dim_ok[None, :],
+        )
+        log_l = tl.log(l_safe)
+        tl.store(LSE + row, tl.where(some, m_i + log_l, float("-inf")), mask=row_ok)
+        tl.store(ENT + row, tl.where(some, log_l - a_i / l_safe, 0.0), mask=row_ok)
+        tl.store(SUM_Z + row, s_i, mask=row_ok)
+
+        qf = q.to(tl.float32)
+        for t in tl.static_range(N_SINK):
+            index = tl.load(SINK_INDEX + b * N_SINK + t)
+            valid = tl.load(SINK_VALID + b * N_SINK + t)
+            key_row = tl.load(
+                K + b * skb + kvh * skh + index * skn + dims * skd, mask=dim_ok, other=0.0
+            ).to(tl.float32)
+            zt = tl.sum(qf * key_row[None, :], 1) * scaling
+            if HAS_SOFTCAP:
+                x = zt / softcap
+                e = tl.exp(-2.0 * tl.abs(x))
+                zt = tl.where(x < 0, e - 1.0, 1.0 - e) / (1.0 + e) * softcap
+            sees = (valid != 0) & (index >= lo) & (index < hi)
+            if CAUSAL:
+                sees = sees & (index <= pos)
+            if HAS_WINDOW:
+                sees = sees & (pos - index < WINDOW)
+            tl.store(Z_SINK + row * N_SINK + t, tl.where(sees, zt, float("-inf")), mask=row_ok)
+
+    return triton, _forward
