@@ -9,7 +9,8 @@ METHODS = ("exact", "fast")
 #: Triton kernel, PyTorch's fused attention called twice.
 KERNELS = ("auto", "triton", "sdpa")
 
-#: File types of saved attention (``--attentions``, :func:`attncoda.capture.given.read_attentions`).
+#: File types of saved attention (``--attentions``,
+#: :func:`attncoda.capture.attention_file.read_attentions`).
 ATTENTION_FILES = (".npz", ".pt", ".safetensors")
 
 __all__ = ["ATTENTION_FILES", "KERNELS", "METHODS", "MODES"]
