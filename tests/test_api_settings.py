@@ -31,7 +31,7 @@ FUNCTIONS = {
     "prune": ("prune", ("prune",)),
     "collapse": ("collapse", ("collapse",)),
 }
-COMMON = ["source", "sink", "seed", "out", "device", "dtype", "method", "text", "names"]
+COMMON = ["source", "sink", "seed", "out", "device", "dtype", "method", "kernel", "text", "names"]
 
 
 def _subparser(path: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -129,7 +129,7 @@ BAD_CALLS = [
     (
         "ac.flips('minilm', n_bootstrap=3, out=OUT)",
         "unknown setting 'n_bootstrap' of flips: use one of metrics, n_boot, tol (or the "
-        "options sink, seed, out, device, dtype, method, text, names)",
+        "options sink, seed, out, device, dtype, method, kernel, text, names)",
     ),
     (
         "ac.flips('minilm', metrics=['jsd', 'l2'], out=OUT)",
@@ -170,6 +170,10 @@ BAD_CALLS = [
     (
         "ac.flips('minilm', method='quick', out=OUT)",
         "unknown method 'quick': use one of exact, fast",
+    ),
+    (
+        "ac.flips('minilm', method='fast', kernel='cuda', out=OUT)",
+        "unknown kernel 'cuda': use one of auto, triton, sdpa",
     ),
 ]
 

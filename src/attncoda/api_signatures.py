@@ -41,6 +41,11 @@ COMMON_OPTIONS = {
         "str",
         'Model specs only: the capture method, ``"exact"`` (the reference) or ``"fast"``.',
     ),
+    "kernel": (
+        "str",
+        'Model specs only, with ``method="fast"``: the fast path\'s kernel, ``"auto"`` (the '
+        'fused Triton pass on CUDA, two SDPA calls otherwise), ``"triton"`` or ``"sdpa"``.',
+    ),
     "text": (
         "str, optional",
         "Model specs only: a corpus file or folder (None: the embedded one).",
@@ -139,7 +144,7 @@ def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
 def check_common(common: Mapping[str, Any]) -> None:
     """Refuse a common option the run would refuse later, before anything loads (the CLI's
     own checks of the same options, :func:`attncoda.cli_args.validate`)."""
-    from attncoda.capture.names import METHODS
+    from attncoda.capture.names import KERNELS, METHODS
     from attncoda.capture.sinks import parse_sink
     from attncoda.run.common import DEVICES, DTYPES
 
@@ -147,7 +152,12 @@ def check_common(common: Mapping[str, Any]) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise AttncodaError(f"seed must be an integer of at least 0; got {seed!r}")
     parse_sink(common["sink"])
-    for option, allowed in (("method", METHODS), ("device", DEVICES), ("dtype", DTYPES)):
+    for option, allowed in (
+        ("method", METHODS),
+        ("kernel", KERNELS),
+        ("device", DEVICES),
+        ("dtype", DTYPES),
+    ):
         value = common.get(option)
         if value is not None and value not in allowed:
             raise AttncodaError(f"unknown {option} {value!r}: use one of {', '.join(allowed)}")
