@@ -165,7 +165,7 @@ def test_bad_arguments_are_refused_by_name():
     with pytest.raises(AttncodaError, match="unknown method 'quick'"):
         with recording(model, method="quick"):
             pass
-    with pytest.raises(AttncodaError, match="recording takes a Hugging Face model, got str"):
+    with pytest.raises(AttncodaError, match="cannot capture a str: pass a Hugging Face model"):
         with recording("smollm2"):
             pass
     with pytest.raises(AttncodaError, match="no forward pass of LlamaForCausalLM was recorded"):

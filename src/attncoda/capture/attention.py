@@ -53,6 +53,7 @@ __all__ = [
     "boolean_mask",
     "is_recorded",
     "last_visible_key",
+    "marked",
     "register",
     "routable",
     "routed",
@@ -84,6 +85,17 @@ def active_recorder() -> contextvars.ContextVar[Recorder | None]:
 def is_recorded(model) -> bool:
     """Whether ``model`` is inside a :func:`attncoda.capture.recording.recording` block."""
     return model in _RECORDED
+
+
+@contextlib.contextmanager
+def marked(model) -> Iterator[None]:
+    """Mark ``model`` as recorded for the block without routing it (a TransformerBridge,
+    whose components compute attention themselves)."""
+    _RECORDED.add(model)
+    try:
+        yield
+    finally:
+        _RECORDED.discard(model)
 
 
 def register() -> None:

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.attention import active_recorder, is_recorded, routed
+from attncoda.capture.attention import active_recorder, is_recorded, marked, routed
+from attncoda.capture.live import bridge_score_hooks, kind_of, live_model
 from attncoda.capture.names import METHODS
 from attncoda.capture.result import Capture, assemble, concatenate
 from attncoda.capture.sinks import parse_sink, resolve_sinks
@@ -178,9 +179,14 @@ class Recording:
         Forward passes recorded so far.
     """
 
-    def __init__(self, model, sink, method, record_rows, tokenizer, block_size, seed) -> None:
+    def __init__(
+        self, model, sink, method, record_rows, tokenizer, block_size, seed, first_doc=0
+    ) -> None:
         self.model = model
         self.n_passes = 0
+        self._hf = live_model(model)
+        self._first_doc = first_doc
+        self._score_hooks: list[Any] = []
         self._spec = parse_sink(sink)
         self._method = method
         self._record_rows = record_rows
@@ -195,13 +201,30 @@ class Recording:
 
     # -- the hooks ------------------------------------------------------------------------
 
+    def _hook_scores(self) -> None:
+        """(Re)register the bridge's score hooks, last: a user's hooks on the same points
+        (``run_with_hooks`` adds them before the pass) run first, so the statistics see
+        the scores they leave."""
+        for handle in self._score_hooks:
+            handle.remove()
+        self._score_hooks = [
+            point.register_forward_hook(_record_scores) for point in bridge_score_hooks(self.model)
+        ]
+
+    def _unhook_scores(self) -> None:
+        for handle in self._score_hooks:
+            handle.remove()
+        self._score_hooks = []
+
     def _before(self, module, args, kwargs) -> None:
+        if self._score_hooks:
+            self._hook_scores()
         ids = kwargs.get("input_ids", args[0] if args else None)
         embeds = kwargs.get("inputs_embeds")
         given = ids if ids is not None else embeds
         if given is None:
             raise AttncodaError(
-                f"a recorded forward pass of {type(self.model).__name__} got neither input_ids "
+                f"a recorded forward pass of {type(self._hf).__name__} got neither input_ids "
                 f"nor inputs_embeds: pass one of them by keyword"
             )
         batch, q = int(given.shape[0]), int(given.shape[1])
@@ -241,7 +264,7 @@ class Recording:
             return
         if not rec.stats:
             raise AttncodaError(
-                f"no attention layer of {type(self.model).__name__} reached the attncoda "
+                f"no attention layer of {type(self._hf).__name__} reached the attncoda "
                 f"attention function in a recorded forward pass: capture this model with "
                 f"mode='outputs'"
             )
@@ -262,7 +285,7 @@ class Recording:
         sink_keys = torch.zeros_like(real)
         for doc, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
             sink_keys[doc, torch.as_tensor(pos, dtype=torch.long) + off] = True
-        first_doc = sum(int(g.mask.shape[0]) for g in self._groups)
+        first_doc = self._first_doc + sum(int(g.mask.shape[0]) for g in self._groups)
         group = _Documents(
             first_doc=first_doc,
             mask=mask,
@@ -364,7 +387,7 @@ class Recording:
         groups = [g for g in self._groups if g.stats]
         if not groups:
             raise AttncodaError(
-                f"no forward pass of {type(self.model).__name__} was recorded: call the model "
+                f"no forward pass of {type(self._hf).__name__} was recorded: call the model "
                 f"inside the recording block"
             )
         virtual = int(any(groups[0].virtual))
@@ -396,7 +419,7 @@ class Recording:
             "sink_spec": self._spec.text,
             "mode": "attention",
             "zeros": "raise",
-            "model_class": type(self.model).__name__,
+            "model_class": type(self._hf).__name__,
             "n_floored": 0,
             "bos_token_id": None,
             "block_size": self._block_size,
@@ -429,6 +452,25 @@ def _widen(rows: torch.Tensor, width: int, virtual: int) -> torch.Tensor:
     if virtual:
         out[..., -1] = rows[..., -1]
     return out
+
+
+def _record_scores(point, inputs, scores) -> None:
+    """A bridge's ``hook_attn_scores``: the masked logits ``(batch, head, query_pos,
+    key_pos)`` of one layer, folded into the pass's recorder as one block.
+
+    A key is visible where any head's score is above half the dtype's minimum (the bridge
+    masks with that minimum, or ``-inf``); a key an intervention set to ``-inf`` in some
+    heads only is left out of those heads' rows and counted in ``n_zero_keys``.
+    """
+    rec = active_recorder().get()
+    if rec is None or not isinstance(scores, torch.Tensor) or scores.ndim != 4:
+        return
+    b, h, q, k = scores.shape
+    layer = rec.begin_layer(b, h, q, k)
+    values = scores.detach()
+    visible = (values > torch.finfo(values.dtype).min / 2).any(dim=1, keepdim=True)
+    log_rows = torch.log_softmax(values.to(torch.float32), dim=-1)
+    rec.add_block(layer, 0, log_rows, visible)
 
 
 def _cache_of(source) -> Any:
@@ -485,13 +527,17 @@ def recording(
     tokenizer=None,
     block_size: int = 512,
     seed: int = 0,
+    _first_doc: int = 0,
 ) -> Iterator[Recording]:
     """Record the attention statistics of every forward pass of ``model`` inside the block.
 
     Parameters
     ----------
-    model : transformers.PreTrainedModel
-        In eval mode, with attention that routes through transformers' AttentionInterface.
+    model : transformers.PreTrainedModel, TransformerBridge or nnsight LanguageModel
+        In eval mode. A Hugging Face model (also inside an nnsight ``LanguageModel``) has
+        its attention routed through the attncoda attention function; a TransformerLens
+        ``TransformerBridge`` is read from its components' ``hook_attn_scores`` (the masked
+        logits), after any hook a user put on them.
     sink : str, int or sequence of int
         As in :func:`attncoda.capture.capture.capture`, except ``"auto"`` (it needs a first
         pass over the documents). Positions and tokens are resolved on the pass that starts
@@ -533,22 +579,29 @@ def recording(
             "run: give 'first', positions or tokens"
         )
     record_plan([1], record_rows, seed, 0)  # validates record_rows
-    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
-        raise AttncodaError(f"recording takes a Hugging Face model, got {type(model).__name__}")
-    if model.training:
+    kind = kind_of(model)
+    hf = live_model(model)
+    if hf.training:
         raise AttncodaError(
-            f"{type(model).__name__} is in training mode: recording runs in eval mode only "
+            f"{type(hf).__name__} is in training mode: recording runs in eval mode only "
             f"(call model.eval())"
         )
-    if is_recorded(model):
+    if is_recorded(hf):
         raise AttncodaError(
-            f"{type(model).__name__} is already being recorded: leave the first recording "
+            f"{type(hf).__name__} is already being recorded: leave the first recording "
             f"block before opening another on the same model"
         )
-    rec = Recording(model, sink, method, record_rows, tokenizer, block_size, seed)
+    rec = Recording(model, sink, method, record_rows, tokenizer, block_size, seed, _first_doc)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(routed(model, None, method=method, recording=True))
-        target = _layers_module(model)
+        if kind == "bridge":
+            # The bridge's components compute attention themselves: their score hooks,
+            # not the attention function, feed the recorder.
+            stack.enter_context(marked(hf))
+            rec._hook_scores()
+            stack.callback(rec._unhook_scores)
+        else:
+            stack.enter_context(routed(hf, None, method=method, recording=True))
+        target = _layers_module(hf)
         before = target.register_forward_pre_hook(rec._before, with_kwargs=True)
         stack.callback(before.remove)
         after = target.register_forward_hook(rec._after, with_kwargs=True, always_call=True)
