@@ -560,7 +560,8 @@ def recording(
     ------
     Recording
         ``rec.capture()`` is the :class:`Capture` of the passes so far, one document per
-        batch row of each pass that started a sequence (docs/design.md, "Recording").
+        batch row of each pass that started a sequence (docs/design.md, "Recording the
+        user's own passes").
 
     Raises
     ------
