@@ -114,7 +114,7 @@ def run(
         for length in lengths:
             got = {mode: measure(name, length, mode, threads) for mode in modes}
             row = {"model": name, "L": length, **got}
-            cache, rec = got["cache"], got["recording"]
+            cache, rec = got.get("cache", {}), got.get("recording", {})
             if "above_mib" in cache and "above_mib" in rec:
                 row["memory_ratio"] = rec["above_mib"] / cache["above_mib"]
                 row["time_ratio"] = rec["seconds"] / cache["seconds"]
