@@ -27,6 +27,7 @@ import contextlib
 import contextvars
 import inspect
 import sys
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -48,9 +49,12 @@ __all__ = [
     "IMPLEMENTED_KEYWORDS",
     "STATISTICS",
     "Recorder",
+    "active_recorder",
     "attncoda_attention",
     "boolean_mask",
+    "is_recorded",
     "last_visible_key",
+    "marked",
     "register",
     "routable",
     "routed",
@@ -68,6 +72,31 @@ _ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
     "attncoda_recorder", default=None
 )
 _RECIPES: dict[type, _Recipe] = {}
+#: Models inside an :func:`attncoda.capture.recording.recording` block: one route at a time.
+_RECORDED: weakref.WeakSet = weakref.WeakSet()
+
+
+def active_recorder() -> contextvars.ContextVar[Recorder | None]:
+    """The context variable holding the recorder the attention function fills (None: none).
+
+    :func:`routed` sets it for its block; a recording sets it for each forward pass."""
+    return _ACTIVE
+
+
+def is_recorded(model) -> bool:
+    """Whether ``model`` is inside a :func:`attncoda.capture.recording.recording` block."""
+    return model in _RECORDED
+
+
+@contextlib.contextmanager
+def marked(model) -> Iterator[None]:
+    """Mark ``model`` as recorded for the block without routing it (a TransformerBridge,
+    whose components compute attention themselves)."""
+    _RECORDED.add(model)
+    try:
+        yield
+    finally:
+        _RECORDED.discard(model)
 
 
 def register() -> None:
@@ -136,7 +165,13 @@ def unroutable_message(model: object) -> str:
 
 
 @contextlib.contextmanager
-def routed(model, recorder: Recorder | None = None) -> Iterator[None]:
+def routed(
+    model,
+    recorder: Recorder | None = None,
+    *,
+    method: str | None = None,
+    recording: bool = False,
+) -> Iterator[None]:
     """Run ``model`` with the ``"attncoda"`` attention function inside the block.
 
     Parameters
@@ -145,22 +180,37 @@ def routed(model, recorder: Recorder | None = None) -> Iterator[None]:
         A model in eval mode whose attention layers use ``ALL_ATTENTION_FUNCTIONS``.
     recorder : Recorder, optional
         Collects statistics for the forward passes run inside the block.
+    method : {"exact", "fast"}, optional
+        The attention function's method when no recorder says it (a recording, whose
+        recorders come one per pass).
+    recording : bool
+        Mark the model as recorded for the block: :func:`routed` refuses it meanwhile.
 
     Raises
     ------
     AttncodaError
-        When the model class does not use the AttentionInterface (e.g. Bloom, Falcon).
+        When the model class does not use the AttentionInterface (e.g. Bloom, Falcon), or
+        the model is inside a recording block.
     """
     register()
     if not routable(model):
         raise AttncodaError(unroutable_message(model))
+    if is_recorded(model):
+        raise AttncodaError(
+            f"{type(model).__name__} is inside an attncoda.recording block: leave that block "
+            f"before capturing or recording this model again"
+        )
     previous = model.config._attn_implementation
-    fast = recorder is not None and recorder.method == "fast"
+    fast = (recorder.method if recorder is not None else method) == "fast"
     model.set_attn_implementation(FAST_NAME if fast else ATTENTION_NAME)
     token = _ACTIVE.set(recorder)
+    if recording:
+        _RECORDED.add(model)
     try:
         yield
     finally:
+        if recording:
+            _RECORDED.discard(model)
         _ACTIVE.reset(token)
         model.set_attn_implementation(previous)
         if recorder is not None:

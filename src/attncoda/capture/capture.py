@@ -33,6 +33,7 @@ from attncoda.capture.forward import (
     position_ids,
 )
 from attncoda.capture.fused import resolve_kernel
+from attncoda.capture.live import kind_of, live_model, run_live
 from attncoda.capture.names import KERNELS, METHODS, MODES
 from attncoda.capture.outputs import read_outputs
 from attncoda.capture.result import Capture, assemble, capture_frame, concatenate
@@ -92,8 +93,11 @@ def capture(
 
     Parameters
     ----------
-    model : transformers.PreTrainedModel
-        In eval mode.
+    model : transformers.PreTrainedModel, TransformerBridge or nnsight LanguageModel
+        In eval mode. A wrapper is run as its users run it (the bridge's ``forward``, an
+        nnsight ``trace``) inside :func:`attncoda.capture.recording.recording`; it takes
+        right-padded batches, ``mode`` ``"auto"`` or ``"attention"`` and no
+        ``keep_outputs``.
     input_ids : array-like
         int ``(batch, pos)``.
     attention_mask : array-like, optional
@@ -159,10 +163,32 @@ def capture(
         raise AttncodaError(f"unknown method {method!r}: use 'exact' (the reference) or 'fast'")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
+    if kernel not in KERNELS:
+        resolve_kernel(kernel, "cpu")  # the unknown-kernel message
+    if kind_of(model) != "hf":
+        if method == "fast" and kernel == "triton":
+            raise AttncodaError(
+                f"kernel='triton' serves Hugging Face models captured by attncoda's own pass; "
+                f"a {type(model).__name__} is recorded through its wrapper, whose fast path "
+                f"runs the sdpa kernel: use kernel='sdpa' or 'auto'"
+            )
+        return _capture_live(
+            model,
+            input_ids,
+            attention_mask,
+            sink=sink,
+            tokenizer=tokenizer,
+            block_size=block_size,
+            record_rows=record_rows,
+            seed=seed,
+            mode=mode,
+            prepend_bos=prepend_bos,
+            method=method,
+            keep_outputs=keep_outputs,
+            first_doc=_first_doc,
+        )
     device = next(model.parameters()).device
     ran = resolve_kernel(kernel, device.type) if method == "fast" else None
-    if method != "fast" and kernel not in KERNELS:
-        resolve_kernel(kernel, device.type)  # the unknown-kernel message
     if model.training:
         raise AttncodaError(
             f"{type(model).__name__} is in training mode: capture runs in eval mode only "
@@ -245,6 +271,64 @@ def capture(
     return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
 
 
+def _capture_live(
+    model,
+    input_ids,
+    attention_mask,
+    *,
+    sink,
+    tokenizer,
+    block_size,
+    record_rows,
+    seed,
+    mode,
+    prepend_bos,
+    method,
+    keep_outputs,
+    first_doc,
+) -> Capture:
+    """:func:`capture` of a TransformerBridge or an nnsight model: one recorded pass."""
+    from dataclasses import replace
+
+    from attncoda.capture.recording import recording
+
+    name = type(model).__name__
+    if mode == "outputs":
+        raise AttncodaError(
+            f"mode='outputs' reads eager output_attentions of a Hugging Face model: capture "
+            f"the {name} with mode='attention', or its Hugging Face model with mode='outputs'"
+        )
+    if keep_outputs:
+        raise AttncodaError(
+            f"keep_outputs=True is not available for a {name}: read the outputs of your own "
+            f"call inside attncoda.recording, or capture its Hugging Face model"
+        )
+    ids, mask = check_batch(input_ids, attention_mask)
+    bos = None
+    if prepend_bos:
+        bos = _bos_id(tokenizer, live_model(model))
+        docs = [np.concatenate([[bos], ids[b][mask[b].bool()].numpy()]) for b in range(len(ids))]
+        ids, mask = pad([d.astype(np.int64) for d in docs], 0, False)
+    if bool((mask[:, 0] == 0).any()):
+        raise AttncodaError(
+            f"a {name} numbers positions itself, so a left-padded document would not get "
+            f"the positions it has alone: pad on the right (padding_side='right')"
+        )
+    device = next(live_model(model).parameters()).device
+    with recording(
+        model,
+        sink=sink,
+        method=method,
+        record_rows=record_rows,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        seed=seed,
+        _first_doc=first_doc,
+    ) as rec:
+        run_live(model, ids.to(device), mask.to(device))
+    return replace(rec.capture(), bos_token_id=bos)
+
+
 def _run(
     model,
     ids,
@@ -319,7 +403,7 @@ def capture_windows(
 
     Parameters
     ----------
-    model : transformers.PreTrainedModel
+    model : transformers.PreTrainedModel, TransformerBridge or nnsight LanguageModel
     windows : sequence of sequence of int
         Token ids of each document, without padding.
     batch_size : int
@@ -349,7 +433,8 @@ def capture_windows(
         if len(window) == 0:
             raise AttncodaError(f"window {index} is empty")
     if pad_token_id is None:
-        found = (getattr(s, "pad_token_id", None) for s in (kwargs.get("tokenizer"), model.config))
+        config = live_model(model).config
+        found = (getattr(s, "pad_token_id", None) for s in (kwargs.get("tokenizer"), config))
         pad_token_id = next((value for value in found if isinstance(value, int)), 0)
     starts = range(0, len(windows), batch_size)
     if progress:

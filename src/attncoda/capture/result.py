@@ -91,6 +91,11 @@ class Capture:
     kernel : str or None
         The kernel that served ``method="fast"``: ``"triton"`` or ``"sdpa"``; None for the
         exact path.
+    n_prompt : numpy.ndarray or None
+        int64 ``(doc,)`` for a :func:`attncoda.capture.recording.recording`: the positions
+        ``0 .. n_prompt - 1`` came from the pass that started the document (the prompt),
+        the rest from passes that continued its KV cache (generated tokens). None for a
+        capture that ran its own passes.
     """
 
     sink_mass: np.ndarray
@@ -123,6 +128,7 @@ class Capture:
     seed: int
     method: str = "exact"
     kernel: str | None = None
+    n_prompt: np.ndarray | None = None
 
     @property
     def n_docs(self) -> int:
@@ -244,7 +250,9 @@ def concatenate(parts: Sequence[Capture]) -> Capture:
         first = values[0]
         if isinstance(first, tuple):
             merged[f.name] = tuple(v for value in values for v in value)
-        elif f.name == "n_tokens":
+        elif f.name == "n_tokens" or (
+            f.name == "n_prompt" and all(value is not None for value in values)
+        ):
             merged[f.name] = np.concatenate(values)
         elif f.name in ("n_floored", "n_zero_keys"):
             merged[f.name] = sum(values)

@@ -1,0 +1,612 @@
+"""Statistics from the forward passes a user runs: :func:`recording`.
+
+Inside ``with recording(model) as rec:`` the model's attention runs through the registered
+``"attncoda"`` function (:func:`attncoda.capture.attention.routed`), and a forward pre-hook
+and an always-called forward hook on the module that holds the layers open and close one
+:class:`PassRecorder` per forward pass, whoever calls it: ``model(...)``,
+``model.generate(...)``, or a wrapper that calls the model's modules (docs/design.md,
+"Recording the user's own passes").
+
+A pass that starts a sequence (no cached keys) opens one document per batch row. A pass that
+continues a KV cache the recording has seen (``generate()`` with ``use_cache=True``, or a
+``past_key_values`` handed back by the user) appends its queries to the documents of the
+pass that filled that cache: each new query's row runs over every key the cache holds for
+the layer, so a sliding-window layer's row runs over the window and a learned sink is one
+more key, as in a full pass. ``Capture.n_prompt`` says how many positions of each document
+came from its first pass; the rest were generated.
+
+Leaving the block removes the hooks and restores the model's own attention implementation,
+also when the block raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from attncoda._errors import AttncodaError
+from attncoda.capture.attention import active_recorder, is_recorded, marked, routed
+from attncoda.capture.live import bridge_score_hooks, kind_of, live_model
+from attncoda.capture.names import METHODS
+from attncoda.capture.result import Capture, assemble, concatenate
+from attncoda.capture.sinks import parse_sink, resolve_sinks
+from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, record_plan, row_statistics
+
+__all__ = ["PassRecorder", "Recording", "is_recorded", "recording"]
+
+
+@dataclass
+class PassRecorder(Recorder):
+    """The :class:`Recorder` of one recorded forward pass, which may continue a KV cache.
+
+    The pass's ``q`` queries are the padded positions ``past .. past + q - 1`` of the
+    sequence; a layer's ``k`` keys are the last ``k`` positions of ``past + q`` (a dynamic
+    cache: every position; a sliding-window layer: its window), or positions ``0 .. k - 1``
+    when the cache is longer than the sequence (a static cache, whose unfilled slots the
+    mask hides).
+
+    Parameters
+    ----------
+    past : int
+        Positions already in the cache before this pass.
+    sink_keys : torch.Tensor
+        bool ``(batch, past + q)``: the sink keys of the whole sequence.
+    widths : list of int
+        Per document, its real tokens up to the end of this pass (the width of its rows).
+    requested : str
+        The method asked for; a layer whose keys are not the pass's own queries (a cache)
+        takes the exact path.
+    """
+
+    past: int = 0
+    sink_keys: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.bool))
+    widths: list[int] = field(default_factory=list)
+    requested: str = "exact"
+    first_key: list[int] = field(default_factory=list)
+
+    def begin_layer(
+        self, batch: int, heads: int, q_len: int, k_len: int, learned: bool = False
+    ) -> int:
+        """Allocate one layer's outputs (``(batch, head, q)``); returns its index."""
+        total = self.past + q_len
+        if (batch, q_len) != tuple(self.query_real.shape):
+            raise AttncodaError(
+                f"a recorded attention call got a batch of {batch} x {q_len} queries inside a "
+                f"forward pass over {tuple(self.query_real.shape)}: recording reads the "
+                f"attention of the model's own layers only"
+            )
+        if self.learned and not learned:
+            raise AttncodaError(
+                f"sink 'learned' needs learned sink logits (s_aux), but attention call "
+                f"{len(self.stats)} of this model has none: use a token sink such as 'first'"
+            )
+        self.first_key.append(total - k_len if k_len <= total else 0)
+        # The fused kernel's statistics assume the keys are the pass's own queries.
+        self.method = self.requested if self.past == 0 and k_len == q_len else "exact"
+        self.sink = self.sink_keys[:, :k_len] if self.method == "fast" else self.sink_keys
+        self.virtual.append(learned)
+        layer = {name: torch.zeros(batch, heads, q_len, dtype=torch.float64) for name in STATISTICS}
+        for name in COUNTS:
+            layer[name] = torch.zeros(batch, heads, q_len, dtype=torch.int64)
+        self.stats.append(layer)
+        self.rows.append(
+            [
+                torch.full((heads, len(pos), n + int(learned)), -math.inf)
+                for pos, n in zip(self.record, self.widths, strict=True)
+            ]
+        )
+        return len(self.stats) - 1
+
+    def add_block(self, layer, start, log_rows, visible, probs=None, mask=None) -> None:
+        """Fold one block of log-softmax rows ``(batch, head, q, key)`` in; key column ``c``
+        is the sequence position ``first_key[layer] + c``."""
+        stop = start + log_rows.shape[2]
+        device = log_rows.device
+        virtual = self.virtual[layer]
+        first = self.first_key[layer]
+        b, _, q, k = log_rows.shape
+        if visible is None:
+            visible = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)
+        visible = visible.expand(b, 1, q, k)
+        tokens = k - int(virtual)
+        sink = torch.zeros((b, tokens), dtype=torch.bool)
+        held = self.sink_keys[:, first : first + tokens]
+        sink[:, : held.shape[1]] = held
+        sink = sink.to(device)
+        if virtual:
+            sink = torch.cat([sink, sink.new_full((b, 1), self.learned)], dim=-1)
+        stats = row_statistics(log_rows, visible, sink, probs=probs, mask=mask)
+        for name, value in stats.items():
+            self.stats[layer][name][:, :, start:stop] = value.detach().cpu()
+        for doc, positions in enumerate(self.record):
+            inside = (positions >= start) & (positions < stop)
+            if not bool(inside.any()):
+                continue
+            lo = int(self.offsets[doc])
+            cols = torch.arange(lo, lo + self.widths[doc]) - first
+            held_cols = torch.nonzero((cols >= 0) & (cols < tokens))[:, 0]
+            local = (positions[inside] - start).to(device)
+            columns = cols[held_cols].to(device)
+            if virtual:
+                columns = torch.cat([columns, columns.new_full((1,), k - 1)])
+            rows = log_rows[doc][:, local][..., columns].to(torch.float32)
+            seen = visible[doc][:, local][..., columns]
+            block_rows = rows.detach().masked_fill(~seen, -math.inf).cpu()
+            target = self.rows[layer][doc]
+            picked = torch.nonzero(inside)[:, 0]
+            target[:, picked[:, None], held_cols[None, :]] = block_rows[..., : len(held_cols)]
+            if virtual:
+                target[:, picked, -1] = block_rows[..., -1]
+
+
+@dataclass
+class _Documents:
+    """The documents one sequence-starting pass opened, grown by the passes that continue
+    its cache. Positions are padded ``(batch, pos)`` coordinates of the whole sequence."""
+
+    first_doc: int
+    mask: torch.Tensor
+    ids: torch.Tensor
+    offsets: torch.Tensor
+    sink_keys: torch.Tensor
+    sinks: list[np.ndarray]
+    n_prompt: np.ndarray
+    stats: list[dict[str, list[torch.Tensor]]] = field(default_factory=list)
+    rows: list[list[list[torch.Tensor]]] = field(default_factory=list)
+    record: list[list[np.ndarray]] = field(default_factory=list)
+    virtual: list[bool] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return int(self.mask.shape[1])
+
+
+class Recording:
+    """What :func:`recording` yields: the passes recorded so far, read by :meth:`capture`.
+
+    Attributes
+    ----------
+    model : transformers.PreTrainedModel
+        The Hugging Face model whose passes are recorded.
+    n_passes : int
+        Forward passes recorded so far.
+    """
+
+    def __init__(
+        self, model, sink, method, record_rows, tokenizer, block_size, seed, first_doc=0
+    ) -> None:
+        self.model = model
+        self.n_passes = 0
+        self._hf = live_model(model)
+        self._first_doc = first_doc
+        self._score_hooks: list[Any] = []
+        self._spec = parse_sink(sink)
+        self._method = method
+        self._record_rows = record_rows
+        self._tokenizer = tokenizer
+        self._block_size = block_size
+        self._seed = seed
+        self._groups: list[_Documents] = []
+        # id(cache) -> (the cache, the documents it holds); the cache is kept so its id
+        # is not reused while the recording lasts.
+        self._caches: dict[int, tuple[Any, _Documents]] = {}
+        self._open: list[tuple[contextvars.Token, PassRecorder, _Documents, Any]] = []
+
+    # -- the hooks ------------------------------------------------------------------------
+
+    def _hook_scores(self) -> None:
+        """(Re)register the bridge's score hooks, last: a user's hooks on the same points
+        (``run_with_hooks`` adds them before the pass) run first, so the statistics see
+        the scores they leave."""
+        for handle in self._score_hooks:
+            handle.remove()
+        self._score_hooks = [
+            point.register_forward_hook(_record_scores) for point in bridge_score_hooks(self.model)
+        ]
+
+    def _unhook_scores(self) -> None:
+        for handle in self._score_hooks:
+            handle.remove()
+        self._score_hooks = []
+
+    def _before(self, module, args, kwargs) -> None:
+        if self._score_hooks:
+            self._hook_scores()
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        embeds = kwargs.get("inputs_embeds")
+        given = ids if ids is not None else embeds
+        if given is None:
+            raise AttncodaError(
+                f"a recorded forward pass of {type(self._hf).__name__} got neither input_ids "
+                f"nor inputs_embeds: pass one of them by keyword"
+            )
+        batch, q = int(given.shape[0]), int(given.shape[1])
+        cache = _cache_of(kwargs)
+        past = _past_length(cache, kwargs.get("cache_position"))
+        mask = kwargs.get("attention_mask")
+        if mask is None:
+            mask = torch.ones((batch, past + q), dtype=torch.long)
+        if mask.ndim != 2 or tuple(mask.shape) != (batch, past + q):
+            raise AttncodaError(
+                f"a recorded forward pass got an attention_mask of shape {tuple(mask.shape)} for "
+                f"{batch} x {q} new tokens after {past} cached ones: recording needs a 2-D 0/1 "
+                f"mask (batch, {past + q}) or none"
+            )
+        mask = mask.detach().to(torch.long).cpu()
+        _check_mask(mask)
+        new_ids = (
+            ids.detach().to(torch.long).cpu()
+            if ids is not None
+            else torch.full((batch, q), -1, dtype=torch.long)
+        )
+        if past == 0:
+            group = self._open_documents(mask, new_ids)
+        else:
+            group = self._continued(cache, batch, past)
+            self._extend(group, mask, new_ids)
+        rec = self._pass_recorder(group, past, q)
+        token = active_recorder().set(rec)
+        self._open.append((token, rec, group, cache))
+
+    def _after(self, module, args, kwargs, output) -> None:
+        if not self._open:
+            return
+        token, rec, group, cache = self._open.pop()
+        active_recorder().reset(token)
+        if output is None:  # the pass raised: nothing of it is kept
+            return
+        if not rec.stats:
+            raise AttncodaError(
+                f"no attention layer of {type(self._hf).__name__} reached the attncoda "
+                f"attention function in a recorded forward pass: capture this model with "
+                f"mode='outputs'"
+            )
+        self._fold(group, rec)
+        self.n_passes += 1
+        returned = _cache_of(output)
+        for held in (cache, returned):
+            if held is not None:
+                self._caches[id(held)] = (held, group)
+
+    # -- the documents --------------------------------------------------------------------
+
+    def _open_documents(self, mask, ids) -> _Documents:
+        real = mask.bool()
+        docs = [ids[b][real[b]].numpy() for b in range(ids.shape[0])]
+        sinks = resolve_sinks(self._spec, docs, self._tokenizer)
+        offsets = real.long().argmax(-1)
+        sink_keys = torch.zeros_like(real)
+        for doc, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
+            sink_keys[doc, torch.as_tensor(pos, dtype=torch.long) + off] = True
+        first_doc = self._first_doc + sum(int(g.mask.shape[0]) for g in self._groups)
+        group = _Documents(
+            first_doc=first_doc,
+            mask=mask,
+            ids=ids,
+            offsets=offsets,
+            sink_keys=sink_keys,
+            sinks=sinks,
+            n_prompt=real.sum(-1).numpy().astype(np.int64),
+            record=[[] for _ in docs],
+        )
+        self._groups.append(group)
+        return group
+
+    def _continued(self, cache, batch: int, past: int) -> _Documents:
+        found = self._caches.get(id(cache)) if cache is not None else None
+        if found is None or found[0] is not cache:
+            raise AttncodaError(
+                f"a recorded forward pass continues a cache of {past} positions that no pass "
+                f"of this recording filled: start the sequence inside the recording block"
+            )
+        group = found[1]
+        if group.length != past or int(group.mask.shape[0]) != batch:
+            raise AttncodaError(
+                f"a recorded forward pass continues a cache of {batch} x {past} positions, but "
+                f"the recorded documents of that cache are {tuple(group.mask.shape)}: pass "
+                f"the cache of the previous call"
+            )
+        return group
+
+    @staticmethod
+    def _extend(group: _Documents, mask, ids) -> None:
+        past = group.length
+        if not bool((mask[:, :past] == group.mask).all()):
+            raise AttncodaError(
+                "a recorded forward pass changes the attention_mask of its cached positions: "
+                "keep the mask of the cached positions as it was"
+            )
+        group.mask = mask
+        group.ids = torch.cat([group.ids, ids], dim=1)
+        extra = torch.zeros((mask.shape[0], mask.shape[1] - past), dtype=torch.bool)
+        group.sink_keys = torch.cat([group.sink_keys, extra], dim=1)
+
+    def _pass_recorder(self, group: _Documents, past: int, q: int) -> PassRecorder:
+        real = group.mask.bool()
+        query_real = real[:, past:]
+        counts = query_real.sum(-1).tolist()
+        plan = record_plan(counts, self._record_rows, self._seed, group.first_doc)
+        # The plan counts real queries of this pass; in padded pass coordinates a document's
+        # real queries start at its offset (left padding) or at 0 (right, or a continuation).
+        starts = query_real.long().argmax(-1).tolist()
+        record = [torch.as_tensor(p) + s for p, s in zip(plan, starts, strict=True)]
+        return PassRecorder(
+            query_real,
+            group.offsets,
+            group.sink_keys,
+            record,
+            self._block_size,
+            learned=self._spec.learned,
+            method=self._method,
+            past=past,
+            sink_keys=group.sink_keys,
+            widths=real.sum(-1).tolist(),
+            requested=self._method,
+        )
+
+    @staticmethod
+    def _fold(group: _Documents, rec: PassRecorder) -> None:
+        if group.stats and len(group.stats) != len(rec.stats):
+            raise AttncodaError(
+                f"a recorded forward pass ran {len(rec.stats)} attention layers where the "
+                f"pass that started its sequence ran {len(group.stats)}: recording needs "
+                f"every pass over all layers"
+            )
+        if not group.stats:
+            group.stats = [{name: [] for name in rec.stats[0]} for _ in rec.stats]
+            group.rows = [[[] for _ in rec.record] for _ in rec.stats]
+            group.virtual = list(rec.virtual)
+        for layer, stats in enumerate(rec.stats):
+            for name, value in stats.items():
+                group.stats[layer][name].append(value)
+            for doc, rows in enumerate(rec.rows[layer]):
+                group.rows[layer][doc].append(rows)
+        for doc, positions in enumerate(rec.record):
+            real = positions.numpy() + rec.past - int(group.offsets[doc])
+            group.record[doc].append(real.astype(np.int64))
+
+    # -- the result -----------------------------------------------------------------------
+
+    def capture(self) -> Capture:
+        """The recorded passes as one :class:`Capture`: one document per batch row of each
+        pass that started a sequence, in call order, with the positions of the passes that
+        continued its cache appended (``Capture.n_prompt`` counts the first pass's).
+
+        Raises
+        ------
+        AttncodaError
+            When no forward pass was recorded.
+        """
+        groups = [g for g in self._groups if g.stats]
+        if not groups:
+            raise AttncodaError(
+                f"no forward pass of {type(self._hf).__name__} was recorded: call the model "
+                f"inside the recording block"
+            )
+        virtual = int(any(groups[0].virtual))
+        parts = [self._assemble(group, virtual) for group in groups]
+        return parts[0] if len(parts) == 1 else concatenate(parts)
+
+    def _assemble(self, group: _Documents, virtual: int) -> Capture:
+        real = group.mask.bool()
+        docs = [group.ids[b][real[b]].numpy() for b in range(real.shape[0])]
+        widths = [len(doc) for doc in docs]
+        stats = [
+            {name: torch.cat(parts, dim=2) for name, parts in layer.items()}
+            for layer in group.stats
+        ]
+        rows = [
+            [
+                torch.cat([_widen(part, width, virtual) for part in parts], dim=1)
+                for parts, width in zip(layer, widths, strict=True)
+            ]
+            for layer in group.rows
+        ]
+        record = [np.concatenate(parts) for parts in group.record]
+        sinks = group.sinks
+        if self._spec.learned:
+            sinks = [np.append(s, len(doc)) for s, doc in zip(sinks, docs, strict=True)]
+        filled = _Filled(stats=stats, rows=rows, virtual=group.virtual)
+        about: dict[str, Any] = {
+            "virtual_keys": virtual,
+            "sink_spec": self._spec.text,
+            "mode": "attention",
+            "zeros": "raise",
+            "model_class": type(self._hf).__name__,
+            "n_floored": 0,
+            "bos_token_id": None,
+            "block_size": self._block_size,
+            "seed": self._seed,
+            "method": self._method,
+            # A recorded pass's fast path is the two-call SDPA kernel (capture/fast.py).
+            "kernel": "sdpa" if self._method == "fast" else None,
+            "n_prompt": group.n_prompt,
+        }
+        return assemble(filled, None, docs, sinks, record, group.offsets, False, about)
+
+
+@dataclass
+class _Filled:
+    """The per-layer statistics and rows of a group of documents, as :func:`assemble`
+    reads them from a :class:`Recorder`."""
+
+    stats: list[dict[str, torch.Tensor]]
+    rows: list[list[torch.Tensor]]
+    virtual: list[bool]
+
+
+def _widen(rows: torch.Tensor, width: int, virtual: int) -> torch.Tensor:
+    """Rows ``(head, r, w + virtual)`` of an earlier pass padded with ``-inf`` to the
+    document's final ``width`` token columns (keys it could not see yet), the virtual key
+    kept last."""
+    tokens = rows.shape[-1] - virtual
+    if tokens == width:
+        return rows
+    out = torch.full((*rows.shape[:-1], width + virtual), -math.inf)
+    out[..., :tokens] = rows[..., :tokens]
+    if virtual:
+        out[..., -1] = rows[..., -1]
+    return out
+
+
+def _record_scores(point, inputs, scores) -> None:
+    """A bridge's ``hook_attn_scores``: the masked logits ``(batch, head, query_pos,
+    key_pos)`` of one layer, folded into the pass's recorder as one block.
+
+    A key is visible where any head's score is above half the dtype's minimum (the bridge
+    masks with that minimum, or ``-inf``); a key an intervention set to ``-inf`` in some
+    heads only is left out of those heads' rows and counted in ``n_zero_keys``.
+    """
+    rec = active_recorder().get()
+    if rec is None or not isinstance(scores, torch.Tensor) or scores.ndim != 4:
+        return
+    b, h, q, k = scores.shape
+    layer = rec.begin_layer(b, h, q, k)
+    values = scores.detach()
+    visible = (values > torch.finfo(values.dtype).min / 2).any(dim=1, keepdim=True)
+    log_rows = torch.log_softmax(values.to(torch.float32), dim=-1)
+    rec.add_block(layer, 0, log_rows, visible)
+
+
+def _cache_of(source) -> Any:
+    """The KV cache in a forward pass's keywords or output (``cache`` in transformers 5.x,
+    ``past_key_values`` before)."""
+    get = source.get if isinstance(source, dict) else lambda name: getattr(source, name, None)
+    for name in ("cache", "past_key_values"):
+        found = get(name)
+        if found is not None:
+            return found
+    return None
+
+
+def _past_length(cache, cache_position) -> int:
+    if cache_position is not None and cache_position.numel() > 0:
+        return int(cache_position.reshape(-1)[0])
+    if cache is None:
+        return 0
+    length = getattr(cache, "get_seq_length", None)
+    return int(length()) if callable(length) else 0
+
+
+def _check_mask(mask: torch.Tensor) -> None:
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise AttncodaError("a recorded forward pass got an attention_mask that is not 0/1")
+    for doc in range(mask.shape[0]):
+        row = mask[doc]
+        if int(row.sum()) == 0:
+            raise AttncodaError(
+                f"document {doc} of a recorded forward pass has no real tokens (its "
+                f"attention_mask row is 0)"
+            )
+        if int((row[1:] != row[:-1]).sum()) != int(row[0] == 0) + int(row[-1] == 0):
+            raise AttncodaError(
+                f"document {doc} of a recorded forward pass has padding between real tokens: "
+                f"pad on the left (as generate() needs) or on the right of a pass without a cache"
+            )
+
+
+def _layers_module(model):
+    """The module every forward pass of ``model`` goes through: its base model (the one
+    that holds the layers), so a pass of the bare base model is recorded too."""
+    base = getattr(model, "base_model", None)
+    return base if isinstance(base, torch.nn.Module) else model
+
+
+@contextlib.contextmanager
+def recording(
+    model,
+    *,
+    sink="first",
+    method: str = "exact",
+    record_rows="none",
+    tokenizer=None,
+    block_size: int = 512,
+    seed: int = 0,
+    _first_doc: int = 0,
+) -> Iterator[Recording]:
+    """Record the attention statistics of every forward pass of ``model`` inside the block.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel, TransformerBridge or nnsight LanguageModel
+        In eval mode. A Hugging Face model (also inside an nnsight ``LanguageModel``) has
+        its attention routed through the attncoda attention function; a TransformerLens
+        ``TransformerBridge`` is read from its components' ``hook_attn_scores`` (the masked
+        logits), after any hook a user put on them.
+    sink : str, int or sequence of int
+        As in :func:`attncoda.capture.capture.capture`, except ``"auto"`` (it needs a first
+        pass over the documents). Positions and tokens are resolved on the pass that starts
+        a sequence (the prompt).
+    method : {"exact", "fast"}
+        As in :func:`attncoda.capture.capture.capture`; passes that continue a KV cache take
+        the exact path (one query a step leaves a fused kernel nothing to save).
+    record_rows : {"none", "auto", "all"} or int
+        Which query rows to keep in full, planned per pass over its real queries (so under
+        ``generate()`` every generated row is kept unless ``"none"``).
+    tokenizer : optional
+        For token sinks.
+    block_size : int
+        Queries per block of the attention function; a pass of at most ``block_size``
+        queries gives outputs bit-identical to eager.
+    seed : int
+        Seeds the row samples (per document: ``(seed, document index)``).
+
+    Yields
+    ------
+    Recording
+        ``rec.capture()`` is the :class:`Capture` of the passes so far, one document per
+        batch row of each pass that started a sequence (docs/design.md, "Recording the
+        user's own passes").
+
+    Raises
+    ------
+    AttncodaError
+        Bad arguments; a model in training mode or whose attention cannot be routed; a
+        model already inside a recording.
+    """
+    if method not in METHODS:
+        raise AttncodaError(f"unknown method {method!r}: use 'exact' (the reference) or 'fast'")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
+    spec = parse_sink(sink)
+    if spec.kind == "auto":
+        raise AttncodaError(
+            "sink 'auto' needs a first pass over the documents, which a recording does not "
+            "run: give 'first', positions or tokens"
+        )
+    record_plan([1], record_rows, seed, 0)  # validates record_rows
+    kind = kind_of(model)
+    hf = live_model(model)
+    if hf.training:
+        raise AttncodaError(
+            f"{type(hf).__name__} is in training mode: recording runs in eval mode only "
+            f"(call model.eval())"
+        )
+    if is_recorded(hf):
+        raise AttncodaError(
+            f"{type(hf).__name__} is already being recorded: leave the first recording "
+            f"block before opening another on the same model"
+        )
+    rec = Recording(model, sink, method, record_rows, tokenizer, block_size, seed, _first_doc)
+    with contextlib.ExitStack() as stack:
+        if kind == "bridge":
+            # The bridge's components compute attention themselves: their score hooks,
+            # not the attention function, feed the recorder.
+            stack.enter_context(marked(hf))
+            rec._hook_scores()
+            stack.callback(rec._unhook_scores)
+        else:
+            stack.enter_context(routed(hf, None, method=method, recording=True))
+        target = _layers_module(hf)
+        before = target.register_forward_pre_hook(rec._before, with_kwargs=True)
+        stack.callback(before.remove)
+        after = target.register_forward_hook(rec._after, with_kwargs=True, always_call=True)
+        stack.callback(after.remove)
+        yield rec
