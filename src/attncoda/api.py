@@ -41,16 +41,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = [
-    "Result",
-    "cluster",
-    "collapse",
-    "flips",
-    "predict",
-    "profile",
-    "prune",
-    "safety",
-]
+__all__ = ["Result", "cluster", "collapse", "flips", "predict", "profile", "prune", "safety"]
 
 #: The family column of tables made from captures handed in (no model facts to read).
 GIVEN_FAMILY = "given attention"

@@ -330,7 +330,7 @@ def test_the_boolean_mask_built_in_query_chunks_is_transformers_mask(monkeypatch
         sliding_window_overlay,
     )
 
-    from attncoda.capture import attention
+    from attncoda.capture import masks
 
     function = causal_mask_function
     if window is not None:
@@ -338,12 +338,12 @@ def test_the_boolean_mask_built_in_query_chunks_is_transformers_mask(monkeypatch
     padding = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1, 1], [1] * 10])
     kwargs = {"mask_function": function, "attention_mask": padding, "kv_offset": 0}
     whole = sdpa_mask(2, 10, 10, 0, allow_is_causal_skip=False, **kwargs)
-    monkeypatch.setattr(attention, "MASK_ROWS", 3)  # 10 queries: chunks of 3, 3, 3, 1
-    chunked = attention.boolean_mask(
+    monkeypatch.setattr(masks, "MASK_ROWS", 3)  # 10 queries: chunks of 3, 3, 3, 1
+    chunked = masks.boolean_mask(
         batch_size=2, q_length=10, kv_length=10, q_offset=0, dtype=torch.float32, **kwargs
     )
     assert chunked.dtype == torch.bool and chunked.shape == (2, 1, 10, 10)
     assert torch.equal(chunked, whole.expand_as(chunked))
     # Causal rows are never skipped (eager would give a float mask there, not None).
-    plain = attention.boolean_mask(batch_size=1, q_length=4, kv_length=4, q_offset=0)
+    plain = masks.boolean_mask(batch_size=1, q_length=4, kv_length=4, q_offset=0)
     assert plain is not None and torch.equal(plain[0, 0], torch.ones(4, 4).tril().bool())

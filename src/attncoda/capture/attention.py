@@ -37,6 +37,7 @@ from attncoda._errors import AttncodaError
 from attncoda.capture.fast import record_layer as record_fast_layer
 from attncoda.capture.fused import record_layer as record_fused_layer
 from attncoda.capture.head_edit import layer_edit
+from attncoda.capture.masks import boolean_mask
 from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, row_statistics
 from attncoda.capture.workspace import Workspace
 from attncoda.models.zoo import routable
@@ -51,7 +52,6 @@ __all__ = [
     "Recorder",
     "active_recorder",
     "attncoda_attention",
-    "boolean_mask",
     "is_recorded",
     "last_visible_key",
     "marked",
@@ -114,44 +114,6 @@ def register() -> None:
     AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
     AttentionInterface.register(FAST_NAME, attncoda_attention)
     AttentionMaskInterface.register(FAST_NAME, boolean_mask)
-
-
-#: Queries per call of transformers' mask builder in :func:`boolean_mask`: it evaluates the
-#: mask function on (query, key) index grids, and a sliding window's ``q - k`` is an int64
-#: grid, 8 bytes a key (8 GiB at 32k tokens in one call; 256 MiB for 1024 queries).
-MASK_ROWS = 1024
-
-
-def boolean_mask(
-    batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, *args, **kwargs
-):
-    """transformers' ``sdpa_mask`` where ``eager_mask`` would give a float mask: True where
-    a key is visible, never skipped for causal rows (``None`` only where ``eager_mask``
-    gives ``None`` too: bidirectional rows without padding).
-
-    Built :data:`MASK_ROWS` queries at a time into one ``(batch, 1, q, k)`` bool tensor, so
-    the builder's index grids stay small. The exact path masks boolean scores with
-    ``masked_fill(min)``, which gives eager's probabilities bit for bit (``score + min``
-    rounds to ``min`` for every finite score).
-    """
-    from transformers.masking_utils import sdpa_mask
-
-    kwargs.pop("dtype", None)
-    kwargs["allow_is_causal_skip"] = False
-    if not isinstance(q_offset, int) or q_length <= MASK_ROWS:
-        return sdpa_mask(batch_size, q_length, kv_length, q_offset, *args, **kwargs)
-    out = None
-    for r0 in range(0, q_length, MASK_ROWS):
-        rows = min(MASK_ROWS, q_length - r0)
-        part = sdpa_mask(batch_size, rows, kv_length, q_offset + r0, *args, **kwargs)
-        if part is None:  # a bidirectional mask without padding: None for every chunk
-            return None
-        if out is None:
-            out = torch.empty(
-                (batch_size, 1, q_length, kv_length), dtype=torch.bool, device=part.device
-            )
-        out[:, :, r0 : r0 + rows] = part
-    return out
 
 
 def unroutable_message(model: object) -> str:

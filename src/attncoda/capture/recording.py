@@ -35,115 +35,18 @@ from attncoda._errors import AttncodaError
 from attncoda.capture.attention import active_recorder, is_recorded, marked, routed
 from attncoda.capture.live import bridge_score_hooks, kind_of, live_model
 from attncoda.capture.names import METHODS
+from attncoda.capture.pass_recorder import (
+    PassRecorder,
+    cache_of,
+    check_mask,
+    past_length,
+    record_scores,
+)
 from attncoda.capture.result import Capture, assemble, concatenate
 from attncoda.capture.sinks import parse_sink, resolve_sinks
-from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, record_plan, row_statistics
+from attncoda.capture.statistics import record_plan
 
 __all__ = ["PassRecorder", "Recording", "is_recorded", "recording"]
-
-
-@dataclass
-class PassRecorder(Recorder):
-    """The :class:`Recorder` of one recorded forward pass, which may continue a KV cache.
-
-    The pass's ``q`` queries are the padded positions ``past .. past + q - 1`` of the
-    sequence; a layer's ``k`` keys are the last ``k`` positions of ``past + q`` (a dynamic
-    cache: every position; a sliding-window layer: its window), or positions ``0 .. k - 1``
-    when the cache is longer than the sequence (a static cache, whose unfilled slots the
-    mask hides).
-
-    Parameters
-    ----------
-    past : int
-        Positions already in the cache before this pass.
-    sink_keys : torch.Tensor
-        bool ``(batch, past + q)``: the sink keys of the whole sequence.
-    widths : list of int
-        Per document, its real tokens up to the end of this pass (the width of its rows).
-    requested : str
-        The method asked for; a layer whose keys are not the pass's own queries (a cache)
-        takes the exact path.
-    """
-
-    past: int = 0
-    sink_keys: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.bool))
-    widths: list[int] = field(default_factory=list)
-    requested: str = "exact"
-    first_key: list[int] = field(default_factory=list)
-
-    def begin_layer(
-        self, batch: int, heads: int, q_len: int, k_len: int, learned: bool = False
-    ) -> int:
-        """Allocate one layer's outputs (``(batch, head, q)``); returns its index."""
-        total = self.past + q_len
-        if (batch, q_len) != tuple(self.query_real.shape):
-            raise AttncodaError(
-                f"a recorded attention call got a batch of {batch} x {q_len} queries inside a "
-                f"forward pass over {tuple(self.query_real.shape)}: recording reads the "
-                f"attention of the model's own layers only"
-            )
-        if self.learned and not learned:
-            raise AttncodaError(
-                f"sink 'learned' needs learned sink logits (s_aux), but attention call "
-                f"{len(self.stats)} of this model has none: use a token sink such as 'first'"
-            )
-        self.first_key.append(total - k_len if k_len <= total else 0)
-        # The fused kernel's statistics assume the keys are the pass's own queries.
-        self.method = self.requested if self.past == 0 and k_len == q_len else "exact"
-        self.sink = self.sink_keys[:, :k_len] if self.method == "fast" else self.sink_keys
-        self.virtual.append(learned)
-        layer = {name: torch.zeros(batch, heads, q_len, dtype=torch.float64) for name in STATISTICS}
-        for name in COUNTS:
-            layer[name] = torch.zeros(batch, heads, q_len, dtype=torch.int64)
-        self.stats.append(layer)
-        self.rows.append(
-            [
-                torch.full((heads, len(pos), n + int(learned)), -math.inf)
-                for pos, n in zip(self.record, self.widths, strict=True)
-            ]
-        )
-        return len(self.stats) - 1
-
-    def add_block(self, layer, start, log_rows, visible, probs=None, mask=None) -> None:
-        """Fold one block of log-softmax rows ``(batch, head, q, key)`` in; key column ``c``
-        is the sequence position ``first_key[layer] + c``."""
-        stop = start + log_rows.shape[2]
-        device = log_rows.device
-        virtual = self.virtual[layer]
-        first = self.first_key[layer]
-        b, _, q, k = log_rows.shape
-        if visible is None:
-            visible = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)
-        visible = visible.expand(b, 1, q, k)
-        tokens = k - int(virtual)
-        sink = torch.zeros((b, tokens), dtype=torch.bool)
-        held = self.sink_keys[:, first : first + tokens]
-        sink[:, : held.shape[1]] = held
-        sink = sink.to(device)
-        if virtual:
-            sink = torch.cat([sink, sink.new_full((b, 1), self.learned)], dim=-1)
-        stats = row_statistics(log_rows, visible, sink, probs=probs, mask=mask)
-        for name, value in stats.items():
-            self.stats[layer][name][:, :, start:stop] = value.detach().cpu()
-        for doc, positions in enumerate(self.record):
-            inside = (positions >= start) & (positions < stop)
-            if not bool(inside.any()):
-                continue
-            lo = int(self.offsets[doc])
-            cols = torch.arange(lo, lo + self.widths[doc]) - first
-            held_cols = torch.nonzero((cols >= 0) & (cols < tokens))[:, 0]
-            local = (positions[inside] - start).to(device)
-            columns = cols[held_cols].to(device)
-            if virtual:
-                columns = torch.cat([columns, columns.new_full((1,), k - 1)])
-            rows = log_rows[doc][:, local][..., columns].to(torch.float32)
-            seen = visible[doc][:, local][..., columns]
-            block_rows = rows.detach().masked_fill(~seen, -math.inf).cpu()
-            target = self.rows[layer][doc]
-            picked = torch.nonzero(inside)[:, 0]
-            target[:, picked[:, None], held_cols[None, :]] = block_rows[..., : len(held_cols)]
-            if virtual:
-                target[:, picked, -1] = block_rows[..., -1]
 
 
 @dataclass
@@ -208,7 +111,7 @@ class Recording:
         for handle in self._score_hooks:
             handle.remove()
         self._score_hooks = [
-            point.register_forward_hook(_record_scores) for point in bridge_score_hooks(self.model)
+            point.register_forward_hook(record_scores) for point in bridge_score_hooks(self.model)
         ]
 
     def _unhook_scores(self) -> None:
@@ -228,8 +131,8 @@ class Recording:
                 f"nor inputs_embeds: pass one of them by keyword"
             )
         batch, q = int(given.shape[0]), int(given.shape[1])
-        cache = _cache_of(kwargs)
-        past = _past_length(cache, kwargs.get("cache_position"))
+        cache = cache_of(kwargs)
+        past = past_length(cache, kwargs.get("cache_position"))
         mask = kwargs.get("attention_mask")
         if mask is None:
             mask = torch.ones((batch, past + q), dtype=torch.long)
@@ -240,7 +143,7 @@ class Recording:
                 f"mask (batch, {past + q}) or none"
             )
         mask = mask.detach().to(torch.long).cpu()
-        _check_mask(mask)
+        check_mask(mask)
         new_ids = (
             ids.detach().to(torch.long).cpu()
             if ids is not None
@@ -270,7 +173,7 @@ class Recording:
             )
         self._fold(group, rec)
         self.n_passes += 1
-        returned = _cache_of(output)
+        returned = cache_of(output)
         for held in (cache, returned):
             if held is not None:
                 self._caches[id(held)] = (held, group)
@@ -454,62 +357,6 @@ def _widen(rows: torch.Tensor, width: int, virtual: int) -> torch.Tensor:
     if virtual:
         out[..., -1] = rows[..., -1]
     return out
-
-
-def _record_scores(point, inputs, scores) -> None:
-    """A bridge's ``hook_attn_scores``: the masked logits ``(batch, head, query_pos,
-    key_pos)`` of one layer, folded into the pass's recorder as one block.
-
-    A key is visible where any head's score is above half the dtype's minimum (the bridge
-    masks with that minimum, or ``-inf``); a key an intervention set to ``-inf`` in some
-    heads only is left out of those heads' rows and counted in ``n_zero_keys``.
-    """
-    rec = active_recorder().get()
-    if rec is None or not isinstance(scores, torch.Tensor) or scores.ndim != 4:
-        return
-    b, h, q, k = scores.shape
-    layer = rec.begin_layer(b, h, q, k)
-    values = scores.detach()
-    visible = (values > torch.finfo(values.dtype).min / 2).any(dim=1, keepdim=True)
-    log_rows = torch.log_softmax(values.to(torch.float32), dim=-1)
-    rec.add_block(layer, 0, log_rows, visible)
-
-
-def _cache_of(source) -> Any:
-    """The KV cache in a forward pass's keywords or output (``cache`` in transformers 5.x,
-    ``past_key_values`` before)."""
-    get = source.get if isinstance(source, dict) else lambda name: getattr(source, name, None)
-    for name in ("cache", "past_key_values"):
-        found = get(name)
-        if found is not None:
-            return found
-    return None
-
-
-def _past_length(cache, cache_position) -> int:
-    if cache_position is not None and cache_position.numel() > 0:
-        return int(cache_position.reshape(-1)[0])
-    if cache is None:
-        return 0
-    length = getattr(cache, "get_seq_length", None)
-    return int(length()) if callable(length) else 0
-
-
-def _check_mask(mask: torch.Tensor) -> None:
-    if not bool(((mask == 0) | (mask == 1)).all()):
-        raise AttncodaError("a recorded forward pass got an attention_mask that is not 0/1")
-    for doc in range(mask.shape[0]):
-        row = mask[doc]
-        if int(row.sum()) == 0:
-            raise AttncodaError(
-                f"document {doc} of a recorded forward pass has no real tokens (its "
-                f"attention_mask row is 0)"
-            )
-        if int((row[1:] != row[:-1]).sum()) != int(row[0] == 0) + int(row[-1] == 0):
-            raise AttncodaError(
-                f"document {doc} of a recorded forward pass has padding between real tokens: "
-                f"pad on the left (as generate() needs) or on the right of a pass without a cache"
-            )
 
 
 def _layers_module(model):
