@@ -30,7 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "FLOAT64_ROUNDOFF",
     "UNIT_ROUNDOFF",
+    "float64_part",
     "difference_bounds",
     "exact_bounds",
     "fast_bounds",
@@ -40,6 +42,18 @@ __all__ = [
 
 #: float32 unit roundoff (half an ulp of 1).
 UNIT_ROUNDOFF = 2.0**-24
+#: float64 unit roundoff: the float64 steps after the float32 sums still round, which is
+#: what is left of the sink mass's bound once ``s (1 - s) eta`` vanishes as ``s -> 1``.
+FLOAT64_ROUNDOFF = 2.0**-53
+
+
+def float64_part(n_keys, scale, sink_mass):
+    """``2 s (A + ln n + 8) u64``: the float64 steps of the sink mass (``exp(z - lse)``
+    with ``|lse| <= A + ln n``, the sums and the division), ``u64 = 2**-53``."""
+    n = np.maximum(np.asarray(n_keys, dtype=np.float64), 1.0)
+    a = np.asarray(scale, dtype=np.float64)
+    s = np.clip(np.asarray(sink_mass, dtype=np.float64), 0.0, 1.0)
+    return 2.0 * s * (a + np.log(n) + 8.0) * FLOAT64_ROUNDOFF
 
 
 def score_perturbation(n_keys, head_dim: int, scale):
@@ -83,8 +97,8 @@ def _log_content(sink_mass):
 def fast_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy):
     """Bounds of the fast path's sink mass, ``H`` and ``H(q)`` against exact arithmetic.
 
-    - ``|ds| <= 2 s (1 - s) eta``: ``s = sigma(lse_S - lse_C)`` moves by ``s (1 - s)``
-      times the moves of the two log-sum-exps, each at most ``eta``.
+    - ``|ds| <= 2 s (1 - s) eta`` (plus :func:`float64_part`): ``s = sigma(lse_S - lse_C)``
+      moves by ``s (1 - s)`` times the moves of the two log-sum-exps, each at most ``eta``.
     - ``|dH(q)| <= (2 H(q) + 2) eta + (4 m + d) u A``: ``H(q) = lse_C - E_q[z]``; the
       kernel's ``lse_C`` is within ``eta`` of the log-sum-exp of the perturbed scores, its
       weights are their softmax (``2 H(q) eta``, and ``eta`` for ``E[zeta - z]``), and
@@ -124,7 +138,7 @@ def fast_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy)
     eta = score_perturbation(n, head_dim, a)
     content = (2.0 * hq + 2.0) * eta + (4.0 * n + head_dim) * u * a
     return {
-        "sink_mass": 2.0 * s * (1.0 - s) * eta,
+        "sink_mass": 2.0 * s * (1.0 - s) * eta + float64_part(n, a, s),
         "entropy": (4.0 + 4.0 * h) * eta + (1.0 - s) * content,
         "content_entropy": content,
     }
@@ -137,7 +151,7 @@ def exact_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy
     scores and derives the statistics in float64 from four float32 row sums
     (:func:`attncoda.capture.statistics.row_statistics`).
 
-    - ``|ds| <= 2 s (1 - s) eta``: ``s = S / (S + C)`` of the sink and content sums; a
+    - ``|ds| <= 2 s (1 - s) eta`` (plus :func:`float64_part`): ``s = S / (S + C)``; a
       common factor of the probabilities cancels, and the ``m``-term sum ``C`` is inside
       ``eta``.
     - ``|dH| <= (2 H + 2) eta + (n + 2) u H``: ``H = log T - sum p log p / T`` with ``T``
@@ -161,7 +175,7 @@ def exact_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy
     with np.errstate(divide="ignore", invalid="ignore"):
         over = np.where(s < 1.0, h / (1.0 - s), np.inf)
     return {
-        "sink_mass": 2.0 * s * (1.0 - s) * eta,
+        "sink_mass": 2.0 * s * (1.0 - s) * eta + float64_part(n, a, s),
         "entropy": (2.0 * h + 2.0) * eta + (n + 2.0) * u * h,
         "content_entropy": (2.0 * hq + 2.0) * eta + (n + 4.0) * u * over,
     }

@@ -31,7 +31,7 @@ bounds.fast_bounds`), against exact arithmetic on the same float32 queries and k
 ``u = 2**-24``, ``n`` visible keys, ``m`` content keys, head dim ``d``,
 ``A = scaling * ||q|| * max_j ||k_j||`` and ``eta = (d + 2) u A + (8 n + 6 A + 8) u``:
 
-- sink mass: ``2 s (1 - s) eta``;
+- sink mass: ``2 s (1 - s) eta + 2 s (A + ln n + 8) 2**-53`` (the float64 steps);
 - ``H(q)``: ``(2 H(q) + 2) eta + (4 m + d) u A`` (nothing divided by ``1 - s``);
 - ``H``: ``(4 + 4 H) eta + (1 - s)`` times the ``H(q)`` bound.
 
