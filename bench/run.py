@@ -130,12 +130,21 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(figures))
     if args.record:
         path = Path(args.record)
-        path.write_text(
-            _markdown(started, time.perf_counter() - clock, setting, argv, tables, figures),
-            encoding="utf-8",
-        )
+        text = _markdown(started, time.perf_counter() - clock, setting, argv, tables, figures)
+        path.write_text(text + _kept_sections(path), encoding="utf-8")
         print(f"recorded in {path}")
     return 0
+
+
+def _kept_sections(path: Path) -> str:
+    """The section bench/fast_bounds.py writes into the file (its own run), kept as it was."""
+    from fast_bounds import TITLE
+
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    if TITLE not in old:
+        return ""
+    section = old[old.index(TITLE) :].split("\n## ", 1)[0]
+    return "\n" + section.rstrip("\n") + "\n"
 
 
 def machine() -> str:

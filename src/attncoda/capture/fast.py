@@ -24,13 +24,22 @@ mathematics"):
 Every statistic is exact (the same quantity as :func:`attncoda.capture.attention.
 row_statistics`) up to the kernel's float32 rounding. Because ``H(q)`` is read from the
 content keys' own log-sum-exp, never as ``(H - h(s) - s H_S) / (1 - s)``, its error does not
-grow as ``s -> 1``: no row is handed back to an exact recomputation. The bound, tested
-against float64 definitions (``tests/capture/test_fast.py``) up to ``1 - s = 1e-11`` and
-against the exact path: ``1e-5`` nats on float32 rows with scores of a few units. On
-SmolLM2 at L = 1024 the largest differences from the exact path are 3.4e-6 (sink mass),
-1.4e-5 nats (H), 1.6e-5 nats (H(q), rows with s <= 0.99) and 1.7e-5 nats (H(q), the
-3,204 rows with s > 0.99, up to 1 - s = 8e-11): the exact path's own float32 rounding
-is of the same order.
+grow as ``s -> 1``: no row is handed back to an exact recomputation.
+
+Error bounds (derived, per row; docs/design.md, "Error bounds"; :func:`attncoda.capture.
+bounds.fast_bounds`), against exact arithmetic on the same float32 queries and keys, with
+``u = 2**-24``, ``n`` visible keys, ``m`` content keys, head dim ``d``,
+``A = scaling * ||q|| * max_j ||k_j||`` and ``eta = (d + 2) u A + (8 n + 6 A + 8) u``:
+
+- sink mass: ``2 s (1 - s) eta + 2 s (A + ln n + 8) 2**-53`` (the float64 steps);
+- ``H(q)``: ``(2 H(q) + 2) eta + (4 m + d) u A`` (nothing divided by ``1 - s``);
+- ``H``: ``(4 + 4 H) eta + (1 - s)`` times the ``H(q)`` bound.
+
+The exact path has its own (:func:`attncoda.capture.bounds.exact_bounds`); the two paths
+on the same layer inputs differ by at most the sum, which ``tests/capture/
+test_fast_bounds.py`` checks on every row of SmolLM2 and Gemma 3 layers (the corpus and
+random tokens, L = 1024 and 4096) and against float64 up to ``1 - s = 1e-11``. The bounds
+are worst-case, far above what is measured (bench/fast_bounds.py, bench/RESULTS.md).
 
 Kernels: on CPU ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` (returns the
 output and the log-sum-exp; an additive float mask of the query's dtype); on CUDA
