@@ -5,7 +5,8 @@ TINY_SETTINGS = {
     "profile": {"docs": 2, "tokens": 32},
     "rows": {"docs": 3, "tokens": 32},
     "flips": {"n_boot": 20},
-    "train": {"size": "tiny", "steps": 16},
+    # the runs the predictor never saw have their own test (tests/run/test_reproduce.py)
+    "train": {"size": "tiny", "steps": 16, "unseen": False},
     "collapse": {"docs": 4, "tokens": 32},
     "prune": {
         "ks": [1, 2],

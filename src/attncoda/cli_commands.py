@@ -221,7 +221,13 @@ def _predictor_apply(args: argparse.Namespace) -> int:
             else f"predicted {row.predicted:.1%} "
             f"[{row.predicted_low:.1%}, {row.predicted_high:.1%}]"
         )
-        print(f"{row.model}: {said}; measured {row.measured:.1%}; {row.verdict}")
+        seen = getattr(row, "matched_training_model", "")
+        verdict = (
+            f"training model {seen} (matched by {row.matched_by}): no test"
+            if row.in_training_set and seen
+            else row.verdict
+        )
+        print(f"{row.model}: {said}; measured {row.measured:.1%}; {verdict}")
     return _finish(out)
 
 
@@ -277,6 +283,7 @@ def _train_tiny(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         lr=args.lr,
         corpus=args.text,
+        triggers=args.triggers,
     )
     result = train_tiny(
         args.out, config, threads=args.threads, overwrite=args.overwrite, progress=True

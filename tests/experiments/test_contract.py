@@ -320,6 +320,8 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
         "measured",
         "verdict",
         "in_training_set",
+        "matched_training_model",
+        "matched_by",
     ]
     got = frame.iloc[0]
     assert [got[f"feature_{k}"] for k in row["features"]] == list(row["features"].values())

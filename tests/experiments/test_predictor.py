@@ -17,6 +17,7 @@ from attncoda.experiments.predictor import (
     FEATURES,
     Prediction,
     Predictor,
+    apply_predictor,
     fit_predictor,
     predictor_row,
     sink_features,
@@ -371,3 +372,77 @@ def test_features_and_rows_from_head_rows():
     msg = "flips_result is for model 'model-1', not 'model-2'"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         predictor_row(head_rows(2), result)
+
+
+# ----------------------------------------------------------- training models by content
+
+RECIPE_A = {"config": {"task": "bigram-backcopy", "seed": 0, "steps": 2000}, "step": 2000}
+RECIPE_B = {"config": {"task": "bigram-backcopy", "seed": 1, "steps": 2000}, "step": 2000}
+
+
+def _identified():
+    """TRAIN with identities: "a" a checkpoint (hash and recipe), "b" a pretrained model."""
+    rows = [dict(r) for r in TRAIN]
+    rows[0]["identity"] = {"weights_sha256": "sha256:aa", "recipe": RECIPE_A}
+    rows[1]["identity"] = {"weights_sha256": "sha256:bb", "recipe": None}
+    return rows
+
+
+def test_a_training_model_is_matched_by_weights_then_recipe_then_name(tmp_path):
+    predictor = fit_predictor(_identified())
+    # the fit is the same with or without identities: they only name the training models
+    plain = fit_predictor(TRAIN)
+    assert predictor.coefficients == plain.coefficients and plain.identities == ()
+    match = predictor.training_match
+    assert match(["x"], {"weights_sha256": "sha256:bb", "recipe": None}) == ("b", "weights")
+    assert match(["x"], {"weights_sha256": "sha256:aa", "recipe": RECIPE_B}) == ("a", "weights")
+    # a retrained checkpoint whose weights differ in rounding: the same recipe
+    recipe = json.loads(json.dumps(RECIPE_A))  # key order and a JSON round trip do not matter
+    assert match(["x"], {"weights_sha256": "sha256:cc", "recipe": recipe}) == ("a", "recipe")
+    assert match(["c", "x"], {"weights_sha256": "sha256:cc", "recipe": None}) == ("c", "name")
+    assert match(["c"]) == ("c", "name")
+    # unseen: another recipe (seed 1), other weights, another name
+    assert match(["x"], {"weights_sha256": "sha256:cc", "recipe": RECIPE_B}) is None
+    assert match(["x"]) is None
+    # the identities travel with the file
+    path = freeze(predictor, tmp_path / "p.json")
+    loaded = Predictor.from_json(path)
+    assert loaded == predictor and loaded.identities == predictor.identities
+    data = json.loads(path.read_text())
+    assert data["training_identity"] == {
+        "a": {"weights_sha256": "sha256:aa", "recipe": RECIPE_A},
+        "b": {"weights_sha256": "sha256:bb", "recipe": None},
+    }
+    # a file that records none is read as before: names only
+    del data["training_identity"]
+    assert Predictor.from_dict(data).identities == ()
+
+
+def test_apply_says_which_training_model_a_row_is():
+    predictor = fit_predictor(_identified())
+    probe = row("renamed", 0.30, 0.10, 0.30)
+    probe["identity"] = {"weights_sha256": "sha256:zz", "recipe": RECIPE_A}
+    unseen = row("new", 0.30, 0.10, 0.30)
+    outcomes = apply_predictor(predictor, [probe, unseen, row("d", 0.3, 0.1, 0.3)])
+    assert [o["matched"] for o in outcomes] == [("a", "recipe"), None, ("d", "name")]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ([], "must map training models to their identity; got []"),
+        ({"zz": {"weights_sha256": None, "recipe": None}}, "names 'zz', which is no training"),
+        (
+            {"a": {"weights_sha256": None}},
+            "for 'a' must hold exactly 'weights_sha256' and 'recipe'",
+        ),
+        ({"a": {"weights_sha256": 5, "recipe": None}}, "for 'a': weights_sha256 5 is not a string"),
+        ({"a": {"weights_sha256": None, "recipe": [1]}}, "for 'a': recipe [1] is not an object"),
+    ],
+)
+def test_invalid_training_identity(frozen, value, expected):
+    path, data = frozen
+    data["training_identity"] = value
+    msg = f"invalid predictor file {str(path)!r}: key 'training_identity' {expected}"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        Predictor.from_json(rewrite(path, data))

@@ -184,10 +184,11 @@ def test_measured_numbers_are_the_tables(tiny_run, page):
         assert fmt_ratio(g["ratio"].max()) in text
 
     predictor = pd.read_parquet(tiny_run / "tables" / "predictor.parquet")
-    counts = predictor["verdict"].value_counts()
+    unseen = predictor[~predictor["in_training_set"]]
+    counts = unseen["verdict"].value_counts()
     text = page.text_of("predictor")
     expected = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("confirmed", "abstained", "failed"))
-    assert f"{expected} over {len(predictor)} row(s)" in text
+    assert f"{expected} over {len(unseen)} unseen model(s)" in text
 
 
 def test_self_contained_no_script_no_external_url(report, page):
@@ -205,6 +206,26 @@ def test_rendering_again_gives_identical_bytes(tiny_run, tmp_path):
     copy = copy_run(tiny_run, tmp_path / "copy")
     # the fixture rendered the first one; the copy's render is the second
     assert render_report(copy).read_bytes() == (tiny_run / "report.html").read_bytes()
+
+
+def test_the_predictor_counts_only_unseen_models_and_labels_training_models(tiny_run, tmp_path):
+    copy = copy_run(tiny_run, tmp_path / "copy")
+    path = copy / "tables" / "predictor.parquet"
+    table = pd.read_parquet(path)
+    assert len(table) >= 2 and not table["in_training_set"].any()
+    # the first row becomes a training model found by its recipe, confirmed by its verdict
+    table.loc[0, ["in_training_set", "verdict"]] = [True, "confirmed"]
+    table.loc[0, ["matched_training_model", "matched_by"]] = ["bb-seed0@step2000", "recipe"]
+    table.to_parquet(path)
+    page = Page(render_report(copy).read_text(encoding="utf-8"))
+    text = page.text_of("predictor")
+    unseen = [str(v) for v in table["verdict"][1:]]
+    counts = ", ".join(f"{unseen.count(v)} {v}" for v in ("confirmed", "abstained", "failed"))
+    assert f"{counts} over {len(unseen)} unseen model(s)" in text
+    assert "1 (no test: listed apart, never counted as confirmations)" in text
+    assert text.count("training model (no test)") == 1
+    assert "bb-seed0@step2000 (recipe)" in text
+    assert text.count("no: unseen") == len(unseen)
 
 
 def test_a_folder_without_tables_is_refused_by_name(tmp_path):

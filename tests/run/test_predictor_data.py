@@ -26,6 +26,8 @@ def _fake_rows(root: Path) -> None:
             "model": name,
             "features": {"mean_sink_mass": mass, "std_sink_mass": std, "mean_sink_share": share},
             "flip_rates": dict.fromkeys(METRICS, rate),
+            # what model_rows records of a loaded model (a checkpoint has a recipe too)
+            "identity": {"weights_sha256": f"sha256:{name}", "recipe": None},
         }
         (root / "rows").mkdir(parents=True, exist_ok=True)
         (root / "rows" / f"{name}.json").write_text(json.dumps(row))
@@ -37,6 +39,9 @@ def test_regenerate_fits_on_the_training_models_and_checks_the_held_out_ones(tmp
     printed = capsys.readouterr().out
     predictor = Predictor.from_json(tmp_path / "flip_predictor.json")
     assert predictor.training_models == TRAINING
+    assert {i.model: i.weights_sha256 for i in predictor.identities} == {
+        m: f"sha256:{m}" for m in TRAINING
+    }
     data = json.loads((tmp_path / "flip_predictor_rows.json").read_text())
     assert [r["model"] for r in data["held_out"]] == list(HELD_OUT)
     for r in data["held_out"]:
@@ -67,3 +72,23 @@ def test_the_shipped_held_out_verdicts_are_those_of_the_readme():
     for stored, outcome in zip(data["held_out"], outcomes, strict=True):
         assert outcome["verdict"] == stored["verdict"]
         assert f"`{stored['model']}` **{stored['verdict']}**" in readme
+
+
+def test_the_shipped_predictor_knows_its_training_models_by_content():
+    from attncoda.run.predictor_data import SERIES
+
+    predictor = Predictor.from_json(shipped_predictor())
+    identities = {i.model: i for i in predictor.identities}
+    assert set(identities) == set(TRAINING)
+    # the pretrained models by their weights; every train-tiny checkpoint by its recipe,
+    # the config of its series (PROVENANCE.md) at its step
+    assert all(identities[m].weights_sha256 for m in ("smollm2", "minilm"))
+    for model in TRAINING:
+        series, at, step = model.partition("@")
+        if not at:
+            assert identities[model].recipe is None
+            continue
+        recipe = json.loads(identities[model].recipe)
+        assert recipe["step"] == int(step.removeprefix("step"))
+        for key, value in SERIES[series].items():
+            assert recipe["config"].get(key, "text") == value, (model, key)

@@ -333,3 +333,58 @@ def test_reproduce_and_sweep_run_their_units_through_one_executor(monkeypatch, t
     assert seen == [("reproduce", 1), ("reproduce", 1)]
     assert_same_tables(tmp_path / "r", tmp_path / "s")
     assert isinstance(executors.OnRay(local=1), executors.Executor)
+
+
+UNSEEN_SETTINGS = {**SETTINGS, "train": {**SETTINGS["train"], "unseen": True}}
+
+
+def test_the_predictor_is_applied_to_bigram_backcopy_runs_it_never_saw():
+    from attncoda.run.train import UNSEEN_SERIES
+
+    config = run_config([], experiments=["collapse", "predictor"], settings=UNSEEN_SETTINGS)
+    unseen = config["series"]["unseen"]
+    # at most the series' own 16 steps each, trained under the run folder
+    assert [(n, s, spec) for n, s, spec, _ in unseen] == [
+        (name, 16, f"run:series/unseen/{name}/step16") for name in UNSEEN_SERIES
+    ]
+    found = plan(config)
+    train = next(u for u in found.units if u.experiment == "train")
+    units = [u for u in found.units if u.model in UNSEEN_SERIES]
+    assert [u.key for u in units] == [f"predictor/{name}@step16" for name in UNSEEN_SERIES]
+    assert all(found.waits_for(u) == (train,) for u in units)
+    # none without the predictor, on the text task, or when switched off
+    assert (
+        run_config([], experiments=["collapse"], settings=UNSEEN_SETTINGS)["series"]["unseen"] == []
+    )
+    text = {**UNSEEN_SETTINGS, "train": {**UNSEEN_SETTINGS["train"], "task": "text"}}
+    assert (
+        run_config([], experiments=["collapse", "predictor"], settings=text)["series"]["unseen"]
+        == []
+    )
+    assert (
+        run_config([], experiments=["collapse", "predictor"], settings=SETTINGS)["series"]["unseen"]
+        == []
+    )
+
+
+def test_a_run_trains_the_unseen_runs_and_reports_them_unseen(tmp_path):
+    from attncoda.run.train import UNSEEN_SERIES
+    from attncoda.training.identity import checkpoint_recipe
+
+    out = tmp_path / "run"
+    reproduce(
+        [], out, experiments=["collapse", "predictor"], settings=UNSEEN_SETTINGS, progress=False
+    )
+    table = pd.read_parquet(out / "tables" / "predictor.parquet")
+    rows = table.set_index("model")
+    for name, fields in UNSEEN_SERIES.items():
+        recipe = checkpoint_recipe(out / "series" / "unseen" / name / "step16")
+        assert recipe is not None and recipe["step"] == 16
+        assert {k: recipe["config"].get(k) for k in ("seed", "size")} == {
+            "seed": fields["seed"],
+            "size": fields.get("size", "tiny"),
+        }
+        assert recipe["config"]["task_config"]["n_triggers"] == fields.get("triggers", 3)
+        assert not rows.loc[name, "in_training_set"]
+        assert rows.loc[name, "matched_training_model"] == rows.loc[name, "matched_by"] == ""
+    assert set(table["model"]) == {"train-tiny", *UNSEEN_SERIES}

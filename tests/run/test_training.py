@@ -101,3 +101,38 @@ def test_collapse_on_the_default_series_splits_exactly_and_the_sink_dominates(
     model = table.query("pair_kind == 'first_last' and level == 'model'").iloc[0]
     # Measured 79% (README); a sink that grows must carry most of the drop.
     assert model["delta_entropy"] < 0 and model["sink_share"] > 0.5
+
+
+@pytest.mark.slow
+def test_predictor_apply_shipped_knows_the_default_series_as_a_training_model(
+    default_series, tmp_path, capsys
+):
+    """``train-tiny --task bigram-backcopy --seed 0`` at step 2000 is the recipe of the
+    shipped predictor's training model ``bigram-backcopy-seed0@step2000``: it is reported as
+    that training model, not as a test. Training is deterministic for one thread count on
+    one machine, but bit-identical weights across CPUs (Intel, AMD) are not guaranteed, so
+    the match may be by weights (where they are identical to those hashed into the file) or
+    by the recorded recipe (task, full config, seed, step); the recipe alone must match."""
+    from attncoda.cli import main
+    from attncoda.experiments.predictor import Predictor, shipped_predictor
+    from attncoda.training.identity import checkpoint_recipe
+
+    folder, _ = default_series
+    out = tmp_path / "apply"
+    args = ["predictor", "apply", "shipped", str(folder / "step2000"), "--docs", "2"]
+    assert main([*args, "--out", str(out)]) == 0
+    (row,) = pd.read_parquet(out / "tables" / "predictor.parquet").to_dict("records")
+    assert row["in_training_set"]
+    assert row["matched_training_model"] == "bigram-backcopy-seed0@step2000"
+    assert row["matched_by"] in ("weights", "recipe")
+    said = f"training model bigram-backcopy-seed0@step2000 (matched by {row['matched_by']})"
+    assert said in capsys.readouterr().out
+    predictor = Predictor.from_json(shipped_predictor())
+    by_recipe = {"weights_sha256": None, "recipe": checkpoint_recipe(folder / "step2000")}
+    assert predictor.training_match(["x"], by_recipe) == (
+        "bigram-backcopy-seed0@step2000",
+        "recipe",
+    )
+    # step1000 of the same run was held out of the fit: no training model
+    held_out = {"weights_sha256": None, "recipe": checkpoint_recipe(folder / "step1000")}
+    assert predictor.training_match(["x"], held_out) is None

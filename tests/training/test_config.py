@@ -26,6 +26,7 @@ def test_text_defaults_resolve_to_the_task_values():
         vocab_size=1024,
         val_fraction=0.05,
         corpus=None,
+        triggers=3,
     )
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,10 @@ class HeadRows:
         One entry per document, all with ``n_layers * n_heads`` heads.
     sink_mass : ndarray, shape (head,)
         Mean sink mass of each head over the rows that have content.
+    identity : mapping or None
+        What identifies the model the rows were read from, by content
+        (:func:`attncoda.training.identity.model_identity`: ``weights_sha256`` and, for a
+        ``train-tiny`` checkpoint, its ``recipe``); ``None`` for attention handed in.
     """
 
     model: str
@@ -52,6 +57,7 @@ class HeadRows:
     n_heads: int
     docs: tuple[DocRows, ...]
     sink_mass: np.ndarray
+    identity: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         n = self.n_layers * self.n_heads

@@ -90,18 +90,22 @@ def sink_features(head_rows: HeadRows, squares: SquaredSplit | None = None) -> d
 def predictor_row(
     head_rows: HeadRows, flips_result: FlipsResult, squares: SquaredSplit | None = None
 ) -> dict[str, Any]:
-    """A training (or test) row: ``{"model", "features", "flip_rates"}`` for one model."""
+    """A training (or test) row: ``{"model", "features", "flip_rates"}`` for one model, and
+    ``"identity"`` (weights hash and ``train-tiny`` recipe) when the rows carry one."""
     if flips_result.model != head_rows.model:
         raise AttncodaError(
             f"flips_result is for model {flips_result.model!r}, not {head_rows.model!r}"
         )
     table = flips_result.table
     rates = zip(table["metric"], table["flip_rate"], strict=True)
-    return {
+    row: dict[str, Any] = {
         "model": head_rows.model,
         "features": sink_features(head_rows, squares),
         "flip_rates": {str(m): float(r) for m, r in rates},
     }
+    if head_rows.identity is not None:
+        row["identity"] = dict(head_rows.identity)
+    return row
 
 
 def shipped_predictor() -> Path:
@@ -128,7 +132,9 @@ def apply_predictor(
     list of dict
         Per row: ``model``, ``features``, ``prediction`` (a :class:`Prediction`),
         ``measured`` (the flip rate of the predictor's target: the mean over the row's
-        metrics, or one metric) and ``verdict`` (:func:`verdict`).
+        metrics, or one metric), ``verdict`` (:func:`verdict`) and ``matched`` (``None``
+        for a model the predictor has not seen, else ``(training model, how)``:
+        :meth:`Predictor.training_match` on the row's name and ``identity``).
     """
     if not isinstance(predictor, Predictor):
         predictor = Predictor.from_json(
@@ -150,6 +156,7 @@ def apply_predictor(
                 "prediction": prediction,
                 "measured": measured,
                 "verdict": verdict(prediction, measured),
+                "matched": predictor.training_match([row["model"]], row.get("identity")),
             }
         )
     return outcomes
@@ -183,8 +190,12 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     """The frozen predictor applied to the unit's model: one row of sink features, the
     prediction (or abstention), the measured flip rate of its flips unit and the verdict.
 
-    ``in_training_set`` says whether the predictor was fitted on this model: a training
-    model named ``model`` or ``"model revision"`` (a checkpoint of a series).
+    ``in_training_set`` says whether the predictor was fitted on this model, and
+    ``matched_training_model`` and ``matched_by`` which training model it is and how
+    (:meth:`Predictor.training_match`; both ``""`` for an unseen model): the same weights
+    (hash), the same ``train-tiny`` recipe (task, full config, seed, step) or the same name
+    (``model`` or ``"model revision"``, a checkpoint of a series). Only unseen models test
+    the predictor.
     """
     import pandas as pd
 
@@ -195,6 +206,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     (outcome,) = apply_predictor(predictor, [predictor_row(rows, flips_result)])
     model, revision = inputs.model, inputs.revision
     label = model if revision == NO_REVISION else f"{model} {revision}"
+    matched = predictor.training_match([label, model], rows.identity)
     p = outcome["prediction"]
     record = {
         **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
@@ -205,7 +217,9 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         "predicted_high": p.high,
         "measured": outcome["measured"],
         "verdict": outcome["verdict"],
-        "in_training_set": any(label == t or model == t for t in predictor.training_models),
+        "in_training_set": matched is not None,
+        "matched_training_model": "" if matched is None else matched[0],
+        "matched_by": "" if matched is None else matched[1],
     }
     frame = pd.DataFrame([record])
     for column in ("predicted", "predicted_low", "predicted_high"):

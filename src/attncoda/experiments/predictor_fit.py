@@ -13,7 +13,13 @@ import numpy as np
 
 from attncoda import __version__
 from attncoda._errors import AttncodaError
-from attncoda.experiments.predictor_model import DEFAULT_COVERAGE, FEATURES, Predictor
+from attncoda.experiments.predictor_model import (
+    DEFAULT_COVERAGE,
+    FEATURES,
+    Predictor,
+    TrainingIdentity,
+)
+from attncoda.training.identity import recipe_key
 
 __all__ = ["fit_predictor"]
 
@@ -31,8 +37,10 @@ def fit_predictor(
     ----------
     rows : sequence of mapping
         One per training model: ``{"model": str, "features": {name: float},
-        "flip_rates": {metric: float}}`` (see :func:`predictor_row`). Every row must hold
-        the same metrics.
+        "flip_rates": {metric: float}}`` (see :func:`predictor_row`), and optionally
+        ``"identity"`` (``{"weights_sha256", "recipe"}``,
+        :func:`attncoda.training.identity.model_identity`), which the predictor records to
+        recognise its training models by content. Every row must hold the same metrics.
     features : sequence of str
         Which features to regress on.
     target : str
@@ -97,6 +105,15 @@ def fit_predictor(
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         loo_residuals=tuple(loo),
         coverage=float(coverage),
+        identities=tuple(
+            TrainingIdentity(
+                str(row["model"]),
+                row["identity"].get("weights_sha256"),
+                recipe_key(row["identity"].get("recipe")),
+            )
+            for row in rows
+            if isinstance(row.get("identity"), Mapping)
+        ),
     )
 
 

@@ -4,9 +4,10 @@ on a measured model (docs/design.md, "The experiments", predictor).
 
 from __future__ import annotations
 
+import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,15 +15,18 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.store import read_json
+from attncoda.training.identity import recipe_key
 
 __all__ = [
     "DEFAULT_COVERAGE",
     "FEATURES",
     "FILE_FORMAT",
     "FILE_KIND",
+    "MATCHES",
     "VERDICTS",
     "Prediction",
     "Predictor",
+    "TrainingIdentity",
     "verdict",
 ]
 
@@ -32,6 +36,30 @@ FILE_FORMAT = 2
 VERDICTS = ("confirmed", "abstained", "failed")
 #: Default share of new models the interval aims to cover (see the module docstring).
 DEFAULT_COVERAGE = 0.8
+#: How a model is matched to a training model, strongest first (:meth:`Predictor.training_match`).
+MATCHES = ("weights", "recipe", "name")
+
+
+@dataclass(frozen=True)
+class TrainingIdentity:
+    """What identifies one of a predictor's training models by content.
+
+    Attributes
+    ----------
+    model : str
+        The training model's name (one of :attr:`Predictor.training_models`).
+    weights_sha256 : str or None
+        :func:`attncoda.training.identity.weights_sha256` of it, as loaded by
+        :func:`attncoda.load_model` in float32.
+    recipe : str or None
+        A ``train-tiny`` checkpoint's recipe (:func:`attncoda.training.identity.
+        checkpoint_recipe`) as canonical JSON (:func:`~attncoda.training.identity.
+        recipe_key`); ``None`` for a pretrained model.
+    """
+
+    model: str
+    weights_sha256: str | None = None
+    recipe: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +116,9 @@ class Predictor:
     coverage : float
         The share of new models the interval aims to cover.
     training_models : tuple of str
+    identities : tuple of TrainingIdentity
+        What identifies training models by content (empty in a file that records none:
+        then a model is matched by name only).
     version : str
         ``attncoda.__version__`` at fit time.
     created : str
@@ -107,6 +138,41 @@ class Predictor:
     created: str
     loo_residuals: tuple[float, ...] = ()
     coverage: float = DEFAULT_COVERAGE
+    identities: tuple[TrainingIdentity, ...] = ()
+
+    def training_match(
+        self, names: Sequence[str], identity: Mapping[str, Any] | None = None
+    ) -> tuple[str, str] | None:
+        """The training model a model is, and how it was matched; ``None`` when unseen.
+
+        Parameters
+        ----------
+        names : sequence of str
+            The model's names (e.g. ``"train-tiny step2000"`` and ``"train-tiny"``).
+        identity : mapping, optional
+            :func:`attncoda.training.identity.model_identity` of the model:
+            ``weights_sha256`` and ``recipe``.
+
+        Returns
+        -------
+        (str, str) or None
+            ``(training model, how)``, ``how`` in :data:`MATCHES`: equal weights hashes
+            first, then equal ``train-tiny`` recipes (task, full config, seed, step: a
+            retrained checkpoint whose weights differ in rounding on another CPU or thread
+            count), then equal names.
+        """
+        weights = (identity or {}).get("weights_sha256")
+        recipe = recipe_key((identity or {}).get("recipe"))
+        for ident in self.identities:
+            if weights is not None and ident.weights_sha256 == weights:
+                return ident.model, "weights"
+        for ident in self.identities:
+            if recipe is not None and ident.recipe == recipe:
+                return ident.model, "recipe"
+        for model in self.training_models:
+            if model in names:
+                return model, "name"
+        return None
 
     def apply(self, features: Mapping[str, float]) -> Prediction:
         """Predict the flip rate of a model from its features, or abstain.
@@ -166,6 +232,13 @@ class Predictor:
             "coverage": self.coverage,
             "loo_residuals": list(self.loo_residuals),
             "training_models": list(self.training_models),
+            "training_identity": {
+                i.model: {
+                    "weights_sha256": i.weights_sha256,
+                    "recipe": None if i.recipe is None else json.loads(i.recipe),
+                }
+                for i in self.identities
+            },
             "attncoda_version": self.version,
             "created": self.created,
         }
@@ -256,7 +329,35 @@ class Predictor:
             created=data["created"],
             loo_residuals=loo,
             coverage=coverage,
+            identities=_identities(data.get("training_identity", {}), training_models, where),
         )
+
+
+def _identities(
+    value: Any, training_models: tuple[str, ...], where: str
+) -> tuple[TrainingIdentity, ...]:
+    """The ``training_identity`` object of a file (absent in files that record none)."""
+    where = f"{where}: key 'training_identity'"
+    if not isinstance(value, dict):
+        raise AttncodaError(f"{where} must map training models to their identity; got {value!r}")
+    found = []
+    for model, ident in value.items():
+        if model not in training_models:
+            raise AttncodaError(f"{where} names {model!r}, which is no training model")
+        if not isinstance(ident, dict) or set(ident) != {"weights_sha256", "recipe"}:
+            raise AttncodaError(
+                f"{where} for {model!r} must hold exactly 'weights_sha256' and 'recipe'; "
+                f"got {ident!r}"
+            )
+        weights, recipe = ident["weights_sha256"], ident["recipe"]
+        if weights is not None and not isinstance(weights, str):
+            raise AttncodaError(
+                f"{where} for {model!r}: weights_sha256 {weights!r} is not a string"
+            )
+        if recipe is not None and not isinstance(recipe, dict):
+            raise AttncodaError(f"{where} for {model!r}: recipe {recipe!r} is not an object")
+        found.append(TrainingIdentity(model, weights, recipe_key(recipe)))
+    return tuple(found)
 
 
 def _number(data: Mapping[str, Any], key: str, where: str) -> float:

@@ -31,8 +31,9 @@ def predictor_figure(table: pd.DataFrame) -> Figure:
     Returns
     -------
     matplotlib.figure.Figure
-        One row per model, labelled with its verdict; an abstention shows the measured
-        rate alone.
+        One row per model, labelled with its verdict (a training model, by the table's
+        ``in_training_set``, is labelled as such: its verdict is no test); an abstention
+        shows the measured rate alone.
     """
     columns = ("model", "revision", "abstained", "predicted", "predicted_low", "predicted_high")
     missing = [c for c in (*columns, "measured", "verdict") if c not in table.columns]
@@ -50,7 +51,7 @@ def predictor_figure(table: pd.DataFrame) -> Figure:
             ax.plot([low, high], [yi, yi], color="#2e86c1", lw=5, alpha=0.5, solid_capstyle="butt")
             ax.plot([float(r["predicted"])], [yi], "o", color="#2e86c1")
         ax.plot([float(r["measured"])], [yi], "x", color="#c0392b", ms=8, mew=2)
-    ax.set_yticks(y, [f"{label}: {r['verdict']}" for label, r in rows], fontsize=8)
+    ax.set_yticks(y, [f"{label}: {_said(r)}" for label, r in rows], fontsize=8)
     from matplotlib.ticker import PercentFormatter
 
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
@@ -58,3 +59,9 @@ def predictor_figure(table: pd.DataFrame) -> Figure:
     ax.set_title("Frozen predictor: interval and prediction (blue), measured (red ×)", fontsize=10)
     ax.grid(alpha=0.3, axis="x")
     return fig
+
+
+def _said(r: dict) -> str:
+    if bool(r.get("in_training_set", False)):
+        return "training model, no test"
+    return str(r["verdict"])

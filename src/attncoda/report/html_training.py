@@ -34,7 +34,13 @@ _VERDICTS = ("confirmed", "abstained", "failed")
 
 
 def predictor_section(ctx: Context) -> str:
-    """The shipped frozen predictor on each model: prediction or abstention, measured, verdict."""
+    """The shipped frozen predictor on each model: prediction or abstention, measured, verdict.
+
+    Only models the predictor has not seen test it: the counts of confirmed, abstained and
+    failed are over those alone. A training model (matched by weights, ``train-tiny`` recipe
+    or name: the table's ``matched_training_model`` and ``matched_by``) is listed as such,
+    its verdict no confirmation.
+    """
     from attncoda.report.figures import figure
 
     rows = ctx.need("predictor")
@@ -42,18 +48,21 @@ def predictor_section(ctx: Context) -> str:
         "keep vs drop flip rate, mean over the row metrics (predicted and measured), "
         f"sink = {ctx.sink}"
     )
-    verdicts = [str(v) for v in rows["verdict"]]
-    trained = [bool(v) for v in rows["in_training_set"]]
-    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in _VERDICTS)
-    held_out = [v for v, t in zip(verdicts, trained, strict=True) if not t]
-    held = ", ".join(f"{held_out.count(v)} {v}" for v in _VERDICTS)
+    records = [r for _, g in groups(rows) for r in g.to_dict("records")]
+    unseen = [str(r["verdict"]) for r in records if not bool(r["in_training_set"])]
+    held = ", ".join(f"{unseen.count(v)} {v}" for v in _VERDICTS)
+    n_trained = len(records) - len(unseen)
     claims = [
         (
-            "Verdicts of the frozen predictor on models it was not fitted on",
+            "Verdicts of the frozen predictor on models it has not seen",
             "1 confirmation, 1 abstention, 1 failure",
-            f"{held} over {len(held_out)} row(s) not in its training set",
+            f"{held} over {len(unseen)} unseen model(s)",
         ),
-        ("Verdicts over every row of this run", "—", f"{counts} over {len(verdicts)} row(s)"),
+        (
+            "Training models of the predictor among this run's models",
+            "—",
+            f"{n_trained} (no test: listed apart, never counted as confirmations)",
+        ),
     ]
     features = [c for c in rows.columns if c.startswith("feature_")]
     body = []
@@ -66,22 +75,23 @@ def predictor_section(ctx: Context) -> str:
                     f"{fmt_pct(r['predicted'])} [{fmt_pct(r['predicted_low'])}, "
                     f"{fmt_pct(r['predicted_high'])}]"
                 )
+            trained = bool(r["in_training_set"])
             body.append(
                 (
-                    label + (" *" if bool(r["in_training_set"]) else ""),
+                    label + (" *" if trained else ""),
                     *(fmt_num(r[c], 4) for c in features),
                     predicted,
                     fmt_pct(r["measured"]),
-                    str(r["verdict"]),
-                    "yes" if bool(r["in_training_set"]) else "no",
+                    "training model (no test)" if trained else str(r["verdict"]),
+                    _matched(r) if trained else "no: unseen",
                     "" if is_missing(r["reason"]) else str(r["reason"]),
                 )
             )
     return (
         paper_vs_measured(convention, claims)
         + table(
-            "The shipped frozen predictor per model (* = the model was in its training set, "
-            "so its verdict is no test)",
+            "The shipped frozen predictor per model (* = one of its training models, so its "
+            "verdict is no test)",
             convention,
             (
                 "model",
@@ -89,23 +99,33 @@ def predictor_section(ctx: Context) -> str:
                 "predicted [interval]",
                 "measured",
                 "verdict",
-                "in training set",
+                "training model (matched by)",
                 "reason",
             ),
             body,
         )
         + note(
             "confirmed: the measured flip rate lies inside the predicted interval; failed: it "
-            "lies outside; abstained: a feature is outside the predictor's training range."
+            "lies outside; abstained: a feature is outside the predictor's training range. "
+            "A model is a training model when its weights hash, its train-tiny recipe (task, "
+            "config, seed, step) or its name equals one of the predictor's training models'."
         )
         + figure_or_note(
             lambda: figure("predictor", {"predictor": rows}),
             alt="Predicted flip-rate interval and measured flip rate per model",
             caption="The frozen predictor's interval and point prediction beside the measured "
-            "flip rate, per model.",
+            "flip rate, per model (training models labelled as such).",
             convention=convention,
         )
     )
+
+
+def _matched(r: dict[str, Any]) -> str:
+    """``"<training model> (<how>)"``; a table written before the columns existed: "yes"."""
+    model = r.get("matched_training_model")
+    if model is None or is_missing(model) or not str(model):
+        return "yes"
+    return f"{model} ({r.get('matched_by')})"
 
 
 # collapse ------------------------------------------------------------------------------------

@@ -182,6 +182,16 @@ def capture_corpus(
     return Captured(spec=spec, info=info, capture=cap, config=config)
 
 
+def identity_of(loaded: tuple) -> dict[str, Any]:
+    """:func:`attncoda.training.identity.model_identity` of a loaded ``(model, tokenizer,
+    info)``: its weights hash and, for a local ``train-tiny`` checkpoint, its recipe."""
+    from attncoda.training.identity import model_identity
+
+    model, _, info = loaded
+    folder = info.name_or_path if getattr(info, "source", None) == "local" else None
+    return model_identity(model, folder)
+
+
 def head_rows(captured: Captured) -> HeadRows:
     """The recorded rows of every head of a captured model (see
     :func:`attncoda.experiments.inputs.head_rows`), labelled with its spec."""

@@ -12,7 +12,9 @@ A run config is a JSON-able dict. Its keys:
 - ``train``: the train-tiny series a run trains for collapse (:class:`TrainSeries`), or
   ``None`` when a series is given or collapse is not run;
 - ``series``: the checkpoint series of collapse (its points ``[step, label, spec]``; a spec
-  ``run:<path>`` is relative to the run folder), or ``None``;
+  ``run:<path>`` is relative to the run folder), or ``None``; a trained Bigram-Backcopy
+  series also lists, under ``unseen``, the runs the predictor never saw that the train unit
+  trains beside it (:func:`attncoda.run.train.unseen_points`);
 - ``attentions``: given attention files read instead of models, or ``None``;
 - ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast
   path's, resolved: ``triton`` or ``sdpa``) for ``method="fast"`` only.
@@ -78,6 +80,13 @@ class TrainSeries:
     window: int | None = None
     batch_size: int | None = None
     lr: float | None = None
+    unseen: bool = field(
+        default=True,
+        metadata={
+            "help": "also train the Bigram-Backcopy runs the shipped predictor never saw and "
+            "apply it to them (attncoda.run.train.UNSEEN_SERIES)"
+        },
+    )
 
 
 #: Each scale as overrides of the defaults (the experiments' Settings, :class:`Rows`,
@@ -249,7 +258,11 @@ def run_config(
             settings_dict(settings_from(Rows, overrides.get("rows"))) if "rows" in needs else None
         ),
         "train": train,
-        "series": _series_config(series, train) if "collapse" in planned else None,
+        "series": (
+            _series_config(series, train, unseen="predictor" in planned and bool(train))
+            if "collapse" in planned
+            else None
+        ),
         "attentions": (
             {"files": files, "tokens": tokens and str(Path(tokens).resolve()), "kind": kind}
             if files
@@ -278,7 +291,9 @@ def _kernel(kernel: str, method: str, device: str) -> str | None:
     return resolve_kernel(kernel, resolve_device(device))
 
 
-def _series_config(series: str | None, train: Mapping[str, Any] | None) -> dict[str, Any]:
+def _series_config(
+    series: str | None, train: Mapping[str, Any] | None, *, unseen: bool = False
+) -> dict[str, Any]:
     if series is None:
         from attncoda.data.tasks import TASKS
         from attncoda.training.train import TASK_DEFAULTS, checkpoint_steps
@@ -289,11 +304,19 @@ def _series_config(series: str | None, train: Mapping[str, Any] | None) -> dict[
             raise AttncodaError(f"unknown train task {task!r}: use one of {', '.join(TASKS)}")
         n_steps = train["steps"] or TASK_DEFAULTS[task]["steps"]
         steps = checkpoint_steps(int(n_steps))
+        from attncoda.run.train import unseen_points
+
         return {
             "name": "train-tiny",
             "spec": None,
             "task": task,
             "points": [[s, f"step{s}", f"run:series/train-tiny/step{s}"] for s in steps],
+            # models the predictor never saw, trained beside the series (run/train.py)
+            "unseen": (
+                unseen_points(int(n_steps))
+                if unseen and train.get("unseen", True) and task == "bigram-backcopy"
+                else []
+            ),
         }
     from attncoda.models.series import parse_series
 

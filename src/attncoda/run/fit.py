@@ -30,13 +30,24 @@ def model_rows(
     loaded: tuple | None = None,
 ) -> Any:
     """The recorded rows of every head of ``spec`` (:class:`Rows` windows, ``rows``
-    overriding its defaults), labelled ``name`` (default: the spec). ``loaded``: the model
-    already loaded, ``(model, tokenizer, info)``."""
+    overriding its defaults), labelled ``name`` (default: the spec), with the model's
+    identity (weights hash, ``train-tiny`` recipe). ``loaded``: the model already loaded,
+    ``(model, tokenizer, info)``."""
     from dataclasses import replace
 
-    from attncoda.run.common import capture_corpus, head_rows
+    from attncoda.models.load import load_model
+    from attncoda.run.common import (
+        capture_corpus,
+        check_dtype,
+        head_rows,
+        identity_of,
+        resolve_device,
+    )
 
     windows = settings_from(Rows, rows)
+    if loaded is None:
+        check_dtype(dtype)
+        loaded = load_model(spec, dtype=dtype, device=resolve_device(device))
     captured = capture_corpus(
         spec,
         text=text,
@@ -51,7 +62,7 @@ def model_rows(
         method=method,
         kernel=kernel,
     )
-    found = head_rows(captured)
+    found = replace(head_rows(captured), identity=identity_of(loaded))
     return found if name is None else replace(found, model=name)
 
 

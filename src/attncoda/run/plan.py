@@ -3,7 +3,9 @@
 Units come from the run config (:mod:`attncoda.run.config`): every per-model experiment
 on every model, in the order of :data:`attncoda.experiments.contract.EXPERIMENTS`; then,
 for collapse, the unit that trains the default series, one unit per checkpoint, and the
-experiments of :data:`SERIES_ENDS` on the first and last checkpoint. A unit waits for
+experiments of :data:`SERIES_ENDS` on the first and last checkpoint and on the last
+checkpoint of each run the predictor never saw (the series config's ``unseen``, trained by
+the train unit). A unit waits for
 
 - the units of the experiments its own runs after (``Experiment.after``), same model and
   revision, when they are planned (one that is not is computed where the unit runs);
@@ -86,27 +88,44 @@ def resolve(root: str | Path, spec: str) -> str:
     return str(Path(root) / spec[len(RUN_PREFIX) :]) if spec.startswith(RUN_PREFIX) else spec
 
 
-def series_point(config: Mapping[str, Any], root: str | Path, label: str) -> Any:
+def _points(config: Mapping[str, Any], model: str) -> list[tuple[int, str, str]]:
+    """``(step, label, spec)`` of the checkpoints named ``model``: the series' points, or
+    the last checkpoint of a run of the series config's ``unseen``."""
+    series = config.get("series") or {}
+    if not series:
+        return []
+    if model == series["name"]:
+        return [(int(s), str(label), str(spec)) for s, label, spec in series["points"]]
+    return [
+        (int(step), f"step{step}", str(spec))
+        for name, step, spec, _ in series.get("unseen", [])
+        if name == model
+    ]
+
+
+def series_point(
+    config: Mapping[str, Any], root: str | Path, label: str, model: str | None = None
+) -> Any:
     """The :class:`attncoda.models.series.SeriesPoint` of checkpoint ``label`` of the run's
-    series, its spec resolved under ``root``."""
+    series (or of the unseen run ``model``), its spec resolved under ``root``."""
     from attncoda.models.series import SeriesPoint
 
-    for step, name, spec in (config.get("series") or {}).get("points", []):
+    series = config.get("series") or {}
+    for step, name, spec in _points(config, model or series.get("name", "")):
         if name == label:
-            return SeriesPoint(step=int(step), label=name, spec=resolve(root, spec))
+            return SeriesPoint(step=step, label=name, spec=resolve(root, spec))
     raise AttncodaError(f"the run's series has no checkpoint {label!r}")
 
 
 def reads_series(unit: Unit, config: Mapping[str, Any]) -> bool:
-    """Whether ``unit`` reads a checkpoint of the run's series."""
-    series = config.get("series") or {}
-    return bool(series) and unit.model == series["name"] and unit.revision != NO_REVISION
+    """Whether ``unit`` reads a checkpoint of the run's series (or of an unseen run)."""
+    return unit.revision != NO_REVISION and bool(_points(config, unit.model))
 
 
 def _reads_trained(unit: Unit, config: Mapping[str, Any]) -> bool:
     if not reads_series(unit, config):
         return False
-    specs = {label: spec for _, label, spec in config["series"]["points"]}
+    specs = {label: spec for _, label, spec in _points(config, unit.model)}
     return specs.get(unit.revision, "").startswith(RUN_PREFIX)
 
 
@@ -129,6 +148,7 @@ def plan(config: Mapping[str, Any]) -> Plan:
         ends = {labels[0], labels[-1]}
         for name in (e for e in SERIES_ENDS if e in per_model):
             units += [Unit(name, series["name"], label) for label in labels if label in ends]
+            units += [Unit(name, m, f"step{step}") for m, step, _, _ in series.get("unseen", [])]
     planned = set(units)
     train = next((u for u in units if u.experiment == TRAIN), None)
     after: dict[Unit, tuple[Unit, ...]] = {}

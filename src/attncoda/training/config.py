@@ -92,6 +92,9 @@ class TrainConfig:
     corpus : str, path-like, sequence of Document or None
         The text; ``None`` for the embedded corpus, a spec or path as for
         :func:`attncoda.data.corpus.load_corpus`, or the documents themselves (text).
+    triggers : int
+        Trigger tokens of the task (bigram-backcopy; ``n_triggers`` of
+        :class:`attncoda.data.tasks.BigramBackcopy`, recorded in its ``task_config``).
     """
 
     task: str = "text"
@@ -106,6 +109,7 @@ class TrainConfig:
     vocab_size: int = 1024
     val_fraction: float = 0.05
     corpus: str | os.PathLike[str] | Sequence[Document] | None = None
+    triggers: int = 3
 
     def resolved(self) -> ResolvedTrainConfig:
         """This config with its task's defaults in place of ``None`` and the warmup set.
@@ -141,6 +145,7 @@ class TrainConfig:
             ("window", self.window, _MIN_WINDOW),
             ("batch_size", self.batch_size, 1),
             ("vocab_size", self.vocab_size, 300),
+            ("triggers", self.triggers, 1),
         ):
             _check_int(name, value, least)
         seed = self.seed
@@ -183,6 +188,7 @@ class ResolvedTrainConfig:
     vocab_size: int
     val_fraction: float
     corpus: str | os.PathLike[str] | Sequence[Document] | None
+    triggers: int
 
     def record(
         self, threads: int, *, corpus_sha256: str | None = None, task: BigramBackcopy | None = None

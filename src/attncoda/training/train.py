@@ -148,7 +148,7 @@ def train_tiny(
     check_threads(threads)
     out = Path(out_dir)
     if run.task == BIGRAM_BACKCOPY:
-        task = BigramBackcopy(seq_len=run.window)
+        task = BigramBackcopy(seq_len=run.window, n_triggers=run.triggers)
         record = run.record(threads, task=task)
     else:
         docs = documents(run.corpus)

@@ -1,0 +1,104 @@
+"""Tests of :mod:`attncoda.training.identity`: a model's weights hash and recorded recipe."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from attncoda.training.checkpoints import CHECKPOINT_META  # noqa: E402
+from attncoda.training.config import TrainConfig  # noqa: E402
+from attncoda.training.identity import (  # noqa: E402
+    checkpoint_recipe,
+    model_identity,
+    recipe_key,
+    weights_sha256,
+)
+from attncoda.training.train import train_tiny  # noqa: E402
+
+TASK_FAST = {"task": "bigram-backcopy", "window": 16, "batch_size": 4, "steps": 2}
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("identity") / "series"
+    train_tiny(out, TrainConfig(**TASK_FAST), progress=False)
+    return out
+
+
+def _load(folder: Path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder)
+
+
+def test_weights_hash_is_the_documented_digest_of_the_parameters(series: Path) -> None:
+    model = _load(series / "step2")
+    # Independent reference: the digest written out from the docstring's recipe, on the
+    # safetensors file's own tensors rather than the module's parameters.
+    from safetensors.torch import load_file
+
+    stored = load_file(series / "step2" / "model.safetensors")
+    params = dict(model.named_parameters())
+    digest = hashlib.sha256()
+    for name in sorted(params):
+        # transformers loads GPT-NeoX's stored ``embed_out`` as ``lm_head``
+        tensor = stored[name] if name in stored else stored[name.replace("lm_head.", "embed_out.")]
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.contiguous().numpy().tobytes())
+    assert weights_sha256(model) == f"sha256:{digest.hexdigest()}"
+
+
+def test_weights_hash_ignores_the_folder_and_sees_one_changed_value(
+    series: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "renamed"
+    shutil.copytree(series / "step2", copy)
+    model = _load(series / "step2")
+    assert weights_sha256(_load(copy)) == weights_sha256(model)
+    assert weights_sha256(_load(series / "step1")) != weights_sha256(model)
+    with torch.no_grad():
+        param = next(iter(model.parameters()))
+        flat = param.view(-1)
+        flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf")))  # one ulp
+    assert weights_sha256(model) != weights_sha256(_load(copy))
+
+
+def test_the_recipe_is_the_recorded_config_and_step_without_threads(series: Path) -> None:
+    meta = json.loads((series / "step2" / CHECKPOINT_META).read_text(encoding="utf-8"))
+    recipe = checkpoint_recipe(series / "step2")
+    assert recipe is not None and recipe["step"] == 2
+    assert "threads" in meta["config"] and "threads" not in recipe["config"]
+    assert recipe["config"] == {k: v for k, v in meta["config"].items() if k != "threads"}
+    assert recipe["config"]["task"] == "bigram-backcopy" and recipe["config"]["seed"] == 0
+    assert recipe["config"]["task_config"]["n_triggers"] == 3
+    # other steps of one run are other recipes; equal recipes give equal keys
+    assert recipe_key(checkpoint_recipe(series / "step1")) != recipe_key(recipe)
+    assert recipe_key(json.loads(json.dumps(recipe))) == recipe_key(recipe)
+
+
+def test_no_recipe_where_no_train_tiny_record_is(series: Path, tmp_path: Path) -> None:
+    assert checkpoint_recipe(None) is None
+    assert checkpoint_recipe(tmp_path) is None  # no attncoda_train.json
+    (tmp_path / CHECKPOINT_META).write_text("{not json", encoding="utf-8")
+    assert checkpoint_recipe(tmp_path) is None
+    (tmp_path / CHECKPOINT_META).write_text(json.dumps({"config": {}}), encoding="utf-8")
+    assert checkpoint_recipe(tmp_path) is None  # no step
+    identity = model_identity(_load(series / "step2"), series / "step2")
+    assert identity == {
+        "weights_sha256": weights_sha256(_load(series / "step2")),
+        "recipe": checkpoint_recipe(series / "step2"),
+    }
+
+
+def test_another_trigger_count_is_another_recipe(tmp_path: Path) -> None:
+    out = tmp_path / "five"
+    train_tiny(out, TrainConfig(**TASK_FAST, triggers=5), progress=False)
+    recipe = checkpoint_recipe(out / "step2")
+    assert recipe is not None and recipe["config"]["task_config"]["n_triggers"] == 5
