@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -110,7 +111,10 @@ def ratios(model, device: str, length: int, pairs: tuple[str, ...], repeats: int
                 if seconds < best[name][0]:
                     best[name] = [seconds, peak]
     model.set_attn_implementation("eager")
-    return {name: {"s": s, "peak_mib": p} for name, (s, p) in best.items()}
+    # No peak off CUDA: null in the printed JSON, never NaN (which JSON does not have).
+    return {
+        name: {"s": s, "peak_mib": None if math.isnan(p) else p} for name, (s, p) in best.items()
+    }
 
 
 def fast_errors(model, device: str, length: int) -> dict:
@@ -205,7 +209,10 @@ def _line(name: str, length: int, got: dict) -> str:
             parts.append(f"{label} {got[key]['s'] / got['sdpa']['s']:.2f}")
     if "exact" in got:
         parts.append(f"exact/eager {got['exact']['s'] / got['eager']['s']:.2f}")
-    peaks = ", ".join(f"{k} {v['peak_mib']:.0f}" for k, v in got.items())
+    peaks = ", ".join(
+        f"{k} {'-' if v['peak_mib'] is None else format(v['peak_mib'], '.0f')}"
+        for k, v in got.items()
+    )
     return "  ".join(parts) + "  peak MiB " + peaks
 
 
