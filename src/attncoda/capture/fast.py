@@ -57,6 +57,7 @@ import math
 import torch
 
 from .._errors import AttncodaError
+from .row_split import split_rows
 
 __all__ = ["FAST_STATISTICS", "fast_attention", "read_mask", "record_layer", "visible_keys"]
 
@@ -287,42 +288,11 @@ def fast_attention(
         for r0 in range(0, q_len, 1024):
             counts[:, :, r0 : r0 + 1024] = visible[:, :, r0 : r0 + 1024].sum(-1)
         n = counts.expand(b, h, q_len)
-    m = n - k
-    has_content = m > 0
-    lse_c = torch.where(has_content, lse_c, -math.inf)
-
-    z_in = z_sink.masked_fill(~in_sink, -math.inf)
-    lse_s = torch.logsumexp(z_in, -1)  # -inf where no sink is visible
-    lse = torch.logaddexp(lse_c, lse_s)
-    safe_lse = torch.where(torch.isfinite(lse), lse, 0.0)
-    log_ps = torch.where(in_sink, z_sink - safe_lse[..., None], 0.0)
-    p_s = torch.where(in_sink, log_ps.exp(), 0.0)
-    sink_mass = p_s.sum(-1)
-    sink_plogp = (p_s * log_ps).sum(-1)
-    log_content = torch.where(has_content, lse_c - safe_lse, 0.0)  # log(1 - s)
-    content_share = torch.where(has_content, log_content.exp(), 0.0)
-
-    content_entropy = torch.where(has_content, lse_c - e_score * scaling, 0.0)
-    entropy = -sink_plogp + content_share * (content_entropy - log_content)
-    # H(p_S / s) from the sink logs alone (exactly 0 for a one-key sink).
-    log_q = torch.where(in_sink, z_sink - torch.where(k > 0, lse_s, 0.0)[..., None], 0.0)
-    within = torch.where(k > 1, -(log_q.exp() * log_q).masked_fill(~in_sink, 0.0).sum(-1), 0.0)
-    mean_sink = log_ps.sum(-1) / k.clamp(min=1)
-    mean_content = content_sum / m.clamp(min=1) - safe_lse
-    factor = torch.sqrt(k.to(f64) * m.to(f64) / n.clamp(min=1).to(f64))
-    balance = torch.where(has_content & (k > 0), factor * (mean_sink - mean_content), 0.0)
-
+    p_s, content_share, stats = split_rows(
+        z_sink, in_sink, k, n, lse_c, lse_c - e_score * scaling, content_sum
+    )
     out = content_share[..., None].to(work) * content_out
     out = out + torch.matmul(p_s.to(work), sink_values)
-    stats = {
-        "n_keys": n,
-        "n_sink": k,
-        "sink_mass": sink_mass,
-        "entropy": entropy,
-        "content_entropy": content_entropy,
-        "within_sink_entropy": within + 0.0,
-        "sink_balance": balance + 0.0,
-    }
     return out.to(query.dtype), stats
 
 

@@ -48,6 +48,7 @@ import torch
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.names import KERNELS
+from attncoda.capture.row_split import split_rows
 from attncoda.capture.triton_kernel import compiled
 
 __all__ = [
@@ -89,8 +90,7 @@ def resolve_kernel(kernel: str, device: str) -> str:
     """
     if kernel not in KERNELS:
         raise AttncodaError(
-            f"unknown kernel {kernel!r}: use 'auto' (triton on cuda, else sdpa), 'triton' or "
-            f"'sdpa'"
+            f"unknown kernel {kernel!r}: use 'auto' (triton on cuda, else sdpa), 'triton' or 'sdpa'"
         )
     if kernel == "sdpa":
         return kernel
@@ -303,42 +303,18 @@ def fused_attention(
         sink_values = torch.cat([sink_values, sink_values.new_zeros((b, h, 1, d))], 2)
     k = in_sink.sum(-1)
     n = shape.seen_keys(q_len, k_len).to(device)[:, None, :] + int(s_aux is not None)
-    n = n.expand(b, h, q_len)
-    m = n - k
-    has_content = m > 0
-    lse_c = torch.where(has_content, rows["lse"].to(f64), -math.inf)
-    content_entropy = torch.where(has_content, rows["ent"].to(f64), 0.0)
-
-    z_in = z_sink.masked_fill(~in_sink, -math.inf)
-    lse_s = torch.logsumexp(z_in, -1)  # -inf where no sink is visible
-    lse = torch.logaddexp(lse_c, lse_s)
-    safe_lse = torch.where(torch.isfinite(lse), lse, 0.0)
-    log_ps = torch.where(in_sink, z_sink - safe_lse[..., None], 0.0)
-    p_s = torch.where(in_sink, log_ps.exp(), 0.0)
-    sink_mass = p_s.sum(-1)
-    sink_plogp = (p_s * log_ps).sum(-1)
-    log_content = torch.where(has_content, lse_c - safe_lse, 0.0)  # log(1 - s)
-    content_share = torch.where(has_content, log_content.exp(), 0.0)
-    entropy = -sink_plogp + content_share * (content_entropy - log_content)
-    # H(p_S / s) from the sink logs alone (exactly 0 for a one-key sink).
-    log_q = torch.where(in_sink, z_sink - torch.where(k > 0, lse_s, 0.0)[..., None], 0.0)
-    within = torch.where(k > 1, -(log_q.exp() * log_q).masked_fill(~in_sink, 0.0).sum(-1), 0.0)
-    mean_sink = log_ps.sum(-1) / k.clamp(min=1)
-    mean_content = rows["sum_z"].to(f64) / m.clamp(min=1) - safe_lse
-    factor = torch.sqrt(k.to(f64) * m.to(f64) / n.clamp(min=1).to(f64))
-    balance = torch.where(has_content & (k > 0), factor * (mean_sink - mean_content), 0.0)
+    p_s, content_share, stats = split_rows(
+        z_sink,
+        in_sink,
+        k,
+        n.expand(b, h, q_len),
+        rows["lse"].to(f64),
+        rows["ent"].to(f64),
+        rows["sum_z"].to(f64),
+    )
 
     output = content_share[..., None].float() * out
     output = output + torch.matmul(p_s.float(), sink_values)
-    stats = {
-        "n_keys": n,
-        "n_sink": k,
-        "sink_mass": sink_mass,
-        "entropy": entropy,
-        "content_entropy": content_entropy,
-        "within_sink_entropy": within + 0.0,
-        "sink_balance": balance + 0.0,
-    }
     return output.to(query.dtype), stats
 
 
