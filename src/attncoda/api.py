@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from attncoda._errors import AttncodaError
 from attncoda.api_signatures import COMMON_OPTIONS, check_common
 from attncoda.api_signatures import experiment_function as _shown
+from attncoda.api_sources import capture_names, sources
 from attncoda.experiments import cluster as _cluster
 from attncoda.experiments import collapse as _collapse
 from attncoda.experiments import flips as _flips
@@ -103,44 +104,6 @@ class Result:
         shapes = ", ".join(f"{k}: {len(v)} rows" for k, v in self.tables.items())
         where = f", path={str(self.path)!r}" if self.path else ""
         return f"Result({self.experiment!r}, {shapes}{where})"
-
-
-def _is_capture(value: object) -> bool:
-    from attncoda.capture.result import Capture
-
-    return isinstance(value, Capture)
-
-
-def _sources(source: Any) -> tuple[list[Any], bool]:
-    """``(items, captures)``: the sources as a list, and whether they are captures."""
-    items = list(source) if isinstance(source, list | tuple) else [source]
-    if not items:
-        raise AttncodaError("no source given: pass a model spec, a Capture, or a list of them")
-
-    def kind(item: object) -> str:
-        return "capture" if _is_capture(item) else "spec" if isinstance(item, str | Path) else "?"
-
-    kinds = {kind(item) for item in items}
-    if "?" in kinds:
-        bad = next(item for item in items if kind(item) == "?")
-        raise AttncodaError(
-            f"cannot run on {type(bad).__name__}: pass model specs (str) or Capture objects "
-            "(attncoda.capture_windows, attncoda.from_attentions)"
-        )
-    if len(kinds) > 1:
-        raise AttncodaError("mix of model specs and captures: pass one kind or the other")
-    return items, kinds == {"capture"}
-
-
-def _names(items: Sequence[Any], names: Sequence[str] | str | None) -> list[str]:
-    if names is None:
-        return ["capture"] if len(items) == 1 else [f"capture{i}" for i in range(len(items))]
-    listed = [names] if isinstance(names, str) else list(names)
-    if len(listed) != len(items) or len(set(listed)) != len(listed):
-        raise AttncodaError(
-            f"names {listed!r} must be {len(items)} distinct names, one per capture"
-        )
-    return listed
 
 
 def _concat(
@@ -307,16 +270,18 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
     check_common(common)
     if common.get("steps") is not None and exp.combine is None:
         raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
-    items, captures = _sources(source)
+    items, kind = sources(source)
     sink, seed, device = common["sink"], common["seed"], common["device"]
-    if captures:
+    if kind == "live":
+        return _on_live(name, items, chosen, common)
+    if kind == "capture":
         given = common.get("names")
         if exp.combine is not None:  # one series: one name for every checkpoint's capture
             if given is not None and not isinstance(given, str):
                 raise AttncodaError(f"names={given!r}: give the series one name (a str)")
             labels = [given or "series"] * len(items)
         else:
-            labels = _names(items, given)
+            labels = capture_names(items, given)
         return _on_captures(
             name,
             items,
@@ -334,6 +299,24 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
         )
     options = {k: v for k, v in common.items() if k not in ("names", "steps", "out")}
     return _on_specs(name, [str(s) for s in items], chosen, out=common.get("out"), options=options)
+
+
+def _on_live(name: str, items: Sequence[Any], settings: Any, common: Mapping[str, Any]) -> Result:
+    """Run ``name`` on live models through the runner, as on specs (the runner is lent
+    them: :func:`attncoda.run.provide.lend`)."""
+    from attncoda.api_sources import live_entries
+    from attncoda.run.provide import lend
+
+    entries = live_entries(items, common.get("names"), name)
+    for option, default in (("device", "cpu"), ("dtype", None), ("steps", None)):
+        if common.get(option) != default:
+            raise AttncodaError(
+                f"{option}={common[option]!r} is for model specs: a live model runs where "
+                "and in the dtype it is"
+            )
+    options = {k: v for k, v in common.items() if k not in ("names", "steps", "out")}
+    with lend(entries):
+        return _on_specs(name, list(entries), settings, out=common.get("out"), options=options)
 
 
 def _run(name: str, values: Mapping[str, Any]) -> Result:

@@ -23,34 +23,42 @@ __all__ = ["COMMON_OPTIONS", "RETURNS_DOC", "check_common", "docstring", "experi
 #: (the docstring's text; ``steps`` is collapse's alone).
 COMMON_OPTIONS = {
     "source": (
-        "str, Capture, or a list of either",
+        "str, Capture, live model, or a list of one kind",
         'Model specs (``"minilm"``, ``"owner/name@rev"``, a folder), run through the '
-        "runner as the CLI does, or captures (:func:`attncoda.capture_windows`, "
+        "runner as the CLI does; live models of this process (``(model, tokenizer)``, what "
+        ":func:`attncoda.load_model` returned, a TransformerLens ``TransformerBridge``, an "
+        "nnsight ``LanguageModel``), run through the same runner and captured through the "
+        "object itself; or captures (:func:`attncoda.capture_windows`, "
         ":func:`attncoda.from_attentions`), run in this process.",
     ),
     "sink": ("str", 'Sink spec (docs/design.md, "Sinks").'),
     "seed": ("int", "The run's seed (bootstrap resamples, MDS, random pruning)."),
     "out": (
         "str or path, optional",
-        "Model specs only: the run folder to keep (``attncoda report OUT`` renders it); "
+        "Model specs and live models: the run folder to keep (``attncoda report OUT`` renders it); "
         "None: a temporary folder.",
     ),
     "device": ("str", 'Model specs only: where models run (``"cpu"``, ``"cuda"``, ``"auto"``).'),
     "dtype": ("str, optional", "Model specs only: the models' parameter dtype (None: float32)."),
     "method": (
         "str",
-        'Model specs only: the capture method, ``"exact"`` (the reference) or ``"fast"``.',
+        'Model specs and live models: the capture method, ``"exact"`` (the reference) or '
+        '``"fast"``.',
     ),
     "kernel": (
         "str",
-        'Model specs only, with ``method="fast"``: the fast path\'s kernel, ``"auto"`` (the '
-        'fused Triton pass on CUDA, two SDPA calls otherwise), ``"triton"`` or ``"sdpa"``.',
+        'Model specs and live models, with ``method="fast"``: the fast path\'s kernel, '
+        '``"auto"`` (the fused Triton pass on CUDA, two SDPA calls otherwise), ``"triton"`` '
+        'or ``"sdpa"``.',
     ),
     "text": (
         "str, optional",
-        "Model specs only: a corpus file or folder (None: the embedded one).",
+        "Model specs and live models: a corpus file or folder (None: the embedded one).",
     ),
-    "names": ("str or list of str, optional", "Captures only: the model names the tables carry."),
+    "names": (
+        "str or list of str, optional",
+        "Captures and live models only: the model names the tables carry.",
+    ),
     "steps": (
         "list of int, optional",
         "Captures only: the training step of each capture (default ``0, 1, ...``).",

@@ -38,7 +38,7 @@ from attncoda.models.info import ModelInfo, describe
 from attncoda.models.resolve import FORMS, Target, resolve
 from attncoda.models.zoo import EMBEDDED
 
-__all__ = ["ModelInfo", "cache_dir", "embedded_models", "load_model"]
+__all__ = ["ModelInfo", "cache_dir", "embedded_models", "is_causal_lm", "load_model"]
 
 
 _DTYPES = {
@@ -217,7 +217,7 @@ def _parse_device(device: Any) -> torch.device:
 # --------------------------------------------------------------------------- folder / hub
 
 
-def _is_causal_lm(config: Any) -> bool:
+def is_causal_lm(config: Any) -> bool:
     """Whether ``config`` describes a decoder-only LM (AutoModelForCausalLM) or not."""
     if getattr(config, "is_encoder_decoder", False):
         return False
@@ -251,7 +251,7 @@ def _load_pretrained(
         raise AttncodaError(
             f"transformers {transformers.__version__} cannot read the config of {location!r}: {err}"
         ) from err
-    causal = _is_causal_lm(config)
+    causal = is_causal_lm(config)
     auto = AutoModelForCausalLM if causal else AutoModel
     try:
         model = auto.from_pretrained(

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, Inputs, Tables, experiment
 from attncoda.models.spec import join_spec
 from attncoda.run.config import settings_of
@@ -30,6 +32,8 @@ __all__ = [
     "cache_keys",
     "cached",
     "clear_cache",
+    "lend",
+    "lent",
     "loaded",
     "model_info",
     "provide",
@@ -50,6 +54,32 @@ _PER_MODEL = ("load", "rows", "after")
 #: How this process loads and captures models: the run config's device, dtype and method
 #: (set by :func:`use_options`; changing them forgets every cached model).
 _OPTIONS: dict[str, Any] = {"device": "cpu", "dtype": None, "method": "exact", "kernel": "auto"}
+
+
+#: Live models lent to the runner by label (:func:`lend`): ``(model, tokenizer, info)``.
+_LENT: dict[str, tuple] = {}
+
+
+@contextmanager
+def lend(entries: Mapping[str, tuple]) -> Iterator[None]:
+    """Within the block, :func:`loaded` gives ``entries[label]`` for each label: the runner
+    runs on live models of this process (:mod:`attncoda.api_sources`) as on specs."""
+    taken = sorted(set(entries) & set(_LENT))
+    if taken:
+        raise AttncodaError(f"live models {taken} are already lent to a run of this process")
+    _LENT.update(entries)
+    try:
+        yield
+    finally:
+        for label in entries:
+            _LENT.pop(label, None)
+        for key in [k for k in _CACHE if len(k) > 1 and k[1] in entries]:
+            del _CACHE[key]  # what was captured of a live model goes with it
+
+
+def lent(spec: str) -> bool:
+    """Whether ``spec`` is the label of a live model lent to this process's runner."""
+    return spec in _LENT
 
 
 def use_options(config: Mapping[str, Any]) -> None:
@@ -101,13 +131,18 @@ def _quiet_load(spec: str) -> tuple:
 
 
 def loaded(spec: str) -> tuple:
-    """``(model, tokenizer, info)`` of ``spec``, loaded once per process."""
+    """``(model, tokenizer, info)`` of ``spec``, loaded once per process (a lent live
+    model's as it was lent)."""
+    if spec in _LENT:
+        return _LENT[spec]
     return cached(("load", spec), lambda: _quiet_load(spec))
 
 
 def _tokenizer_of(spec: str) -> Any:
     """The tokenizer of ``spec``: from its cached load, else from a load kept apart (the
     series' first checkpoint cuts the windows of every checkpoint)."""
+    if spec in _LENT:
+        return _LENT[spec][1]
     key = ("load", spec)
     found = _CACHE[key] if key in _CACHE else cached(("tokenizer", spec), lambda: _quiet_load(spec))
     return found[1]

@@ -240,7 +240,9 @@ def run_experiment(
     check_run_folder(out)
     created = new_folders(out)
     if not attentions:
-        check_models(models, series)
+        from attncoda.run.provide import lent
+
+        check_models([m for m in models if not lent(m)], series)
     store: RunStore | None = None
     try:
         config, store, run, todo = open_run(
