@@ -105,20 +105,16 @@ class Result:
         return f"Result({self.experiment!r}, {shapes}{where})"
 
 
-def _is_capture(value: object) -> bool:
-    from attncoda.capture.result import Capture
-
-    return isinstance(value, Capture)
-
-
 def _sources(source: Any) -> tuple[list[Any], bool]:
     """``(items, captures)``: the sources as a list, and whether they are captures."""
+    from attncoda.capture.result import Capture as Cap
+
     items = list(source) if isinstance(source, list | tuple) else [source]
     if not items:
         raise AttncodaError("no source given: pass a model spec, a Capture, or a list of them")
 
-    def kind(item: object) -> str:
-        return "capture" if _is_capture(item) else "spec" if isinstance(item, str | Path) else "?"
+    def kind(x: object) -> str:
+        return "capture" if isinstance(x, Cap) else "spec" if isinstance(x, str | Path) else "?"
 
     kinds = {kind(item) for item in items}
     if "?" in kinds:
@@ -358,6 +354,7 @@ def profile(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     docs: int = _profile.Settings.docs,
@@ -377,6 +374,7 @@ def flips(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     metrics: Sequence[str] = _flips.Settings.metrics,
@@ -397,6 +395,7 @@ def cluster(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     n_clusters: int = _cluster.Settings.n_clusters,
@@ -416,6 +415,7 @@ def safety(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     n_bins: int = _safety.Settings.n_bins,
@@ -438,6 +438,7 @@ def predict(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     predictor: str = _predictor.Settings.predictor,
@@ -456,6 +457,7 @@ def prune(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     channels: Sequence[str] = _prune.Settings.channels,
@@ -487,6 +489,7 @@ def collapse(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: str | None = None,
     steps: Sequence[int] | None = None,

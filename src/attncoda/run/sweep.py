@@ -113,6 +113,9 @@ def sweep(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | Mapping[str, Any] | None = None,
+    max_memory: Mapping[Any, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ) -> SweepResult:
     """Run every experiment on every model at every revision, one unit at a time or on Ray.
 
@@ -127,6 +130,7 @@ def sweep(
         Revisions run for every model (``step0``, ``step512``, a commit); then no model may
         name its own ``@revision``.
     series, experiments, scale, settings, text, sink, seed, device, dtype, method
+    device_map, max_memory, offload_folder
         As for :func:`attncoda.run.reproduce.reproduce`. With ``device="auto"`` each task
         uses the GPU Ray gives it (one per task when the cluster has GPUs).
     ray_address : str, optional
@@ -169,6 +173,9 @@ def sweep(
         dtype=dtype,
         method=method,
         kernel=kernel,
+        device_map=device_map,
+        max_memory=max_memory,
+        offload_folder=offload_folder,
     )
     result = execute_run(
         config, store, run, todo, executor, command=RUN, progress=progress, label="sweep"
