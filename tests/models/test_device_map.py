@@ -56,14 +56,16 @@ def _compare(whole, placed, windows, tokenizer):
     return a, b
 
 
-def test_half_the_layers_on_disk_give_the_in_memory_statistics(
-    smollm2, windows, embedded_model, tmp_path
-):
+@pytest.fixture(scope="module")
+def half_on_disk(smollm2, embedded_model, tmp_path_factory):
+    placed_map = _half_on_disk(smollm2[2].n_layers)
+    folder = tmp_path_factory.mktemp("offload")
+    return placed_map, embedded_model("smollm2", device_map=placed_map, offload_folder=folder)
+
+
+def test_half_the_layers_on_disk_give_the_in_memory_statistics(smollm2, windows, half_on_disk):
     whole, tokenizer, info = smollm2
-    placed_map = _half_on_disk(info.n_layers)
-    placed, _, placed_info = embedded_model(
-        "smollm2", device_map=placed_map, offload_folder=tmp_path / "offload"
-    )
+    placed_map, (placed, _, placed_info) = half_on_disk
     # The layers really were offloaded: their weights wait on the meta device.
     assert placed.hf_device_map == placed_map
     assert "disk" in set(placed.hf_device_map.values())
@@ -74,6 +76,21 @@ def test_half_the_layers_on_disk_give_the_in_memory_statistics(
     assert json.loads(json.dumps(placed_info.to_dict()))["device_map"] == placed_map
     assert info.device_map is None
     _compare(whole, placed, windows, tokenizer)
+
+
+def test_prune_losses_and_gradients_agree_with_half_the_layers_on_disk(
+    smollm2, windows, half_on_disk
+):
+    """Prune's held-out loss and Michel et al.'s gate gradients run through the hooks too."""
+    from attncoda.experiments.prune import gradient_importance, window_losses
+
+    whole = smollm2[0]
+    placed = half_on_disk[1][0]
+    short = [w[:20] for w in windows[:2]]
+    np.testing.assert_allclose(window_losses(placed, short), window_losses(whole, short), atol=TOL)
+    expected = gradient_importance(whole, short)
+    assert expected.max() > 0.01  # the gates do get gradients
+    np.testing.assert_allclose(gradient_importance(placed, short), expected, rtol=0, atol=TOL)
 
 
 def test_embeddings_on_disk_take_ids_on_the_cpu(smollm2, windows, embedded_model, tmp_path):
@@ -135,11 +152,16 @@ def test_bad_placements_are_refused_before_loading(kwargs, message):
     assert "\n" not in str(err.value)
 
 
-def test_a_map_naming_a_missing_module_or_leaving_one_out_is_refused(embedded_model):
+def test_a_map_naming_a_missing_module_leaving_one_out_or_splitting_a_tie_is_refused(
+    embedded_model, tmp_path
+):
     with pytest.raises(AttncodaError, match=r"device_map names 'encoder', which LlamaForCausal"):
         embedded_model("smollm2", device_map={"encoder": "cpu", "": "cpu"})
     with pytest.raises(AttncodaError, match=r"device_map gives no device for 'model\.layers\.0"):
         embedded_model("smollm2", device_map={"model.embed_tokens": "cpu", "lm_head": "cpu"})
+    tied = {**_half_on_disk(30), "lm_head": "disk"}
+    with pytest.raises(AttncodaError, match=r"puts 'model.embed_tokens' on 'cpu' and 'lm_head' on"):
+        embedded_model("smollm2", device_map=tied, offload_folder=tmp_path)
 
 
 def test_max_memory_text_parses_as_the_cli_writes_it():

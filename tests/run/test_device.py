@@ -162,4 +162,6 @@ def test_a_ray_task_asks_for_a_gpu_when_the_run_can_use_one():
     assert task_gpus({"device": "cuda"}, with_gpu) == 1
     assert task_gpus({"device": "cpu"}, with_gpu) == 0  # the run asked for the CPU
     assert task_gpus({"device": "auto"}, without) == 0
+    assert task_gpus({"device": "cpu", "device_map": "auto"}, with_gpu) == 1
+    assert task_gpus({"device": "cpu", "device_map": "auto"}, without) == 0
     assert task_gpus({}, with_gpu) == 0  # a config from before the option: the CPU

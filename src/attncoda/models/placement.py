@@ -258,6 +258,36 @@ def check_map_fits(model: Any, device_map: Mapping[str, Any]) -> None:
             f"device_map gives no device for {left[0]!r} ({len(left)} parameter(s) left out): "
             f"add an entry for its module, or use a strategy such as 'auto'"
         )
+    _check_tied_head(model, device_map)
+
+
+def _place_of(name: str, device_map: Mapping[str, Any]) -> Any:
+    """Where ``device_map`` puts the module ``name``: its longest matching entry."""
+    found = [k for k in device_map if k == "" or name == k or name.startswith(k + ".")]
+    return device_map[max(found, key=len)] if found else None
+
+
+def _check_tied_head(model: Any, device_map: Mapping[str, Any]) -> None:
+    """Refuse a map that puts one of a tied input embedding and output head on the disk and
+    the other elsewhere: accelerate then finds no offloaded copy of the head's weight."""
+    text = model.config.get_text_config()
+    if not getattr(text, "tie_word_embeddings", False):
+        return
+    get_in = getattr(model, "get_input_embeddings", None)
+    get_out = getattr(model, "get_output_embeddings", None)
+    inner, outer = get_in() if get_in else None, get_out() if get_out else None
+    if inner is None or outer is None:
+        return
+    names = {id(module): name for name, module in model.named_modules()}
+    first, head = names.get(id(inner)), names.get(id(outer))
+    if first is None or head is None:
+        return
+    places = _place_of(first, device_map), _place_of(head, device_map)
+    if (places[0] == "disk") != (places[1] == "disk"):
+        raise AttncodaError(
+            f"device_map puts {first!r} on {places[0]!r} and {head!r} on {places[1]!r}, but "
+            f"{type(model).__name__} ties their weights: place both on the disk or neither"
+        )
 
 
 def check_run_placement(
