@@ -149,6 +149,8 @@ def test_live_models_refuse_what_they_cannot_do(folder):
         ac.collapse((hf, tok))
     with pytest.raises(AttncodaError, match=r"device='cuda' is for model specs"):
         ac.profile((hf, tok), device="cuda")
+    with pytest.raises(AttncodaError, match=r"device_map='auto' is for model specs"):
+        ac.profile((hf, tok), device_map="auto")
     with pytest.raises(AttncodaError, match=r"mix of model specs and live models"):
         ac.profile([(hf, tok), str(folder)])
     with pytest.raises(AttncodaError, match=r"cannot run on int: pass model specs"):

@@ -31,7 +31,10 @@ FUNCTIONS = {
     "prune": ("prune", ("prune",)),
     "collapse": ("collapse", ("collapse",)),
 }
-COMMON = ["source", "sink", "seed", "out", "device", "dtype", "method", "kernel", "text", "names"]
+COMMON = [
+    *("source", "sink", "seed", "out", "device", "dtype", "method", "kernel", "device_map"),
+    *("text", "names"),
+]
 
 
 def _subparser(path: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -129,7 +132,7 @@ BAD_CALLS = [
     (
         "ac.flips('minilm', n_bootstrap=3, out=OUT)",
         "unknown setting 'n_bootstrap' of flips: use one of metrics, n_boot, tol (or the "
-        "options sink, seed, out, device, dtype, method, kernel, text, names)",
+        "options sink, seed, out, device, dtype, method, kernel, device_map, text, names)",
     ),
     (
         "ac.flips('minilm', metrics=['jsd', 'l2'], out=OUT)",
@@ -170,6 +173,21 @@ BAD_CALLS = [
     (
         "ac.flips('minilm', method='quick', out=OUT)",
         "unknown method 'quick': use one of exact, fast",
+    ),
+    (
+        "ac.profile('minilm', device='cuda', device_map='auto', out=OUT)",
+        "--device cuda and --device-map auto both say where models run: drop --device (the map "
+        "places every module) or drop --device-map",
+    ),
+    (
+        "ac.profile('minilm', device_map='everywhere', out=OUT)",
+        "unknown device_map 'everywhere': use one of auto, balanced, balanced_low_0, "
+        "sequential, or a dict {module name: device}",
+    ),
+    (
+        "ac.profile('minilm', device_map={'model': 'gpu'}, out=OUT)",
+        "device_map['model'] = 'gpu': use a GPU index such as 0, a device such as 'cuda:1' or "
+        "'mps', 'cpu' or 'disk'",
     ),
     (
         "ac.flips('minilm', method='fast', kernel='cuda', out=OUT)",

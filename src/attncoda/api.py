@@ -308,7 +308,7 @@ def _on_live(name: str, items: Sequence[Any], settings: Any, common: Mapping[str
     from attncoda.run.provide import lend
 
     entries = live_entries(items, common.get("names"), name)
-    for option, default in (("device", "cpu"), ("dtype", None), ("steps", None)):
+    for option, default in (("device", "cpu"), ("dtype", None), ("device_map", None)):
         if common.get(option) != default:
             raise AttncodaError(
                 f"{option}={common[option]!r} is for model specs: a live model runs where "
@@ -341,6 +341,7 @@ def profile(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     docs: int = _profile.Settings.docs,
@@ -360,6 +361,7 @@ def flips(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     metrics: Sequence[str] = _flips.Settings.metrics,
@@ -380,6 +382,7 @@ def cluster(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     n_clusters: int = _cluster.Settings.n_clusters,
@@ -399,6 +402,7 @@ def safety(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     n_bins: int = _safety.Settings.n_bins,
@@ -421,6 +425,7 @@ def predict(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     predictor: str = _predictor.Settings.predictor,
@@ -439,6 +444,7 @@ def prune(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     channels: Sequence[str] = _prune.Settings.channels,
@@ -470,6 +476,7 @@ def collapse(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | dict[str, int | str] | None = None,
     text: str | None = None,
     names: str | None = None,
     steps: Sequence[int] | None = None,

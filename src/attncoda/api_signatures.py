@@ -51,6 +51,12 @@ COMMON_OPTIONS = {
         '``"auto"`` (the fused Triton pass on CUDA, two SDPA calls otherwise), ``"triton"`` '
         'or ``"sdpa"``.',
     ),
+    "device_map": (
+        "str or dict, optional",
+        "Model specs only: spread each model over GPUs, the CPU and the disk instead of "
+        '``device`` (``"auto"``, ``"balanced"``, ``"sequential"`` or ``{module: device}``, as '
+        "for :func:`attncoda.load_model`); weights put on the disk go to ``out/offload``.",
+    ),
     "text": (
         "str, optional",
         "Model specs and live models: a corpus file or folder (None: the embedded one).",
@@ -169,6 +175,10 @@ def check_common(common: Mapping[str, Any]) -> None:
         value = common.get(option)
         if value is not None and value not in allowed:
             raise AttncodaError(f"unknown {option} {value!r}: use one of {', '.join(allowed)}")
+    if common.get("device_map") is not None:
+        from attncoda.models.placement import check_run_placement
+
+        check_run_placement(common.get("device") or "cpu", common["device_map"], None, "offload")
     if common.get("text") is not None:
         from attncoda.data.corpus import read_corpus
 

@@ -61,9 +61,26 @@ def _corpus_options(p: argparse.ArgumentParser) -> None:
 
 def _capture_options(p: argparse.ArgumentParser) -> None:
     from attncoda.capture.names import KERNELS, METHODS
+    from attncoda.models.placement import DEVICE_MAPS
     from attncoda.run.common import DEVICES, DTYPES
 
     p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")
+    p.add_argument(
+        "--device-map",
+        choices=DEVICE_MAPS,
+        help="spread each model over the GPUs, the CPU and the disk instead of --device "
+        "(transformers' device_map strategies)",
+    )
+    p.add_argument(
+        "--max-memory",
+        metavar="DEV=SIZE,...",
+        help="with --device-map: the most each device holds, e.g. 0=2GiB,cpu=8GiB",
+    )
+    p.add_argument(
+        "--offload-folder",
+        metavar="DIR",
+        help="with --device-map: where weights put on the disk go (default: OUT/offload)",
+    )
     p.add_argument("--dtype", choices=DTYPES, help="model parameter dtype (default: float32)")
     p.add_argument(
         "--method",

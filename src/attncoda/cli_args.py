@@ -222,6 +222,24 @@ def _files(args: argparse.Namespace) -> None:
                 )
 
 
+def _placement(args: argparse.Namespace) -> None:
+    """``--device-map`` with ``--max-memory`` and ``--offload-folder``, as a run checks them."""
+    if not hasattr(args, "device_map"):
+        return
+    from attncoda.models.placement import check_run_placement, parse_max_memory
+
+    if args.device_map is None:
+        for dest in ("max_memory", "offload_folder"):
+            if getattr(args, dest) is not None:
+                raise AttncodaError(
+                    f"{_flag(args, dest)} {getattr(args, dest)} needs --device-map: add "
+                    f"--device-map auto (or balanced, sequential), or drop {_flag(args, dest)}"
+                )
+        return
+    limits = None if args.max_memory is None else parse_max_memory(args.max_memory)
+    check_run_placement(args.device, args.device_map, limits, args.offload_folder)
+
+
 def validate(args: argparse.Namespace) -> None:
     """Check every parsed argument ``args`` has; raise the first problem.
 
@@ -241,6 +259,7 @@ def validate(args: argparse.Namespace) -> None:
         raise AttncodaError("--models is empty: give a comma list of models, e.g. smollm2,minilm")
     _names(args)
     _files(args)
+    _placement(args)
 
 
 class Parser(argparse.ArgumentParser):

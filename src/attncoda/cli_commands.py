@@ -39,12 +39,18 @@ def _one_source(models: Sequence[str], files: Sequence[str] | None, command: str
 
 
 def capture_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The device, dtype, method and kernel options of a command."""
+    """The device, dtype, method and kernel options of a command, and its device map."""
+    from attncoda.models.placement import parse_max_memory
+
+    limits = None if args.max_memory is None else parse_max_memory(args.max_memory)
     return {
         "device": args.device,
         "dtype": args.dtype,
         "method": args.method,
         "kernel": args.kernel,
+        "device_map": args.device_map,
+        "max_memory": limits,
+        "offload_folder": args.offload_folder,
     }
 
 

@@ -12,7 +12,9 @@ def _offline(monkeypatch):
     # The hub library reads HF_HUB_OFFLINE at import; patch the constant too, so that no test
     # waits on network retries even when run without the variable.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    # (By dotted name: the package loads ``constants`` lazily, and a test that loads nothing
+    # may run first.)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
 
 
 @pytest.fixture

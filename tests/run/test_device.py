@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,34 @@ def test_dtype_option():
     assert check_dtype("float16") == "float16"
     with pytest.raises(AttncodaError, match=r"unknown dtype 'int8'"):
         check_dtype("int8")
+
+
+def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
+    from attncoda.run import provide
+
+    plain = run_config(["smollm2"], experiments=["profile"])
+    assert not {"device_map", "max_memory", "offload_folder"} & set(plain)
+    config = run_config(
+        ["smollm2"], experiments=["profile"], device_map="auto", max_memory={0: "2GiB"}
+    )
+    assert (config["device_map"], config["max_memory"]) == ("auto", {"0": "2GiB"})
+    assert "offload_folder" not in config and config["device"] == "cpu"
+    given = run_config(["smollm2"], experiments=["profile"], device_map="auto", offload_folder=".")
+    assert given["offload_folder"] == str(Path.cwd().resolve())
+    try:
+        provide.use_options(config, tmp_path / "run")
+        assert provide._OPTIONS["offload_folder"] == str(tmp_path / "run" / "offload")
+        assert provide._OPTIONS["max_memory"] == {"0": "2GiB"}
+        provide.use_options(plain, tmp_path / "run")
+        assert provide._OPTIONS["device_map"] is None and provide._OPTIONS["offload_folder"] is None
+    finally:
+        provide.use_options(plain)
+    with pytest.raises(AttncodaError, match=r"--device auto and --device-map auto both say"):
+        run_config(["smollm2"], device="auto", device_map="auto")
+    with pytest.raises(AttncodaError, match=r"max_memory=\{0: '1GiB'\} needs a device map"):
+        run_config(["smollm2"], max_memory={0: "1GiB"})
+    with pytest.raises(AttncodaError, match=r"unknown device_map 'everywhere'"):
+        run_config(["smollm2"], device_map="everywhere")
 
 
 def test_run_config_records_device_dtype_and_method():
@@ -132,4 +162,6 @@ def test_a_ray_task_asks_for_a_gpu_when_the_run_can_use_one():
     assert task_gpus({"device": "cuda"}, with_gpu) == 1
     assert task_gpus({"device": "cpu"}, with_gpu) == 0  # the run asked for the CPU
     assert task_gpus({"device": "auto"}, without) == 0
+    assert task_gpus({"device": "cpu", "device_map": "auto"}, with_gpu) == 1
+    assert task_gpus({"device": "cpu", "device_map": "auto"}, without) == 0
     assert task_gpus({}, with_gpu) == 0  # a config from before the option: the CPU

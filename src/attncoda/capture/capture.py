@@ -39,6 +39,7 @@ from attncoda.capture.outputs import read_outputs
 from attncoda.capture.result import Capture, assemble, capture_frame, concatenate
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
 from attncoda.capture.statistics import Recorder, record_plan
+from attncoda.models.placement import input_device
 
 __all__ = [
     "METHODS",
@@ -187,7 +188,7 @@ def capture(
             keep_outputs=keep_outputs,
             first_doc=_first_doc,
         )
-    device = next(model.parameters()).device
+    device = input_device(model)
     ran = resolve_kernel(kernel, device.type) if method == "fast" else None
     if model.training:
         raise AttncodaError(
@@ -314,7 +315,7 @@ def _capture_live(
             f"a {name} numbers positions itself, so a left-padded document would not get "
             f"the positions it has alone: pad on the right (padding_side='right')"
         )
-    device = next(live_model(model).parameters()).device
+    device = input_device(live_model(model))
     with recording(
         model,
         sink=sink,

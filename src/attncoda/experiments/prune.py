@@ -150,10 +150,11 @@ def window_losses(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.n
     import torch
 
     from attncoda.capture.forward import forward_kwargs, next_token_nll, pad
+    from attncoda.models.placement import input_device
 
     batch_size = _check_batch_size(batch_size)
     ids_list = _check_windows(windows, "windows")
-    device = next(model.parameters()).device
+    device = input_device(model)
     out = []
     with torch.no_grad():
         for start in range(0, len(ids_list), batch_size):
@@ -185,10 +186,11 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
 
     from attncoda.capture.ablation import head_counts, head_gates
     from attncoda.capture.forward import forward_kwargs, next_token_nll, pad
+    from attncoda.models.placement import input_device
 
     batch_size = _check_batch_size(batch_size)
     ids_list = _check_windows(windows, "windows")
-    device = next(model.parameters()).device
+    device = input_device(model)
     n_layers, n_heads = head_counts(model)
     total = torch.zeros((n_layers, n_heads), dtype=torch.float64)
     frozen = [p for p in model.parameters() if p.requires_grad]

@@ -63,14 +63,21 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_gguf(path: Path, dtype: torch.dtype, notes: list[str]) -> tuple[Any, Any, bool, str]:
-    """Return ``(model, tokenizer, from_cache, fingerprint)`` for a GGUF file."""
+def load_gguf(
+    path: Path, dtype: torch.dtype, notes: list[str], placement: dict[str, Any] | None = None
+) -> tuple[Any, Any, bool, str]:
+    """Return ``(model, tokenizer, from_cache, fingerprint)`` for a GGUF file.
+
+    ``placement`` (``device_map``, ``max_memory``, ``offload_folder``) is passed to
+    ``from_pretrained`` on the cached float32 folder: a placed model is always read from
+    the cache, so its first load writes the cache and reads it back.
+    """
     parent = cache_dir() / "gguf"
     final = parent / _cache_key(path)
     remove_stale_temps(parent)
     meta = _read_cache_meta(final)
     if meta is not None:
-        model = _from_cache(final, dtype)
+        model = _from_cache(final, dtype, placement)
         tokenizer = None
         if meta["tokenizer"]:
             tokenizer = AutoTokenizer.from_pretrained(final)
@@ -87,12 +94,18 @@ def load_gguf(path: Path, dtype: torch.dtype, notes: list[str]) -> tuple[Any, An
         _write_cache(final, model, tokenizer, path, fingerprint)
     except OSError as err:
         message = f"GGUF cache not written to {str(final)!r}: {err}"
+        if placement:
+            raise AttncodaError(
+                f"{message}; a GGUF model is placed by a device map from that cache: make the "
+                f"folder writable or set ATTNCODA_CACHE to one that is, or load without "
+                f"device_map"
+            ) from err
         warnings.warn(message, RuntimeWarning, stacklevel=3)
         notes.append("GGUF cache not written; the next load dequantises again")
         return _retype(model, dtype), tokenizer, False, fingerprint
-    if dtype != torch.float32:
+    if dtype != torch.float32 or placement:
         # Read back what later loads will read, so the first load gives the same model.
-        model = _from_cache(final, dtype)
+        model = _from_cache(final, dtype, placement)
     return model, tokenizer, False, fingerprint
 
 
@@ -105,8 +118,28 @@ def gguf_cached(path: Path) -> bool:
     return _read_cache_meta(cache_dir() / "gguf" / key) is not None
 
 
-def _from_cache(folder: Path, dtype: torch.dtype) -> Any:
-    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=dtype)
+def _from_cache(folder: Path, dtype: torch.dtype, placement: dict[str, Any] | None = None) -> Any:
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            folder, attn_implementation="eager", dtype=dtype, **(placement or {})
+        )
+    except (ValueError, KeyError, RuntimeError) as err:
+        if not placement:
+            raise
+        raise AttncodaError(
+            f"transformers {transformers.__version__} cannot load the cached GGUF model "
+            f"{str(folder)!r}{placed_as(placement)}: {err}"
+        ) from err
+
+
+def placed_as(placement: dict[str, Any] | None) -> str:
+    """`` with device_map=...`` (and its memory limits) for a message, or ``""``."""
+    if not placement:
+        return ""
+    limits = placement.get("max_memory")
+    return f" with device_map={placement['device_map']!r}" + (
+        f" and max_memory={limits!r}" if limits else ""
+    )
 
 
 def _retype(model: Any, dtype: torch.dtype) -> Any:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.models.placement import device_map_of
 from attncoda.models.zoo import family_of, routable
 
 __all__ = ["ModelInfo", "describe"]
@@ -70,6 +71,9 @@ class ModelInfo:
         ``"attention"`` when the class routes its attention through transformers'
         AttentionInterface (capture reads its scores), ``"outputs"`` when capture reads its
         eager ``output_attentions`` instead (MPNet, Bloom, Falcon, ...).
+    device_map : dict or None
+        For a model placed by a device map, where each module went (its ``hf_device_map``:
+        ``{module name: GPU index, "cpu", "disk" or a device string}``); None otherwise.
     """
 
     spec: str
@@ -93,6 +97,7 @@ class ModelInfo:
     fingerprint: str | None
     notes: tuple[str, ...] = ()
     capture_mode: str = "attention"
+    device_map: dict[str, int | str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a JSON-serialisable dict (``notes`` becomes a list)."""
@@ -150,6 +155,7 @@ def describe(
         fingerprint=fingerprint,
         notes=tuple(notes),
         capture_mode="attention" if routable(model) else "outputs",
+        device_map=device_map_of(model),
     )
 
 

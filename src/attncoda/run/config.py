@@ -17,7 +17,12 @@ A run config is a JSON-able dict. Its keys:
   trains beside it (:func:`attncoda.run.train.unseen_points`);
 - ``attentions``: given attention files read instead of models, or ``None``;
 - ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast
-  path's, resolved: ``triton`` or ``sdpa``) for ``method="fast"`` only.
+  path's, resolved: ``triton`` or ``sdpa``) for ``method="fast"`` only;
+- ``device_map`` (a strategy such as ``"auto"``, or ``{module: device}``) and
+  ``max_memory`` (``{device: size}``, keys as text) only when a device map places the
+  models (docs/design.md, "Models over several devices"); ``offload_folder`` (absolute)
+  only when one is given: the weights a map puts on the disk go there, by default to
+  ``<run folder>/offload``.
 
 A run folder holds one config: resuming it with another is refused, naming the keys.
 """
@@ -166,6 +171,9 @@ def run_config(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | Mapping[str, Any] | None = None,
+    max_memory: Mapping[Any, Any] | None = None,
+    offload_folder: str | Path | None = None,
     attentions: Sequence[str] | None = None,
     tokens: str | None = None,
     kind: str | None = None,
@@ -193,6 +201,10 @@ def run_config(
     kernel
         The fast path's kernel (``auto``, ``triton``, ``sdpa``), recorded as the one that
         runs on the run's device (:func:`attncoda.capture.fused.resolve_kernel`).
+    device_map, max_memory, offload_folder
+        Spread each model over devices, the CPU and the disk instead of ``device`` (which
+        then stays ``"cpu"``): as for :func:`attncoda.load_model`; ``offload_folder`` by
+        default ``<run folder>/offload``.
     attentions, tokens, kind
         Attention files read instead of models (``.npz``, ``.pt``, ``.safetensors``), token
         ids for token sinks and what the saved numbers are (see
@@ -213,6 +225,11 @@ def run_config(
     if method not in METHODS:
         raise AttncodaError(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
     check_dtype(dtype)
+    from attncoda.models.placement import check_run_placement
+
+    # A run's offloaded weights go to <run folder>/offload unless a folder is given.
+    folder = "offload" if device_map is not None and offload_folder is None else offload_folder
+    placed, limits = check_run_placement(device, device_map, max_memory, folder)
     ran = _kernel(kernel, method, device)
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if unknown or not experiments:
@@ -275,6 +292,9 @@ def run_config(
         "dtype": dtype,
         "method": method,
         **({"kernel": ran} if ran is not None else {}),
+        **({"device_map": placed} if placed is not None else {}),
+        **({"max_memory": {str(k): v for k, v in limits.items()}} if limits else {}),
+        **({"offload_folder": str(Path(offload_folder).resolve())} if offload_folder else {}),
     }
 
 

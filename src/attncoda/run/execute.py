@@ -55,7 +55,7 @@ def run_unit(
     store = RunStore(Path(root), command, config)
     if store.is_done(unit):
         return {**store.facts(unit), "resumed": True}
-    use_options(config)
+    use_options(config, store.root)
     folder = store.begin(unit)
     start = time.perf_counter()
     facts: dict[str, Any] = {"status": "done", "note": ""}

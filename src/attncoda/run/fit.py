@@ -26,6 +26,9 @@ def model_rows(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | Mapping[str, Any] | None = None,
+    max_memory: Mapping[Any, Any] | None = None,
+    offload_folder: str | Path | None = None,
     progress: bool = False,
     loaded: tuple | None = None,
 ) -> Any:
@@ -41,13 +44,14 @@ def model_rows(
         check_dtype,
         head_rows,
         identity_of,
-        resolve_device,
+        load_options,
     )
 
     windows = settings_from(Rows, rows)
     if loaded is None:
         check_dtype(dtype)
-        loaded = load_model(spec, dtype=dtype, device=resolve_device(device))
+        placement = load_options(device, device_map, max_memory, offload_folder)
+        loaded = load_model(spec, dtype=dtype, **placement)
     captured = capture_corpus(
         spec,
         text=text,
@@ -61,6 +65,9 @@ def model_rows(
         dtype=dtype,
         method=method,
         kernel=kernel,
+        device_map=device_map,
+        max_memory=max_memory,
+        offload_folder=offload_folder,
     )
     found = replace(head_rows(captured), identity=identity_of(loaded))
     return found if name is None else replace(found, model=name)

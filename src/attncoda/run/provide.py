@@ -51,9 +51,17 @@ ARRAYS = "arrays.npz"
 _CACHE: dict[tuple, Any] = {}
 #: Cache entries of one model (key[1] is its spec): dropped when another model loads.
 _PER_MODEL = ("load", "rows", "after")
-#: How this process loads and captures models: the run config's device, dtype and method
-#: (set by :func:`use_options`; changing them forgets every cached model).
-_OPTIONS: dict[str, Any] = {"device": "cpu", "dtype": None, "method": "exact", "kernel": "auto"}
+#: How this process loads and captures models: the run config's device, dtype, method and
+#: device map (set by :func:`use_options`; changing them forgets every cached model).
+_OPTIONS: dict[str, Any] = {
+    "device": "cpu",
+    "dtype": None,
+    "method": "exact",
+    "kernel": "auto",
+    "device_map": None,
+    "max_memory": None,
+    "offload_folder": None,
+}
 
 
 #: Live models lent to the runner by label (:func:`lend`): ``(model, tokenizer, info)``.
@@ -82,10 +90,20 @@ def lent(spec: str) -> bool:
     return spec in _LENT
 
 
-def use_options(config: Mapping[str, Any]) -> None:
-    """Load and capture as ``config`` says (its device, dtype and method)."""
+def use_options(config: Mapping[str, Any], root: str | Path | None = None) -> None:
+    """Load and capture as ``config`` says (its device, dtype, method and device map).
+
+    With a device map, weights it puts on the disk go to the config's ``offload_folder``,
+    else to ``<root>/offload`` (``root`` the run folder; the working folder never).
+    """
     options = {key: config.get(key, _OPTIONS[key]) for key in ("device", "dtype", "method")}
     options["kernel"] = config.get("kernel") or "auto"
+    options["device_map"] = config.get("device_map")
+    options["max_memory"] = config.get("max_memory")
+    folder = config.get("offload_folder")
+    if folder is None and options["device_map"] is not None and root is not None:
+        folder = str(Path(root) / "offload")
+    options["offload_folder"] = folder if options["device_map"] is not None else None
     if options != _OPTIONS:
         _CACHE.clear()
         _OPTIONS.update(options)
@@ -118,13 +136,18 @@ def _quiet_load(spec: str) -> tuple:
     from transformers.utils import logging as hf_logging
 
     from attncoda.models.load import load_model
-    from attncoda.run.common import resolve_device
+    from attncoda.run.common import load_options
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        device = resolve_device(_OPTIONS["device"])
-        return load_model(spec, dtype=_OPTIONS["dtype"], device=device)
+        placement = load_options(
+            _OPTIONS["device"],
+            _OPTIONS["device_map"],
+            _OPTIONS["max_memory"],
+            _OPTIONS["offload_folder"],
+        )
+        return load_model(spec, dtype=_OPTIONS["dtype"], **placement)
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
@@ -302,13 +325,15 @@ class Provided:
 
 
 def model_info(src: Source, config: Mapping[str, Any]) -> tuple[Any, str]:
-    """The facts of the model a unit reads, and the device its tensors live on."""
+    """The facts of the model a unit reads, and the device its tensors live on (input ids
+    go there; a model placed by a device map moves them on itself)."""
+    from attncoda.models.placement import input_device
     from attncoda.run.common import resolve_device
 
     if src.given:
         return _given(src, config, "none").info, resolve_device(config.get("device", "cpu"))
     model, _, info = loaded(src.spec)
-    return info, next(model.parameters()).device.type
+    return info, input_device(model).type
 
 
 def provide(

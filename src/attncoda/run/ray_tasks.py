@@ -123,8 +123,10 @@ def _check_reachable(address: str | None) -> None:
 
 def task_gpus(config: dict[str, Any], resources: dict[str, float]) -> int:
     """GPUs each Ray task asks for: one when the cluster has GPUs and the run's device is
-    ``cuda`` or ``auto`` (the task then loads its model on the GPU Ray gives it), else 0."""
-    wants = config.get("device", "cpu") in ("cuda", "auto")
+    ``cuda`` or ``auto`` (the task then loads its model on the GPU Ray gives it), or a device
+    map places its models (the map then spreads each over that GPU, the CPU and the disk),
+    else 0."""
+    wants = config.get("device", "cpu") in ("cuda", "auto") or bool(config.get("device_map"))
     return 1 if wants and resources.get("GPU", 0) >= 1 else 0
 
 

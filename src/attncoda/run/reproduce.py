@@ -131,6 +131,9 @@ def reproduce(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | Mapping[str, Any] | None = None,
+    max_memory: Mapping[Any, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ) -> ReproduceResult:
     """Run every experiment on ``models`` into the run folder ``out``, in this process.
 
@@ -158,6 +161,11 @@ def reproduce(
     device, dtype, method, kernel
         Where the models run (``cpu``, ``cuda``, ``auto``), their parameter dtype, the
         capture method and the fast path's kernel (``auto``, ``triton``, ``sdpa``).
+    device_map, max_memory, offload_folder
+        Spread each model over devices, the CPU and the disk instead of ``device``
+        (``"auto"``, ``"balanced"``, ``"sequential"``, or ``{module: device}``), as for
+        :func:`attncoda.load_model`; offloaded weights go to ``offload_folder``, by default
+        ``out/offload``. The manifest's config records the map.
     progress : bool
         Print one line per unit and an overall progress bar (on stderr).
 
@@ -191,6 +199,9 @@ def reproduce(
             dtype=dtype,
             method=method,
             kernel=kernel,
+            device_map=device_map,
+            max_memory=max_memory,
+            offload_folder=offload_folder,
         )
         result = execute_run(
             config, store, run, todo, InProcess(keep_going=False), command=RUN, progress=progress
@@ -223,6 +234,9 @@ def run_experiment(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | Mapping[str, Any] | None = None,
+    max_memory: Mapping[Any, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ) -> ReproduceResult:
     """Run experiment ``name`` (and those it runs after) on ``models`` into ``out``.
 
@@ -259,6 +273,9 @@ def run_experiment(
             dtype=dtype,
             method=method,
             kernel=kernel,
+            device_map=device_map,
+            max_memory=max_memory,
+            offload_folder=offload_folder,
             attentions=attentions,
             tokens=tokens,
             kind=kind,

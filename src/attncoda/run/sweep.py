@@ -32,14 +32,16 @@ them share: the tasks write their partitions there and the driver unions them. F
 machine outside the cluster use ``--ray-address HEAD:6379``.
 
 Each task asks for one CPU, and for one GPU when the cluster has GPUs and the run's
-``--device`` is ``cuda`` or ``auto`` (Ray finds a node's CUDA devices when the node starts;
-the task loads its model on the GPU it is given), so on a GPU cluster as many units run at
-once as there are GPUs. A task that raises, or whose worker dies, is retried ``retries``
-times; a unit that still fails is listed in :attr:`SweepResult.failed` with its error and
-in ``DIR/tables/units`` with status ``failed``, and the other units carry on. The
-unit waits for the units of its plan it reads (:mod:`attncoda.run.plan`: the ``train``
-unit of the default series for the units reading its checkpoints, flips for safety and
-predictor); when one of those fails, it fails with a message naming it.
+``--device`` is ``cuda`` or ``auto`` (Ray finds a node's CUDA devices when the node
+starts; the task loads its model on the GPU it is given), so on a GPU cluster as many
+units run at once as there are GPUs. With ``--device-map`` a task asks for one GPU too,
+and the map spreads its model over that GPU, the node's CPU and its disk. A task that
+raises, or whose worker dies, is retried ``retries`` times; a unit that still fails is
+listed in :attr:`SweepResult.failed` with its error and in ``DIR/tables/units`` with
+status ``failed``, and the other units carry on. The unit waits for the units of its plan
+it reads (:mod:`attncoda.run.plan`: the ``train`` unit of the default series for the units
+reading its checkpoints, flips for safety and predictor); when one of those fails, it
+fails with a message naming it.
 
 Numbers are identical to an in-process run: each task pins torch to the number of CPUs Ray
 gives it (one), and the tables were checked equal, value for value, with a run in one
@@ -113,6 +115,9 @@ def sweep(
     dtype: str | None = None,
     method: str = "exact",
     kernel: str = "auto",
+    device_map: str | Mapping[str, Any] | None = None,
+    max_memory: Mapping[Any, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ) -> SweepResult:
     """Run every experiment on every model at every revision, one unit at a time or on Ray.
 
@@ -127,6 +132,7 @@ def sweep(
         Revisions run for every model (``step0``, ``step512``, a commit); then no model may
         name its own ``@revision``.
     series, experiments, scale, settings, text, sink, seed, device, dtype, method
+    device_map, max_memory, offload_folder
         As for :func:`attncoda.run.reproduce.reproduce`. With ``device="auto"`` each task
         uses the GPU Ray gives it (one per task when the cluster has GPUs).
     ray_address : str, optional
@@ -169,6 +175,9 @@ def sweep(
         dtype=dtype,
         method=method,
         kernel=kernel,
+        device_map=device_map,
+        max_memory=max_memory,
+        offload_folder=offload_folder,
     )
     result = execute_run(
         config, store, run, todo, executor, command=RUN, progress=progress, label="sweep"
