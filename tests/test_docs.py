@@ -109,6 +109,7 @@ def test_the_pages_with_python_blocks_are_those_expected():
         "how-to/hub-revisions.md",
         "how-to/bring-your-own-attention.md",
         "how-to/long-context.md",
+        "how-to/live-models.md",
     }
 
 

@@ -91,6 +91,21 @@ def test_recording_around_run_with_cache_equals_from_attentions(folder):
     np.testing.assert_array_equal(got.n_keys, ref.n_keys)
 
 
+def test_a_bridge_recorded_in_query_blocks_equals_from_attentions(folder):
+    # 9 queries in blocks of 4: rows 0-3, 4-7 and 8 are folded in separately.
+    bridge = _bridge(folder)
+    ids = torch.tensor([WINDOWS[0]])
+    with recording(bridge, block_size=4, record_rows="all") as rec, torch.no_grad():
+        _, cache = bridge.run_with_cache(ids)
+    got = rec.capture()
+    ref = from_attentions(cache, kind="logits", record_rows="all", tokens=ids.numpy())
+    _assert_close(got, ref)
+    np.testing.assert_array_equal(got.row_positions[0], np.arange(len(WINDOWS[0])))
+    for a, b in zip(got.rows, ref.rows, strict=True):
+        np.testing.assert_array_equal(np.isfinite(a), np.isfinite(b))
+        np.testing.assert_allclose(a[np.isfinite(b)], b[np.isfinite(b)], atol=ATOL)
+
+
 def test_a_bridge_hook_that_zeroes_a_head_is_recorded_as_the_model_computed_it(folder):
     bridge = _bridge(folder)
     ids = torch.tensor([WINDOWS[0]])

@@ -125,7 +125,9 @@ class PassRecorder(Recorder):
 
 def record_scores(point, inputs, scores) -> None:
     """A bridge's ``hook_attn_scores``: the masked logits ``(batch, head, query_pos,
-    key_pos)`` of one layer, folded into the pass's recorder as one block.
+    key_pos)`` of one layer, folded into the pass's recorder in blocks of
+    ``rec.block_size`` queries (so the float32 log-softmax and the reductions' scratch are
+    one block's, ``batch x head x block_size x key_pos``, not the layer's).
 
     A key is visible where any head's score is above half the dtype's minimum (the bridge
     masks with that minimum, or ``-inf``); a key an intervention set to ``-inf`` in some
@@ -137,9 +139,12 @@ def record_scores(point, inputs, scores) -> None:
     b, h, q, k = scores.shape
     layer = rec.begin_layer(b, h, q, k)
     values = scores.detach()
-    visible = (values > torch.finfo(values.dtype).min / 2).any(dim=1, keepdim=True)
-    log_rows = torch.log_softmax(values.to(torch.float32), dim=-1)
-    rec.add_block(layer, 0, log_rows, visible)
+    hidden = torch.finfo(values.dtype).min / 2
+    for start in range(0, q, rec.block_size):
+        block = values[:, :, start : start + rec.block_size]
+        visible = (block > hidden).any(dim=1, keepdim=True)
+        log_rows = torch.log_softmax(block.to(torch.float32), dim=-1)
+        rec.add_block(layer, start, log_rows, visible)
 
 
 def cache_of(source) -> Any:

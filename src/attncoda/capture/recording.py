@@ -400,8 +400,8 @@ def recording(
     tokenizer : optional
         For token sinks.
     block_size : int
-        Queries per block of the attention function; a pass of at most ``block_size``
-        queries gives outputs bit-identical to eager.
+        Queries per block of the attention function (a bridge: of its score rows); a pass
+        of at most ``block_size`` queries gives outputs bit-identical to eager.
     seed : int
         Seeds the row samples (per document: ``(seed, document index)``).
 
