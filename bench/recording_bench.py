@@ -241,8 +241,9 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default=",".join(MODES),
-        help="run_with_cache plus from_attentions needs ~29 GiB at L = 2048 on GPT-2 small: "
-        "leave 'cache' and 'cache-patterns' out on a machine with less memory and swap",
+        help="run_with_cache plus from_attentions needs ~13 GiB at L = 2048 on GPT-2 small "
+        "and more than 24 GiB on SmolLM2: leave 'cache' and 'cache-patterns' out on a "
+        "machine with less memory and swap",
     )
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument(

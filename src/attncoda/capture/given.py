@@ -40,10 +40,16 @@ _MASKED = torch.finfo(torch.float32).min / 2
 
 
 def _tensor(array: Any, what: str) -> torch.Tensor:
+    """``array`` on the CPU in float32 (half, bfloat16 and float32 input: exact) or float64
+    (anything else). Each layer is taken to float64 only when its statistics are computed,
+    so the whole input is never held in float64 at once."""
     if isinstance(array, torch.Tensor):
-        return array.detach().to("cpu", torch.float64)
+        keep = array.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        return array.detach().to("cpu", torch.float32 if keep else torch.float64)
     try:
-        return torch.as_tensor(np.asarray(array, dtype=np.float64))
+        found = np.asarray(array)
+        keep = found.dtype in (np.float16, np.float32)
+        return torch.as_tensor(np.asarray(found, dtype=np.float32 if keep else np.float64))
     except (TypeError, ValueError) as err:
         raise AttncodaError(f"{what} is not a numeric array: {err}") from None
 
@@ -64,7 +70,7 @@ def transformer_lens_layers(cache: Any) -> tuple[list[torch.Tensor], str] | None
 
 
 def _as_documents(attn: Any, kind: str) -> tuple[list[torch.Tensor], str, str]:
-    """Per document ``(layer, head, query_pos, key_pos)`` float64 tensors, the kind, and
+    """Per document ``(layer, head, query_pos, key_pos)`` float32 or float64 tensors, the kind, and
     what the input was."""
     if isinstance(attn, Mapping) or type(attn).__name__ == "ActivationCache":
         found = transformer_lens_layers(attn)
@@ -121,7 +127,8 @@ def _pad(docs: list[torch.Tensor], kind: str) -> tuple[torch.Tensor, torch.Tenso
             )
     width = max(int(doc.shape[-1]) for doc in docs)
     fill = 0.0 if kind == "probs" else -math.inf
-    batch = torch.full((len(docs), layers, heads, width, width), fill, dtype=torch.float64)
+    dtype = torch.float64 if any(d.dtype == torch.float64 for d in docs) else torch.float32
+    batch = torch.full((len(docs), layers, heads, width, width), fill, dtype=dtype)
     mask = torch.zeros((len(docs), width), dtype=torch.long)
     for i, doc in enumerate(docs):
         n = doc.shape[-1]
@@ -168,8 +175,11 @@ def _visible(values, kind: str, real: torch.Tensor, causal: bool | None):
     return visible.expand(b, n_layers, 1, q, k), causal
 
 
-def _log_rows(values, kind: str, visible, zeros: str) -> tuple[torch.Tensor, int]:
-    """float64 log-probabilities ``(batch, layer, head, pos, pos)``, 0 off the visible keys."""
+def _log_rows(values, kind: str, visible, zeros: str, layer: int) -> tuple[torch.Tensor, int]:
+    """float64 log-probabilities ``(batch, head, pos, pos)`` of one layer (``values``, with
+    its ``visible`` keys ``(batch, 1, pos, pos)``), 0 off the visible keys; and how many
+    zeros were floored."""
+    values = values.to(torch.float64)
     floored = 0
     if kind == "logits":
         logits = values.masked_fill(~visible, -math.inf)
@@ -185,7 +195,7 @@ def _log_rows(values, kind: str, visible, zeros: str) -> tuple[torch.Tensor, int
         zero = visible & (values == 0)
         floored = int(zero.sum())
         if floored and zeros == "raise":
-            doc, layer, head, query, key = (int(v) for v in zero.nonzero()[0])
+            doc, head, query, key = (int(v) for v in zero.nonzero()[0])
             raise AttncodaError(
                 f"attention probability is exactly 0 at document {doc}, layer {layer}, head "
                 f"{head}, query_pos {query}, key_pos {key} on a visible key: its log is -inf; "
@@ -316,6 +326,8 @@ def from_attentions(
             "carry: use a token sink such as 'first'"
         )
     docs, kind, source = _as_documents(attn, kind)
+    if len({d.dtype for d in docs}) > 1:  # float32 and float64 documents: one dtype
+        docs = [d.to(torch.float64) for d in docs]
     if len(docs) > 1 and len({tuple(d.shape) for d in docs}) > 1:
         batch, mask = _pad(docs, kind)
         if attention_mask is not None:
@@ -339,17 +351,21 @@ def from_attentions(
         raise AttncodaError(f"sink {spec.text!r} names a token: pass tokens= (the token ids)")
     id_docs = token_docs or [np.zeros(n, dtype=np.int64) for n in lengths]
     visible, causal = _visible(batch, kind, real, causal)
-    logs, floored = _log_rows(batch, kind, visible, zeros)
     record = record_plan(lengths, record_rows, seed, 0)
     record_padded = [torch.as_tensor(r) + int(o) for r, o in zip(record, offsets, strict=True)]
+    floored = 0
 
     def recorded(sink_mask, plan) -> Recorder:
+        # One layer's float64 rows at a time: the input's size once, not in float64 copies.
+        nonlocal floored
+        floored = 0
         rec = Recorder(real, offsets, sink_mask, plan, block_size=batch.shape[-1])
-        b, n_layers, h, q, k = logs.shape
+        b, n_layers, h, q, k = batch.shape
         for layer in range(n_layers):
+            rows, zeros_here = _log_rows(batch[:, layer], kind, visible[:, layer], zeros, layer)
+            floored += zeros_here
             index = rec.begin_layer(b, h, q, k)
-            rows = logs[:, layer].clone()  # row_statistics uses its input as scratch
-            rec.add_block(index, 0, rows, visible[:, layer])
+            rec.add_block(index, 0, rows, visible[:, layer])  # rows: its scratch, fresh
         return rec
 
     if spec.kind == "auto":
