@@ -123,6 +123,9 @@ def test_flips_on_live_models_names_each_and_equals_its_spec(folder):
     for name in ("a", "b"):
         mine = got.table[got.table["model"] == name].reset_index(drop=True)
         np.testing.assert_array_equal(_numbers(mine), _numbers(spec))
+    # A tuple of two models is two models, not (model, tokenizer).
+    pair = ac.flips((_bridge(folder), _nnsight(folder)), names=["a", "b"], n_boot=20).table
+    assert set(pair["model"]) == {"a", "b"}
     assert not [k for k in provide.cache_keys() if len(k) > 1 and k[1] in ("a", "b")]
     assert not provide.lent("a")
 

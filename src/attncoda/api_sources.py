@@ -51,12 +51,14 @@ def _live_kind(value: object) -> str | None:
 
 
 def _is_pair(value: object) -> bool:
-    """Whether ``value`` is ``(model, tokenizer)`` or ``(model, tokenizer, info)``."""
+    """Whether ``value`` is ``(model, tokenizer)`` or ``(model, tokenizer, info)`` (not a
+    tuple of two or three models)."""
     return (
         isinstance(value, tuple)
         and len(value) in (2, 3)
         and not isinstance(value[0], str | Path)
         and _live_kind(value[0]) is not None
+        and _live_kind(value[1]) is None
     )
 
 
