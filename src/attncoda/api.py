@@ -272,8 +272,9 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
         raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
     items, kind = sources(source)
     sink, seed, device = common["sink"], common["seed"], common["device"]
+    options = {k: v for k, v in common.items() if k not in ("names", "steps", "out")}
     if kind == "live":
-        return _on_live(name, items, chosen, common)
+        return _on_live(name, items, chosen, common, options)
     if kind == "capture":
         given = common.get("names")
         if exp.combine is not None:  # one series: one name for every checkpoint's capture
@@ -297,13 +298,18 @@ def _call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[s
             "steps= and names= are for captures: a run names its models by their specs and "
             "reads a series' steps from its spec"
         )
-    options = {k: v for k, v in common.items() if k not in ("names", "steps", "out")}
     return _on_specs(name, [str(s) for s in items], chosen, out=common.get("out"), options=options)
 
 
-def _on_live(name: str, items: Sequence[Any], settings: Any, common: Mapping[str, Any]) -> Result:
-    """Run ``name`` on live models through the runner, as on specs (the runner is lent
-    them: :func:`attncoda.run.provide.lend`)."""
+def _on_live(
+    name: str,
+    items: Sequence[Any],
+    settings: Any,
+    common: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> Result:
+    """Run ``name`` on live models through the runner with ``options``, as on specs (the
+    runner is lent them: :func:`attncoda.run.provide.lend`)."""
     from attncoda.api_sources import live_entries
     from attncoda.run.provide import lend
 
@@ -314,7 +320,6 @@ def _on_live(name: str, items: Sequence[Any], settings: Any, common: Mapping[str
                 f"{option}={common[option]!r} is for model specs: a live model runs where "
                 "and in the dtype it is"
             )
-    options = {k: v for k, v in common.items() if k not in ("names", "steps", "out")}
     with lend(entries):
         return _on_specs(name, list(entries), settings, out=common.get("out"), options=options)
 

@@ -353,23 +353,22 @@ def from_attentions(
     visible, causal = _visible(batch, kind, real, causal)
     record = record_plan(lengths, record_rows, seed, 0)
     record_padded = [torch.as_tensor(r) + int(o) for r, o in zip(record, offsets, strict=True)]
-    floored = 0
 
-    def recorded(sink_mask, plan) -> Recorder:
-        # One layer's float64 rows at a time: the input's size once, not in float64 copies.
-        nonlocal floored
-        floored = 0
+    def recorded(sink_mask, plan) -> tuple[Recorder, int]:
+        # One layer's float64 rows at a time: the input's size once, not in float64 copies
+        # (sink="auto" makes them twice, once to find the sinks: time for memory).
         rec = Recorder(real, offsets, sink_mask, plan, block_size=batch.shape[-1])
         b, n_layers, h, q, k = batch.shape
+        floored = 0
         for layer in range(n_layers):
             rows, zeros_here = _log_rows(batch[:, layer], kind, visible[:, layer], zeros, layer)
             floored += zeros_here
             index = rec.begin_layer(b, h, q, k)
             rec.add_block(index, 0, rows, visible[:, layer])  # rows: its scratch, fresh
-        return rec
+        return rec, floored
 
     if spec.kind == "auto":
-        first = recorded(None, [r[:0] for r in record_padded])
+        first, _ = recorded(None, [r[:0] for r in record_padded])
         received, count = first.received.numpy(), first.received_count.numpy()
         sinks = [
             auto_sinks(received[d, o : o + n], count[d, o : o + n])
@@ -380,7 +379,7 @@ def from_attentions(
     sink_mask = torch.zeros_like(real)
     for d, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
         sink_mask[d, torch.as_tensor(pos, dtype=torch.long) + off] = True
-    rec = recorded(sink_mask, record_padded)
+    rec, floored = recorded(sink_mask, record_padded)
     about: dict[str, Any] = {
         "virtual_keys": 0,
         "sink_spec": spec.text,

@@ -93,8 +93,11 @@ def execute_run(
 def check_models(models: Sequence[str], series: str | None = None, *, cache: bool = True) -> None:
     """Refuse a model spec or series checkpoint that cannot load, before a run folder is
     made (:func:`attncoda.models.resolve.check_spec`; with ``cache``, a hub id must be in
-    the local Hugging Face cache while ``HF_HUB_OFFLINE`` is set)."""
-    specs = [m.strip() for m in models if m and m.strip()]
+    the local Hugging Face cache while ``HF_HUB_OFFLINE`` is set). A live model lent to
+    this process's runner (:func:`attncoda.run.provide.lend`) is no spec to check."""
+    from attncoda.run.provide import lent
+
+    specs = [m.strip() for m in models if m and m.strip() and not lent(m)]
     if not specs and series is None:
         return
     from attncoda.models.resolve import check_spec
@@ -254,9 +257,7 @@ def run_experiment(
     check_run_folder(out)
     created = new_folders(out)
     if not attentions:
-        from attncoda.run.provide import lent
-
-        check_models([m for m in models if not lent(m)], series)
+        check_models(models, series)
     store: RunStore | None = None
     try:
         config, store, run, todo = open_run(
