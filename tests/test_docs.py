@@ -311,3 +311,27 @@ def test_the_tutorial_notebook_runs_and_prints_its_committed_outputs(tmp_path):
         "the committed outputs are not what the notebook prints; if the change is meant, "
         "rewrite them with 'python docs/hooks/notebook.py':\n" + "\n".join(differences)
     )
+
+
+def test_the_files_the_pages_cite_exist():
+    cited = re.compile(r"`((?:tests|bench|src|docs)/[\w./-]+\.(?:py|md))`")
+    for page in [*PAGES, ROOT / "README.md"]:
+        for path in cited.findall(page.read_text(encoding="utf-8")):
+            assert (ROOT / path).is_file(), f"{page.relative_to(ROOT)} cites {path}"
+
+
+def test_the_long_context_page_quotes_the_measured_drift():
+    # The whole-capture drift of the fast path is a measurement (bench/fast_bounds.py), not
+    # a test: the page gives the figures bench/RESULTS.md records, as recorded.
+    results = (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8")
+    page = (DOCS / "how-to" / "long-context.md").read_text(encoding="utf-8")
+    rows = re.findall(
+        r"^(smollm2|gemma3) +1024 +\d+ (sink_mass|entropy|content_entropy) .* (\d\.\d\de-\d\d)$",
+        results,
+        re.M,
+    )
+    assert len(rows) == 6, rows
+    for _, _, drift in rows:
+        shown = re.sub(r"e-0*", "e-", drift)  # 1.43e-05 is written 1.43e-5
+        assert shown in page, drift
+    assert "1e-5 of the sink mass" not in page
