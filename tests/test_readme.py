@@ -1,8 +1,10 @@
 """Every Python block of the README runs as written, and each value its comments state holds.
 
-A comment on a bare expression that opens with a number or a tuple of numbers (``# 0.148
-nats: ...``, ``# (2.254, 0.0): ...``, ``# (doc, layer, head, query_pos) = (1, 30, 9, 6)``)
-states that expression's value: the value, rounded to the digits shown, must be that number.
+A comment on a bare expression that opens with a number, or with a tuple or list of numbers
+nested to any depth (``# 0.148 nats: ...``, ``# (2.254, 0.0): ...``, ``# ([6], (1, 30, 9,
+13)): ...``, ``# (doc, layer, head, query_pos) = (1, 30, 9, 6)``), states that expression's
+value: the value (an array read as a list) must have the same nesting, and each number,
+rounded to the digits shown, must be the number written.
 The other claims of the comments (the content of the two rows, the two identities) are
 checked against independent numpy computations.
 """
@@ -20,10 +22,11 @@ import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
-# A number, or a parenthesised tuple of numbers, at the start of a comment; optionally after
-# the names of a tuple's fields, "(doc, layer, ...) = ".
+# A number, or a tuple or list of numbers (nested to any depth), at the start of a comment;
+# optionally after the names of a tuple's fields, "(doc, layer, ...) = ".
 _NUMBER = r"-?\d+(?:\.\d+)?"
-_CLAIM = re.compile(rf"^(?:\([a-z_, ]+\) = )?(\({_NUMBER}(?:, {_NUMBER})*\)|{_NUMBER})")
+_NAMES = re.compile(r"^\([a-z_, ]+\) = ")
+_OPEN, _CLOSE = "([", ")]"
 
 
 def _blocks() -> list[str]:
@@ -35,26 +38,55 @@ def _block(marker: str) -> str:
     return block
 
 
-def _claim(comment: str) -> list[str] | None:
-    found = _CLAIM.match(comment)
-    if found is None:
+def _claim(comment: str) -> str | None:
+    """The value a comment opens with, as written (``"0.148"``, ``"([6], (1, 30, 9, 13))"``),
+    or None when it opens with no number or bracketed literal of numbers."""
+    comment = _NAMES.sub("", comment, count=1)
+    if comment[:1] not in _OPEN:
+        found = re.match(rf"{_NUMBER}(?![\w.])", comment)
+        return found.group(0) if found else None
+    depth, end = 0, len(comment)
+    for i, char in enumerate(comment):
+        depth += (char in _OPEN) - (char in _CLOSE)
+        if depth == 0:
+            end = i + 1
+            break
+    text = comment[:end]
+    try:
+        literal = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
         return None
-    return re.findall(_NUMBER, found.group(1))
+    return text if _numbers(literal) is not None else None
 
 
-def _numbers(value: Any) -> list[float]:
+def _numbers(value: Any) -> list[float] | None:
+    """Every number of ``value`` in order (arrays read as lists); None for a non-number."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
     if isinstance(value, (tuple, list)):
-        return [x for item in value for x in _numbers(item)]
+        parts = [_numbers(item) for item in value]
+        return None if None in parts else [x for part in parts for x in part]
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float, np.number)):
+        return None
     return [float(value)]
 
 
-def run_block(code: str, namespace: dict[str, Any]) -> list[tuple[str, list[str], Any]]:
+def _nesting(value: Any) -> Any:
+    """The lengths of ``value``'s sequences, nested as they are; None for a number."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (tuple, list)):
+        return [_nesting(item) for item in value]
+    return None
+
+
+def run_block(code: str, namespace: dict[str, Any]) -> list[tuple[str, str, Any]]:
     """Execute ``code`` statement by statement in ``namespace``.
 
     Returns
     -------
     list of (line, stated, value)
-        For each bare expression whose comment states a value: the source line, the numbers
+        For each bare expression whose comment states a value: the source line, the value
         the comment states (as written) and the value the expression has.
     """
     lines = code.splitlines()
@@ -73,13 +105,14 @@ def run_block(code: str, namespace: dict[str, Any]) -> list[tuple[str, list[str]
     return claims
 
 
-def check_claims(claims: list[tuple[str, list[str], Any]]) -> None:
+def check_claims(claims: list[tuple[str, str, Any]]) -> None:
     for line, stated, value in claims:
+        assert _nesting(value) == _nesting(ast.literal_eval(stated)), f"{line}: {value!r}"
         got = _numbers(value)
-        assert len(got) == len(stated), line
-        for text, number in zip(stated, got, strict=True):
+        assert got is not None, f"{line}: {value!r} is not numbers"
+        for text, number in zip(re.findall(_NUMBER, stated), got, strict=True):
             digits = len(text.partition(".")[2])
-            assert round(number, digits) == float(text), f"{line}: {number!r}"
+            assert round(number, digits) == float(text), f"{line}: {value!r}"
 
 
 def _entropy(p: np.ndarray) -> float:
@@ -91,7 +124,7 @@ def test_the_first_block_states_its_values():
     namespace: dict[str, Any] = {}
     claims = run_block(_block("ac.row_distance(a, b"), namespace)
     # 0.148 nats, 0.0, and (2.254, 0.0): three stated values, each checked.
-    assert [stated for _, stated, _ in claims] == [["0.148"], ["0.0"], ["2.254", "0.0"]]
+    assert [stated for _, stated, _ in claims] == ["0.148", "0.0", "(2.254, 0.0)"]
     check_claims(claims)
     ac = namespace["ac"]
     p, p2 = np.exp(namespace["a"]), np.exp(namespace["b"])
@@ -160,9 +193,13 @@ def test_every_other_block_runs_in_order_and_states_its_values(
             assert set(r.tables) == {"flips", "flips_by_layer"}
             assert len(r.tables["flips"]) == 5 and r.path is None
             assert (tmp_path / "runs" / "smollm2" / "tables" / "profile_heads.parquet").is_file()
+        if "ac.recording(model)" in block:
+            # "the 8 new tokens": generation ran to max_new_tokens, no early end.
+            assert namespace["out"].shape == (1, 6 + 8)
         if "output_attentions=True" in block:
             # The capture of the reader's attention has the batch's two documents.
             assert namespace["cap"].sink_mass.shape[:3] == (2, 6, 12)
-    # (doc, layer, head, query_pos) = (1, 30, 9, 6): the one stated value of these blocks.
-    assert [stated for _, stated, _ in claims] == [["1", "30", "9", "6"]]
+    # (doc, layer, head, query_pos) = (1, 30, 9, 6), and the recording's ([6], (1, 30, 9,
+    # 13)): 6 prompt positions and 7 of the 8 generated tokens (the last is never fed back).
+    assert [stated for _, stated, _ in claims] == ["(1, 30, 9, 6)", "([6], (1, 30, 9, 13))"]
     check_claims(claims)
