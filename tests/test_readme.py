@@ -199,7 +199,7 @@ def test_every_other_block_runs_in_order_and_states_its_values(
         if "output_attentions=True" in block:
             # The capture of the reader's attention has the batch's two documents.
             assert namespace["cap"].sink_mass.shape[:3] == (2, 6, 12)
+    check_claims(claims)
     # (doc, layer, head, query_pos) = (1, 30, 9, 6), and the recording's ([6], (1, 30, 9,
     # 13)): 6 prompt positions and 7 of the 8 generated tokens (the last is never fed back).
     assert [stated for _, stated, _ in claims] == ["(1, 30, 9, 6)", "([6], (1, 30, 9, 13))"]
-    check_claims(claims)
