@@ -156,7 +156,7 @@ def test_the_api_page_has_the_settings_table_of_every_experiment():
             assert f.metadata["help"] in row
     assert "| `n_boot` | `int` | `200` | `--n-boot` |" in hook.table("flips")
     assert "| `ks` | `tuple[int, ...]` | `(4, 16, 64)` | `--ks` |" in hook.table("prune")
-    assert "::: attncoda.capture.given.from_attentions" in page
+    assert "::: attncoda.capture.given._given.from_attentions" in page
 
 
 def test_the_results_page_is_the_readme_section():
