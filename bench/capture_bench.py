@@ -20,7 +20,7 @@ import time
 _CHILD = r"""
 import json, resource, sys, torch
 from attncoda.models.load import load_model
-from attncoda.capture.capture import capture
+from attncoda.capture import capture
 mode, length = sys.argv[1], int(sys.argv[2])
 torch.set_num_threads(int(sys.argv[3]))
 model, tokenizer, info = load_model("smollm2")
@@ -71,7 +71,7 @@ def p1_ratio(length: int = 512, repeats: int = 3) -> dict:
     """min-of-repeats capture time over eager time, interleaved so load hits both alike."""
     import torch
 
-    from attncoda.capture.capture import capture
+    from attncoda.capture import capture
     from attncoda.models.load import load_model
 
     model, _, _ = load_model("smollm2")

@@ -7,7 +7,7 @@ documents (``--random-long`` of them at lengths above 1024), every layer: the fa
 statistics from the layer's own queries, keys and values, then the exact path on the same
 tensors (its output goes on), so both paths see the same inputs in every layer. Prints,
 per quantity, the largest ``|fast - exact|``, the largest bound
-(:func:`attncoda.capture.bounds.difference_bounds`), and the row where the difference comes
+(:func:`attncoda.capture.kernels.difference_bounds`), and the row where the difference comes
 closest to its bound (measured / bound, with its input, layer, head and query), and last,
 for comparison, the largest difference between two whole captures (``method="fast"`` and
 ``method="exact"``, each its own forward: later layers' inputs then differ by the outputs'
@@ -35,9 +35,9 @@ def paired(model, ids):
     """``(exact capture, per-layer fast statistics, per-layer A)`` of one forward."""
     import torch
 
-    from attncoda.capture import attention
-    from attncoda.capture.bounds import score_scale
-    from attncoda.capture.capture import capture
+    from attncoda.capture import capture
+    from attncoda.capture.kernels import score_scale
+    from attncoda.capture.routing import _attention as attention
 
     fast, scales = [], []
     inner = attention.record_fast_layer
@@ -83,7 +83,7 @@ def sweep(model, ids):
     """Per quantity: largest difference, largest bound, and the closest row to its bound."""
     import numpy as np
 
-    from attncoda.capture.bounds import difference_bounds
+    from attncoda.capture.kernels import difference_bounds
 
     head_dim = model.config.head_dim
     cap, fast, scales = paired(model, ids)
@@ -123,7 +123,7 @@ def drift(model, ids):
     import numpy as np
     import torch
 
-    from attncoda.capture.capture import capture
+    from attncoda.capture import capture
 
     with torch.inference_mode():
         exact = capture(model, ids, record_rows="none")

@@ -59,7 +59,7 @@ def _timed(call, device: str) -> tuple[float, float]:
 
 def _calls(model, ids) -> dict:
     """The five forwards the ratios compare, by name."""
-    from attncoda.capture.capture import capture
+    from attncoda.capture import capture
 
     def forward(impl):
         model.set_attn_implementation(impl)
@@ -121,7 +121,7 @@ def fast_errors(model, device: str, length: int) -> dict:
     import numpy as np
     import torch
 
-    from attncoda.capture.capture import capture
+    from attncoda.capture import capture
 
     ids = _ids(model, length, 1).to(device)
     with torch.inference_mode():

@@ -26,7 +26,7 @@ FLIPS_BEFORE_S = 147.0  # the flips unit of `make demo` before this work (2-core
 _LONG_CHILD = r"""
 import json, resource, sys, time, torch
 from attncoda.models.load import load_model
-from attncoda.capture.capture import capture
+from attncoda.capture import capture
 spec, length, method = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.set_num_threads(int(sys.argv[4]))
 model, tokenizer, info = load_model(spec)
@@ -59,7 +59,7 @@ def _smollm2_ids(length: int):
 def capture_calls(model, ids) -> dict:
     """The four forwards every capture ratio compares, by name: an SDPA forward, an eager
     forward, exact capture and fast capture of ``ids``. Shared with ``gpu.py``."""
-    from attncoda.capture.capture import capture
+    from attncoda.capture import capture
 
     def forward(impl):
         model.set_attn_implementation(impl)

@@ -11,17 +11,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.ablation import (  # noqa: E402
+from attncoda.capture import capture, forward  # noqa: E402
+from attncoda.capture.ablation._ablation import (  # noqa: E402
     ablate,
     head_counts,
     head_gates,
     head_labels,
     parse_heads,
 )
-from attncoda.capture.attention import routed  # noqa: E402
-from attncoda.capture.capture import capture  # noqa: E402
-from attncoda.capture.forward import forward  # noqa: E402
-from attncoda.capture.statistics import Recorder  # noqa: E402
+from attncoda.capture.routing import routed  # noqa: E402
+from attncoda.capture.stats import Recorder  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 

@@ -24,9 +24,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.attention import routable, routed  # noqa: E402
-from attncoda.capture.capture import capture, capture_windows  # noqa: E402
-from attncoda.capture.forward import forward  # noqa: E402
+from attncoda.capture import (  # noqa: E402
+    capture,
+    capture_windows,
+    forward,  # noqa: E402
+)
+from attncoda.capture.routing import routable, routed  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 

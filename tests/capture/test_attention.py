@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture import attention  # noqa: E402
-from attncoda.capture.attention import attncoda_attention, routed  # noqa: E402
-from attncoda.capture.forward import forward  # noqa: E402
-from attncoda.capture.statistics import Recorder, row_statistics  # noqa: E402
+from attncoda.capture import forward  # noqa: E402
+from attncoda.capture.routing import _attention as attention  # noqa: E402
+from attncoda.capture.routing import attncoda_attention, routed  # noqa: E402
+from attncoda.capture.stats import Recorder, row_statistics  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 

@@ -11,13 +11,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import (  # noqa: E402
+from attncoda.capture import forward  # noqa: E402
+from attncoda.capture._capture import (  # noqa: E402
     Capture,
     capture,
     capture_frame,
     capture_windows,
 )
-from attncoda.capture.forward import forward  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 

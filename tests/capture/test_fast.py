@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import METHODS, capture, capture_windows  # noqa: E402
-from attncoda.capture.fast import (  # noqa: E402
+from attncoda.capture import METHODS, capture, capture_windows  # noqa: E402
+from attncoda.capture.kernels._sdpa import (  # noqa: E402
     FAST_STATISTICS,
     fast_attention,
     read_mask,
@@ -255,7 +255,7 @@ def test_fast_capture_errors():
 
 
 def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch):
-    from attncoda.capture import attention
+    from attncoda.capture.routing import _attention as attention
 
     model = _tiny("gemma3")  # sliding-window and full layers: two mask kinds
     seen: list[torch.dtype | None] = []
@@ -277,7 +277,7 @@ def test_boolean_masks_give_eager_outputs_bit_for_bit(family):
     # The exact path masks a boolean mask with masked_fill(min) where eager adds a float
     # mask of 0 and min: every finite score plus min rounds to min, so the softmax inputs,
     # and everything after them, are the same bits (one query block per layer here).
-    from attncoda.capture import attention
+    from attncoda.capture.routing import _attention as attention
 
     model = _tiny(family)
     ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
@@ -305,7 +305,7 @@ def test_the_boolean_mask_built_in_query_chunks_is_transformers_mask(monkeypatch
         sliding_window_overlay,
     )
 
-    from attncoda.capture import masks
+    from attncoda.capture.kernels import _masks as masks
 
     function = causal_mask_function
     if window is not None:

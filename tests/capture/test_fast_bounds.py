@@ -1,4 +1,4 @@
-"""The fast path's derived error bounds (attncoda.capture.bounds) on real models, every row.
+"""The fast path's derived error bounds (capture.kernels._bounds) on real models, every row.
 
 One forward per batch: each layer's fast statistics are taken from the layer's own queries,
 keys and values, then the exact path runs on the very same tensors and its output feeds the
@@ -21,8 +21,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import MissingWheelError  # noqa: E402
-from attncoda.capture import attention  # noqa: E402
-from attncoda.capture.bounds import (  # noqa: E402
+from attncoda.capture import capture  # noqa: E402
+from attncoda.capture.kernels import fast_attention  # noqa: E402
+from attncoda.capture.kernels._bounds import (  # noqa: E402
     FLOAT64_ROUNDOFF,
     UNIT_ROUNDOFF,
     difference_bounds,
@@ -32,8 +33,7 @@ from attncoda.capture.bounds import (  # noqa: E402
     score_perturbation,
     score_scale,
 )
-from attncoda.capture.capture import capture  # noqa: E402
-from attncoda.capture.fast import fast_attention  # noqa: E402
+from attncoda.capture.routing import _attention as attention  # noqa: E402
 
 QUANTITIES = ("sink_mass", "entropy", "content_entropy")
 #: Layers kept per model: SmolLM2's first 3 (causal rows: the kernel masks by itself);
@@ -170,7 +170,7 @@ def definition(z, sink):
 def exact_path(q, k, scaling, sink):
     """The exact path's statistics of causal rows: a float32 softmax and log-softmax of the
     float32 scores, read by :func:`row_statistics`, as the attention function does."""
-    from attncoda.capture.statistics import row_statistics
+    from attncoda.capture.stats import row_statistics
 
     n = q.shape[2]
     visible = torch.ones(n, n, dtype=torch.bool).tril()[None, None]

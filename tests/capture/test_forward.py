@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture import capture as capture_module  # noqa: E402
-from attncoda.capture.forward import (  # noqa: E402
+from attncoda.capture import _capture as capture_module  # noqa: E402
+from attncoda.capture._forward import (  # noqa: E402
     check_batch,
     first_position,
     forward,
@@ -117,7 +117,7 @@ def test_an_encoder_takes_no_logits_to_keep():
 
 
 def test_capture_statistics_do_not_depend_on_keeping_the_outputs():
-    from attncoda.capture.capture import capture_windows
+    from attncoda.capture import capture_windows
 
     model = _tiny("llama")
     windows = [[5, 6, 7, 8, 9], [10, 11, 12]]

@@ -18,9 +18,9 @@ pytest.importorskip("triton")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError, MissingWheelError  # noqa: E402
-from attncoda.capture.capture import capture, capture_windows  # noqa: E402
-from attncoda.capture.fast import FAST_STATISTICS  # noqa: E402
-from attncoda.capture.fused import (  # noqa: E402
+from attncoda.capture import capture, capture_windows  # noqa: E402
+from attncoda.capture.kernels import FAST_STATISTICS  # noqa: E402
+from attncoda.capture.kernels._fused import (  # noqa: E402
     KERNELS,
     MaskShape,
     fused_attention,
@@ -330,7 +330,7 @@ def test_bfloat16_model_fused_equals_the_two_call_path(capsys):
 
 
 def test_a_mask_the_kernel_does_not_cover_falls_back_with_a_note(capsys):
-    from attncoda.capture import fused as fused_module
+    from attncoda.capture.kernels import _fused as fused_module
 
     model = _tiny("llama", torch.float32, positions=64)
     ids = np.stack(docs((12,)))

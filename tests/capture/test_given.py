@@ -9,8 +9,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import capture, capture_windows  # noqa: E402
-from attncoda.capture.forward import forward  # noqa: E402
+from attncoda.capture import (  # noqa: E402
+    capture,
+    capture_windows,
+    forward,  # noqa: E402
+)
 from attncoda.capture.given import from_attentions  # noqa: E402
 from attncoda.experiments.flips import flips  # noqa: E402
 from attncoda.experiments.inputs import head_rows  # noqa: E402

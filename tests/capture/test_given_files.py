@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.attention_file import read_attentions  # noqa: E402
+from attncoda.capture.given import read_attentions  # noqa: E402
 
 ACCEPTED = (
     "give a .npz file from numpy.savez, a .pt file from torch.save of a tensor (or of a "

@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import capture, capture_windows  # noqa: E402
+from attncoda.capture import capture, capture_windows  # noqa: E402
 from attncoda.capture.given import from_attentions  # noqa: E402
-from attncoda.capture.recording import recording  # noqa: E402
+from attncoda.capture.live import recording  # noqa: E402
 from models.tiny_hf import tiny_tokenizer  # noqa: E402
 
 FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")

@@ -9,8 +9,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import capture  # noqa: E402
-from attncoda.capture.forward import pad  # noqa: E402
+from attncoda.capture import capture, pad  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 

@@ -8,8 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from attncoda.capture.capture import capture  # noqa: E402
-from attncoda.capture.forward import forward  # noqa: E402
+from attncoda.capture import capture, forward  # noqa: E402
 
 FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
 

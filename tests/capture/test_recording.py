@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError, MissingWheelError  # noqa: E402
-from attncoda.capture.capture import capture  # noqa: E402
-from attncoda.capture.recording import recording  # noqa: E402
+from attncoda.capture import capture  # noqa: E402
+from attncoda.capture.live import recording  # noqa: E402
 from tiny_models import tiny  # noqa: E402
 
 FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")

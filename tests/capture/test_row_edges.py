@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attncoda.capture.statistics import row_statistics  # noqa: E402
+from attncoda.capture.stats import row_statistics  # noqa: E402
 
 
 def test_row_statistics_drop_a_minus_inf_key_and_count_it():

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.sinks import AUTO_EPSILON, SinkSpec, auto_sinks, parse_sink, resolve_sinks
+from attncoda.capture.stats import (
+    AUTO_EPSILON,
+    SinkSpec,
+    auto_sinks,
+    parse_sink,
+    resolve_sinks,
+)
 
 HINT = (
     "use 'first', 'auto', positions like '0' or '0,1', a token like '[CLS]' or 'id:101', "

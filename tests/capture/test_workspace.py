@@ -9,11 +9,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from attncoda.capture import workspace as workspace_module  # noqa: E402
-from attncoda.capture.attention import routed  # noqa: E402
-from attncoda.capture.forward import forward  # noqa: E402
-from attncoda.capture.statistics import STATISTICS, Recorder, row_statistics  # noqa: E402
-from attncoda.capture.workspace import Workspace  # noqa: E402
+from attncoda.capture import forward  # noqa: E402
+from attncoda.capture.routing import routed  # noqa: E402
+from attncoda.capture.stats import (  # noqa: E402
+    STATISTICS,
+    Recorder,
+    Workspace,  # noqa: E402
+    row_statistics,
+)
+from attncoda.capture.stats import _workspace as workspace_module  # noqa: E402
 from tiny_models import VOCAB, tiny  # noqa: E402
 
 MIN = torch.finfo(torch.float32).min

@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 pd = pytest.importorskip("pandas")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import capture_windows, forward_kwargs  # noqa: E402
+from attncoda.capture import capture_windows, forward_kwargs  # noqa: E402
 from attncoda.coda import entropy_change_split  # noqa: E402
 from attncoda.experiments.collapse import (  # noqa: E402
     CHECKPOINT_COLUMNS,

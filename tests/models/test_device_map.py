@@ -45,7 +45,7 @@ def windows(smollm2):
 
 
 def _compare(whole, placed, windows, tokenizer):
-    from attncoda.capture.capture import capture_windows
+    from attncoda.capture import capture_windows
 
     a = capture_windows(whole, windows, tokenizer=tokenizer, batch_size=2, record_rows=4)
     b = capture_windows(placed, windows, tokenizer=tokenizer, batch_size=2, record_rows=4)

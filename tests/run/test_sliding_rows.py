@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.capture import capture_windows  # noqa: E402
+from attncoda.capture import capture_windows  # noqa: E402
 from attncoda.run.common import Captured, head_rows  # noqa: E402
 
 

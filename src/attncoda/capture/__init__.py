@@ -1,10 +1,96 @@
-"""Capture: the registered attention function, row statistics, ablation, given attention.
+"""Capture: per-row attention statistics of a model, by floors.
 
-:mod:`attncoda.capture.capture` runs a model over token windows into a :class:`Capture`
-(:mod:`attncoda.capture.result`) through :mod:`attncoda.capture.attention` (routed) or
-:mod:`attncoda.capture.outputs` (eager ``output_attentions``); the batch and forward helpers
-are in :mod:`attncoda.capture.forward`, the statistics in :mod:`attncoda.capture.statistics`
-and :mod:`attncoda.capture.fast`, sink specs in :mod:`attncoda.capture.sinks`, head ablation in
-:mod:`attncoda.capture.ablation` and attention a user already has in
-:mod:`attncoda.capture.given`.
+The map, from the top floor down (each floor imports only the floors below it; the
+import-linter contract of ``pyproject.toml`` checks it):
+
+:mod:`attncoda.capture._capture`
+    The entry point: :func:`capture` (one batch) and :func:`capture_windows` (token windows
+    in batches) run a model into a :class:`Capture`, routed or through eager outputs.
+:mod:`attncoda.capture.live`, :mod:`attncoda.capture.given`, :mod:`attncoda.capture.ablation`
+    Live passes (:func:`recording`, the pass recorder, the wrappers of TransformerBridge and
+    nnsight models); attention that comes from elsewhere (:func:`from_attentions`, attention
+    files, eager ``output_attentions``); head ablation and head gates (:func:`ablate`,
+    :func:`head_gates`).
+:mod:`attncoda.capture._result`, :mod:`attncoda.capture._forward`
+    The :class:`Capture` container and its table; the batch and forward helpers.
+:mod:`attncoda.capture.routing`
+    The registered ``"attncoda"`` attention function: registration and :func:`routed`, the
+    exact kernel, the recording state, the dispatch to the fast kernels, the head edit.
+:mod:`attncoda.capture.kernels`
+    The fast kernels (SDPA and Triton), their mask geometry, kernel selection and bounds.
+:mod:`attncoda.capture.stats`
+    The row maths, the :class:`Recorder`, the row-sampling plan, sink specs, the workspace.
+:mod:`attncoda.capture.names`
+    The choices capture takes (modes, methods, kernels, attention file types), free of
+    torch so that the command line imports them without the model layer.
+
+The whole package may import :mod:`attncoda.models` and the floors below it, never
+:mod:`attncoda.experiments` or anything above. The names below are served lazily, so that
+``import attncoda.capture`` (and :mod:`attncoda.capture.names`) stays free of torch.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._capture import capture, capture_windows
+    from ._forward import forward, forward_kwargs, next_token_nll, pad
+    from ._result import Capture, assemble, capture_frame, concatenate
+    from .ablation import ablate, head_gates
+    from .given import from_attentions, read_attentions
+    from .live import Recording, recording
+    from .names import ATTENTION_FILES, KERNELS, METHODS, MODES
+    from .routing import routed
+    from .stats import COUNTS, STATISTICS, Recorder, parse_sink, row_statistics
+
+_MODULES = {
+    "._capture": ("capture", "capture_windows"),
+    "._forward": ("forward", "forward_kwargs", "next_token_nll", "pad"),
+    "._result": ("Capture", "assemble", "capture_frame", "concatenate"),
+    ".ablation": ("ablate", "head_gates"),
+    ".given": ("from_attentions", "read_attentions"),
+    ".live": ("Recording", "recording"),
+    ".names": ("ATTENTION_FILES", "KERNELS", "METHODS", "MODES"),
+    ".routing": ("routed",),
+    ".stats": ("COUNTS", "STATISTICS", "Recorder", "parse_sink", "row_statistics"),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+
+__all__ = [
+    "ATTENTION_FILES",
+    "COUNTS",
+    "Capture",
+    "KERNELS",
+    "METHODS",
+    "MODES",
+    "Recorder",
+    "Recording",
+    "STATISTICS",
+    "ablate",
+    "assemble",
+    "capture",
+    "capture_frame",
+    "capture_windows",
+    "concatenate",
+    "forward",
+    "forward_kwargs",
+    "from_attentions",
+    "head_gates",
+    "next_token_nll",
+    "pad",
+    "parse_sink",
+    "read_attentions",
+    "recording",
+    "routed",
+    "row_statistics",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name], __name__), name)
+    globals()[name] = value
+    return value

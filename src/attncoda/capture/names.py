@@ -10,7 +10,7 @@ METHODS = ("exact", "fast")
 KERNELS = ("auto", "triton", "sdpa")
 
 #: File types of saved attention (``--attentions``,
-#: :func:`attncoda.capture.attention_file.read_attentions`).
+#: :func:`attncoda.capture.given.read_attentions`).
 ATTENTION_FILES = (".npz", ".pt", ".safetensors")
 
 __all__ = ["ATTENTION_FILES", "KERNELS", "METHODS", "MODES"]

@@ -132,7 +132,7 @@ def collapse_pair(a: Any, b: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     ----------
     a, b : objects with ``sink_mass``, ``entropy``, ``content_entropy``, ``has_content``
         Float64 / bool arrays ``(doc, layer, head, query_pos)`` of the two checkpoints (a
-        :class:`attncoda.capture.capture.Capture` works).
+        :class:`attncoda.capture.Capture` works).
 
     Returns
     -------

@@ -149,7 +149,7 @@ def window_losses(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.n
     """
     import torch
 
-    from attncoda.capture.forward import forward_kwargs, next_token_nll, pad
+    from attncoda.capture._forward import forward_kwargs, next_token_nll, pad
     from attncoda.models.placement import input_device
 
     batch_size = _check_batch_size(batch_size)
@@ -171,7 +171,7 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
     Parameters
     ----------
     model : transformers.PreTrainedModel
-        A causal LM in eval mode that :func:`attncoda.capture.attention.routed` can route.
+        A causal LM in eval mode that :func:`attncoda.capture.routing.routed` can route.
     windows : sequence
         Profiling windows; ``L_w`` is each window's mean next-token NLL (nats).
     batch_size : int
@@ -184,8 +184,8 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
     """
     import torch
 
+    from attncoda.capture._forward import forward_kwargs, next_token_nll, pad
     from attncoda.capture.ablation import head_counts, head_gates
-    from attncoda.capture.forward import forward_kwargs, next_token_nll, pad
     from attncoda.models.placement import input_device
 
     batch_size = _check_batch_size(batch_size)
@@ -215,7 +215,7 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
 
 
 def _profile(model, tokenizer, windows, sink, batch_size, with_gradient):
-    from attncoda.capture.capture import capture_frame, capture_windows
+    from attncoda.capture._capture import capture_frame, capture_windows
     from attncoda.experiments.profile import head_summary
 
     cap = capture_windows(

@@ -150,7 +150,7 @@ def capture_corpus(
     device the model ran on and the method: all three change the numbers. ``device_map``
     (with ``max_memory`` and ``offload_folder``) places the model instead of ``device``
     (:func:`attncoda.load_model`); the config then records it too."""
-    from attncoda.capture.capture import capture_windows
+    from attncoda.capture._capture import capture_windows
     from attncoda.models.load import load_model
     from attncoda.models.placement import input_device
 
@@ -259,10 +259,9 @@ def capture_file(
     seed: int = 0,
 ) -> Captured:
     """The :class:`Captured` of attention saved in ``path`` (``.npz``, ``.pt`` or
-    ``.safetensors``; see :func:`attncoda.capture.attention_file.read_attentions`), with token ids
+    ``.safetensors``; see :func:`attncoda.capture.given.read_attentions`), with token ids
     from the file or from ``tokens`` (a file of one array)."""
-    from attncoda.capture.attention_file import read_attentions
-    from attncoda.capture.given import from_attentions
+    from attncoda.capture.given import from_attentions, read_attentions
 
     found = read_attentions(path)
     ids = found["tokens"] if tokens is None else _read_ids(tokens)

@@ -200,7 +200,7 @@ def run_config(
         capture method (``exact`` or ``fast``): all three change the numbers.
     kernel
         The fast path's kernel (``auto``, ``triton``, ``sdpa``), recorded as the one that
-        runs on the run's device (:func:`attncoda.capture.fused.resolve_kernel`).
+        runs on the run's device (:func:`attncoda.capture.kernels.resolve_kernel`).
     device_map, max_memory, offload_folder
         Spread each model over devices, the CPU and the disk instead of ``device`` (which
         then stays ``"cpu"``): as for :func:`attncoda.load_model`; ``offload_folder`` by
@@ -300,7 +300,7 @@ def run_config(
 
 def _kernel(kernel: str, method: str, device: str) -> str | None:
     """The fast path's kernel on ``device`` (None for the exact path); a bad one refused."""
-    from attncoda.capture.fused import resolve_kernel
+    from attncoda.capture.kernels import resolve_kernel
     from attncoda.capture.names import KERNELS
     from attncoda.run.common import resolve_device
 

@@ -1,6 +1,6 @@
 """The ``@triton.jit`` source of the fused kernel (docs/design.md, "The fused kernel").
 
-The loop and its accumulators are documented in :mod:`attncoda.capture.fused`, which
+The loop and its accumulators are documented in :mod:`attncoda.capture.kernels._fused`, which
 launches the kernel and turns its per-row outputs into statistics. Triton is imported only
 when the kernel is first asked for, so the package imports without it.
 """

@@ -10,7 +10,7 @@ three more accumulators over the *content* keys ``C`` (docs/design.md, "The fuse
 - ``sum_C exp(z - m) v``, the output ``o_C = E_q[v]`` after division by ``l``.
 
 It also writes the scores of the few sink keys (``-inf`` where a query does not see them),
-so the statistics follow in float64 exactly as in :mod:`attncoda.capture.fast`:
+so the statistics follow in float64 exactly as in :mod:`attncoda.capture.kernels._sdpa`:
 ``lse = logaddexp(lse_C, logsumexp(z_S))``, ``log(1 - s) = lse_C - lse`` (no subtraction
 from 1) and ``H(p) = -sum_S p log p + (1 - s) (H(q) - log(1 - s))``, never divided by
 ``1 - s``.
@@ -48,8 +48,9 @@ import torch
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.names import KERNELS
-from attncoda.capture.row_split import split_rows
-from attncoda.capture.triton_kernel import compiled
+from attncoda.capture.stats import split_rows
+
+from ._triton import compiled
 
 __all__ = [
     "KERNELS",
@@ -166,7 +167,7 @@ def mask_shape(
     """The :class:`MaskShape` of a boolean mask, or None when it has no such shape.
 
     ``visible`` is bool ``(batch, 1, q_len, k_len)`` or None (plain causal rows with
-    ``causal``, every key otherwise), as :func:`attncoda.capture.fast.read_mask` gives it.
+    ``causal``, every key otherwise), as :func:`attncoda.capture.kernels.read_mask` gives it.
     Each candidate (causal or not, with ``window`` or without) is checked against the mask
     ``rows_per_chunk`` queries at a time; the first that reproduces it is returned.
     """
@@ -246,8 +247,8 @@ def fused_attention(
     output : torch.Tensor
         ``(batch, head, query_pos, head_dim)`` in the query's dtype.
     stats : dict
-        ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.fast.fast_attention`
-        returns them (:data:`attncoda.capture.fast.FAST_STATISTICS`); ``n_keys`` counts the
+        ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.kernels.fast_attention`
+        returns them (:data:`attncoda.capture.kernels.FAST_STATISTICS`); ``n_keys`` counts the
         virtual key. Float statistics in float64, nats.
     """
     triton, kernel = compiled(interpreting())
@@ -348,7 +349,7 @@ def record_layer(recorder, layer, module, query, key, value, attention_mask, sca
     note) when the layer's mask has no :class:`MaskShape` or carries a bias: the caller then
     takes the two-call SDPA path, or the exact one for what that path does not cover.
     """
-    from attncoda.capture.fast import read_mask
+    from ._sdpa import read_mask
 
     reason = _not_covered(query, module)
     if reason is not None:

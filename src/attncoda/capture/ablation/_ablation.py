@@ -2,7 +2,7 @@
 
 Because the edit happens in the attention function itself (after the weighted sum of values,
 before the heads are merged and projected), it works for every architecture that
-:func:`attncoda.capture.attention.routed` can route, whatever its output projection is
+:func:`attncoda.capture.routing.routed` can route, whatever its output projection is
 called (``o_proj``, ``dense``, ``c_proj``, ``out_proj``, ...).
 
 Modes, for a head ``h`` of layer ``l`` and a query row with visible keys ``V``:
@@ -22,7 +22,7 @@ head's output by a scalar ``xi_{l,h}``; with ``xi = 1`` and ``requires_grad`` th
 ``dL/dxi`` is the head-importance signal.
 
 Layers are numbered in call order within each forward pass of the model (the numbering of
-:class:`attncoda.capture.statistics.Recorder`, hence of every capture table): a forward
+:class:`attncoda.capture.stats.Recorder`, hence of every capture table): a forward
 pre-hook on the model resets the count, so call the model itself, not one of its submodules.
 Row statistics recorded in the same forward pass describe the attention scores before the
 edit.
@@ -36,8 +36,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-from .._errors import AttncodaError
-from .head_edit import ACTIVE_PLAN, EditPlan, layer_edit
+from attncoda._errors import AttncodaError
+from attncoda.capture.routing import ACTIVE_PLAN, EditPlan, layer_edit
 
 __all__ = [
     "MODES",
@@ -147,7 +147,7 @@ def _check_heads(heads: object, n_layers: int, n_heads: int, name: str) -> dict[
 @contextlib.contextmanager
 def _activate(model, plan: EditPlan) -> Iterator[None]:
     """Route ``model`` (unless it already is), count layers per forward pass, set ``plan``."""
-    from .attention import ATTENTION_NAME, routed
+    from attncoda.capture.routing import ATTENTION_NAME, routed
 
     def reset(module, args):
         plan.calls = 0
@@ -173,7 +173,7 @@ def ablate(model, heads: Mapping[int, Sequence[int]], mode: str = "zero") -> Ite
     Parameters
     ----------
     model : transformers.PreTrainedModel
-        A model whose attention :func:`attncoda.capture.attention.routed` can route (in eval
+        A model whose attention :func:`attncoda.capture.routing.routed` can route (in eval
         mode). It is routed for the duration of the block (unless it already is).
     heads : mapping of int to sequence of int
         ``{layer: [head, ...]}``, 0-based, layers in forward call order; ``{}`` ablates

@@ -12,11 +12,11 @@ layer whose queries fit in one block gives outputs bit-identical to eager by con
 (docs/design.md, "Exactness"). Longer inputs are processed ``block_size`` queries at a time,
 so a layer never holds more than ``batch x head x block x key_pos`` scores; a block skips the
 keys its mask hides from all its queries. Every block's scores, softmax and log-softmax are
-written into the buffers of one :class:`attncoda.capture.workspace.Workspace` per forward
+written into the buffers of one :class:`attncoda.capture.stats.Workspace` per forward
 pass instead of fresh allocations (docs/design.md, "The attention function").
 
-While a :class:`attncoda.capture.statistics.Recorder` is active, every block's rows are also
-turned into statistics (:mod:`attncoda.capture.statistics`): float32 log-softmax of the
+While a :class:`attncoda.capture.stats.Recorder` is active, every block's rows are also
+turned into statistics (:mod:`attncoda.capture.stats._statistics`): float32 log-softmax of the
 scores, masked keys set to ``-inf``, re-closed (renormalised) in float64 so the exact
 identities of the compositional split hold to float32 rounding.
 """
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.fast import record_layer as record_fast_layer
-from attncoda.capture.fused import record_layer as record_fused_layer
-from attncoda.capture.head_edit import layer_edit
-from attncoda.capture.masks import boolean_mask
-from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, row_statistics
-from attncoda.capture.workspace import Workspace
+from attncoda.capture.kernels import boolean_mask
+from attncoda.capture.kernels import record_sdpa_layer as record_fast_layer
+from attncoda.capture.kernels import record_triton_layer as record_fused_layer
+from attncoda.capture.stats import COUNTS, STATISTICS, Recorder, Workspace, row_statistics
 from attncoda.models.zoo import routable
+
+from ._head_edit import layer_edit
 
 __all__ = [
     "ATTENTION_NAME",
@@ -72,7 +72,7 @@ _ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
     "attncoda_recorder", default=None
 )
 _RECIPES: dict[type, _Recipe] = {}
-#: Models inside an :func:`attncoda.capture.recording.recording` block: one route at a time.
+#: Models inside an :func:`attncoda.capture.live.recording` block: one route at a time.
 _RECORDED: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -84,7 +84,7 @@ def active_recorder() -> contextvars.ContextVar[Recorder | None]:
 
 
 def is_recorded(model) -> bool:
-    """Whether ``model`` is inside a :func:`attncoda.capture.recording.recording` block."""
+    """Whether ``model`` is inside a :func:`attncoda.capture.live.recording` block."""
     return model in _RECORDED
 
 
@@ -395,7 +395,7 @@ def attncoda_attention(
     # >>> ablation hook (attncoda.capture.ablation): None unless ablate()/head_gates() is active
     edit = layer_edit(module, query, attention_mask)
     # <<< ablation hook
-    # >>> fast path (attncoda.capture.fast): statistics from the fused kernel's log-sum-exp;
+    # >>> fast path (capture.kernels._sdpa): statistics from the fused kernel's log-sum-exp;
     # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
     if recorder is not None and recorder.method == "fast" and recorder.sink is not None:
         fast = None
@@ -413,7 +413,7 @@ def attncoda_attention(
     key_states = _repeat_kv(key, groups)
     value_states = _repeat_kv(value, groups)
     # One workspace per forward pass (the recorder's), else per call: the scores, softmax
-    # and log-softmax of every block are written into its buffers (see workspace.py).
+    # and log-softmax of every block are written into its buffers (see stats/_workspace.py).
     # Not under autograd (gates with gradients): out= kernels and in-place ops refuse it.
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     space = None if grad else recorder.workspace if recorder is not None else Workspace()

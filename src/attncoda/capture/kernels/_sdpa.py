@@ -21,13 +21,13 @@ mathematics"):
   rows, a mask product otherwise);
 - the output ``(1 - s) o_C + sum_S p_j v_j``.
 
-Every statistic is exact (the same quantity as :func:`attncoda.capture.attention.
+Every statistic is exact (the same quantity as :func:`attncoda.capture.stats.
 row_statistics`) up to the kernel's float32 rounding. Because ``H(q)`` is read from the
 content keys' own log-sum-exp, never as ``(H - h(s) - s H_S) / (1 - s)``, its error does not
 grow as ``s -> 1``: no row is handed back to an exact recomputation.
 
 Error bounds (derived, per row; docs/design.md, "Error bounds"; :func:`attncoda.capture.
-bounds.fast_bounds`), against exact arithmetic on the same float32 queries and keys, with
+kernels.fast_bounds`), against exact arithmetic on the same float32 queries and keys, with
 ``u = 2**-24``, ``n`` visible keys, ``m`` content keys, head dim ``d``,
 ``A = scaling * ||q|| * max_j ||k_j||`` and ``eta = (d + 2) u A + (8 n + 6 A + 8) u``:
 
@@ -35,7 +35,7 @@ bounds.fast_bounds`), against exact arithmetic on the same float32 queries and k
 - ``H(q)``: ``(2 H(q) + 2) eta + (4 m + d) u A`` (nothing divided by ``1 - s``);
 - ``H``: ``(4 + 4 H) eta + (1 - s)`` times the ``H(q)`` bound.
 
-The exact path has its own (:func:`attncoda.capture.bounds.exact_bounds`); the two paths
+The exact path has its own (:func:`attncoda.capture.kernels.exact_bounds`); the two paths
 on the same layer inputs differ by at most the sum, which ``tests/capture/
 test_fast_bounds.py`` checks on every row of SmolLM2 and Gemma 3 layers (the corpus and
 random tokens, L = 1024 and 4096) and against float64 up to ``1 - s = 1e-11``. The bounds
@@ -56,8 +56,8 @@ import math
 
 import torch
 
-from .._errors import AttncodaError
-from .row_split import split_rows
+from attncoda._errors import AttncodaError
+from attncoda.capture.stats import split_rows
 
 __all__ = ["FAST_STATISTICS", "fast_attention", "read_mask", "record_layer", "visible_keys"]
 
@@ -187,7 +187,7 @@ def fast_attention(
     output : torch.Tensor
         ``(batch, head, query_pos, head_dim)`` in the query's dtype.
     stats : dict
-        ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.attention.
+        ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.stats.
         row_statistics` returns them (:data:`FAST_STATISTICS`): ``n_keys``, ``n_sink``
         (int64); ``sink_mass``, ``entropy``, ``content_entropy``, ``within_sink_entropy``,
         ``sink_balance`` (float64, nats). Rows without content or without a visible sink

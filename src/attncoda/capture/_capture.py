@@ -9,9 +9,9 @@ a policy (``zeros="raise"`` or ``"floor"``) because the statistics take logs.
 eager outputs; ``Capture.mode`` records which was used.
 
 The pieces live beside this module and are served here too: :class:`Capture`,
-:func:`assemble` and :func:`capture_frame` (:mod:`attncoda.capture.result`), the batch and
-forward helpers (:mod:`attncoda.capture.forward`) and :func:`record_plan`
-(:mod:`attncoda.capture.statistics`).
+:func:`assemble` and :func:`capture_frame` (:mod:`attncoda.capture._result`), the batch and
+forward helpers (:mod:`attncoda.capture._forward`) and :func:`record_plan`
+(:mod:`attncoda.capture.stats._statistics`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.attention import routable, routed, unroutable_message
-from attncoda.capture.forward import (
+from attncoda.capture._forward import (
     check_batch,
     first_position,
     forward,
@@ -32,13 +31,13 @@ from attncoda.capture.forward import (
     pad,
     position_ids,
 )
-from attncoda.capture.fused import resolve_kernel
+from attncoda.capture._result import Capture, assemble, capture_frame, concatenate
+from attncoda.capture.given import read_outputs
+from attncoda.capture.kernels import resolve_kernel
 from attncoda.capture.live import kind_of, live_model, run_live
 from attncoda.capture.names import KERNELS, METHODS, MODES
-from attncoda.capture.outputs import read_outputs
-from attncoda.capture.result import Capture, assemble, capture_frame, concatenate
-from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
-from attncoda.capture.statistics import Recorder, record_plan
+from attncoda.capture.routing import routable, routed, unroutable_message
+from attncoda.capture.stats import Recorder, auto_sinks, parse_sink, record_plan, resolve_sinks
 from attncoda.models.placement import input_device
 
 __all__ = [
@@ -57,7 +56,7 @@ __all__ = [
 ]
 
 _CALLS_ROUTED: dict[type, bool] = {}
-#: The one forward pass (:func:`attncoda.capture.forward.forward`), under its former name.
+#: The one forward pass (:func:`attncoda.capture.forward`), under its former name.
 _forward = forward
 
 
@@ -96,7 +95,7 @@ def capture(
     ----------
     model : transformers.PreTrainedModel, TransformerBridge or nnsight LanguageModel
         In eval mode. A wrapper is run as its users run it (the bridge's ``forward``, an
-        nnsight ``trace``) inside :func:`attncoda.capture.recording.recording`; it takes
+        nnsight ``trace``) inside :func:`attncoda.capture.live.recording`; it takes
         right-padded batches, ``mode`` ``"auto"`` or ``"attention"`` and no
         ``keep_outputs``.
     input_ids : array-like
@@ -107,7 +106,7 @@ def capture(
     sink : str, int or sequence of int
         ``"first"``, ``"auto"``, positions (``"0,1"``), a token (``"[CLS]"``,
         ``"id:101"``), ``"learned"``, or a token spec with ``",learned"``; see
-        :mod:`attncoda.capture.sinks`.
+        :mod:`attncoda.capture.stats._sinks`.
     tokenizer : optional
         For token sinks and the BOS id.
     block_size : int
@@ -130,13 +129,13 @@ def capture(
         Prepend the BOS id (tokenizer's, else the model config's) to every document.
     method : {"exact", "fast"}
         ``"exact"`` (the reference) computes every row; ``"fast"`` takes the statistics from
-        the fused attention kernel's log-sum-exp (:mod:`attncoda.capture.fast`), within
+        the fused attention kernel's log-sum-exp (:mod:`attncoda.capture.kernels._sdpa`), within
         float32 rounding of the exact path, and only the recorded rows in full. The ``auto``
         sink pass and ablations use the exact path.
     kernel : {"auto", "triton", "sdpa"}
         ``method="fast"`` only: ``"sdpa"`` calls PyTorch's fused attention twice per layer
         (softcapped and learned-sink layers then take the exact path); ``"triton"`` runs
-        the one-pass kernel of :mod:`attncoda.capture.fused` (CUDA, or the CPU under
+        the one-pass kernel of :mod:`attncoda.capture.kernels._fused` (CUDA, or the CPU under
         ``TRITON_INTERPRET=1``); ``"auto"`` is ``"triton"`` on CUDA when triton imports and
         ``"sdpa"`` otherwise. ``Capture.kernel`` records the one that ran.
     keep_outputs : bool
@@ -291,7 +290,7 @@ def _capture_live(
     """:func:`capture` of a TransformerBridge or an nnsight model: one recorded pass."""
     from dataclasses import replace
 
-    from attncoda.capture.recording import recording
+    from attncoda.capture.live import recording
 
     name = type(model).__name__
     if mode == "outputs":

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.workspace import MaskBlock, Workspace
+
+from ._workspace import MaskBlock, Workspace
 
 __all__ = ["COUNTS", "ROWS_AUTO", "STATISTICS", "Recorder", "record_plan", "row_statistics"]
 
@@ -77,7 +78,7 @@ def row_statistics(
         one pass); computed from ``log_rows`` when omitted or of another dtype.
     mask : MaskBlock, optional
         ``visible`` (one mask for every head) as weights and counts, when the caller keeps
-        them across layers (:class:`attncoda.capture.workspace.Workspace`).
+        them across layers (:class:`attncoda.capture.stats.Workspace`).
 
     Returns
     -------
@@ -218,10 +219,10 @@ class Recorder:
         Whether the learned sink (the virtual key of a layer with ``s_aux``) belongs to the
         sink set ``S``; otherwise it is one more key of the content ``C``.
     method : {"exact", "fast"}
-        ``"fast"`` takes the statistics from the fused kernel (:mod:`attncoda.capture.fast`).
+        ``"fast"`` takes the statistics from the fused kernel (:mod:`attncoda.capture.kernels`).
     kernel : {"sdpa", "triton"}
         The fast path's kernel: PyTorch's fused attention twice, or the one-pass Triton
-        kernel (:mod:`attncoda.capture.fused`).
+        kernel (:mod:`attncoda.capture.kernels._fused`).
 
     Attributes
     ----------

@@ -1,6 +1,6 @@
 """The result of a capture: :class:`Capture`, built from a filled recorder, and its table.
 
-:func:`assemble` turns a :class:`attncoda.capture.statistics.Recorder` (padded positions)
+:func:`assemble` turns a :class:`attncoda.capture.stats.Recorder` (padded positions)
 into a :class:`Capture` in real-token coordinates; :func:`concatenate` joins the captures of
 several batches; :func:`capture_frame` is the tidy table of one.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from attncoda.capture.statistics import COUNTS, STATISTICS
+from attncoda.capture.stats import COUNTS, STATISTICS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,7 +92,7 @@ class Capture:
         The kernel that served ``method="fast"``: ``"triton"`` or ``"sdpa"``; None for the
         exact path.
     n_prompt : numpy.ndarray or None
-        int64 ``(doc,)`` for a :func:`attncoda.capture.recording.recording`: the positions
+        int64 ``(doc,)`` for a :func:`attncoda.capture.live.recording`: the positions
         ``0 .. n_prompt - 1`` came from the pass that started the document (the prompt),
         the rest from passes that continued its KV cache (generated tokens). None for a
         capture that ran its own passes.

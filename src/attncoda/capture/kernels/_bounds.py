@@ -4,7 +4,7 @@ path", "Error bounds").
 Each bound is the distance of one path's float32 evaluation of a statistic from the same
 statistic computed in exact arithmetic from the *same* float32 queries and keys (their
 scores ``z_j = scaling * q . k_j`` taken exactly). The fast path (:mod:`attncoda.capture.
-fast`) and the exact path (:func:`attncoda.capture.statistics.row_statistics`) are both
+kernels._sdpa`) and the exact path (:func:`attncoda.capture.stats.row_statistics`) are both
 float32 computations and neither is the other's reference, so their difference is bounded
 by the sum of their two bounds, :func:`difference_bounds`.
 
@@ -149,7 +149,7 @@ def exact_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy
 
     The exact path takes a float32 softmax ``p`` and log-softmax ``log p`` of the float32
     scores and derives the statistics in float64 from four float32 row sums
-    (:func:`attncoda.capture.statistics.row_statistics`).
+    (:func:`attncoda.capture.stats.row_statistics`).
 
     - ``|ds| <= 2 s (1 - s) eta`` (plus :func:`float64_part`): ``s = S / (S + C)``; a
       common factor of the probabilities cancels, and the ``m``-term sum ``C`` is inside

@@ -58,7 +58,7 @@ def mask_block(visible: torch.Tensor, dtype: torch.dtype) -> MaskBlock:
 class Workspace:
     """Reused flat buffers, one per named slot, and cached mask blocks of one forward pass.
 
-    Not thread-safe; one per :class:`attncoda.capture.statistics.Recorder` (one forward
+    Not thread-safe; one per :class:`attncoda.capture.stats.Recorder` (one forward
     pass), or one per layer call when nothing is recorded.
     """
 

@@ -1,6 +1,6 @@
 """The per-layer edit of ablated and gated heads, applied inside the routed ``"attncoda"``
-attention function (:mod:`attncoda.capture.attention`) while a context of
-:mod:`attncoda.capture.ablation` is active. Its own module, so that the attention function
+attention function (:mod:`attncoda.capture.routing._attention`) while a context of
+:mod:`attncoda.capture.ablation._ablation` is active. Its own module, so that the attention function
 reads the active plan without importing the ablation contexts, which route the model
 through it.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._errors import AttncodaError
+from attncoda._errors import AttncodaError
 
 __all__ = ["ACTIVE_PLAN", "EditPlan", "layer_edit"]
 
@@ -21,7 +21,7 @@ __all__ = ["ACTIVE_PLAN", "EditPlan", "layer_edit"]
 @dataclass
 class EditPlan:
     """What the attention function does to each layer while a context of
-    :mod:`attncoda.capture.ablation` (``ablate``, ``head_gates``) is active."""
+    :mod:`attncoda.capture.ablation._ablation` (``ablate``, ``head_gates``) is active."""
 
     model_name: str
     n_layers: int
@@ -54,7 +54,7 @@ def _first_real_key(attention_mask, batch: int, device) -> torch.Tensor:
 def layer_edit(module, query, attention_mask) -> Callable | None:
     """The edit of this attention call's heads, or None (the hot path when nothing is active).
 
-    Called once per attention call by :func:`attncoda.capture.attention.attncoda_attention`;
+    Called once per attention call by :func:`attncoda.capture.routing.attncoda_attention`;
     advances the layer count of the active context.
 
     Parameters

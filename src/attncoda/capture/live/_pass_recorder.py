@@ -1,6 +1,6 @@
 """One recorded forward pass (docs/design.md, "Recording the user's own passes"): its
 :class:`PassRecorder`, which may continue a KV cache, and the pass-level helpers of
-:func:`attncoda.capture.recording.recording` (the cache and mask of a pass, a bridge's score
+:func:`attncoda.capture.live.recording` (the cache and mask of a pass, a bridge's score
 hook).
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.attention import active_recorder
-from attncoda.capture.statistics import COUNTS, STATISTICS, Recorder, row_statistics
+from attncoda.capture.routing import active_recorder
+from attncoda.capture.stats import COUNTS, STATISTICS, Recorder, row_statistics
 
 __all__ = ["PassRecorder", "cache_of", "check_mask", "past_length", "record_scores"]
 

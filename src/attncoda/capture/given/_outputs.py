@@ -1,6 +1,6 @@
 """Attention read from eager ``output_attentions``, for models that do not route it.
 
-``mode="outputs"`` of :func:`attncoda.capture.capture.capture` (docs/design.md, "Models that
+``mode="outputs"`` of :func:`attncoda.capture.capture` (docs/design.md, "Models that
 do not route their attention"): the model runs with eager attention on every config and
 returns its probabilities, whose logs are folded into the same :class:`Recorder` the
 routed attention function fills. A probability of exactly 0 on a visible key follows the
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.forward import forward
-from attncoda.capture.statistics import Recorder
+from attncoda.capture._forward import forward
+from attncoda.capture.stats import Recorder
 
 __all__ = ["eager_attention", "read_outputs"]
 
@@ -32,13 +32,13 @@ def read_outputs(
     model : transformers.PreTrainedModel
     ids, mask : torch.Tensor
         int64 ``(batch, pos)`` on the model's device, checked by
-        :func:`attncoda.capture.forward.check_batch`.
+        :func:`attncoda.capture._forward.check_batch`.
     recorder : Recorder
         Receives every layer's rows as one block: float64 logs of the probabilities, the
         visible keys those of the mask (and the causal triangle where no probability lies
         above it).
     zeros : {"raise", "floor"}
-        What a visible key of probability exactly 0 gets (:func:`attncoda.capture.capture`).
+        What a visible key of probability exactly 0 gets (:func:`attncoda.capture._capture`).
     logits : bool
         Whether the output keeps every position's logits (``False``: the last one only).
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .._errors import AttncodaError
+from attncoda._errors import AttncodaError
 
 __all__ = [
     "AUTO_EPSILON",

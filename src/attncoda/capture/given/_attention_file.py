@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.given import transformer_lens_layers
 from attncoda.capture.names import ATTENTION_FILES
+
+from ._given import transformer_lens_layers
 
 __all__ = ["read_attentions"]
 

@@ -1,7 +1,7 @@
 """Statistics from the forward passes a user runs: :func:`recording`.
 
 Inside ``with recording(model) as rec:`` the model's attention runs through the registered
-``"attncoda"`` function (:func:`attncoda.capture.attention.routed`), and a forward pre-hook
+``"attncoda"`` function (:func:`attncoda.capture.routing.routed`), and a forward pre-hook
 and an always-called forward hook on the module that holds the layers open and close one
 :class:`PassRecorder` per forward pass, whoever calls it: ``model(...)``,
 ``model.generate(...)``, or a wrapper that calls the model's modules (docs/design.md,
@@ -32,19 +32,19 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.attention import active_recorder, is_recorded, marked, routed
-from attncoda.capture.live import bridge_score_hooks, kind_of, live_model
+from attncoda.capture._result import Capture, assemble, concatenate
 from attncoda.capture.names import METHODS
-from attncoda.capture.pass_recorder import (
+from attncoda.capture.routing import active_recorder, is_recorded, marked, routed
+from attncoda.capture.stats import parse_sink, record_plan, resolve_sinks
+
+from ._live import bridge_score_hooks, kind_of, live_model
+from ._pass_recorder import (
     PassRecorder,
     cache_of,
     check_mask,
     past_length,
     record_scores,
 )
-from attncoda.capture.result import Capture, assemble, concatenate
-from attncoda.capture.sinks import parse_sink, resolve_sinks
-from attncoda.capture.statistics import record_plan
 
 __all__ = ["PassRecorder", "Recording", "is_recorded", "recording"]
 
@@ -328,7 +328,7 @@ class Recording:
             "block_size": self._block_size,
             "seed": self._seed,
             "method": self._method,
-            # A recorded pass's fast path is the two-call SDPA kernel (capture/fast.py).
+            # A recorded pass's fast path is the two-call SDPA kernel (capture/kernels/_sdpa.py).
             "kernel": "sdpa" if self._method == "fast" else None,
             "n_prompt": group.n_prompt,
         }
@@ -388,11 +388,11 @@ def recording(
         ``TransformerBridge`` is read from its components' ``hook_attn_scores`` (the masked
         logits), after any hook a user put on them.
     sink : str, int or sequence of int
-        As in :func:`attncoda.capture.capture.capture`, except ``"auto"`` (it needs a first
+        As in :func:`attncoda.capture.capture`, except ``"auto"`` (it needs a first
         pass over the documents). Positions and tokens are resolved on the pass that starts
         a sequence (the prompt).
     method : {"exact", "fast"}
-        As in :func:`attncoda.capture.capture.capture`; passes that continue a KV cache take
+        As in :func:`attncoda.capture.capture`; passes that continue a KV cache take
         the exact path (one query a step leaves a fused kernel nothing to save).
     record_rows : {"none", "auto", "all"} or int
         Which query rows to keep in full, planned per pass over its real queries (so under

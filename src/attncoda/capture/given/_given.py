@@ -3,7 +3,7 @@
 :func:`from_attentions` turns attention computed elsewhere into the same :class:`Capture`
 a model run gives, so every experiment that needs no model (profile, flips, cluster,
 safety, predictor apply, collapse) runs on it. The statistics are those of
-:func:`attncoda.capture.statistics.row_statistics`, computed in float64 from the given rows.
+:func:`attncoda.capture.stats.row_statistics`, computed in float64 from the given rows.
 
 Masked keys are structural, never zeros: keys outside ``attention_mask``, keys after the
 query in a causal row, and ``-inf`` logits (TransformerLens fills masked scores with
@@ -22,12 +22,11 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.forward import check_batch
+from attncoda.capture._forward import check_batch
+from attncoda.capture._result import Capture
+from attncoda.capture._result import assemble as assemble_capture
 from attncoda.capture.names import ATTENTION_FILES
-from attncoda.capture.result import Capture
-from attncoda.capture.result import assemble as assemble_capture
-from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
-from attncoda.capture.statistics import Recorder, record_plan
+from attncoda.capture.stats import Recorder, auto_sinks, parse_sink, record_plan, resolve_sinks
 
 __all__ = ["ATTENTION_FILES", "KINDS", "from_attentions", "transformer_lens_layers"]
 
@@ -279,7 +278,7 @@ def from_attentions(
     kind : {"probs", "log_probs", "logits"}
         What the numbers are. Ignored for an ActivationCache (its hook says).
     sink : str, int or sequence of int
-        As in :func:`attncoda.capture.capture.capture`; token sinks need ``tokens``.
+        As in :func:`attncoda.capture.capture`; token sinks need ``tokens``.
     tokens : array-like, optional
         int token ids ``(batch, pos)`` (or one list per document).
     attention_mask : array-like, optional
