@@ -141,8 +141,8 @@ def flips_unit(n_boot: int = 200) -> dict:
     """
     import numpy as np
 
+    from attncoda.experiments.contract import DocRows, HeadRows
     from attncoda.experiments.flips import CAPTURE_TOL, FLIP_METRICS, document_sums, flips
-    from attncoda.experiments.inputs import DocRows, HeadRows
     from attncoda.models.load import load_model
     from attncoda.run.fit import model_rows
 

@@ -141,8 +141,7 @@ def _on_captures(
     device: str,
     steps: Sequence[int] | None = None,
 ) -> Result:
-    from attncoda.experiments.contract import Inputs, experiment
-    from attncoda.experiments.inputs import head_rows
+    from attncoda.experiments.contract import Inputs, experiment, head_rows
     from attncoda.models.spec import NO_REVISION
 
     exp = experiment(name)

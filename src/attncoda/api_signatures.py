@@ -1,6 +1,6 @@
 """How the experiment functions of :mod:`attncoda.api` show their settings: a real signature
 (the common options, then every field of the experiment's ``Settings`` with its default), a
-numpydoc docstring built from the fields' metadata (:mod:`attncoda.experiments.setting`), a
+numpydoc docstring built from the fields' metadata (:mod:`attncoda.experiments.contract`), a
 refusal that names the known keywords, and the checks of the common options made before
 anything loads.
 """
@@ -96,7 +96,7 @@ def _type_text(annotation: str) -> str:
 def docstring(summary: str, function: Callable[..., Any], settings: type) -> str:
     """``summary``, then numpydoc Parameters for every parameter of ``function``: the common
     options from :data:`COMMON_OPTIONS`, the settings from their fields' metadata."""
-    from attncoda.experiments.setting import allowed_text
+    from attncoda.experiments.contract import allowed_text
 
     fields = {f.name: f for f in dataclasses.fields(settings)}
     lines = [inspect.cleandoc(summary), "", "Parameters", "----------"]

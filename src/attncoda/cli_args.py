@@ -6,7 +6,7 @@ and before anything is loaded.
 from its default (a tuple becomes a comma list of its items' type), the help from the
 field's metadata ``"help"``. Options left out keep the dataclass default, which stays the
 only default. :func:`validate` checks each settings option by its field
-(:func:`attncoda.experiments.setting.check_setting`: the ranges and names the field allows,
+(:func:`attncoda.experiments.contract.check_setting`: the ranges and names the field allows,
 the one source the Python API checks too), and reads the other parsed arguments by name, so
 each check is written once for every command that has the option: integers and their
 ranges, finite numbers, sink specs, experiment names, corpus files that exist and hold
@@ -153,7 +153,7 @@ def _flag(args: argparse.Namespace, dest: str) -> str:
 
 
 def _settings(args: argparse.Namespace) -> None:
-    from attncoda.experiments.setting import check_setting
+    from attncoda.experiments.contract import check_setting
 
     for dest, f in (getattr(args, _FIELDS, None) or {}).items():
         value = getattr(args, dest, None)

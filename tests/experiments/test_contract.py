@@ -32,11 +32,11 @@ from attncoda.experiments.contract import (  # noqa: E402
     Inputs,
     Tables,
     experiment,
+    head_rows,  # noqa: E402
     settings_dict,
     settings_from,
 )
 from attncoda.experiments.flips import FlipsResult, flips  # noqa: E402
-from attncoda.experiments.inputs import head_rows  # noqa: E402
 from attncoda.experiments.predictor import (  # noqa: E402
     Predictor,
     fit_predictor,

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables
-from attncoda.experiments.setting import setting
+from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
 
 if TYPE_CHECKING:
     import pandas as pd

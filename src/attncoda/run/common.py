@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.inputs import HeadRows
-from attncoda.experiments.inputs import head_rows as rows_of_capture
+from attncoda.experiments.contract import HeadRows
+from attncoda.experiments.contract import head_rows as rows_of_capture
 
 #: Where a run puts its models, captures and head distances (``auto``: CUDA when present).
 DEVICES = ("cpu", "cuda", "auto")
@@ -219,7 +219,7 @@ def identity_of(loaded: tuple) -> dict[str, Any]:
 
 def head_rows(captured: Captured) -> HeadRows:
     """The recorded rows of every head of a captured model (see
-    :func:`attncoda.experiments.inputs.head_rows`), labelled with its spec."""
+    :func:`attncoda.experiments.contract.head_rows`), labelled with its spec."""
     return rows_of_capture(captured.capture, captured.spec)
 
 

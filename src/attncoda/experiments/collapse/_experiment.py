@@ -2,8 +2,8 @@ r"""Collapse: entropy across training checkpoints, and its change split exactly 
 and content parts (docs/design.md, "The mathematics" and "The experiments").
 
 Every checkpoint of a series reads the same windows. A unit of the experiment captures one
-checkpoint's row statistics (:mod:`attncoda.experiments.collapse_stats`); :func:`combine`
-assembles every checkpoint's into the pair tables of :mod:`attncoda.experiments.collapse_split`,
+checkpoint's row statistics (:mod:`attncoda.experiments.collapse._stats`); :func:`combine`
+assembles every checkpoint's into the pair tables of :mod:`attncoda.experiments.collapse._split`,
 where the entropy change of each pair is split by the two-factor Shapley rule and
 ``sink_share = sum dH_sink / sum dH`` over the rows of a head, a layer or the model.
 """
@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.collapse_split import (
+from attncoda.experiments.collapse._split import (
     CHECKPOINT_COLUMNS,
     COLUMNS,
     DEFAULT_SHARE_ATOL,
     collapse_pair,
     series_tables,
 )
-from attncoda.experiments.collapse_stats import (
+from attncoda.experiments.collapse._stats import (
     CheckpointStats,
     capture_stats,
     check_windows,
@@ -33,8 +33,7 @@ from attncoda.experiments.collapse_stats import (
     stats_from_frames,
     windows_hash,
 )
-from attncoda.experiments.contract import Experiment, Inputs, Tables
-from attncoda.experiments.setting import setting
+from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
 from attncoda.models.spec import NO_REVISION
 
 if TYPE_CHECKING:

@@ -60,15 +60,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.cluster_distances import SMOOTHING, document_terms, used_row_mask
-from attncoda.experiments.contract import Experiment, Inputs, Tables
-from attncoda.experiments.inputs import HeadRows
-from attncoda.experiments.setting import setting
+from attncoda.experiments.cluster._distances import SMOOTHING, document_terms, used_row_mask
+from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "result_tables",
     "EXPERIMENT",
     "SMOOTHING",
     "VARIANTS",

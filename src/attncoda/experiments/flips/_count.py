@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.verdicts import DEFAULT_TOL, check_tol
+from attncoda.experiments.contract import DEFAULT_TOL, check_tol
 
 __all__ = [
     "TripletFlips",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attncoda.experiments.verdicts import flip_rate_interval
+from attncoda.experiments.contract import flip_rate_interval
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.collapse_stats import CheckpointStats, check_same_layout
+from attncoda.experiments.collapse._stats import CheckpointStats, check_same_layout
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,7 +1,7 @@
 """Predictor: a model-level forecast of the keep / drop flip rate from sink statistics,
 frozen to a file before it meets new models (docs/design.md, "The experiments").
 
-Features of a model (all from :class:`~attncoda.experiments.inputs.HeadRows`):
+Features of a model (all from :class:`~attncoda.experiments.contract.HeadRows`):
 
 - ``mean_sink_mass`` — mean over heads of the head's mean sink mass ``s``;
 - ``std_sink_mass`` — standard deviation (``ddof=0``) of the head sink masses across heads:
@@ -36,13 +36,12 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables
+from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
 from attncoda.experiments.flips import FlipsResult
-from attncoda.experiments.inputs import HeadRows
-from attncoda.experiments.predictor_fit import fit_predictor
-from attncoda.experiments.predictor_model import FEATURES, Prediction, Predictor, verdict
-from attncoda.experiments.safety_split import SquaredSplit, mean_squared_split
-from attncoda.experiments.setting import setting
+from attncoda.experiments.predictor._fit import fit_predictor
+from attncoda.experiments.predictor._model import FEATURES, Predictor
+from attncoda.experiments.predictor._verdict import Prediction, verdict
+from attncoda.experiments.safety import SquaredSplit, mean_squared_split
 from attncoda.models.spec import NO_REVISION
 
 __all__ = [

@@ -218,10 +218,19 @@ def check_settings(
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise AttncodaError(
-            f"unknown setting {unknown[0]!r} of {cls.__module__.rsplit('.', 1)[-1]}: "
+            f"unknown setting {unknown[0]!r} of {_experiment_name(cls)}: "
             f"use one of {', '.join(sorted(fields))}"
         )
     return {
         name: check_setting(fields[name], value, label(name), listing=listing)
         for name, value in values.items()
     }
+
+
+def _experiment_name(cls: type) -> str:
+    """The experiment whose ``Settings`` ``cls`` is: ``attncoda.experiments.flips._experiment``
+    (or a module of the same name elsewhere) gives ``flips``."""
+    parts = cls.__module__.split(".")
+    if parts[:2] == ["attncoda", "experiments"] and len(parts) > 2:
+        return parts[2]
+    return parts[-1]

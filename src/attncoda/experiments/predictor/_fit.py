@@ -13,12 +13,8 @@ import numpy as np
 
 from attncoda import __version__
 from attncoda._errors import AttncodaError
-from attncoda.experiments.predictor_model import (
-    DEFAULT_COVERAGE,
-    FEATURES,
-    Predictor,
-    TrainingIdentity,
-)
+from attncoda.experiments.predictor._identity import TrainingIdentity
+from attncoda.experiments.predictor._model import DEFAULT_COVERAGE, FEATURES, Predictor
 from attncoda.training.identity import recipe_key
 
 __all__ = ["fit_predictor"]

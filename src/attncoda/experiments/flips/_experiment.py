@@ -8,9 +8,9 @@ documents). A *flip* is a triplet whose verdict under ``convention="keep"`` is t
 verdict under ``convention="drop"``, both decided. A triplet is a *tie* when ``|D(A, C) - D(A, B)|``
 is within the tie tolerance under either convention; ties are counted apart and never as flips.
 
-The counting itself (exact, over every triplet) is :mod:`attncoda.experiments.flips_count`,
-the per-document distance sums :mod:`attncoda.experiments.flips_sums` and their bootstrap
-:mod:`attncoda.experiments.flips_bootstrap`; this module pools the sums, bootstraps them and
+The counting itself (exact, over every triplet) is :mod:`attncoda.experiments.flips._count`,
+the per-document distance sums :mod:`attncoda.experiments.flips._sums` and their bootstrap
+:mod:`attncoda.experiments.flips._bootstrap`; this module pools the sums, bootstraps them and
 declares the experiment.
 """
 
@@ -24,34 +24,39 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables, without_run_columns
-from attncoda.experiments.flips_bootstrap import (
+from attncoda.experiments.contract import (
+    CONVENTIONS,
+    DEFAULT_TOL,
+    FLIP_METRICS,
+    Experiment,
+    HeadRows,
+    Inputs,
+    Tables,
+    check_metrics,
+    check_tol,
+    flip_rate,
+    setting,
+    without_run_columns,
+)
+from attncoda.experiments.flips._bootstrap import (
     bootstrap_rates,
     check_n_boot,
     check_threads,
     resample_weights,
 )
-from attncoda.experiments.flips_count import (
+from attncoda.experiments.flips._count import (
     TripletFlips,
     tie_tolerance,
     triplet_flips,
 )
-from attncoda.experiments.flips_sums import DocumentSums, document_sums, used_rows
-from attncoda.experiments.inputs import HeadRows
-from attncoda.experiments.setting import setting
-from attncoda.experiments.verdicts import (
-    CONVENTIONS,
-    DEFAULT_TOL,
-    FLIP_METRICS,
-    check_metrics,
-    check_tol,
-    flip_rate,
-)
+from attncoda.experiments.flips._sums import DocumentSums, document_sums, used_rows
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "BY_LAYER_COLUMNS",
+    "TABLE_COLUMNS",
     "CAPTURE_TOL",
     "CONVENTIONS",
     "DEFAULT_TOL",

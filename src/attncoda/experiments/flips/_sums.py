@@ -1,6 +1,6 @@
 """Head distances per document, kept as sums so that resampling documents reweights them
-(docs/design.md, "The experiments"): what :mod:`attncoda.experiments.flips` pools and
-:mod:`attncoda.experiments.flips_bootstrap` resamples.
+(docs/design.md, "The experiments"): what :mod:`attncoda.experiments.flips._experiment` pools and
+:mod:`attncoda.experiments.flips._bootstrap` resamples.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.coda import head_distances
-from attncoda.experiments.inputs import DocRows, HeadRows
+from attncoda.experiments.contract import DocRows, HeadRows
 
 __all__ = ["DocumentSums", "document_sums", "used_rows"]
 

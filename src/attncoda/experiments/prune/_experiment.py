@@ -3,7 +3,7 @@
 
 Heads are profiled on one set of windows and pruned models are evaluated on another,
 disjoint set. A *channel* ranks the heads (the channels, orders and ablations are those of
-:mod:`attncoda.experiments.prune_ranking`), and the top ``k`` are ablated.
+:mod:`attncoda.experiments.prune._ranking`), and the top ``k`` are ablated.
 
 Perplexity: each evaluation window's loss is the mean negative log-likelihood of its
 predicted tokens (tokens ``1..n-1`` given their prefix; nats), as transformers' ``labels=``
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables
-from attncoda.experiments.prune_ranking import (
+from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
+from attncoda.experiments.prune._ranking import (
     ABLATIONS,
     CHANNELS,
     DEFAULT_CHANNELS,
@@ -32,13 +32,13 @@ from attncoda.experiments.prune_ranking import (
     head_ranking,
     split_windows,
 )
-from attncoda.experiments.setting import setting
 from attncoda.models.spec import parse_spec
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "COLUMNS",
     "ABLATIONS",
     "CHANNELS",
     "DEFAULT_CHANNELS",

@@ -37,24 +37,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables
-from attncoda.experiments.flips import FlipsResult, document_sums
-from attncoda.experiments.flips_count import tie_tolerance
-from attncoda.experiments.inputs import HeadRows
-from attncoda.experiments.safety_regions import REGION_COLUMNS, safe_regions
-from attncoda.experiments.safety_split import (
-    SquaredSplit,
-    mean_squared_split,
-    triplet_coordinates,
-)
-from attncoda.experiments.setting import setting
-from attncoda.experiments.verdicts import (
+from attncoda.experiments.contract import (
     DEFAULT_TOL,
     FLIP_METRICS,
+    Experiment,
+    HeadRows,
+    Inputs,
+    Tables,
     check_metrics,
     check_tol,
     flip_rate,
     flip_rate_interval,
+    setting,
+)
+from attncoda.experiments.flips import FlipsResult, document_sums, tie_tolerance
+from attncoda.experiments.safety._regions import REGION_COLUMNS, safe_regions
+from attncoda.experiments.safety._split import (
+    SquaredSplit,
+    mean_squared_split,
+    triplet_coordinates,
 )
 
 if TYPE_CHECKING:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.flips_count import count_rows, off_diagonal
-from attncoda.experiments.verdicts import flip_rate
+from attncoda.experiments.contract import flip_rate
+from attncoda.experiments.flips._count import count_rows, off_diagonal
 
 if TYPE_CHECKING:
-    from attncoda.experiments.flips_sums import DocumentSums
+    from attncoda.experiments.flips._sums import DocumentSums
 
 __all__ = ["bootstrap_rates", "check_n_boot", "check_threads", "resample_weights"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.inputs import HeadRows
+from attncoda.experiments.contract import HeadRows
 
 __all__ = ["SquaredSplit", "mean_squared_split", "triplet_coordinates"]
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.coda import head_distances
-from attncoda.experiments.inputs import DocRows
+from attncoda.experiments.contract import DocRows
 
 __all__ = ["SMOOTHING", "document_terms", "used_row_mask"]
 

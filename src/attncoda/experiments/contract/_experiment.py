@@ -6,7 +6,7 @@ An experiment module declares one :class:`Experiment`:
 - ``needs``: the inputs the runner must provide (:data:`NEEDS` lists them);
 - ``after``: the experiments whose tables it reads, of the same model and revision;
 - ``settings``: a frozen dataclass whose defaults are the only defaults, each field made by
-  :func:`attncoda.experiments.setting.setting` with its help and the values it allows (the
+  :func:`attncoda.experiments.contract.setting` with its help and the values it allows (the
   API's signatures and the CLI's options are built from its fields, a run config stores it
   with :func:`settings_dict`);
 - ``run(inputs, settings) -> Tables``: the computation. It loads nothing, writes nothing and
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.setting import check_settings
+from attncoda.experiments.contract._settings import check_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,7 +49,7 @@ __all__ = [
 
 #: What an experiment may need from the runner:
 #:
-#: - ``"rows"``: :class:`attncoda.experiments.inputs.HeadRows`, the recorded full rows of every
+#: - ``"rows"``: :class:`attncoda.experiments.contract.HeadRows`, the recorded full rows of every
 #:   head (one capture shared by every experiment of the model that needs rows);
 #: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row (profile);
 #: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune, collapse);
@@ -176,7 +176,7 @@ def settings_dict(settings: Any) -> dict[str, Any]:
 
 def settings_from(cls: type, values: Mapping[str, Any] | None = None) -> Any:
     """``cls(**values)``, each value checked against its field
-    (:func:`attncoda.experiments.setting.check_settings`: lists made tuples); an unknown key
+    (:func:`attncoda.experiments.contract.check_settings`: lists made tuples); an unknown key
     or a value the field does not allow is an error that names it."""
     return cls(**check_settings(cls, values))
 
