@@ -16,9 +16,9 @@ import typing
 import pytest
 
 import attncoda as ac
-from attncoda import api_signatures
+from attncoda.api import _signatures as api_signatures
 from attncoda.cli import FLAGS, build_parser
-from attncoda.cli_args import settings_values
+from attncoda.cli._args import settings_values
 from attncoda.experiments.contract import EXPERIMENTS, experiment, settings_from
 
 #: The API function of each experiment, and the CLI command whose options are its settings.

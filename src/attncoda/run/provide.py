@@ -71,7 +71,7 @@ _LENT: dict[str, tuple] = {}
 @contextmanager
 def lend(entries: Mapping[str, tuple]) -> Iterator[None]:
     """Within the block, :func:`loaded` gives ``entries[label]`` for each label: the runner
-    runs on live models of this process (:mod:`attncoda.api_sources`) as on specs."""
+    runs on live models of this process (:mod:`attncoda.api._sources`) as on specs."""
     taken = sorted(set(entries) & set(_LENT))
     if taken:
         raise AttncodaError(f"live models {taken} are already lent to a run of this process")

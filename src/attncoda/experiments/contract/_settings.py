@@ -3,7 +3,7 @@ and the values it allows (docs/design.md, "The experiment contract").
 
 :func:`setting` makes the field; its metadata is the one source that the Python API's
 signatures and docstrings (:mod:`attncoda.api`), the command-line options
-(:mod:`attncoda.cli_args`) and every check of a value read. :func:`check_settings` checks a
+(:mod:`attncoda.cli._args`) and every check of a value read. :func:`check_settings` checks a
 whole set of values before anything is loaded or written, naming each value by the label the
 caller gives it (``n_boot`` in Python, ``--n-boot`` on the command line).
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.cli_args import settings_values
+from attncoda.cli._args import settings_values
 
 if TYPE_CHECKING:
     import pandas as pd

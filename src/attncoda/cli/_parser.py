@@ -1,9 +1,5 @@
-"""``attncoda <command>``: parse, call, print. No logic lives here.
-
-Each experiment command's options are built from the experiment's ``Settings``
-(:func:`attncoda.cli_args.add_settings`); the bodies of the commands are in
-:mod:`attncoda.cli_commands`.
-"""
+"""The ``attncoda`` parser: one subcommand per experiment, its options built from the
+experiment's ``Settings``, and :func:`main`."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.cli_args import Parser, add_settings, bind_setting, names, validate
+from attncoda.cli._args import Parser, add_settings, bind_setting, names, validate
 
 #: Option strings of settings fields whose option is not ``--<field-name>`` alone: the
 #: window length keeps ``--max-tokens`` (``--tokens`` is the token-id file of given
@@ -327,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attncoda`` console script."""
-    from attncoda.cli_commands import run_command
+    from attncoda.cli._commands import run_command
 
     args = build_parser().parse_args(argv)
     try:
@@ -352,7 +348,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -157,7 +157,7 @@ def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
 
 def check_common(common: Mapping[str, Any]) -> None:
     """Refuse a common option the run would refuse later, before anything loads (the CLI's
-    own checks of the same options, :func:`attncoda.cli_args.validate`)."""
+    own checks of the same options, :func:`attncoda.cli._args.validate`)."""
     from attncoda.capture.names import KERNELS, METHODS
     from attncoda.capture.sinks import parse_sink
     from attncoda.run.common import DEVICES, DTYPES
