@@ -160,7 +160,7 @@ def check_common(common: Mapping[str, Any]) -> None:
     own checks of the same options, :func:`attncoda.cli._args.validate`)."""
     from attncoda.capture.names import KERNELS, METHODS
     from attncoda.capture.sinks import parse_sink
-    from attncoda.run.common import DEVICES, DTYPES
+    from attncoda.run.options import DEVICES, DTYPES
 
     seed = common["seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -58,7 +58,7 @@ def _corpus_options(p: argparse.ArgumentParser) -> None:
 def _capture_options(p: argparse.ArgumentParser) -> None:
     from attncoda.capture.names import KERNELS, METHODS
     from attncoda.models.placement import DEVICE_MAPS
-    from attncoda.run.common import DEVICES, DTYPES
+    from attncoda.run.options import DEVICES, DTYPES
 
     p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")
     p.add_argument(

@@ -208,7 +208,7 @@ def run_config(
     attentions, tokens, kind
         Attention files read instead of models (``.npz``, ``.pt``, ``.safetensors``), token
         ids for token sinks and what the saved numbers are (see
-        :func:`attncoda.run.common.capture_file`).
+        :func:`attncoda.run.given.capture_file`).
 
     Raises
     ------
@@ -218,7 +218,7 @@ def run_config(
     """
     from attncoda.capture.names import METHODS
     from attncoda.data.corpus import corpus_source
-    from attncoda.run.common import DEVICES, check_dtype
+    from attncoda.run.options import DEVICES, check_dtype
 
     if device not in DEVICES:
         raise AttncodaError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
@@ -302,7 +302,7 @@ def _kernel(kernel: str, method: str, device: str) -> str | None:
     """The fast path's kernel on ``device`` (None for the exact path); a bad one refused."""
     from attncoda.capture.fused import resolve_kernel
     from attncoda.capture.names import KERNELS
-    from attncoda.run.common import resolve_device
+    from attncoda.run.options import resolve_device
 
     if method != "fast":
         if kernel not in KERNELS:

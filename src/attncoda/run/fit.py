@@ -39,13 +39,9 @@ def model_rows(
     from dataclasses import replace
 
     from attncoda.models.load import load_model
-    from attncoda.run.common import (
-        capture_corpus,
-        check_dtype,
-        head_rows,
-        identity_of,
-        load_options,
-    )
+    from attncoda.run.captured import capture_corpus, head_rows
+    from attncoda.run.identity import identity_of
+    from attncoda.run.options import check_dtype, load_options
 
     windows = settings_from(Rows, rows)
     if loaded is None:

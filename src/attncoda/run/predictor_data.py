@@ -103,7 +103,7 @@ def identify(name: str, root: str | Path) -> dict[str, Any]:
     """The identity of model ``name`` (weights hash, ``train-tiny`` recipe), loading it
     (training its series into ``root/series`` first when needed), in float32 on the CPU."""
     from attncoda.models.load import load_model
-    from attncoda.run.common import identity_of
+    from attncoda.run.identity import identity_of
 
     return identity_of(load_model(_spec(name, Path(root))))
 

@@ -136,7 +136,7 @@ def _quiet_load(spec: str) -> tuple:
     from transformers.utils import logging as hf_logging
 
     from attncoda.models.load import load_model
-    from attncoda.run.common import load_options
+    from attncoda.run.options import load_options
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -208,7 +208,7 @@ def _key(*parts: Any) -> str:
 
 
 def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
-    from attncoda.run.common import capture_file
+    from attncoda.run.given import capture_file
 
     given = config["attentions"]
     return capture_file(
@@ -223,7 +223,8 @@ def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
 
 def _rows(src: Source, name: str, config: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The recorded rows of every head (labelled ``name``) and what they were read from."""
-    from attncoda.run.common import head_rows, identity_of
+    from attncoda.run.captured import head_rows
+    from attncoda.run.identity import identity_of
 
     rows = settings_of(config, "rows")
 
@@ -261,7 +262,7 @@ def _captured(
 ) -> Any:
     """The capture of a unit's source: its given attention file, or ``docs`` windows of
     ``tokens`` tokens of the run's corpus, with ``record_rows`` full rows per document."""
-    from attncoda.run.common import capture_corpus
+    from attncoda.run.captured import capture_corpus
 
     if src.given:
         return _given(src, config, record_rows)
@@ -285,7 +286,7 @@ def _windows(
     """Token windows of the corpus, ``settings.docs`` of ``settings.tokens`` tokens: cut by
     the unit's own tokenizer, or for a checkpoint by the series' first checkpoint's (every
     checkpoint reads the same token ids)."""
-    from attncoda.run.common import corpus_windows
+    from attncoda.run.windows import corpus_windows
 
     text = config["corpus"]["text"]
     if "checkpoint" not in exp.needs:
@@ -328,7 +329,7 @@ def model_info(src: Source, config: Mapping[str, Any]) -> tuple[Any, str]:
     """The facts of the model a unit reads, and the device its tensors live on (input ids
     go there; a model placed by a device map moves them on itself)."""
     from attncoda.models.placement import input_device
-    from attncoda.run.common import resolve_device
+    from attncoda.run.options import resolve_device
 
     if src.given:
         return _given(src, config, "none").info, resolve_device(config.get("device", "cpu"))
