@@ -16,6 +16,8 @@ from attncoda.api._sources import capture_names, sources
 if TYPE_CHECKING:
     import pandas as pd
 
+    from attncoda.run.options import CaptureOptions
+
 __all__ = ["call", "run_function"]
 
 
@@ -131,10 +133,11 @@ def _on_specs(
     settings: Any,
     *,
     out: str | Path | None,
-    options: Mapping[str, Any],
+    text: str | None,
+    options: CaptureOptions,
 ) -> Result:
     """Run ``name`` on model specs through the runner into ``out`` (or a temporary folder),
-    and read its tables back."""
+    with ``options``, and read its tables back."""
     from attncoda.experiments.contract import experiment, settings_dict
     from attncoda.run.reproduce import run_experiment
     from attncoda.store.runs import read_run_tables
@@ -148,7 +151,7 @@ def _on_specs(
             "spec (owner/name@step0,step512 or a folder of stepN checkpoints)"
         )
 
-    sink = str(options.get("sink", "first"))
+    sink = options.sink
 
     def run(folder: Path) -> Result:
         run_experiment(
@@ -158,7 +161,8 @@ def _on_specs(
             settings={name: settings_dict(settings)},
             series=series,
             progress=False,
-            **options,
+            text=text,
+            options=options,
         )
         stored = read_run_tables(folder)
         tables = {t: stored[t] for t in own if t in stored}
@@ -179,12 +183,11 @@ def call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[st
 
     exp = experiment(name)
     chosen = settings_from(exp.settings, settings)  # every value checked: nothing loaded yet
-    check_common(common)
+    options = check_common(common)  # the CaptureOptions, built once
     if common.get("steps") is not None and exp.combine is None:
         raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
     items, kind = sources(source)
-    sink, seed, device = common["sink"], common["seed"], common["device"]
-    options = {k: v for k, v in common.items() if k not in ("names", "steps", "out")}
+    sink, seed, device = options.sink, options.seed, options.device
     if kind == "live":
         return _on_live(name, items, chosen, common, options)
     if kind == "capture":
@@ -210,7 +213,10 @@ def call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[st
             "steps= and names= are for captures: a run names its models by their specs and "
             "reads a series' steps from its spec"
         )
-    return _on_specs(name, [str(s) for s in items], chosen, out=common.get("out"), options=options)
+    specs = [str(s) for s in items]
+    return _on_specs(
+        name, specs, chosen, out=common.get("out"), text=common.get("text"), options=options
+    )
 
 
 def _on_live(
@@ -218,7 +224,7 @@ def _on_live(
     items: Sequence[Any],
     settings: Any,
     common: Mapping[str, Any],
-    options: Mapping[str, Any],
+    options: CaptureOptions,
 ) -> Result:
     """Run ``name`` on live models through the runner with ``options``, as on specs (the
     runner is lent them: :func:`attncoda.run.provide.lend`)."""
@@ -227,13 +233,20 @@ def _on_live(
 
     entries = live_entries(items, common.get("names"), name)
     for option, default in (("device", "cpu"), ("dtype", None), ("device_map", None)):
-        if common.get(option) != default:
+        if getattr(options, option) != default:
             raise AttncodaError(
-                f"{option}={common[option]!r} is for model specs: a live model runs where "
-                "and in the dtype it is"
+                f"{option}={getattr(options, option)!r} is for model specs: a live model runs "
+                "where and in the dtype it is"
             )
     with lend(entries):
-        return _on_specs(name, list(entries), settings, out=common.get("out"), options=options)
+        return _on_specs(
+            name,
+            list(entries),
+            settings,
+            out=common.get("out"),
+            text=common.get("text"),
+            options=options,
+        )
 
 
 def run_function(name: str, values: Mapping[str, Any]) -> Result:

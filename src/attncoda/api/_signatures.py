@@ -12,9 +12,12 @@ import functools
 import inspect
 import textwrap
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from attncoda._errors import AttncodaError
+
+if TYPE_CHECKING:
+    from attncoda.run.options import CaptureOptions
 
 __all__ = ["COMMON_OPTIONS", "RETURNS_DOC", "check_common", "docstring", "experiment_function"]
 
@@ -155,31 +158,31 @@ def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
     return make
 
 
-def check_common(common: Mapping[str, Any]) -> None:
-    """Refuse a common option the run would refuse later, before anything loads (the CLI's
-    own checks of the same options, :func:`attncoda.cli._args.validate`)."""
-    from attncoda.capture.names import KERNELS, METHODS
-    from attncoda.capture.sinks import parse_sink
-    from attncoda.run.options import DEVICES, DTYPES
+def check_common(common: Mapping[str, Any]) -> CaptureOptions:
+    """The :class:`~attncoda.run.options.CaptureOptions` of the common options, built once:
+    a value the run would refuse later is refused here, before anything loads (the CLI builds
+    the same object from its options, :func:`attncoda.cli._args.validate`)."""
+    from attncoda.run.options import CaptureOptions
 
-    seed = common["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise AttncodaError(f"seed must be an integer of at least 0; got {seed!r}")
-    parse_sink(common["sink"])
-    for option, allowed in (
-        ("method", METHODS),
-        ("kernel", KERNELS),
-        ("device", DEVICES),
-        ("dtype", DTYPES),
-    ):
-        value = common.get(option)
-        if value is not None and value not in allowed:
-            raise AttncodaError(f"unknown {option} {value!r}: use one of {', '.join(allowed)}")
-    if common.get("device_map") is not None:
-        from attncoda.models.placement import check_run_placement
-
-        check_run_placement(common.get("device") or "cpu", common["device_map"], None, "offload")
+    options = CaptureOptions(
+        **{
+            k: common[k]
+            for k in (
+                "device",
+                "dtype",
+                "method",
+                "kernel",
+                "device_map",
+                "max_memory",
+                "offload_folder",
+                "sink",
+                "seed",
+            )
+            if common.get(k) is not None or k == "dtype"
+        }
+    )
     if common.get("text") is not None:
         from attncoda.data.corpus import read_corpus
 
         read_corpus(common["text"])  # exists, UTF-8, at least one document, or a named error
+    return options

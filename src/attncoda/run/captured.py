@@ -9,7 +9,7 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import HeadRows
 from attncoda.experiments.contract import head_rows as rows_of_capture
-from attncoda.run.options import check_dtype, load_options
+from attncoda.run.options import CaptureOptions
 from attncoda.run.windows import corpus_windows
 
 __all__ = ["Captured", "capture_corpus", "head_rows"]
@@ -41,39 +41,30 @@ def capture_corpus(
     spec: str,
     *,
     text: str | None = None,
-    sink: str = "first",
+    options: CaptureOptions | None = None,
     max_tokens: int = 128,
     docs: int = 32,
     batch_size: int = 8,
     record_rows: Any = "auto",
-    seed: int = 0,
-    dtype: str | None = None,
     block_size: int = 512,
     progress: bool = False,
     loaded: tuple | None = None,
-    device: str = "cpu",
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: Any = None,
 ) -> Captured:
-    """Load ``spec`` (unless ``loaded`` gives ``(model, tokenizer, info)``) on ``device``
-    in ``dtype`` and capture ``docs`` windows of the corpus with the registered attention
-    function, by ``method`` (``"exact"`` or ``"fast"``). The config records the dtype, the
-    device the model ran on and the method: all three change the numbers. ``device_map``
-    (with ``max_memory`` and ``offload_folder``) places the model instead of ``device``
-    (:func:`attncoda.load_model`); the config then records it too."""
+    """Load ``spec`` (unless ``loaded`` gives ``(model, tokenizer, info)``) as ``options``
+    say (device or device map, dtype) and capture ``docs`` windows of the corpus with the
+    registered attention function, by the options' method, kernel, sink and seed. The
+    config records the dtype, the device the model ran on and the method (all three change
+    the numbers), and the device map when one placed the model."""
     from attncoda.capture.capture import capture_windows
     from attncoda.models.load import load_model
     from attncoda.models.placement import input_device
 
     if not isinstance(docs, int) or isinstance(docs, bool) or docs < 1:
         raise AttncodaError(f"docs must be a positive integer; got {docs!r}")
-    check_dtype(dtype)
+    options = options or CaptureOptions()
+    sink, seed, method = options.sink, options.seed, options.method
     if loaded is None:
-        placement = load_options(device, device_map, max_memory, offload_folder)
-        model, tokenizer, info = load_model(spec, dtype=dtype, **placement)
+        model, tokenizer, info = load_model(spec, dtype=options.dtype, **options.placement())
     else:
         model, tokenizer, info = loaded
     if tokenizer is None:
@@ -90,7 +81,7 @@ def capture_corpus(
         block_size=block_size,
         progress=progress,
         method=method,
-        kernel=kernel,
+        kernel=options.kernel,
     )
     if cap.mode == "outputs":
         # The automatic fallback changes how rows are read (eager probabilities, a zero

@@ -22,6 +22,7 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, Inputs, Tables, experiment
 from attncoda.models.spec import join_spec
 from attncoda.run.config import settings_of
+from attncoda.run.options import CaptureOptions
 from attncoda.run.plan import reads_series, series_point
 from attncoda.store.runs import RunStore, Unit
 
@@ -51,17 +52,9 @@ ARRAYS = "arrays.npz"
 _CACHE: dict[tuple, Any] = {}
 #: Cache entries of one model (key[1] is its spec): dropped when another model loads.
 _PER_MODEL = ("load", "rows", "after")
-#: How this process loads and captures models: the run config's device, dtype, method and
-#: device map (set by :func:`use_options`; changing them forgets every cached model).
-_OPTIONS: dict[str, Any] = {
-    "device": "cpu",
-    "dtype": None,
-    "method": "exact",
-    "kernel": "auto",
-    "device_map": None,
-    "max_memory": None,
-    "offload_folder": None,
-}
+#: How this process loads and captures models: the run config's options (set by
+#: :func:`use_options`; changing how models load or capture forgets every cached model).
+_OPTIONS = CaptureOptions()
 
 
 #: Live models lent to the runner by label (:func:`lend`): ``(model, tokenizer, info)``.
@@ -91,22 +84,14 @@ def lent(spec: str) -> bool:
 
 
 def use_options(config: Mapping[str, Any], root: str | Path | None = None) -> None:
-    """Load and capture as ``config`` says (its device, dtype, method and device map).
-
-    With a device map, weights it puts on the disk go to the config's ``offload_folder``,
-    else to ``<root>/offload`` (``root`` the run folder; the working folder never).
-    """
-    options = {key: config.get(key, _OPTIONS[key]) for key in ("device", "dtype", "method")}
-    options["kernel"] = config.get("kernel") or "auto"
-    options["device_map"] = config.get("device_map")
-    options["max_memory"] = config.get("max_memory")
-    folder = config.get("offload_folder")
-    if folder is None and options["device_map"] is not None and root is not None:
-        folder = str(Path(root) / "offload")
-    options["offload_folder"] = folder if options["device_map"] is not None else None
-    if options != _OPTIONS:
+    """Load and capture as the run config ``config`` says
+    (:meth:`CaptureOptions.from_config`: with a device map, weights it puts on the disk go to
+    the config's ``offload_folder``, else to ``<root>/offload``)."""
+    global _OPTIONS
+    options = CaptureOptions.from_config(config, root)
+    if replace(options, sink="first", seed=0) != replace(_OPTIONS, sink="first", seed=0):
         _CACHE.clear()
-        _OPTIONS.update(options)
+    _OPTIONS = options
 
 
 def clear_cache() -> None:
@@ -136,18 +121,11 @@ def _quiet_load(spec: str) -> tuple:
     from transformers.utils import logging as hf_logging
 
     from attncoda.models.load import load_model
-    from attncoda.run.options import load_options
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        placement = load_options(
-            _OPTIONS["device"],
-            _OPTIONS["device_map"],
-            _OPTIONS["max_memory"],
-            _OPTIONS["offload_folder"],
-        )
-        return load_model(spec, dtype=_OPTIONS["dtype"], **placement)
+        return load_model(spec, dtype=_OPTIONS.dtype, **_OPTIONS.placement())
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
@@ -269,14 +247,11 @@ def _captured(
     return capture_corpus(
         src.spec,
         text=config["corpus"]["text"],
-        sink=config["sink"],
+        options=replace(_OPTIONS, sink=config["sink"], seed=config["seed"]),
         max_tokens=tokens,
         docs=docs,
-        seed=config["seed"],
         loaded=loaded(src.spec),
         record_rows=record_rows,
-        method=_OPTIONS["method"],
-        kernel=_OPTIONS["kernel"],
     )
 
 
