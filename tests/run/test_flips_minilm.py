@@ -81,7 +81,7 @@ def test_minilm_flips_equal_an_independent_count(tmp_path):
     from attncoda.run.windows import corpus_windows
 
     # 4 windows of 128 tokens: 512 rows per head, 178,920 triplets per metric.
-    settings = {"flips": {"n_boot": 10}, "rows": {"docs": 4, "tokens": 128}}
+    settings = {"flips": {"n_boot": 10}, "rows": {"docs": 4, "max_tokens": 128}}
     run_experiment("flips", ["minilm"], tmp_path, settings=settings, progress=False)
     table = pd.read_parquet(tmp_path / "tables" / "flips.parquet").set_index("metric")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
 from attncoda.api._result import GIVEN_FAMILY, Result
-from attncoda.api._signatures import COMMON_OPTIONS, check_common
+from attncoda.api._signatures import COMMON_OPTIONS, check_common, rows_settings
 from attncoda.api._sources import capture_names, sources
 
 if TYPE_CHECKING:
@@ -135,6 +135,7 @@ def _on_specs(
     out: str | Path | None,
     text: str | None,
     options: CaptureOptions,
+    rows: Mapping[str, Any] | None = None,
 ) -> Result:
     """Run ``name`` on model specs through the runner into ``out`` (or a temporary folder),
     with ``options``, and read its tables back."""
@@ -158,7 +159,7 @@ def _on_specs(
             name,
             [] if series is not None else list(specs),
             folder,
-            settings={name: settings_dict(settings)},
+            settings={name: settings_dict(settings), **({"rows": dict(rows)} if rows else {})},
             series=series,
             progress=False,
             text=text,
@@ -178,19 +179,34 @@ def _on_specs(
     return run(Path(out))
 
 
-def call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[str, Any]) -> Result:
-    from attncoda.experiments.contract import experiment, settings_from
+def call(
+    name: str,
+    source: Any,
+    settings: Mapping[str, Any],
+    common: Mapping[str, Any],
+    rows: Mapping[str, Any] | None = None,
+) -> Result:
+    """Run experiment ``name`` on ``source`` with its ``settings``, the common options and,
+    for an experiment that reads rows, the ``rows`` windows (``docs``, ``max_tokens``)."""
+    from attncoda.experiments.contract import experiment, settings_dict, settings_from
+    from attncoda.run.config import Rows
 
     exp = experiment(name)
     chosen = settings_from(exp.settings, settings)  # every value checked: nothing loaded yet
+    windows = None if rows is None else settings_dict(settings_from(Rows, rows))
     options = check_common(common)  # the CaptureOptions, built once
     if common.get("steps") is not None and exp.combine is None:
         raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
     items, kind = sources(source)
     sink, seed, device = options.sink, options.seed, options.device
     if kind == "live":
-        return _on_live(name, items, chosen, common, options)
+        return _on_live(name, items, chosen, common, options, windows)
     if kind == "capture":
+        if windows is not None and windows != settings_dict(Rows()):
+            raise AttncodaError(
+                f"docs= and max_tokens= say which windows of a model spec {name} reads: a "
+                "capture holds its own rows; capture other windows instead"
+            )
         given = common.get("names")
         if exp.combine is not None:  # one series: one name for every checkpoint's capture
             if given is not None and not isinstance(given, str):
@@ -215,7 +231,13 @@ def call(name: str, source: Any, settings: Mapping[str, Any], common: Mapping[st
         )
     specs = [str(s) for s in items]
     return _on_specs(
-        name, specs, chosen, out=common.get("out"), text=common.get("text"), options=options
+        name,
+        specs,
+        chosen,
+        out=common.get("out"),
+        text=common.get("text"),
+        options=options,
+        rows=windows,
     )
 
 
@@ -225,6 +247,7 @@ def _on_live(
     settings: Any,
     common: Mapping[str, Any],
     options: CaptureOptions,
+    rows: Mapping[str, Any] | None = None,
 ) -> Result:
     """Run ``name`` on live models through the runner with ``options``, as on specs (the
     runner is lent them: :func:`attncoda.run.provide.lend`)."""
@@ -246,12 +269,17 @@ def _on_live(
             out=common.get("out"),
             text=common.get("text"),
             options=options,
+            rows=rows,
         )
 
 
 def run_function(name: str, values: Mapping[str, Any]) -> Result:
     """Call ``name`` with an API function's parameters ``values`` (its ``locals()``)."""
+    import dataclasses
+
     values = dict(values)
     source = values.pop("source")
     common = {k: values.pop(k, None) for k in COMMON_OPTIONS if k != "source"}
-    return call(name, source, values, common)
+    group = rows_settings(name)
+    rows = {f.name: values.pop(f.name) for f in dataclasses.fields(group)} if group else None
+    return call(name, source, values, common, rows)

@@ -17,6 +17,7 @@ from attncoda.experiments import predictor as _predictor
 from attncoda.experiments import profile as _profile
 from attncoda.experiments import prune as _prune
 from attncoda.experiments import safety as _safety
+from attncoda.run.config import Rows as _Rows
 
 __all__ = ["cluster", "collapse", "flips", "predict", "profile", "prune", "safety"]
 
@@ -36,10 +37,12 @@ def profile(
     method: str = "exact",
     kernel: str = "auto",
     device_map: str | dict[str, int | str] | None = None,
+    max_memory: dict[int | str, int | str] | str | None = None,
+    offload_folder: str | Path | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     docs: int = _profile.Settings.docs,
-    tokens: int = _profile.Settings.tokens,
+    max_tokens: int = _profile.Settings.max_tokens,
 ) -> Result:
     return run_function("profile", locals())
 
@@ -56,8 +59,12 @@ def flips(
     method: str = "exact",
     kernel: str = "auto",
     device_map: str | dict[str, int | str] | None = None,
+    max_memory: dict[int | str, int | str] | str | None = None,
+    offload_folder: str | Path | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
+    docs: int = _Rows.docs,
+    max_tokens: int = _Rows.max_tokens,
     metrics: Sequence[str] = _flips.Settings.metrics,
     n_boot: int = _flips.Settings.n_boot,
     tol: float = _flips.Settings.tol,
@@ -77,8 +84,12 @@ def cluster(
     method: str = "exact",
     kernel: str = "auto",
     device_map: str | dict[str, int | str] | None = None,
+    max_memory: dict[int | str, int | str] | str | None = None,
+    offload_folder: str | Path | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
+    docs: int = _Rows.docs,
+    max_tokens: int = _Rows.max_tokens,
     n_clusters: int = _cluster.Settings.n_clusters,
     n_init: int = _cluster.Settings.n_init,
 ) -> Result:
@@ -97,8 +108,12 @@ def safety(
     method: str = "exact",
     kernel: str = "auto",
     device_map: str | dict[str, int | str] | None = None,
+    max_memory: dict[int | str, int | str] | str | None = None,
+    offload_folder: str | Path | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
+    docs: int = _Rows.docs,
+    max_tokens: int = _Rows.max_tokens,
     n_bins: int = _safety.Settings.n_bins,
     threshold: float = _safety.Settings.threshold,
 ) -> Result:
@@ -120,8 +135,12 @@ def predict(
     method: str = "exact",
     kernel: str = "auto",
     device_map: str | dict[str, int | str] | None = None,
+    max_memory: dict[int | str, int | str] | str | None = None,
+    offload_folder: str | Path | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
+    docs: int = _Rows.docs,
+    max_tokens: int = _Rows.max_tokens,
     predictor: str = _predictor.Settings.predictor,
 ) -> Result:
     return run_function("predictor", locals())
@@ -139,6 +158,8 @@ def prune(
     method: str = "exact",
     kernel: str = "auto",
     device_map: str | dict[str, int | str] | None = None,
+    max_memory: dict[int | str, int | str] | str | None = None,
+    offload_folder: str | Path | None = None,
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     channels: Sequence[str] = _prune.Settings.channels,
@@ -147,7 +168,7 @@ def prune(
     ks: Sequence[int] = _prune.Settings.ks,
     profile_docs: int = _prune.Settings.profile_docs,
     eval_docs: int = _prune.Settings.eval_docs,
-    tokens: int = _prune.Settings.tokens,
+    max_tokens: int = _prune.Settings.max_tokens,
 ) -> Result:
     return run_function("prune", locals())
 
@@ -171,10 +192,12 @@ def collapse(
     method: str = "exact",
     kernel: str = "auto",
     device_map: str | dict[str, int | str] | None = None,
+    max_memory: dict[int | str, int | str] | str | None = None,
+    offload_folder: str | Path | None = None,
     text: str | None = None,
     names: str | None = None,
     steps: Sequence[int] | None = None,
     docs: int = _collapse.Settings.docs,
-    tokens: int = _collapse.Settings.tokens,
+    max_tokens: int = _collapse.Settings.max_tokens,
 ) -> Result:
     return run_function("collapse", locals())

@@ -208,7 +208,7 @@ def _files(args: argparse.Namespace) -> None:
         from attncoda.experiments.predictor import check_predictor_file
 
         check_predictor_file(predictor)
-    for name in ("attentions", "token_ids"):
+    for name in ("attentions", "tokens"):
         value = getattr(args, name, None)
         files = [value] if isinstance(value, str) else list(value or [])
         for file in files:

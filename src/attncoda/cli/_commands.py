@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: 
         out,
         settings=settings,
         attentions=files,
-        tokens=getattr(args, "token_ids", None),
+        tokens=getattr(args, "tokens", None),
         kind=getattr(args, "kind", None),
         text=args.text,
         progress=True,

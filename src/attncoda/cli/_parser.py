@@ -8,26 +8,25 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, one_line_errors
 from attncoda.cli._args import Parser, add_settings, bind_setting, names, validate
 
-#: Option strings of settings fields whose option is not ``--<field-name>`` alone: the
-#: window length keeps ``--max-tokens`` (``--tokens`` is the token-id file of given
-#: attention), and older names stay as aliases.
+#: Option strings of settings fields whose option is not ``--<field-name>`` alone: older
+#: names stay as aliases. (The window length is ``--max-tokens``, from its field; ``--tokens``
+#: is the token-id file of given attention, as ``tokens=`` is token ids in Python.)
 FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
-    "profile": {"tokens": ("--max-tokens",)},
+    "profile": {},
     "flips": {},
     "cluster": {"n_clusters": ("--n-clusters", "--clusters")},
     "safety": {"n_bins": ("--n-bins", "--bins"), "threshold": ("--threshold", "--safe-threshold")},
     "predictor": {},
-    "collapse": {"tokens": ("--max-tokens",)},
+    "collapse": {},
     "prune": {
-        "tokens": ("--max-tokens",),
         "ks": ("--ks", "--k"),
         "orders": ("--orders", "--order"),
         "ablations": ("--ablations", "--ablation"),
     },
-    "rows": {"tokens": ("--max-tokens",)},
+    "rows": {},
 }
 
 
@@ -101,7 +100,7 @@ def _attention_options(p: argparse.ArgumentParser, several: bool) -> None:
     )
     p.add_argument(
         "--tokens",
-        dest="token_ids",
+        dest="tokens",
         metavar="FILE",
         help="token ids (batch, pos) for token sinks (.npy, .npz, .pt)",
     )
@@ -327,8 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        validate(args)
-        return run_command(args.command_name, args)
+        with one_line_errors():
+            validate(args)
+            return run_command(args.command_name, args)
     except AttncodaError as exc:
         print(f"attncoda: error: {exc}", file=sys.stderr)
         return 2

@@ -69,7 +69,7 @@ class Rows:
     as the shipped predictor was fitted on: sink statistics depend on the window length."""
 
     docs: int = setting(4, "windows of the corpus whose rows are read", at_least=1)
-    tokens: int = setting(128, "window length in tokens", at_least=1)
+    max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
 
 
 @dataclass(frozen=True)

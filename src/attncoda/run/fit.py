@@ -43,7 +43,7 @@ def model_rows(
         spec,
         text=text,
         options=options,
-        max_tokens=windows.tokens,
+        max_tokens=windows.max_tokens,
         docs=windows.docs,
         progress=progress,
         loaded=loaded,

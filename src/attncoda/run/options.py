@@ -95,9 +95,9 @@ class CaptureOptions:
     device_map : str or dict or None
         Spread each model over GPUs, the CPU and the disk instead of ``device`` (which then
         stays ``"cpu"``), as for :func:`attncoda.load_model`.
-    max_memory : dict or None
+    max_memory : dict or str or None
         Memory limits per device of the map, ``{device: size}`` (text keys as a run config
-        stores them are read back).
+        stores them are read back; the text ``"0=2GiB,cpu=8GiB"`` is parsed).
     offload_folder : str or None
         Where the map's disk weights go (a run's default: ``<run folder>/offload``).
     sink : str
@@ -142,6 +142,10 @@ class CaptureOptions:
                 f"--kernel {self.kernel} is for --method fast (the {self.method} method has no "
                 "kernel): add --method fast, or drop --kernel"
             )
+        if isinstance(self.max_memory, str):  # the command line's "0=2GiB,cpu=8GiB"
+            from attncoda.models.placement import parse_max_memory
+
+            object.__setattr__(self, "max_memory", parse_max_memory(self.max_memory))
         # The disk needs a folder: a run's default is <run folder>/offload.
         folder = self.offload_folder
         if self.device_map is not None and folder is None:

@@ -93,7 +93,7 @@ def model_row(name: str, root: str | Path) -> dict[str, Any]:
     cached = root / "rows" / f"{name}.json"
     if cached.is_file():
         return json.loads(cached.read_text(encoding="utf-8"))
-    rows = {"docs": _DOCS, "tokens": _MAX_TOKENS}
+    rows = {"docs": _DOCS, "max_tokens": _MAX_TOKENS}
     row = predictor_row_of(model_rows(_spec(name, root), name=name, rows=rows))
     atomic_write_json(cached, row)
     return row

@@ -207,7 +207,9 @@ def _rows(src: Source, name: str, config: Mapping[str, Any]) -> tuple[Any, dict[
     rows = settings_of(config, "rows")
 
     def make() -> tuple[Any, dict[str, Any]]:
-        captured = _captured(src, config, docs=rows.docs, tokens=rows.tokens, record_rows="auto")
+        captured = _captured(
+            src, config, docs=rows.docs, max_tokens=rows.max_tokens, record_rows="auto"
+        )
         found = head_rows(captured)
         if not src.given:  # the predictor recognises its training models by content
             found = replace(found, identity=identity_of(loaded(src.spec)))
@@ -228,18 +230,18 @@ def _read_from(captured: Any) -> dict[str, Any]:
 
 def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any, dict]:
     """Statistics of every row (no full rows recorded) of ``settings.docs`` windows of
-    ``settings.tokens`` tokens."""
+    ``settings.max_tokens`` tokens."""
     captured = _captured(
-        src, config, docs=settings.docs, tokens=settings.tokens, record_rows="none"
+        src, config, docs=settings.docs, max_tokens=settings.max_tokens, record_rows="none"
     )
     return captured.capture, _read_from(captured)
 
 
 def _captured(
-    src: Source, config: Mapping[str, Any], *, docs: int, tokens: int, record_rows: str
+    src: Source, config: Mapping[str, Any], *, docs: int, max_tokens: int, record_rows: str
 ) -> Any:
     """The capture of a unit's source: its given attention file, or ``docs`` windows of
-    ``tokens`` tokens of the run's corpus, with ``record_rows`` full rows per document."""
+    ``max_tokens`` tokens of the run's corpus, with ``record_rows`` full rows per document."""
     from attncoda.run.captured import capture_corpus
 
     if src.given:
@@ -248,7 +250,7 @@ def _captured(
         src.spec,
         text=config["corpus"]["text"],
         options=replace(_OPTIONS, sink=config["sink"], seed=config["seed"]),
-        max_tokens=tokens,
+        max_tokens=max_tokens,
         docs=docs,
         loaded=loaded(src.spec),
         record_rows=record_rows,
@@ -258,7 +260,7 @@ def _captured(
 def _windows(
     exp: Experiment, src: Source, config: Mapping[str, Any], root: str | Path, settings: Any
 ) -> list:
-    """Token windows of the corpus, ``settings.docs`` of ``settings.tokens`` tokens: cut by
+    """Token windows of the corpus, ``settings.docs`` of ``settings.max_tokens`` tokens: cut by
     the unit's own tokenizer, or for a checkpoint by the series' first checkpoint's (every
     checkpoint reads the same token ids)."""
     from attncoda.run.windows import corpus_windows
@@ -266,14 +268,14 @@ def _windows(
     text = config["corpus"]["text"]
     if "checkpoint" not in exp.needs:
         windows, _ = corpus_windows(
-            loaded(src.spec)[1], text=text, max_tokens=settings.tokens, docs=settings.docs
+            loaded(src.spec)[1], text=text, max_tokens=settings.max_tokens, docs=settings.docs
         )
         return windows
     first = series_point(config, root, config["series"]["points"][0][1])
 
     def make() -> list:
         windows, _ = corpus_windows(
-            _tokenizer_of(first.spec), text=text, max_tokens=settings.tokens, docs=settings.docs
+            _tokenizer_of(first.spec), text=text, max_tokens=settings.max_tokens, docs=settings.docs
         )
         return [w.input_ids for w in windows]
 

@@ -164,10 +164,10 @@ def _summary(
 @dataclass(frozen=True)
 class Settings:
     """Settings of the collapse experiment: every checkpoint reads the same ``docs`` windows
-    of ``tokens`` tokens (made with the series' first tokenizer)."""
+    of ``max_tokens`` tokens (made with the series' first tokenizer)."""
 
     docs: int = setting(16, "corpus windows every checkpoint reads", at_least=1)
-    tokens: int = setting(128, "tokens per window", at_least=1)
+    max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:

@@ -33,10 +33,12 @@ from attncoda.experiments.contract._inputs import (
     head_rows,
 )
 from attncoda.experiments.contract._settings import (
+    RENAMED,
     Allowed,
     allowed_text,
     check_setting,
     check_settings,
+    renamed_settings,
     setting,
 )
 from attncoda.experiments.contract._verdicts import (
@@ -50,6 +52,8 @@ from attncoda.experiments.contract._verdicts import (
 )
 
 __all__ = [
+    "RENAMED",
+    "renamed_settings",
     "Allowed",
     "CONVENTIONS",
     "DEFAULT_TOL",

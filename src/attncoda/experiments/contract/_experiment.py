@@ -53,8 +53,8 @@ __all__ = [
 #:   head (one capture shared by every experiment of the model that needs rows);
 #: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row (profile);
 #: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune, collapse);
-#: - ``"windows"``: token-id windows of the run's corpus, ``(docs, tokens)`` from the
-#:   experiment's settings fields ``docs`` and ``tokens`` (prune, collapse);
+#: - ``"windows"``: token-id windows of the run's corpus, ``(docs, max_tokens)`` from the
+#:   experiment's settings fields ``docs`` and ``max_tokens`` (prune, collapse);
 #: - ``"checkpoint"``: the series point a collapse unit reads.
 NEEDS = ("rows", "capture", "model", "windows", "checkpoint")
 
