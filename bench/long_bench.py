@@ -141,14 +141,14 @@ def flips_unit(n_boot: int = 200) -> dict:
     """
     import numpy as np
 
+    from attncoda.experiments.contract import DocRows, HeadRows
     from attncoda.experiments.flips import CAPTURE_TOL, FLIP_METRICS, document_sums, flips
-    from attncoda.experiments.inputs import DocRows, HeadRows
     from attncoda.models.load import load_model
     from attncoda.run.fit import model_rows
 
     loaded = load_model("smollm2")
     t0 = time.perf_counter()
-    rows = model_rows("smollm2", seed=0, loaded=loaded)  # the demo scale's windows (Rows)
+    rows = model_rows("smollm2", loaded=loaded)  # the demo scale's windows (Rows)
     capture_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = flips(rows, n_boot=n_boot, seed=0, tol=CAPTURE_TOL)

@@ -11,8 +11,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 
 import attncoda as ac  # noqa: E402
+from attncoda.experiments.contract import head_rows  # noqa: E402
 from attncoda.experiments.flips import flips as flips_function  # noqa: E402
-from attncoda.experiments.inputs import head_rows  # noqa: E402
 from tiny_models import tiny  # noqa: E402
 
 KEYS = ["model", "revision", "family"]

@@ -454,7 +454,7 @@ def test_bad_attention_files_are_one_line_and_leave_no_folder(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Settings checked by their fields (attncoda.experiments.setting), before any model loads
+# Settings checked by their fields (attncoda.experiments.contract), before any model loads
 # and before the --out folder is made: the same checks as the Python API's.
 
 SETTINGS_CASES = [

@@ -44,7 +44,8 @@ def path(name: str) -> str:
     if obj is None:
         raise ValueError(f"attncoda has no public name {name!r}: fix the page")
     if inspect.ismodule(obj):
-        return obj.__name__
+        # A callable subpackage (attncoda.capture) is documented as the function it calls.
+        return getattr(obj, "called", obj.__name__)
     return f"{obj.__module__}.{obj.__qualname__}"
 
 

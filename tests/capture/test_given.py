@@ -15,8 +15,8 @@ from attncoda.capture import (  # noqa: E402
     forward,  # noqa: E402
 )
 from attncoda.capture.given import from_attentions  # noqa: E402
+from attncoda.experiments.contract import head_rows  # noqa: E402
 from attncoda.experiments.flips import flips  # noqa: E402
-from attncoda.experiments.inputs import head_rows  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 

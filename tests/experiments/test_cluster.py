@@ -16,7 +16,7 @@ from attncoda.experiments.cluster import (
     cluster,
     result_tables,
 )
-from attncoda.experiments.inputs import DocRows, HeadRows
+from attncoda.experiments.contract import DocRows, HeadRows
 
 N_INIT = 2  # fewer MDS starts than the default keeps the tests fast
 

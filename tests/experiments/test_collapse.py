@@ -20,10 +20,10 @@ from attncoda.experiments.collapse import (  # noqa: E402
     CHECKPOINT_COLUMNS,
     COLUMNS,
     CheckpointStats,
+    check_same_layout,  # noqa: E402
     checkpoint_stats,
     collapse_from_stats,
 )
-from attncoda.experiments.collapse_stats import check_same_layout  # noqa: E402
 from attncoda.models.series import SeriesPoint  # noqa: E402
 
 VOCAB = 120

@@ -13,16 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attncoda import AttncodaError, head_distances, row_distance
+from attncoda.experiments.contract import DocRows, HeadRows
 from attncoda.experiments.flips import (
     BY_LAYER_COLUMNS,
     FLIP_METRICS,
     TABLE_COLUMNS,
+    bootstrap_rates,
+    count_inversions,
     flips,
+    resample_weights,
     triplet_flips,
 )
-from attncoda.experiments.flips_bootstrap import bootstrap_rates, resample_weights
-from attncoda.experiments.flips_count import count_inversions
-from attncoda.experiments.inputs import DocRows, HeadRows
 
 
 def flips_reference(d_keep, d_drop, tol):

@@ -11,8 +11,8 @@ import pytest
 
 import attncoda
 from attncoda import AttncodaError
+from attncoda.experiments.contract import DocRows, HeadRows
 from attncoda.experiments.flips import flips
-from attncoda.experiments.inputs import DocRows, HeadRows
 from attncoda.experiments.predictor import (
     FEATURES,
     Prediction,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from attncoda import AttncodaError, aitchison_split
+from attncoda.experiments.contract import DocRows, HeadRows
 from attncoda.experiments.flips import FLIP_METRICS, flips
-from attncoda.experiments.inputs import DocRows, HeadRows
 from attncoda.experiments.safety import (
     GRID_COLUMNS,
     SAFETY_COLUMNS,

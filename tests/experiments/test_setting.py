@@ -1,4 +1,4 @@
-"""Tests for attncoda.experiments.setting: each kind of field, its checks and messages."""
+"""Tests for attncoda.experiments.contract: each kind of field, its checks and messages."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from attncoda import AttncodaError
-from attncoda.experiments.setting import allowed_text, check_setting, check_settings, setting
+from attncoda.experiments.contract import allowed_text, check_setting, check_settings, setting
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,7 @@ SETTINGS = TINY_SETTINGS
 def _series_windows(first_checkpoint: Path) -> list:
     """The collapse windows of the tiny settings, cut by the series' first tokenizer."""
     from attncoda.models.load import load_model
-    from attncoda.run.common import corpus_windows
+    from attncoda.run.windows import corpus_windows
 
     _, tokenizer, _ = load_model(str(first_checkpoint))
     collapse_settings = SETTINGS["collapse"]
@@ -196,9 +196,9 @@ def test_the_scales_are_overrides_of_the_settings_defaults():
     demo = run_config(["x"])
     assert demo["settings"]["flips"]["n_boot"] == FlipsSettings().n_boot == 200
     assert demo["settings"]["prune"]["ks"] == list(PruneSettings().ks) == [4, 16, 64]
-    assert demo["rows"] == {"docs": 4, "tokens": 128}
+    assert demo["rows"] == {"docs": 4, "max_tokens": 128}
     full = run_config(["x"], scale="full", settings={"flips": {"n_boot": 7}})
-    assert full["rows"] == {"docs": 16, "tokens": 128}
+    assert full["rows"] == {"docs": 16, "max_tokens": 128}
     assert full["settings"]["flips"]["n_boot"] == 7  # a setting given wins over the scale
     assert full["settings"]["profile"]["docs"] == 32
     assert full["settings"]["prune"]["ks"] == [1, 2, 4, 8, 16, 32, 64]

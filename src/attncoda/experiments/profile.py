@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables
-from attncoda.experiments.setting import setting
+from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,10 +107,10 @@ def layer_summary(heads: pd.DataFrame) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Settings:
     """Settings of the profile experiment (the runner captures ``docs`` windows of
-    ``tokens`` tokens for it)."""
+    ``max_tokens`` tokens for it)."""
 
     docs: int = setting(8, "corpus windows to capture", at_least=1)
-    tokens: int = setting(128, "tokens per window", at_least=1)
+    max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:

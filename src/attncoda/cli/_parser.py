@@ -1,0 +1,350 @@
+"""The ``attncoda`` parser: one subcommand per experiment, its options built from the
+experiment's ``Settings``, and :func:`main`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from attncoda._errors import AttncodaError, one_line_errors
+from attncoda.cli._args import Parser, add_settings, bind_setting, names, validate
+
+#: Option strings of settings fields whose option is not ``--<field-name>`` alone: older
+#: names stay as aliases. (The window length is ``--max-tokens``, from its field; ``--tokens``
+#: is the token-id file of given attention, as ``tokens=`` is token ids in Python.)
+FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "profile": {},
+    "flips": {},
+    "cluster": {"n_clusters": ("--n-clusters", "--clusters")},
+    "safety": {"n_bins": ("--n-bins", "--bins"), "threshold": ("--threshold", "--safe-threshold")},
+    "predictor": {},
+    "collapse": {},
+    "prune": {
+        "ks": ("--ks", "--k"),
+        "orders": ("--orders", "--order"),
+        "ablations": ("--ablations", "--ablation"),
+    },
+    "rows": {},
+}
+
+
+def _settings(p: argparse.ArgumentParser, name: str, skip: Sequence[str] = ()) -> None:
+    from attncoda.experiments.contract import experiment
+
+    add_settings(p, experiment(name).settings, flags=FLAGS[name], skip=skip)
+
+
+def _rows(p: argparse.ArgumentParser) -> None:
+    from attncoda.run.config import Rows
+
+    add_settings(p, Rows, flags=FLAGS["rows"])
+
+
+def _corpus_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
+    p.add_argument(
+        "--sink",
+        default="first",
+        help="first | auto | positions like 0 or 0,1 | a token like [CLS] or id:101",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="run folder (default: attncoda-out/<command>/<model>)")
+    _capture_options(p)
+
+
+def _capture_options(p: argparse.ArgumentParser) -> None:
+    from attncoda.capture.names import KERNELS, METHODS
+    from attncoda.models.placement import DEVICE_MAPS
+    from attncoda.run.options import DEVICES, DTYPES
+
+    p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")
+    p.add_argument(
+        "--device-map",
+        choices=DEVICE_MAPS,
+        help="spread each model over the GPUs, the CPU and the disk instead of --device "
+        "(transformers' device_map strategies)",
+    )
+    p.add_argument(
+        "--max-memory",
+        metavar="DEV=SIZE,...",
+        help="with --device-map: the most each device holds, e.g. 0=2GiB,cpu=8GiB",
+    )
+    p.add_argument(
+        "--offload-folder",
+        metavar="DIR",
+        help="with --device-map: where weights put on the disk go (default: OUT/offload)",
+    )
+    p.add_argument("--dtype", choices=DTYPES, help="model parameter dtype (default: float32)")
+    p.add_argument(
+        "--method",
+        default="exact",
+        choices=METHODS,
+        help="capture: exact (the reference) or fast (statistics from the fused kernel)",
+    )
+    p.add_argument(
+        "--kernel",
+        default="auto",
+        choices=KERNELS,
+        help="the fast path's kernel: auto (triton on cuda, else sdpa), triton or sdpa",
+    )
+
+
+def _attention_options(p: argparse.ArgumentParser, several: bool) -> None:
+    p.add_argument(
+        "--attentions",
+        nargs="+" if several else None,
+        metavar="FILE",
+        help="attention saved by a past run (.npz, .pt or .safetensors) instead of a model",
+    )
+    p.add_argument(
+        "--tokens",
+        dest="tokens",
+        metavar="FILE",
+        help="token ids (batch, pos) for token sinks (.npy, .npz, .pt)",
+    )
+    p.add_argument(
+        "--kind",
+        choices=("probs", "log_probs", "logits"),
+        help="what the saved numbers are (default: probs, or logits for 'scores' arrays)",
+    )
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    from attncoda.experiments.contract import EXPERIMENTS, experiment
+    from attncoda.run.config import DEMO_MODELS, Rows
+
+    p.add_argument(
+        "--models",
+        type=names,
+        default=DEMO_MODELS,
+        help="comma list of models: embedded ones (attncoda models), owner/name[@rev], "
+        f"folders (default: {','.join(DEMO_MODELS)})",
+    )
+    p.add_argument(
+        "--series",
+        help="checkpoint series of collapse: owner/name@step0,step512,... or a folder of "
+        "stepN checkpoints (default: a train-tiny series trained into OUT/series, on "
+        "--train-task)",
+    )
+    p.add_argument(
+        "--experiments",
+        type=names,
+        default=EXPERIMENTS,
+        help=f"comma list of {','.join(EXPERIMENTS)} (default: all)",
+    )
+    p.add_argument(
+        "--scale",
+        default="demo",
+        choices=("demo", "full"),
+        help="demo: minutes on a 2-core CPU; full: the README's settings (default: demo)",
+    )
+    p.add_argument("--rows-docs", type=int, help="windows whose full rows feed flips/cluster")
+    p.add_argument("--n-boot", type=int, help="bootstrap resamples of the flip-rate CI")
+    bind_setting(p, "rows_docs", Rows, "docs")
+    bind_setting(p, "n_boot", experiment("flips").settings, "n_boot")
+    p.add_argument("--train-steps", type=int, help="steps of the default train-tiny series")
+    p.add_argument(
+        "--train-task",
+        choices=("bigram-backcopy", "text"),
+        help="task of the default train-tiny series: bigram-backcopy (a sink grows; the "
+        "default) or text (the corpus; no sink grows)",
+    )
+    p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
+    p.add_argument("--sink", default="first", help="sink spec, as for profile")
+    p.add_argument("--seed", type=int, default=0)
+    _capture_options(p)
+
+
+def _experiment_parsers(sub: Any) -> None:
+    prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
+    prof.add_argument(
+        "model",
+        nargs="?",
+        help="smollm2 | minilm | gemma3 | mpnet | owner/name[@rev] | folder | file.gguf",
+    )
+    _attention_options(prof, several=False)
+    _settings(prof, "profile")
+    _corpus_options(prof)
+    prof.set_defaults(command_name="profile")
+
+    fl = sub.add_parser("flips", help="flip rate of head-similarity verdicts, keep vs drop")
+    fl.add_argument("models", nargs="*")
+    _attention_options(fl, several=True)
+    _settings(fl, "flips")
+    _rows(fl)
+    _corpus_options(fl)
+    fl.set_defaults(command_name="flips")
+
+    cl = sub.add_parser("cluster", help="Clark et al. head clustering under four variants")
+    cl.add_argument("model")
+    _settings(cl, "cluster")
+    _rows(cl)
+    _corpus_options(cl)
+    cl.set_defaults(command_name="cluster")
+
+    sa = sub.add_parser("safety", help="flip rate by sink share and sink-mass gap")
+    sa.add_argument("models", nargs="+")
+    _settings(sa, "safety")
+    _rows(sa)
+    _corpus_options(sa)
+    sa.set_defaults(command_name="safety")
+
+    pr = sub.add_parser("predictor", help="fit or apply the frozen flip-rate predictor")
+    prs = pr.add_subparsers(dest="action", required=True)
+    fit = prs.add_parser("fit", help="fit on models, write a frozen JSON file")
+    fit.add_argument("models", nargs="+")
+    _rows(fit)
+    _corpus_options(fit)
+    fit.add_argument("--overwrite", action="store_true")
+    fit.set_defaults(command_name="predictor fit")
+    app = prs.add_parser("apply", help="predict, measure and give the verdict")
+    app.add_argument("predictor", help="a predictor JSON file, or 'shipped' for the built-in one")
+    app.add_argument("models", nargs="+")
+    _settings(app, "predictor", skip=("predictor",))
+    _rows(app)
+    _corpus_options(app)
+    app.set_defaults(command_name="predictor apply")
+
+    co = sub.add_parser("collapse", help="entropy change over checkpoints, split exactly")
+    co.add_argument("series", help="owner/name@step0,step512,... or a folder of stepN checkpoints")
+    _settings(co, "collapse")
+    _corpus_options(co)
+    co.set_defaults(command_name="collapse")
+
+    pu = sub.add_parser("prune", help="prune heads by a channel, measure held-out perplexity")
+    pu.add_argument("model")
+    _settings(pu, "prune")
+    _corpus_options(pu)
+    pu.set_defaults(command_name="prune")
+
+
+def _run_parsers(sub: Any) -> None:
+    rp = sub.add_parser(
+        "reproduce",
+        help="every experiment on a list of models: a resumable run folder and report.html",
+        description="Runs profile, flips, cluster, safety, predictor apply, collapse and prune "
+        "unit by unit (model, revision, experiment) into OUT. Rerun the same command to "
+        "resume: finished units are skipped; another config in OUT is refused.",
+    )
+    _run_options(rp)
+    rp.add_argument("--out", help="run folder (default: attncoda-out/reproduce)")
+    rp.set_defaults(command_name="reproduce")
+
+    re_ = sub.add_parser("report", help="re-render DIR/report.html from DIR's stored tables")
+    re_.add_argument("dir", help="a run folder (of reproduce, sweep or one experiment)")
+    re_.set_defaults(command_name="report")
+
+    sw = sub.add_parser(
+        "sweep",
+        help="reproduce over models x revisions, one Ray task per unit",
+        description="One Ray task per (model, revision, experiment) unit, each writing its own "
+        "partition of the run folder (the store of reproduce). Without --ray-address or "
+        "--ray-local the units run in this process. To use an existing cluster, start it "
+        "(`ray start --head` on one machine, `ray start --address HEAD:6379` on the others; "
+        "every machine needs attncoda installed and the run folder on a shared filesystem) "
+        "and pass --ray-address auto (on a cluster machine) or --ray-address HEAD:6379.",
+    )
+    _run_options(sw)
+    sw.add_argument(
+        "--revisions",
+        type=names,
+        help="comma list of revisions run for every model (e.g. step0,step512,step143000)",
+    )
+    ray = sw.add_mutually_exclusive_group()
+    ray.add_argument(
+        "--ray-address", help="an existing Ray cluster: auto, or HOST:PORT of its head"
+    )
+    ray.add_argument("--ray-local", type=int, help="start a local Ray instance with N worker CPUs")
+    sw.add_argument(
+        "--retries", type=int, default=2, help="retries of a failed unit before it is reported"
+    )
+    sw.add_argument("--out", help="run folder (default: attncoda-out/sweep)")
+    sw.set_defaults(command_name="sweep")
+
+
+def _train_parser(sub: Any) -> None:
+    from attncoda.data.tasks import TASKS  # numpy only: no torch at parse time
+
+    tt = sub.add_parser("train-tiny", help="train a small GPT-NeoX from scratch (checkpoints)")
+    tt.add_argument("out", help="folder for the step<N> checkpoints")
+    tt.add_argument(
+        "--task",
+        default="text",
+        choices=TASKS,
+        help="text: the corpus; bigram-backcopy: the synthetic task on which a sink grows",
+    )
+    # None: the task's own default (TASK_DEFAULTS).
+    tt.add_argument("--steps", type=int, help="default: 1000 (text), 2000 (bigram-backcopy)")
+    tt.add_argument("--seed", type=int, default=0)
+    tt.add_argument("--size", choices=("tiny", "small"), help="default: small (text), tiny (task)")
+    tt.add_argument("--window", type=int, help="default: 128 (text), 64 (bigram-backcopy)")
+    tt.add_argument("--batch-size", type=int, help="default: 16 (text), 32 (bigram-backcopy)")
+    tt.add_argument("--lr", type=float, help="default: 2e-3 (text), 1e-2 (bigram-backcopy)")
+    tt.add_argument("--triggers", type=int, default=3, help="trigger tokens (bigram-backcopy)")
+    tt.add_argument("--threads", type=int, default=1)
+    tt.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
+    tt.add_argument("--overwrite", action="store_true")
+    tt.set_defaults(command_name="train-tiny")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every ``attncoda`` command."""
+    parser = Parser(
+        prog="attncoda",
+        description="Attention rows as compositional data: exact sink/content splits.",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an unexpected error"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser(
+        "demo",
+        help="the worked example, then reproduce on smollm2, gemma3 and minilm (demo scale)",
+    )
+    demo.add_argument("--example-only", action="store_true", help="print the example only")
+    _run_options(demo)
+    demo.add_argument("--out", help="run folder (default: attncoda-out/demo)")
+    demo.set_defaults(command_name="demo")
+
+    mo = sub.add_parser(
+        "models", help="the embedded models: family, shape, installed and cached, sink, capture"
+    )
+    mo.set_defaults(command_name="models")
+
+    _experiment_parsers(sub)
+    _run_parsers(sub)
+    _train_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``attncoda`` console script."""
+    from attncoda.cli._commands import run_command
+
+    args = build_parser().parse_args(argv)
+    try:
+        with one_line_errors():
+            validate(args)
+            return run_command(args.command_name, args)
+    except AttncodaError as exc:
+        print(f"attncoda: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "attncoda: interrupted: finished units are kept and the unfinished one cleared; "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    except Exception as exc:  # one line, not a traceback, unless asked for
+        if args.debug:
+            raise
+        print(
+            f"attncoda: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug "
+            f"for the traceback)",
+            file=sys.stderr,
+        )
+        return 1

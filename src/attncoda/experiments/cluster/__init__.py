@@ -1,0 +1,41 @@
+"""cluster: Clark et al.'s head clustering under keep, drop and the Aitchison terms
+(docs/design.md, "The experiments").
+
+Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`cluster` and
+:class:`ClusterResult`, the four :data:`VARIANTS`, and the smoothed per-document distance terms
+(:func:`document_terms`, :func:`used_row_mask`, :data:`SMOOTHING`).
+
+Modules: ``_experiment`` (the pipeline, MDS and its measures of the artifact) and
+``_distances`` (per-document JS and Aitchison terms). They may import :mod:`attncoda.coda`,
+:mod:`attncoda.experiments.contract` and each other; nothing above the experiments.
+"""
+
+from __future__ import annotations
+
+from attncoda.experiments.cluster._distances import (
+    document_terms,
+    used_row_mask,
+)
+from attncoda.experiments.cluster._experiment import (
+    EXPERIMENT,
+    SMOOTHING,
+    VARIANT_TITLES,
+    VARIANTS,
+    ClusterResult,
+    Settings,
+    cluster,
+    result_tables,
+)
+
+__all__ = [
+    "result_tables",
+    "ClusterResult",
+    "EXPERIMENT",
+    "SMOOTHING",
+    "Settings",
+    "VARIANTS",
+    "VARIANT_TITLES",
+    "cluster",
+    "document_terms",
+    "used_row_mask",
+]

@@ -1,0 +1,465 @@
+r"""The head-clustering pipeline of Clark et al. (2019), run under four conventions
+(docs/design.md, "The experiments").
+
+Clark et al. embed BERT's attention heads in two dimensions: for every pair of heads they sum,
+over every query row of every document, the Jensen–Shannon divergence between the two heads'
+smoothed rows, then run metric MDS on that matrix. Their published code
+(``head_distances.py`` and ``General_Analysis.ipynb`` in the ``clarkkev/attention-analysis``
+repository) computes, per row,
+
+.. math::
+
+    \tilde p = 0.999\,p + 0.001/n, \qquad
+    \mathrm{JS}(\tilde p, \tilde p') = \tfrac12 \sum_j \tilde p_j \log\frac{\tilde p_j}{m_j}
+    + \tfrac12 \sum_j \tilde p'_j \log\frac{\tilde p'_j}{m_j}, \quad m = (\tilde p + \tilde p')/2,
+
+with ``n`` the number of keys and the natural log (``np.log``), so the divergence is in
+nats; it sums over rows and documents (no mean) and embeds with
+``sklearn.manifold.MDS(metric=True, n_init=5, eps=1e-10, max_iter=1000,
+dissimilarity="precomputed")``.
+
+When most of each row sits on a sink key, that distance mostly measures differences in sink
+mass. :func:`cluster` runs the pipeline four times over the same rows:
+
+``keep``
+    Clark et al. as published: the rows as they are.
+``drop``
+    The sink keys removed and each row renormalised (``q = p_C / (1 - s)``), then the same
+    smoothing with ``n`` = the number of content keys.
+``aitchison_sink``
+    The sink term of the Aitchison split, ``|b_A - b_B|`` per row (``b`` the sink balance),
+    summed the same way. No smoothing: log-probabilities of real attention are finite.
+``aitchison_content``
+    The content term, ``||clr_C(A) - clr_C(B)||`` per row, summed the same way.
+
+and measures the artifact: the Spearman correlation of the leading MDS axis with head sink
+mass per variant, the adjusted Rand index between the k-means clusterings of every pair of
+variants, and the mean share of the squared Aitchison distance that is the sink term.
+
+Rows used: every variant sums over the same rows, those with every sink key present and at
+least two content keys (``m >= 2``), the rows :func:`attncoda.coda.head_distances` averages
+over. Clark et al. summed over every row; the rows left out here have no content to compare
+under ``drop`` or ``aitchison_content``.
+
+MDS axes: the SMACOF solution is defined only up to rotation and reflection, so each
+embedding is centred and rotated onto its principal axes (axis 1 = the direction of largest
+spread; distances, stress and k-means clusters are unchanged), and each axis is signed by a
+rule that does not look at sink mass: the head with the largest absolute coordinate on that
+axis gets a positive one (the lowest head index on a tie). Because an embedding of a
+one-dimensional effect often bends (the horseshoe effect), the artifact also reports the
+largest ``|rho|`` over all directions of the plane.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.cluster._distances import SMOOTHING, document_terms, used_row_mask
+from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "result_tables",
+    "EXPERIMENT",
+    "SMOOTHING",
+    "VARIANTS",
+    "VARIANT_TITLES",
+    "ClusterResult",
+    "Settings",
+    "cluster",
+]
+
+VARIANTS = ("keep", "drop", "aitchison_sink", "aitchison_content")
+"""The four runs of the pipeline, in the order of every table and figure."""
+
+VARIANT_TITLES = {
+    "keep": "JS, keep sink (Clark et al.)",
+    "drop": "JS, drop sink",
+    "aitchison_sink": "Aitchison sink term",
+    "aitchison_content": "Aitchison content term",
+}
+"""A human-readable name for each variant (figure titles)."""
+
+# Clark et al.'s MDS settings (General_Analysis.ipynb). ``eps`` is a relative stress
+# tolerance since scikit-learn 1.7; 1e-10 keeps it at least as strict as theirs.
+MDS_MAX_ITER = 1000
+MDS_EPS = 1e-10
+KMEANS_N_INIT = 10
+
+_DIRECTIONS = 360  # directions scanned by _best_direction (every 0.5 degrees)
+
+# A variant whose every distance is below this, per row summed, has nothing to embed.
+_ZERO_PER_ROW = 1e-10
+
+
+@dataclass(frozen=True)
+class ClusterResult:
+    """The clustering of one model's heads under the four variants.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per head: ``model``, ``head_index`` (layer-major), ``layer``, ``head``,
+        ``sink_mass``, then ``x_<variant>``, ``y_<variant>`` (MDS coordinates, principal
+        axes, signed as in the module notes) and ``cluster_<variant>`` (k-means labels,
+        numbered in order of first appearance along ``head_index``) for each variant.
+    artifact : dict
+        JSON-ready summary: ``spearman_axis1_vs_sink_mass`` and
+        ``abs_spearman_axis1_vs_sink_mass`` per variant (``None`` where sink mass or the axis
+        is constant), ``max_abs_spearman_any_direction_vs_sink_mass`` (the largest ``|rho|``
+        over directions of the plane, since a bent embedding can hide a sink-mass gradient
+        from axis 1), ``adjusted_rand`` per pair of variants (``"keep|drop"``, ...),
+        ``mean_sink_share_of_aitchison_sq``, the settings and the ``convention_note``.
+    distances : dict of str to ndarray, shape (head, head)
+        The summed distance matrix of each variant (JS variants in nats).
+    """
+
+    table: pd.DataFrame
+    artifact: dict[str, Any]
+    distances: dict[str, np.ndarray]
+
+
+def _embed(d: np.ndarray, seed: int, n_init: int) -> tuple[np.ndarray, float]:
+    """Metric MDS (SMACOF) of a precomputed matrix, rotated onto principal axes and signed."""
+    from sklearn.manifold import MDS
+
+    mds = MDS(
+        n_components=2,
+        metric_mds=True,
+        metric="precomputed",
+        init="random",
+        n_init=n_init,
+        max_iter=MDS_MAX_ITER,
+        eps=MDS_EPS,
+        random_state=seed,
+        n_jobs=1,
+    )
+    xy = mds.fit_transform(d)
+    xy = xy - xy.mean(axis=0)
+    _, _, vt = np.linalg.svd(xy, full_matrices=False)
+    xy = xy @ vt.T
+    for axis in range(2):
+        top = int(np.argmax(np.abs(xy[:, axis])))
+        if xy[top, axis] < 0:
+            xy[:, axis] = -xy[:, axis]
+    return xy, float(mds.stress_)
+
+
+def _kmeans(xy: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
+    """k-means labels, renumbered in order of first appearance along the head index."""
+    from sklearn.cluster import KMeans
+
+    distinct = len(np.unique(xy, axis=0))
+    k = min(n_clusters, distinct)
+    if k <= 1:
+        return np.zeros(len(xy), dtype=np.int64)
+    labels = KMeans(n_clusters=k, n_init=KMEANS_N_INIT, random_state=seed).fit_predict(xy)
+    order = {lab: i for i, lab in enumerate(dict.fromkeys(labels.tolist()))}
+    return np.array([order[lab] for lab in labels.tolist()], dtype=np.int64)
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Spearman's rho, or ``None`` where either side is constant (rho undefined)."""
+    from scipy.stats import spearmanr
+
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    return float(spearmanr(x, y).statistic)
+
+
+def _best_direction(xy: np.ndarray, y: np.ndarray) -> float | None:
+    """Largest ``|rho|`` of ``y`` with the projection of ``xy`` on any direction (0.5° grid).
+
+    An MDS embedding of a one-dimensional effect often bends (the horseshoe effect), so the
+    leading axis can understate how strongly the embedding is organised by ``y``. Being a
+    maximum over directions, it is biased upward (above 0 even with no structure), like a
+    multiple correlation; read it beside the axis-1 value, not instead of it.
+    """
+    from scipy.stats import rankdata
+
+    if np.ptp(xy) == 0 or np.ptp(y) == 0:
+        return None
+    angles = np.linspace(0.0, np.pi, _DIRECTIONS, endpoint=False)
+    proj = xy @ np.stack([np.cos(angles), np.sin(angles)])  # (head, direction)
+    ranks = rankdata(proj, axis=0)
+    ranks = ranks - ranks.mean(axis=0)
+    ry = rankdata(y) - rankdata(y).mean()
+    norms = np.sqrt((ranks**2).sum(axis=0) * (ry**2).sum())
+    rho = (ranks * ry[:, None]).sum(axis=0)[norms > 0] / norms[norms > 0]
+    return float(np.abs(rho).max()) if rho.size else None
+
+
+def _note(n_docs_skipped: int) -> str:
+    note = (
+        "keep: Clark et al. 2019 as published (clarkkev/attention-analysis, "
+        "head_distances.py): each row smoothed to 0.999 p + 0.001/n (n = keys in the row), "
+        "per-row Jensen-Shannon divergence 0.5 KL(p||m) + 0.5 KL(p'||m) with the natural "
+        "log (nats, as theirs), summed over rows and documents. drop: sink keys removed and "
+        "each row renormalised, then the same smoothing with n = content keys. "
+        "aitchison_sink / aitchison_content: |b_A - b_B| and ||clr_C(A) - clr_C(B)|| per "
+        "row, summed the same way, no smoothing. Every variant uses the same rows: every "
+        "sink key present and at least 2 content keys (Clark et al. used every row). "
+        "Metric MDS as theirs (SMACOF, random starts, max_iter 1000, eps 1e-10) with a "
+        "fixed seed; coordinates rotated onto principal axes, each axis signed so that the "
+        "head with the largest |coordinate| is positive; Spearman rho of axis 1 with head "
+        "sink mass is reported as is and as |rho|, beside the largest |rho| over all "
+        "directions of the plane (a maximum, so biased upward; it shows a sink-mass "
+        "gradient that a bent embedding hides from axis 1)."
+    )
+    if n_docs_skipped:
+        note += f" {n_docs_skipped} document(s) had no such row and were left out."
+    return note
+
+
+def cluster(
+    head_rows: HeadRows, *, seed: int = 0, n_clusters: int = 4, n_init: int = 5
+) -> ClusterResult:
+    r"""Clark et al.'s head clustering under ``keep``, ``drop`` and the Aitchison terms.
+
+    Parameters
+    ----------
+    head_rows : HeadRows
+        Recorded log-probability rows of every head, per document.
+    seed : int
+        Seed of the MDS starts and of k-means.
+    n_clusters : int
+        Number of k-means clusters on each 2-D embedding (fewer when a variant has fewer
+        distinct points).
+    n_init : int
+        MDS starts (SMACOF runs); the lowest-stress run is kept. Clark et al. used 5.
+
+    Returns
+    -------
+    ClusterResult
+        Per-head table, artifact summary and the summed distance matrices.
+
+    Notes
+    -----
+    For heads ``A``, ``B`` the ``keep`` distance is
+
+    .. math:: D(A,B) = \sum_{\text{docs}} \sum_{r} \mathrm{JS}(\tilde p_{A,r}, \tilde p_{B,r})
+
+    in nats over the rows ``r`` with every sink key present and ``m >= 2`` content keys;
+    ``drop`` smooths and compares the renormalised content rows instead; the Aitchison
+    variants sum ``|b_A - b_B|`` and ``||clr_C(A) - clr_C(B)||`` over the same rows. The sink
+    share is the mean over head pairs ``A != B`` of
+    ``sum_r (b_A - b_B)^2 / sum_r d_A(A, B)^2`` (pairs at distance 0 left out). A variant
+    whose distances are all numerically zero is not embedded: its heads sit at the origin in
+    one cluster and its rho is ``None``.
+
+    References
+    ----------
+    K. Clark, U. Khandelwal, O. Levy, C. D. Manning, "What Does BERT Look At? An Analysis of
+    BERT's Attention", BlackboxNLP 2019, §6.
+    """
+    import pandas as pd
+
+    model = head_rows.model
+    for name, value in (("seed", seed), ("n_clusters", n_clusters), ("n_init", n_init)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise AttncodaError(f"{name} must be an int; got {value!r}")
+    if n_clusters < 1:
+        raise AttncodaError(f"n_clusters must be at least 1; got {n_clusters}")
+    if n_init < 1:
+        raise AttncodaError(f"n_init must be at least 1; got {n_init}")
+    heads = head_rows.n_layers * head_rows.n_heads
+    if heads < 3:
+        raise AttncodaError(
+            f"{model!r} has {heads} head(s): a 2-D embedding needs at least 3 heads"
+        )
+    sink_mass = np.asarray(head_rows.sink_mass, dtype=np.float64)
+    if not np.isfinite(sink_mass).all():
+        bad = int(np.argmin(np.isfinite(sink_mass)))
+        raise AttncodaError(f"sink_mass of {model!r} is not finite at head {bad}")
+
+    dist = {v: np.zeros((heads, heads)) for v in VARIANTS}
+    sink_sq = np.zeros((heads, heads))
+    total_sq = np.zeros((heads, heads))
+    n_rows = n_docs_used = 0
+    for i, doc in enumerate(head_rows.docs):
+        used = used_row_mask(doc, i, model)
+        if not used.any():
+            continue
+        try:
+            terms, s_sq, t_sq = document_terms(doc, used)
+        except AttncodaError as exc:
+            raise AttncodaError(f"document {i} of {model!r}: {exc}") from exc
+        for v in VARIANTS:
+            dist[v] += terms[v]
+        sink_sq += s_sq
+        total_sq += t_sq
+        n_rows += int(used.sum())
+        n_docs_used += 1
+    if n_rows == 0:
+        raise AttncodaError(
+            f"no recorded row of {model!r} has every sink key and at least 2 content keys "
+            f"({len(head_rows.docs)} documents): record longer rows"
+        )
+
+    layer = np.arange(heads) // head_rows.n_heads
+    table = pd.DataFrame(
+        {
+            "model": pd.Series([model] * heads),
+            "head_index": np.arange(heads, dtype=np.int64),
+            "layer": layer.astype(np.int64),
+            "head": (np.arange(heads) % head_rows.n_heads).astype(np.int64),
+            "sink_mass": sink_mass,
+        }
+    )
+    rho: dict[str, float | None] = {}
+    best: dict[str, float | None] = {}
+    stress: dict[str, float | None] = {}
+    labels: dict[str, np.ndarray] = {}
+    degenerate = []
+    for v in VARIANTS:
+        if dist[v].max() <= _ZERO_PER_ROW * n_rows:
+            xy, stress[v] = np.zeros((heads, 2)), None
+            degenerate.append(v)
+        else:
+            xy, stress[v] = _embed(dist[v], seed, n_init)
+        labels[v] = _kmeans(xy, n_clusters, seed)
+        rho[v] = _spearman(xy[:, 0], sink_mass)
+        best[v] = _best_direction(xy, sink_mass)
+        table[f"x_{v}"] = xy[:, 0]
+        table[f"y_{v}"] = xy[:, 1]
+    for v in VARIANTS:
+        table[f"cluster_{v}"] = labels[v]
+
+    from sklearn.metrics import adjusted_rand_score
+
+    ari = {
+        f"{a}|{b}": float(adjusted_rand_score(labels[a], labels[b]))
+        for a, b in combinations(VARIANTS, 2)
+    }
+    upper = np.triu_indices(heads, k=1)
+    pos = total_sq[upper] > 0
+    shares = sink_sq[upper][pos] / total_sq[upper][pos]
+    share = float(shares.mean()) if shares.size else None
+
+    artifact = {
+        "model": model,
+        "variants": list(VARIANTS),
+        "variant_titles": dict(VARIANT_TITLES),
+        "spearman_axis1_vs_sink_mass": rho,
+        "abs_spearman_axis1_vs_sink_mass": {
+            v: (None if r is None else abs(r)) for v, r in rho.items()
+        },
+        "max_abs_spearman_any_direction_vs_sink_mass": best,
+        "adjusted_rand": ari,
+        "mean_sink_share_of_aitchison_sq": share,
+        "n_head_pairs_in_sink_share": int(shares.size),
+        "mds_stress": stress,
+        "degenerate_variants": degenerate,
+        "n_heads": heads,
+        "n_layers": head_rows.n_layers,
+        "n_heads_per_layer": head_rows.n_heads,
+        "n_documents": len(head_rows.docs),
+        "n_documents_used": n_docs_used,
+        "n_rows_used": n_rows,
+        "seed": int(seed),
+        "n_clusters": int(n_clusters),
+        "mds": {
+            "metric_mds": True,
+            "init": "random",
+            "n_init": int(n_init),
+            "max_iter": MDS_MAX_ITER,
+            "eps": MDS_EPS,
+        },
+        "kmeans_n_init": KMEANS_N_INIT,
+        "smoothing": SMOOTHING,
+        "units": "nats",
+        "convention_note": _note(len(head_rows.docs) - n_docs_used),
+    }
+    return ClusterResult(table=table, artifact=artifact, distances=dist)
+
+
+def _finite(obj: Any) -> Any:
+    """The artifact with every non-finite float made ``None`` (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the cluster experiment."""
+
+    n_clusters: int = setting(4, "k-means clusters per embedding", at_least=2)
+    n_init: int = setting(5, "MDS starts (Clark et al. used 5)", at_least=1)
+
+
+def result_tables(result: ClusterResult) -> Tables:
+    """A cluster unit's :class:`Tables` from a :class:`ClusterResult`.
+
+    Frames ``cluster`` (the per-head table), ``cluster_summary`` (one row per variant: the
+    axis-1 and best-direction Spearman rho with head sink mass, whether the variant is
+    degenerate, and the model's mean sink share of ``d_A^2``) and ``cluster_agreement``
+    (the adjusted Rand index of every pair of variants); the summary is the artifact with
+    every non-finite float made ``None``.
+    """
+    import pandas as pd
+
+    art = result.artifact
+    summary = pd.DataFrame(
+        {
+            "variant": list(VARIANTS),
+            "title": [VARIANT_TITLES[v] for v in VARIANTS],
+            "spearman_axis1_vs_sink_mass": [
+                art["spearman_axis1_vs_sink_mass"][v] for v in VARIANTS
+            ],
+            "max_abs_spearman_any_direction": [
+                art["max_abs_spearman_any_direction_vs_sink_mass"][v] for v in VARIANTS
+            ],
+            "degenerate": [v in art["degenerate_variants"] for v in VARIANTS],
+            "mean_sink_share_of_aitchison_sq": art["mean_sink_share_of_aitchison_sq"],
+        }
+    )
+    for column in ("spearman_axis1_vs_sink_mass", "max_abs_spearman_any_direction"):
+        summary[column] = summary[column].astype("float64")
+    agreement = pd.DataFrame(
+        [
+            {"variant_a": key.split("|")[0], "variant_b": key.split("|")[1], "adjusted_rand": v}
+            for key, v in art["adjusted_rand"].items()
+        ]
+    )
+    return Tables(
+        frames={
+            "cluster": result.table,
+            "cluster_summary": summary,
+            "cluster_agreement": agreement,
+        },
+        summary=_finite(art),
+    )
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """Clark et al.'s clustering of the unit's recorded rows (:func:`cluster`)."""
+    result = cluster(
+        inputs.need("rows"),
+        seed=inputs.seed,
+        n_clusters=settings.n_clusters,
+        n_init=settings.n_init,
+    )
+    return result_tables(result)
+
+
+EXPERIMENT = Experiment(
+    name="cluster",
+    needs=("rows",),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("cluster", "cluster_summary", "cluster_agreement"),
+)

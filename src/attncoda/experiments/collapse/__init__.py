@@ -1,0 +1,62 @@
+"""collapse: the entropy change across training checkpoints, split exactly into sink and
+content parts (docs/design.md, "The experiments").
+
+Public names: :data:`EXPERIMENT` and its :class:`Settings`, :class:`CollapseResult`, one
+checkpoint's statistics (:class:`CheckpointStats`, :func:`checkpoint_stats`,
+:func:`capture_stats`) and the split between two of them (:func:`collapse_pair`,
+:func:`series_tables`).
+
+Modules: ``_experiment`` (the declaration, its run and the combination of a series' units),
+``_stats`` (per-checkpoint row statistics and their frames), ``_split`` (the exact split per
+head, layer and model). They may import :mod:`attncoda.coda`,
+:mod:`attncoda.experiments.contract`, :mod:`attncoda.models.spec` and, lazily,
+:mod:`attncoda.capture`; nothing above the experiments.
+"""
+
+from __future__ import annotations
+
+from attncoda.experiments.collapse._experiment import (
+    CHECKPOINT_COLUMNS,
+    COLUMNS,
+    EXPERIMENT,
+    CheckpointStats,
+    CollapseResult,
+    Settings,
+    checkpoint_stats,
+    collapse_from_stats,
+    collapse_pair,
+    combine,
+    stats_frames,
+    stats_from_frames,
+)
+from attncoda.experiments.collapse._split import (
+    DEFAULT_SHARE_ATOL,
+    series_tables,
+)
+from attncoda.experiments.collapse._stats import (
+    capture_stats,
+    check_same_layout,
+    check_windows,
+    windows_hash,
+)
+
+__all__ = [
+    "CHECKPOINT_COLUMNS",
+    "COLUMNS",
+    "CheckpointStats",
+    "CollapseResult",
+    "DEFAULT_SHARE_ATOL",
+    "EXPERIMENT",
+    "Settings",
+    "capture_stats",
+    "check_same_layout",
+    "check_windows",
+    "checkpoint_stats",
+    "collapse_from_stats",
+    "collapse_pair",
+    "combine",
+    "series_tables",
+    "stats_frames",
+    "stats_from_frames",
+    "windows_hash",
+]

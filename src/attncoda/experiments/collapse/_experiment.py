@@ -1,0 +1,286 @@
+r"""Collapse: entropy across training checkpoints, and its change split exactly into sink
+and content parts (docs/design.md, "The mathematics" and "The experiments").
+
+Every checkpoint of a series reads the same windows. A unit of the experiment captures one
+checkpoint's row statistics (:mod:`attncoda.experiments.collapse._stats`); :func:`combine`
+assembles every checkpoint's into the pair tables of :mod:`attncoda.experiments.collapse._split`,
+where the entropy change of each pair is split by the two-factor Shapley rule and
+``sink_share = sum dH_sink / sum dH`` over the rows of a head, a layer or the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.collapse._split import (
+    CHECKPOINT_COLUMNS,
+    COLUMNS,
+    DEFAULT_SHARE_ATOL,
+    collapse_pair,
+    series_tables,
+)
+from attncoda.experiments.collapse._stats import (
+    CheckpointStats,
+    capture_stats,
+    check_windows,
+    checkpoint_stats,
+    stats_frames,
+    stats_from_frames,
+    windows_hash,
+)
+from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
+from attncoda.models.spec import NO_REVISION
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "CHECKPOINT_COLUMNS",
+    "COLUMNS",
+    "CheckpointStats",
+    "CollapseResult",
+    "EXPERIMENT",
+    "Settings",
+    "checkpoint_stats",
+    "collapse_from_stats",
+    "collapse_pair",
+    "combine",
+    "stats_frames",
+    "stats_from_frames",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class CollapseResult:
+    """Entropy per checkpoint and its exact sink/content change split per pair.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        ``collapse.parquet``: one row per (pair, level, layer, head), columns
+        :data:`COLUMNS`. ``pair_kind`` is ``"consecutive"`` (each checkpoint to the next) or
+        ``"first_last"`` (first to last checkpoint; present even for two checkpoints, where
+        it repeats the one consecutive pair). ``level`` is ``"model"``, ``"layer"`` or
+        ``"head"``; ``layer`` and ``head`` are nullable ``Int64``, ``<NA>`` above their
+        level. ``n_rows`` counts the rows (document, [layer, head,] query) averaged: those
+        with content at both checkpoints. Every other number is a mean over those rows:
+        sink mass, ``H(p)`` and ``H(q)`` at each end (nats), ``delta_entropy`` (``dH``),
+        ``delta_sink`` and ``delta_content`` (its exact split; they sum to ``dH``).
+        ``sink_share = delta_sink / delta_entropy`` (nullable ``Float64``; ``<NA>`` when
+        ``|dH| <= share_atol``) and ``sink_share_note`` (``""``, or why the share is
+        undefined or outside ``[0, 1]``).
+    checkpoints : pandas.DataFrame
+        ``collapse_checkpoints.parquet``: one row per (checkpoint, level, layer, head),
+        columns :data:`CHECKPOINT_COLUMNS`: means over the rows with content at that
+        checkpoint of sink mass, ``H(p)``, ``H(q)`` (nats) and sink balance.
+    summary : dict
+        JSON-ready: model, sink, points, window counts and hash, ``share_atol``, and the
+        model-level numbers of every pair (``pairs``) and of ``first_last``.
+    """
+
+    table: pd.DataFrame
+    checkpoints: pd.DataFrame
+    summary: dict[str, Any]
+
+
+def collapse_from_stats(
+    stats: Iterable[CheckpointStats],
+    windows_ids: Sequence[Any],
+    *,
+    points: Sequence[Any],
+    model: str,
+    sink: str | int | Sequence[int] = "first",
+    share_atol: float = DEFAULT_SHARE_ATOL,
+) -> CollapseResult:
+    """Assemble :class:`CollapseResult` from each checkpoint's statistics, in step order.
+
+    Parameters
+    ----------
+    stats : iterable of CheckpointStats
+        One per point, in the order of ``points`` (a generator keeps three in memory).
+    windows_ids : sequence of sequence of int
+        The windows every checkpoint read (for the summary's counts and hash).
+    points : sequence of SeriesPoint
+        The series.
+    model : str
+        Name in the tables.
+    sink : str, int or sequence of int
+        The sink spec the statistics were captured with (recorded).
+    share_atol : float
+        ``sink_share`` is undefined (``<NA>``) where ``|delta_entropy| <= share_atol`` nats.
+
+    Returns
+    -------
+    CollapseResult
+        The tables and summary of the series.
+    """
+    windows = check_windows(windows_ids)
+    if (
+        isinstance(share_atol, bool)
+        or not isinstance(share_atol, (int, float))
+        or not (share_atol >= 0)
+    ):
+        raise AttncodaError(f"share_atol must be a non-negative number, got {share_atol!r}")
+    table, checkpoints, pairs, first_last = series_tables(stats, model, share_atol)
+    facts = {
+        "n_windows": len(windows),
+        "n_tokens": int(sum(len(w) for w in windows)),
+        "windows_sha256": windows_hash(windows),
+    }
+    points_facts = [{"step": p.step, "label": p.label, "spec": p.spec} for p in points]
+    summary = _summary(model, sink, points_facts, facts, share_atol, pairs, first_last)
+    return CollapseResult(table=table, checkpoints=checkpoints, summary=summary)
+
+
+def _summary(
+    model: str,
+    sink: Any,
+    points: list[dict[str, Any]],
+    windows: dict[str, Any],
+    share_atol: float,
+    pairs: list[dict[str, Any]],
+    first_last: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON summary of :class:`CollapseResult` (``windows``: its window counts and hash)."""
+    return {
+        "model": model,
+        "sink": str(sink),
+        "points": points,
+        **windows,
+        "share_atol": float(share_atol),
+        "share_definition": "sink_share = sum of dH_sink / sum of dH over the rows with "
+        "content at both checkpoints; dH_content = ((1-s0)+(1-s1))/2 * (H(q1)-H(q0)), "
+        "dH_sink = dH - dH_content (nats); exact, no keep/drop convention",
+        "pairs": pairs,
+        "first_last": first_last,
+    }
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the collapse experiment: every checkpoint reads the same ``docs`` windows
+    of ``max_tokens`` tokens (made with the series' first tokenizer)."""
+
+    docs: int = setting(16, "corpus windows every checkpoint reads", at_least=1)
+    max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """One checkpoint's row statistics (:func:`checkpoint_stats`) as the tables
+    ``collapse_rows`` and ``collapse_sinks`` (:func:`stats_frames`).
+
+    With no model but a capture (attention handed in, ``given=("capture", "checkpoint")``)
+    the statistics are the capture's own. The summary records what :func:`combine` needs
+    beside the frames: the checkpoint's
+    ``step``, ``label`` and ``spec``, the series ``model`` name, the ``sink`` spec and the
+    windows' ``n_windows``, ``n_tokens`` and ``windows_sha256``.
+    """
+    point = inputs.need("checkpoint")
+    if inputs.loaded is None and inputs.capture is not None:
+        # Attention handed in: the capture holds the checkpoint's statistics and its tokens.
+        cap = inputs.capture
+        windows = [np.asarray(cap.token_ids[d, : int(n)]) for d, n in enumerate(cap.n_tokens)]
+        stats = capture_stats(cap, point)
+    else:
+        model, tokenizer, _ = inputs.need("model")
+        windows = check_windows(inputs.need("windows"))
+        stats = checkpoint_stats(model, tokenizer, windows, point, sink=inputs.sink)
+    rows, sinks = stats_frames(stats)
+    summary = {
+        "model": inputs.model,
+        "sink": str(inputs.sink),
+        "step": int(point.step),
+        "label": str(point.label),
+        "spec": str(point.spec),
+        "n_windows": len(windows),
+        "n_tokens": int(sum(len(w) for w in windows)),
+        "windows_sha256": windows_hash(windows),
+    }
+    return Tables(frames={"collapse_rows": rows, "collapse_sinks": sinks}, summary=summary)
+
+
+def combine(units: Sequence[Tables], settings: Settings) -> Tables:
+    """The run's collapse tables from the tables of every checkpoint unit of the series.
+
+    Parameters
+    ----------
+    units : sequence of Tables
+        One per checkpoint, as :func:`run` made them (stored frames may carry the run's key
+        columns; they are not read). Each summary must hold what :func:`run` records.
+    settings : Settings
+
+    Returns
+    -------
+    Tables
+        Frames ``collapse`` and ``collapse_checkpoints`` (:class:`CollapseResult`), each with
+        a ``revision`` column (``"-"``: they span the series) after ``model``; the summary is
+        :attr:`CollapseResult.summary`.
+
+    Raises
+    ------
+    AttncodaError
+        Fewer than two checkpoints, two with one step, checkpoints that read other windows
+        or another sink, and every error of :func:`collapse_from_stats`.
+    """
+    facts = [dict(t.summary) for t in units]
+    for fact in facts:
+        missing = [k for k in ("step", "label", "model", "sink", "windows_sha256") if k not in fact]
+        if missing:
+            raise AttncodaError(
+                f"a collapse unit's summary lacks {missing[0]!r}: rerun its checkpoint"
+            )
+    order = sorted(range(len(units)), key=lambda i: int(facts[i]["step"]))
+    steps = [int(facts[i]["step"]) for i in order]
+    if len(set(steps)) != len(steps):
+        raise AttncodaError(f"collapse units must have distinct steps, got {sorted(steps)}")
+    first = facts[order[0]] if order else {}
+    for i in order:
+        for key in ("model", "sink", "n_windows", "n_tokens", "windows_sha256"):
+            if facts[i].get(key) != first.get(key):
+                raise AttncodaError(
+                    f"checkpoint {facts[i]['label']} has {key} {facts[i].get(key)!r}, "
+                    f"checkpoint {first['label']} {first.get(key)!r}: every checkpoint of a "
+                    "series reads the same windows with the same sink"
+                )
+    stats = (
+        stats_from_frames(
+            facts[i]["step"],
+            facts[i]["label"],
+            units[i].frames["collapse_rows"],
+            units[i].frames["collapse_sinks"],
+        )
+        for i in order
+    )
+    model = str(first.get("model", ""))
+    table, checkpoints, pairs, first_last = series_tables(stats, model, DEFAULT_SHARE_ATOL)
+    points = [
+        {"step": facts[i]["step"], "label": facts[i]["label"], "spec": facts[i].get("spec")}
+        for i in order
+    ]
+    windows: dict[str, Any] = {
+        k: first[k] for k in ("n_windows", "n_tokens", "windows_sha256") if k in first
+    }
+    summary = _summary(model, first["sink"], points, windows, DEFAULT_SHARE_ATOL, pairs, first_last)
+    frames = {}
+    for name, frame in (("collapse", table), ("collapse_checkpoints", checkpoints)):
+        frame = frame.copy()
+        frame.insert(1, "revision", NO_REVISION)
+        frames[name] = frame
+    return Tables(frames=frames, summary=summary)
+
+
+EXPERIMENT = Experiment(
+    name="collapse",
+    needs=("model", "windows", "checkpoint"),
+    given=("capture", "checkpoint"),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("collapse_rows", "collapse_sinks"),
+    combine=combine,
+)

@@ -1,0 +1,82 @@
+"""The contract every experiment keeps, apart from the experiments themselves
+(docs/design.md, "The experiment contract").
+
+Public names: the declaration (:class:`Experiment`, :func:`experiment`,
+:data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back (:class:`Inputs`,
+:class:`Tables`), settings (:func:`setting`, :func:`check_settings`, :func:`settings_from`,
+:func:`settings_dict`), the recorded rows an experiment reads (:class:`HeadRows`,
+:class:`DocRows`, :func:`head_rows`) and the shared verdict helpers (:data:`CONVENTIONS`,
+:data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`).
+
+Modules: ``_experiment`` (the declaration, inputs and tables), ``_settings`` (setting fields
+and their checks), ``_inputs`` (recorded rows), ``_verdicts`` (metrics, tolerances and flip
+rates). They may import :mod:`attncoda.coda` and each other; no experiment, nothing above.
+"""
+
+from __future__ import annotations
+
+from attncoda.experiments.contract._experiment import (
+    EXPERIMENTS,
+    NEEDS,
+    RUN_COLUMNS,
+    Experiment,
+    Inputs,
+    Tables,
+    experiment,
+    settings_dict,
+    settings_from,
+    without_run_columns,
+)
+from attncoda.experiments.contract._inputs import (
+    DocRows,
+    HeadRows,
+    head_rows,
+)
+from attncoda.experiments.contract._settings import (
+    RENAMED,
+    Allowed,
+    allowed_text,
+    check_setting,
+    check_settings,
+    renamed_settings,
+    setting,
+)
+from attncoda.experiments.contract._verdicts import (
+    CONVENTIONS,
+    DEFAULT_TOL,
+    FLIP_METRICS,
+    check_metrics,
+    check_tol,
+    flip_rate,
+    flip_rate_interval,
+)
+
+__all__ = [
+    "RENAMED",
+    "renamed_settings",
+    "Allowed",
+    "CONVENTIONS",
+    "DEFAULT_TOL",
+    "DocRows",
+    "EXPERIMENTS",
+    "Experiment",
+    "FLIP_METRICS",
+    "HeadRows",
+    "Inputs",
+    "NEEDS",
+    "RUN_COLUMNS",
+    "Tables",
+    "allowed_text",
+    "check_metrics",
+    "check_setting",
+    "check_settings",
+    "check_tol",
+    "experiment",
+    "flip_rate",
+    "flip_rate_interval",
+    "head_rows",
+    "setting",
+    "settings_dict",
+    "settings_from",
+    "without_run_columns",
+]

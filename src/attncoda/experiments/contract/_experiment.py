@@ -1,0 +1,186 @@
+"""The one contract every experiment keeps (docs/design.md, "The experiment contract").
+
+An experiment module declares one :class:`Experiment`:
+
+- ``name``: the unit name of a run (``"flips"``);
+- ``needs``: the inputs the runner must provide (:data:`NEEDS` lists them);
+- ``after``: the experiments whose tables it reads, of the same model and revision;
+- ``settings``: a frozen dataclass whose defaults are the only defaults, each field made by
+  :func:`attncoda.experiments.contract.setting` with its help and the values it allows (the
+  API's signatures and the CLI's options are built from its fields, a run config stores it
+  with :func:`settings_dict`);
+- ``run(inputs, settings) -> Tables``: the computation. It loads nothing, writes nothing and
+  keeps no state: the same inputs and settings give the same tables;
+- ``tables``: the names of the tables ``run`` returns, in order;
+- ``combine``: for an experiment over a checkpoint series (collapse), how the tables of all
+  its units become the run's tables (``None`` for the others).
+
+The runner (:mod:`attncoda.run`) plans the units, provides :class:`Inputs`, runs the
+experiment and stores the :class:`Tables`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.contract._settings import check_settings
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+__all__ = [
+    "EXPERIMENTS",
+    "NEEDS",
+    "RUN_COLUMNS",
+    "Experiment",
+    "Inputs",
+    "Tables",
+    "experiment",
+    "settings_dict",
+    "settings_from",
+    "without_run_columns",
+]
+
+#: What an experiment may need from the runner:
+#:
+#: - ``"rows"``: :class:`attncoda.experiments.contract.HeadRows`, the recorded full rows of every
+#:   head (one capture shared by every experiment of the model that needs rows);
+#: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row (profile);
+#: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune, collapse);
+#: - ``"windows"``: token-id windows of the run's corpus, ``(docs, max_tokens)`` from the
+#:   experiment's settings fields ``docs`` and ``max_tokens`` (prune, collapse);
+#: - ``"checkpoint"``: the series point a collapse unit reads.
+NEEDS = ("rows", "capture", "model", "windows", "checkpoint")
+
+#: Every experiment, in the order a run computes them for one model.
+EXPERIMENTS = ("profile", "flips", "cluster", "safety", "predictor", "prune", "collapse")
+
+#: Columns a run adds to an experiment's frames when it stores them (``model`` the frames
+#: carry themselves): :func:`without_run_columns` takes them off a stored frame.
+RUN_COLUMNS = ("revision", "family")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """What an experiment returns: tidy tables, a JSON summary and arrays kept beside them.
+
+    Attributes
+    ----------
+    frames : dict of str to pandas.DataFrame
+        The experiment's tables by name (each a partition of the run's table of that name).
+    summary : dict
+        JSON-able facts of the unit (headline numbers, notes); stored with the unit.
+    arrays : dict of str to ndarray
+        Arrays a later experiment of the same model reads (flips keeps its pooled head
+        distances for safety and predictor); stored beside the unit's tables.
+    """
+
+    frames: Mapping[str, pd.DataFrame]
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the runner provides to one unit. Only the fields the experiment needs are set.
+
+    Attributes
+    ----------
+    model : str
+        The name the tables carry (a series checkpoint carries its series name).
+    revision : str
+        The unit's revision (``"-"`` for none; ``"step512"`` for a checkpoint).
+    seed : int
+        The run's seed.
+    sink : str
+        The run's sink spec (docs/design.md, "Sinks").
+    device : str
+        Where tensors of the unit live (``"cpu"`` or ``"cuda"``).
+    rows, capture, loaded, windows, checkpoint
+        See :data:`NEEDS`.
+    after : dict of str to Tables
+        The tables of the experiments named in ``after``, same model and revision.
+    """
+
+    model: str
+    revision: str = "-"
+    seed: int = 0
+    sink: str = "first"
+    device: str = "cpu"
+    rows: Any = None
+    capture: Any = None
+    loaded: Any = None
+    windows: Sequence[Any] | None = None
+    checkpoint: Any = None
+    after: Mapping[str, Tables] = field(default_factory=dict)
+
+    def need(self, name: str) -> Any:
+        """The input ``name`` (a name of :data:`NEEDS`: ``"model"`` is the ``loaded``
+        field; or a field name); an error names the experiment's missing input."""
+        field_name = {"model": "loaded"}.get(name, name)
+        value = self.after if name == "after" else getattr(self, field_name)
+        if value is None:
+            raise AttncodaError(f"the runner gave no {name!r} input for {self.model!r}")
+        return value
+
+    def tables_of(self, name: str) -> Tables:
+        """The tables of the experiment ``name`` this unit runs after; an error names it."""
+        if name not in self.after:
+            raise AttncodaError(
+                f"the runner gave no {name!r} tables for {self.model!r}: run {name} first"
+            )
+        return self.after[name]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment's declaration (see the module docstring)."""
+
+    name: str
+    needs: tuple[str, ...]
+    after: tuple[str, ...]
+    settings: type
+    run: Callable[[Inputs, Any], Tables]
+    tables: tuple[str, ...]
+    combine: Callable[[Sequence[Tables], Any], Tables] | None = None
+    #: For an experiment that needs a model, the inputs that stand in for it when the
+    #: attention is handed in (collapse: one capture per checkpoint); ``None``: it needs the
+    #: model itself (prune).
+    given: tuple[str, ...] | None = None
+    #: When set, a reason the experiment does not apply to a model, from its ModelInfo
+    #: (prune needs a causal language model); the runner records the unit as skipped.
+    skip: Callable[[Any], str | None] | None = None
+
+
+def experiment(name: str) -> Experiment:
+    """The :class:`Experiment` declared by ``attncoda.experiments.<name>``."""
+    if name not in EXPERIMENTS:
+        raise AttncodaError(f"unknown experiment {name!r}: use one of {', '.join(EXPERIMENTS)}")
+    module = importlib.import_module(f"attncoda.experiments.{name}")
+    return module.EXPERIMENT
+
+
+def settings_dict(settings: Any) -> dict[str, Any]:
+    """A settings dataclass as a JSON-able dict (tuples become lists)."""
+    return {
+        f.name: list(v) if isinstance(v := getattr(settings, f.name), tuple) else v
+        for f in dataclasses.fields(settings)
+    }
+
+
+def settings_from(cls: type, values: Mapping[str, Any] | None = None) -> Any:
+    """``cls(**values)``, each value checked against its field
+    (:func:`attncoda.experiments.contract.check_settings`: lists made tuples); an unknown key
+    or a value the field does not allow is an error that names it."""
+    return cls(**check_settings(cls, values))
+
+
+def without_run_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the columns of :data:`RUN_COLUMNS` a stored partition carries."""
+    return frame.drop(columns=[c for c in RUN_COLUMNS if c in frame.columns])

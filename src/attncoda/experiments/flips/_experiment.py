@@ -1,0 +1,350 @@
+"""Flips: how often the keep / drop convention reverses "which head is closer"
+(docs/design.md, "The experiments").
+
+For heads ``A, B, C`` the triplet verdict is ``v(A; B, C) = sign(D(A, C) - D(A, B))``, with ``D``
+the head distance of docs/design.md, "Conventions and the head distance" (the mean row metric over
+every recorded query row with every sink key present and at least two content keys, pooled over
+documents). A *flip* is a triplet whose verdict under ``convention="keep"`` is the opposite of its
+verdict under ``convention="drop"``, both decided. A triplet is a *tie* when ``|D(A, C) - D(A, B)|``
+is within the tie tolerance under either convention; ties are counted apart and never as flips.
+
+The counting itself (exact, over every triplet) is :mod:`attncoda.experiments.flips._count`,
+the per-document distance sums :mod:`attncoda.experiments.flips._sums` and their bootstrap
+:mod:`attncoda.experiments.flips._bootstrap`; this module pools the sums, bootstraps them and
+declares the experiment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import (
+    CONVENTIONS,
+    DEFAULT_TOL,
+    FLIP_METRICS,
+    Experiment,
+    HeadRows,
+    Inputs,
+    Tables,
+    check_metrics,
+    check_tol,
+    flip_rate,
+    setting,
+    without_run_columns,
+)
+from attncoda.experiments.flips._bootstrap import (
+    bootstrap_rates,
+    check_n_boot,
+    check_threads,
+    resample_weights,
+)
+from attncoda.experiments.flips._count import (
+    TripletFlips,
+    tie_tolerance,
+    triplet_flips,
+)
+from attncoda.experiments.flips._sums import DocumentSums, document_sums, used_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "BY_LAYER_COLUMNS",
+    "TABLE_COLUMNS",
+    "CAPTURE_TOL",
+    "CONVENTIONS",
+    "DEFAULT_TOL",
+    "DocumentSums",
+    "EXPERIMENT",
+    "FLIP_METRICS",
+    "FlipsResult",
+    "Settings",
+    "TripletFlips",
+    "document_sums",
+    "flips",
+    "tie_tolerance",
+    "triplet_flips",
+    "used_rows",
+]
+
+TABLE_COLUMNS = (
+    "model",
+    "metric",
+    "n_heads",
+    "n_triplets",
+    "n_ties",
+    "flips",
+    "flip_rate",
+    "ci_low",
+    "ci_high",
+)
+BY_LAYER_COLUMNS = ("model", "metric", "layer", "n_triplets", "n_ties", "flips", "flip_rate")
+
+
+# --------------------------------------------------------------------------------------------
+# The experiment
+
+
+@dataclass(frozen=True, eq=False)
+class FlipsResult:
+    """Flip rates of one model, keep vs drop, per metric.
+
+    Attributes
+    ----------
+    model : str
+        The model spec.
+    table : pandas.DataFrame
+        One row per metric, columns ``model, metric, n_heads, n_triplets, n_ties, flips,
+        flip_rate, ci_low, ci_high``. ``flip_rate = flips / (n_triplets - n_ties)`` (NaN only
+        when every triplet is a tie); ``ci_low, ci_high`` are the 2.5 and 97.5 percentiles of
+        the bootstrap flip rates over documents.
+    by_layer : pandas.DataFrame
+        The same counts broken down by the layer of ``A``: ``model, metric, layer,
+        n_triplets, n_ties, flips, flip_rate`` (no CI).
+    distances : dict
+        ``(metric, convention) -> ndarray (head, head)``: the pooled head distances.
+    bootstrap : dict
+        ``metric -> ndarray (n_boot,)``: the flip rate of each bootstrap resample.
+    n_docs, n_rows : int
+        Documents with a used row, and used rows in all (per head).
+    tol : float
+        The relative tie tolerance.
+    """
+
+    model: str
+    table: pd.DataFrame
+    by_layer: pd.DataFrame = field(repr=False)
+    distances: dict[tuple[str, str], np.ndarray] = field(repr=False)
+    bootstrap: dict[str, np.ndarray] = field(repr=False)
+    n_docs: int
+    n_rows: int
+    tol: float
+
+    def to_tables(self) -> Tables:
+        """The result as a flips unit's :class:`Tables`: frames ``flips`` and
+        ``flips_by_layer``; arrays ``distance:{metric}:{convention}``,
+        ``bootstrap:{metric}`` and the 0-d ``n_docs``, ``n_rows``, ``tol``."""
+        arrays: dict[str, np.ndarray] = {
+            "n_docs": np.asarray(self.n_docs),
+            "n_rows": np.asarray(self.n_rows),
+            "tol": np.asarray(self.tol),
+        }
+        arrays.update({f"distance:{m}:{c}": d for (m, c), d in self.distances.items()})
+        arrays.update({f"bootstrap:{m}": b for m, b in self.bootstrap.items()})
+        return Tables(frames={"flips": self.table, "flips_by_layer": self.by_layer}, arrays=arrays)
+
+    @classmethod
+    def from_tables(cls, model: str, tables: Tables) -> FlipsResult:
+        """The result a flips unit's :class:`Tables` hold (see :meth:`to_tables`).
+
+        Stored frames carry the run's key columns (``revision``, ``family``); they are left
+        out, so the frames are the experiment's own.
+        """
+        arrays = tables.arrays
+        for key in ("n_docs", "n_rows", "tol"):
+            if key not in arrays:
+                raise AttncodaError(
+                    f"the flips tables of {model!r} hold no {key!r} array: rerun flips"
+                )
+        distances = {}
+        bootstrap = {}
+        for key, value in arrays.items():
+            kind, _, rest = key.partition(":")
+            if kind == "distance":
+                metric, _, convention = rest.partition(":")
+                distances[(metric, convention)] = value
+            elif kind == "bootstrap":
+                bootstrap[rest] = value
+        return cls(
+            model=model,
+            table=without_run_columns(tables.frames["flips"]),
+            by_layer=without_run_columns(tables.frames["flips_by_layer"]),
+            distances=distances,
+            bootstrap=bootstrap,
+            n_docs=int(arrays["n_docs"]),
+            n_rows=int(arrays["n_rows"]),
+            tol=float(arrays["tol"]),
+        )
+
+
+def flips(
+    head_rows: HeadRows,
+    metrics: Sequence[str] = FLIP_METRICS,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    tol: float = DEFAULT_TOL,
+    n_threads: int | None = None,
+    device: str | None = None,
+) -> FlipsResult:
+    r"""Flip rate of triplet verdicts between ``convention="keep"`` and ``"drop"``.
+
+    For each metric, ``D_keep`` and ``D_drop`` are the pooled head distances (the mean row
+    metric over every used row of every document). Every triplet ``(A; B, C)``, ``A`` any head
+    and ``B < C`` two other heads, gets the verdict ``sign(D(A, C) - D(A, B))`` under each
+    convention; a flip is a decided triplet whose two verdicts differ.
+
+    .. math:: \mathrm{flip\ rate} = \frac{\#\mathrm{flips}}{N\binom{N-1}{2} - \#\mathrm{ties}}
+
+    Parameters
+    ----------
+    head_rows : HeadRows
+        Recorded log-probability rows of every head, per document.
+    metrics : sequence of str
+        Classic metrics (each has a keep and a drop version): ``cosine``, ``jsd``,
+        ``entropy_gap``, ``hellinger``, ``tv``.
+    n_boot : int
+        Bootstrap resamples over documents (``>= 1``). Each resample draws the documents with
+        replacement and recomputes ``D = sum_d w_d S_d / sum_d w_d n_d`` from the per-document
+        sums, then recounts every triplet.
+    seed : int
+        Seed of the resampling (``numpy.random.default_rng``).
+    tol : float
+        Relative tie tolerance: a triplet is a tie when ``|D(A, C) - D(A, B)| <= tol * max|D|``
+        under keep or under drop, each matrix against its own maximum (also in each
+        resample). The default ``1e-9`` catches rounding-level equalities of float64
+        distances only; rows captured in float32 give ``D`` about ``1e-7`` relative
+        precision, so ``tol=1e-6`` counts their near-equalities as ties.
+    n_threads : int, optional
+        Threads for the bootstrap (default: the CPUs available, at most 8). The counts do
+        not depend on it.
+    device : str, optional
+        Where the head distances run: None or ``"cpu"`` (numpy, the reference), or a torch
+        device such as ``"cuda"``. The counting and the bootstrap run on the host.
+
+    Returns
+    -------
+    FlipsResult
+        ``.table`` (one row per metric), ``.by_layer``, ``.distances``, ``.bootstrap``.
+
+    Raises
+    ------
+    AttncodaError
+        For a non-classic or unknown metric, ``n_boot < 1``, a negative ``tol``, fewer than
+        3 heads, or no row with content.
+    """
+    import pandas as pd
+
+    metrics = check_metrics(metrics)
+    n_boot = check_n_boot(n_boot)
+    tol = check_tol(tol)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise AttncodaError(f"seed must be an int; got {seed!r}")
+    n = head_rows.n_layers * head_rows.n_heads
+    if n < 3:
+        raise AttncodaError(
+            f"flips needs at least 3 heads for a triplet; model {head_rows.model!r} has {n}"
+        )
+    threads = check_threads(n_threads)
+    on = None if device in (None, "cpu") else device
+    n_triplets = n * math.comb(n - 1, 2)
+    layer_of = head_rows.layer_of
+    rows, layer_rows, distances, boot = [], [], {}, {}
+    weights: np.ndarray | None = None
+    n_docs = n_rows = 0
+    for metric in metrics:
+        keep = document_sums(head_rows, metric, "keep", device=on)
+        drop = document_sums(head_rows, metric, "drop", device=on)
+        if weights is None:
+            n_docs, n_rows = len(keep.docs), int(keep.counts.sum())
+            weights = resample_weights(n_docs, n_boot, seed)
+        point = triplet_flips(keep.distances, drop.distances, tol=tol)
+        rates = bootstrap_rates(keep, drop, weights, tol, n_triplets, threads)
+        finite = rates[np.isfinite(rates)]
+        low, high = np.percentile(finite, [2.5, 97.5]) if finite.size else (math.nan, math.nan)
+        n_ties, n_flips = int(point.ties.sum()), int(point.flips.sum())
+        rows.append(
+            (
+                head_rows.model,
+                metric,
+                n,
+                n_triplets,
+                n_ties,
+                n_flips,
+                flip_rate(n_flips, n_triplets - n_ties),
+                float(low),
+                float(high),
+            )
+        )
+        for layer in range(head_rows.n_layers):
+            sel = layer_of == layer
+            t, f = int(point.ties[sel].sum()), int(point.flips[sel].sum())
+            total = point.n_triplets * int(sel.sum())
+            layer_rows.append(
+                (head_rows.model, metric, layer, total, t, f, flip_rate(f, total - t))
+            )
+        distances[(metric, "keep")] = keep.distances
+        distances[(metric, "drop")] = drop.distances
+        boot[metric] = rates
+    table = _typed(pd.DataFrame(rows, columns=list(TABLE_COLUMNS)))
+    by_layer = _typed(pd.DataFrame(layer_rows, columns=list(BY_LAYER_COLUMNS)))
+    return FlipsResult(
+        model=head_rows.model,
+        table=table,
+        by_layer=by_layer,
+        distances=distances,
+        bootstrap=boot,
+        n_docs=n_docs,
+        n_rows=n_rows,
+        tol=tol,
+    )
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    ints = [c for c in ("n_heads", "layer", "n_triplets", "n_ties", "flips") if c in df]
+    floats = [c for c in ("flip_rate", "ci_low", "ci_high") if c in df]
+    return df.astype({**{c: "int64" for c in ints}, **{c: "float64" for c in floats}})
+
+
+# --------------------------------------------------------------------------------------------
+# The experiment's declaration
+
+#: Distances from float32 rows are good to about 1e-7 relative: closer verdicts are ties.
+CAPTURE_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the flips experiment."""
+
+    metrics: tuple[str, ...] = setting(
+        FLIP_METRICS,
+        "classic metrics compared under keep and drop",
+        choices=FLIP_METRICS,
+        item="metric",
+    )
+    n_boot: int = setting(200, "bootstrap resamples over documents", at_least=1)
+    tol: float = setting(
+        CAPTURE_TOL,
+        "relative tie tolerance of the head distances (float32 rows: 1e-6)",
+        at_least=0.0,
+    )
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """Flip rates of the unit's recorded rows (:func:`flips`) as a flips unit's tables."""
+    result = flips(
+        inputs.need("rows"),
+        settings.metrics,
+        n_boot=settings.n_boot,
+        seed=inputs.seed,
+        tol=settings.tol,
+        device=inputs.device,
+    )
+    return result.to_tables()
+
+
+EXPERIMENT = Experiment(
+    name="flips",
+    needs=("rows",),
+    after=(),
+    settings=Settings,
+    run=run,
+    tables=("flips", "flips_by_layer"),
+)

@@ -1,0 +1,236 @@
+"""Predictor: a model-level forecast of the keep / drop flip rate from sink statistics,
+frozen to a file before it meets new models (docs/design.md, "The experiments").
+
+Features of a model (all from :class:`~attncoda.experiments.contract.HeadRows`):
+
+- ``mean_sink_mass`` — mean over heads of the head's mean sink mass ``s``;
+- ``std_sink_mass`` — standard deviation (``ddof=0``) of the head sink masses across heads:
+  verdicts flip when heads differ in sink mass, not when all share one;
+- ``mean_sink_share`` — the share of all pairwise squared Aitchison distances that is the
+  sink term, ``sum_{A<B} S(A, B) / sum_{A<B} T(A, B)`` (see
+  :func:`attncoda.experiments.safety.mean_squared_split`).
+
+The target is, by default, the model's flip rate averaged over the metrics measured (one
+number per model: with a handful of training models a per-metric fit would have as many
+parameters as points); a single metric can be chosen instead. The fit is ordinary least
+squares on standardised features, minimum-norm when there are fewer models than parameters.
+
+The prediction interval comes from **leave-one-out residuals**, never from a width set by
+hand: each training model is left out in turn, the others are refitted, and ``e_i`` is the
+left-out model's measured rate minus the refit's prediction. The half-width is the
+``k``-th smallest ``|e_i|`` with ``k = ceil((n + 1) * coverage)`` (the jackknife interval;
+for exchangeable models it covers a new model's rate about ``coverage`` of the time, and at
+least ``2 * coverage - 1`` by the jackknife+ bound of Barber et al. 2021). The interval is
+``point ± half_width``, clipped to ``[0, 1]``. A model whose features fall outside the
+training range gets an abstention that names the feature, never an extrapolation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
+from attncoda.experiments.flips import FlipsResult
+from attncoda.experiments.predictor._fit import fit_predictor
+from attncoda.experiments.predictor._model import FEATURES, Predictor
+from attncoda.experiments.predictor._verdict import Prediction, verdict
+from attncoda.experiments.safety import SquaredSplit, mean_squared_split
+from attncoda.models.spec import NO_REVISION
+
+__all__ = [
+    "EXPERIMENT",
+    "FEATURES",
+    "Prediction",
+    "Predictor",
+    "Settings",
+    "apply_predictor",
+    "check_predictor_file",
+    "fit_predictor",
+    "predictor_row",
+    "shipped_predictor",
+    "sink_features",
+    "verdict",
+]
+
+
+def sink_features(head_rows: HeadRows, squares: SquaredSplit | None = None) -> dict[str, float]:
+    """The model-level sink statistics the predictor uses.
+
+    Parameters
+    ----------
+    head_rows : HeadRows
+        Recorded rows of every head (``sink_mass`` gives the head sink masses).
+    squares : SquaredSplit, optional
+        :func:`~attncoda.experiments.safety.mean_squared_split` of ``head_rows`` if already
+        computed.
+
+    Returns
+    -------
+    dict
+        ``mean_sink_mass``, ``std_sink_mass`` (probabilities) and ``mean_sink_share``
+        (a share in ``[0, 1]``), as Python floats.
+    """
+    mass = np.asarray(head_rows.sink_mass, dtype=np.float64)
+    squares = mean_squared_split(head_rows) if squares is None else squares
+    return {
+        "mean_sink_mass": float(mass.mean()),
+        "std_sink_mass": float(mass.std()),
+        "mean_sink_share": squares.sink_share,
+    }
+
+
+def predictor_row(
+    head_rows: HeadRows, flips_result: FlipsResult, squares: SquaredSplit | None = None
+) -> dict[str, Any]:
+    """A training (or test) row: ``{"model", "features", "flip_rates"}`` for one model, and
+    ``"identity"`` (weights hash and ``train-tiny`` recipe) when the rows carry one."""
+    if flips_result.model != head_rows.model:
+        raise AttncodaError(
+            f"flips_result is for model {flips_result.model!r}, not {head_rows.model!r}"
+        )
+    table = flips_result.table
+    rates = zip(table["metric"], table["flip_rate"], strict=True)
+    row: dict[str, Any] = {
+        "model": head_rows.model,
+        "features": sink_features(head_rows, squares),
+        "flip_rates": {str(m): float(r) for m, r in rates},
+    }
+    if head_rows.identity is not None:
+        row["identity"] = dict(head_rows.identity)
+    return row
+
+
+def shipped_predictor() -> Path:
+    """The frozen predictor shipped with attncoda (see ``experiments/data/PROVENANCE.md``)."""
+    from importlib.resources import files
+
+    return Path(str(files("attncoda.experiments") / "data" / "flip_predictor.json"))
+
+
+def apply_predictor(
+    predictor: Predictor | str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Apply a frozen predictor to measured models: prediction, measurement and verdict.
+
+    Parameters
+    ----------
+    predictor : Predictor, path-like or ``"shipped"``
+        A predictor, a predictor file, or ``"shipped"`` for the one shipped with attncoda.
+    rows : sequence of mapping
+        One per model, from :func:`predictor_row`.
+
+    Returns
+    -------
+    list of dict
+        Per row: ``model``, ``features``, ``prediction`` (a :class:`Prediction`),
+        ``measured`` (the flip rate of the predictor's target: the mean over the row's
+        metrics, or one metric), ``verdict`` (:func:`verdict`) and ``matched`` (``None``
+        for a model the predictor has not seen, else ``(training model, how)``:
+        :meth:`Predictor.training_match` on the row's name and ``identity``).
+    """
+    if not isinstance(predictor, Predictor):
+        predictor = Predictor.from_json(
+            shipped_predictor() if str(predictor) == "shipped" else predictor
+        )
+    outcomes = []
+    for row in rows:
+        prediction = predictor.apply(row["features"])
+        rates = row["flip_rates"]
+        measured = (
+            float(np.mean(list(rates.values())))
+            if predictor.target == "mean"
+            else float(rates[predictor.target])
+        )
+        outcomes.append(
+            {
+                "model": row["model"],
+                "features": row["features"],
+                "prediction": prediction,
+                "measured": measured,
+                "verdict": verdict(prediction, measured),
+                "matched": predictor.training_match([row["model"]], row.get("identity")),
+            }
+        )
+    return outcomes
+
+
+def check_predictor_file(predictor: str) -> None:
+    """Refuse a predictor setting that is neither ``"shipped"`` nor a file that
+    :meth:`Predictor.from_json` reads (its error names what is wrong)."""
+    if predictor == "shipped":
+        return
+    if not Path(predictor).is_file():
+        raise AttncodaError(
+            f"predictor file {predictor!r} does not exist: give a file written by "
+            f"'attncoda predictor fit', or 'shipped'"
+        )
+    Predictor.from_json(predictor)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of the predictor experiment."""
+
+    predictor: str = setting(
+        "shipped",
+        "frozen predictor file to apply ('shipped': the one shipped)",
+        check=check_predictor_file,
+    )
+
+
+def run(inputs: Inputs, settings: Settings) -> Tables:
+    """The frozen predictor applied to the unit's model: one row of sink features, the
+    prediction (or abstention), the measured flip rate of its flips unit and the verdict.
+
+    ``in_training_set`` says whether the predictor was fitted on this model, and
+    ``matched_training_model`` and ``matched_by`` which training model it is and how
+    (:meth:`Predictor.training_match`; both ``""`` for an unseen model): the same weights
+    (hash), the same ``train-tiny`` recipe (task, full config, seed, step) or the same name
+    (``model`` or ``"model revision"``, a checkpoint of a series). Only unseen models test
+    the predictor.
+    """
+    import pandas as pd
+
+    path = shipped_predictor() if settings.predictor == "shipped" else settings.predictor
+    predictor = Predictor.from_json(path)
+    rows = inputs.need("rows")
+    flips_result = FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
+    (outcome,) = apply_predictor(predictor, [predictor_row(rows, flips_result)])
+    model, revision = inputs.model, inputs.revision
+    label = model if revision == NO_REVISION else f"{model} {revision}"
+    matched = predictor.training_match([label, model], rows.identity)
+    p = outcome["prediction"]
+    record = {
+        **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
+        "abstained": bool(p.abstained),
+        "reason": p.reason,
+        "predicted": p.point,
+        "predicted_low": p.low,
+        "predicted_high": p.high,
+        "measured": outcome["measured"],
+        "verdict": outcome["verdict"],
+        "in_training_set": matched is not None,
+        "matched_training_model": "" if matched is None else matched[0],
+        "matched_by": "" if matched is None else matched[1],
+    }
+    frame = pd.DataFrame([record])
+    for column in ("predicted", "predicted_low", "predicted_high"):
+        frame[column] = frame[column].astype("float64")
+    return Tables(frames={"predictor": frame})
+
+
+EXPERIMENT = Experiment(
+    name="predictor",
+    needs=("rows",),
+    after=("flips",),
+    settings=Settings,
+    run=run,
+    tables=("predictor",),
+)
