@@ -53,8 +53,7 @@ def capture_file(
     """The :class:`Captured` of attention saved in ``path`` (``.npz``, ``.pt`` or
     ``.safetensors``; see :func:`attncoda.capture.given.read_attentions`), with token ids
     from the file or from ``tokens`` (a file of one array)."""
-    from attncoda.capture.given import read_attentions
-    from attncoda.capture.given import from_attentions
+    from attncoda.capture.given import from_attentions, read_attentions
 
     found = read_attentions(path)
     ids = found["tokens"] if tokens is None else _read_ids(tokens)
