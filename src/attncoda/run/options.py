@@ -124,7 +124,7 @@ class CaptureOptions:
 
     def __post_init__(self) -> None:
         from attncoda.capture.names import KERNELS, METHODS
-        from attncoda.capture.stats import parse_sink
+        from attncoda.capture.sinks import parse_sink
         from attncoda.models.placement import check_run_placement
 
         seed = self.seed

@@ -4,11 +4,12 @@ matrix.
 What it holds:
 
 - the SDPA path (PyTorch's fused attention called twice, :func:`fast_attention`);
-- the one-pass Triton kernel (:func:`fused_attention`, its ``@triton.jit`` source) and the
-  choice between the two (:func:`resolve_kernel`, :func:`triton_available`);
-- the mask geometry the kernels read (:func:`boolean_mask`, :func:`read_mask`,
-  :func:`mask_shape`);
-- the per-layer recorder glue (:func:`record_sdpa_layer`, :func:`record_triton_layer`);
+- the one-pass Triton kernel (:func:`fused_attention`, its ``@triton.jit`` source, and
+  whether triton runs here: :func:`triton_available`, :func:`interpreting`);
+- the mask geometry both read (:func:`boolean_mask`, :func:`read_mask`, :class:`MaskShape`,
+  :func:`mask_shape`), read once per mask in a forward pass;
+- kernel selection, in one place: :func:`resolve_kernel` (which kernel serves a device) and
+  :func:`record_layer` (which kernel runs a routed layer, with the recorder glue they share);
 - the error bounds of the fast path against the exact one (:func:`fast_bounds` and kin).
 
 What it may import: :mod:`attncoda.capture.stats`, :mod:`attncoda.capture.names`,
@@ -27,18 +28,11 @@ from ._bounds import (
     score_perturbation,
     score_scale,
 )
-from ._fused import (
-    MaskShape,
-    fused_attention,
-    interpreting,
-    mask_shape,
-    resolve_kernel,
-    triton_available,
-)
-from ._fused import record_layer as record_triton_layer
-from ._masks import MASK_ROWS, boolean_mask
-from ._sdpa import FAST_STATISTICS, fast_attention, read_mask, visible_keys
-from ._sdpa import record_layer as record_sdpa_layer
+from ._fused import fused_attention
+from ._masks import MASK_ROWS, MaskShape, boolean_mask, mask_shape, read_mask
+from ._sdpa import FAST_STATISTICS, fast_attention, visible_keys
+from ._select import record_layer, resolve_kernel
+from ._triton import interpreting, triton_available
 
 __all__ = [
     "FAST_STATISTICS",
@@ -56,8 +50,7 @@ __all__ = [
     "interpreting",
     "mask_shape",
     "read_mask",
-    "record_sdpa_layer",
-    "record_triton_layer",
+    "record_layer",
     "resolve_kernel",
     "score_perturbation",
     "score_scale",

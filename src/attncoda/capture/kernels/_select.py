@@ -1,0 +1,67 @@
+"""Kernel selection, in one place: which kernel serves ``method="fast"`` on a device
+(:func:`resolve_kernel`), and which runs a routed layer (:func:`record_layer`: the fused
+Triton kernel when asked for and it covers the layer, else the two-call SDPA path, else
+None for the exact path).
+"""
+
+from __future__ import annotations
+
+from attncoda._errors import AttncodaError
+from attncoda.capture.names import KERNELS
+
+from ._fused import record_layer as record_triton_layer
+from ._sdpa import record_layer as record_sdpa_layer
+from ._triton import interpreting, triton_available
+
+__all__ = ["KERNELS", "record_layer", "resolve_kernel"]
+
+
+def resolve_kernel(kernel: str, device: str) -> str:
+    """The kernel that serves ``method="fast"`` on ``device`` (``"cpu"`` or ``"cuda"``).
+
+    ``"auto"`` is ``"triton"`` on CUDA when triton imports and ``"sdpa"`` otherwise;
+    ``"triton"`` is refused where it cannot run (the CPU without ``TRITON_INTERPRET=1``, or no
+    triton); ``"sdpa"`` runs everywhere.
+    """
+    if kernel not in KERNELS:
+        raise AttncodaError(
+            f"unknown kernel {kernel!r}: use 'auto' (triton on cuda, else sdpa), 'triton' or 'sdpa'"
+        )
+    if kernel == "sdpa":
+        return kernel
+    if kernel == "auto":
+        return "triton" if device == "cuda" and triton_available() else "sdpa"
+    if not triton_available():
+        raise AttncodaError(
+            "kernel='triton' needs the triton package, which does not import here: install "
+            "triton or use kernel='sdpa'"
+        )
+    if device != "cuda" and not interpreting():
+        raise AttncodaError(
+            f"kernel='triton' runs on cuda, or on the cpu under Triton's interpreter "
+            f"(TRITON_INTERPRET=1, for tests); got device {device!r}: use kernel='sdpa'"
+        )
+    return kernel
+
+
+def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs):
+    """The fast path of one routed layer: statistics into ``recorder``; the layer's output.
+
+    The recorder's kernel ``"triton"`` tries the fused kernel first (it prints a note and
+    declines a layer it does not cover); the two-call SDPA path takes what it declines,
+    except soft-capped and learned-sink layers, which it does not model.
+
+    Returns
+    -------
+    torch.Tensor or None
+        ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None: the caller runs
+        the exact path.
+    """
+    out = None
+    if recorder.kernel == "triton":
+        out = record_triton_layer(
+            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs
+        )
+    if out is None and kwargs.get("softcap") is None and kwargs.get("s_aux") is None:
+        out = record_sdpa_layer(recorder, layer, module, query, key, value, attention_mask, scaling)
+    return out
