@@ -134,8 +134,9 @@ BAD_CALLS = [
     ("ac.flips('minilm', n_boot=2.5, out=OUT)", "n_boot must be an integer of at least 1; got 2.5"),
     (
         "ac.flips('minilm', n_bootstrap=3, out=OUT)",
-        "unknown setting 'n_bootstrap' of flips: use one of metrics, n_boot, tol (or the "
-        "options sink, seed, out, device, dtype, method, kernel, device_map, text, names)",
+        "unknown setting 'n_bootstrap' of flips: use one of docs, max_tokens, metrics, n_boot, "
+        "tol (or the options sink, seed, out, device, dtype, method, kernel, device_map, "
+        "max_memory, offload_folder, text, names)",
     ),
     (
         "ac.flips('minilm', metrics=['jsd', 'l2'], out=OUT)",

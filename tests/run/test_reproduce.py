@@ -34,7 +34,7 @@ def _series_windows(first_checkpoint: Path) -> list:
     windows, _ = corpus_windows(
         tokenizer,
         text=None,
-        max_tokens=collapse_settings["tokens"],
+        max_tokens=collapse_settings["max_tokens"],
         docs=collapse_settings["docs"],
     )
     return [w.input_ids for w in windows]
@@ -174,7 +174,7 @@ def test_bad_arguments_are_named():
     ):
         run_config(["x"], settings={"flips": {"n_bootz": 1}})
     with pytest.raises(
-        AttncodaError, match="unknown setting 'window' of rows: use one of docs, tokens"
+        AttncodaError, match="unknown setting 'window' of rows: use one of docs, max_tokens"
     ):
         run_config(["x"], settings={"rows": {"window": 1}})
     with pytest.raises(AttncodaError, match="unknown settings group 'flip': use one of profile"):

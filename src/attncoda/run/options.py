@@ -16,7 +16,6 @@ __all__ = [
     "CaptureOptions",
     "check_choice",
     "check_dtype",
-    "load_options",
     "resolve_device",
 ]
 
@@ -24,23 +23,6 @@ __all__ = [
 DEVICES = ("cpu", "cuda", "auto")
 #: Model parameter dtypes a run may ask for (statistics accumulate in float32 or wider).
 DTYPES = ("float32", "bfloat16", "float16", "float64")
-
-
-def load_options(
-    device: str,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: Any = None,
-) -> dict[str, Any]:
-    """The placement keywords of :func:`attncoda.load_model` for a run's options: the
-    resolved ``device``, or without it the device map, its memory limits (JSON keys of a run
-    config read back) and offload folder."""
-    if device_map is None:
-        return {"device": resolve_device(device)}
-    from attncoda.models.placement import max_memory_from_config
-
-    limits = max_memory_from_config(max_memory)
-    return {"device_map": device_map, "max_memory": limits, "offload_folder": offload_folder}
 
 
 def resolve_device(device: str) -> str:
@@ -179,5 +161,15 @@ class CaptureOptions:
         )
 
     def placement(self) -> dict[str, Any]:
-        """The placement keywords of :func:`attncoda.load_model` (:func:`load_options`)."""
-        return load_options(self.device, self.device_map, self.max_memory, self.offload_folder)
+        """The placement keywords of :func:`attncoda.load_model`: the resolved ``device``, or
+        without it the device map, its memory limits (the JSON keys of a run config read
+        back) and offload folder."""
+        if self.device_map is None:
+            return {"device": resolve_device(self.device)}
+        from attncoda.models.placement import max_memory_from_config
+
+        return {
+            "device_map": self.device_map,
+            "max_memory": max_memory_from_config(self.max_memory),
+            "offload_folder": self.offload_folder,
+        }

@@ -18,10 +18,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.collapse._split import (
-    CHECKPOINT_COLUMNS,
-    COLUMNS,
     DEFAULT_SHARE_ATOL,
-    collapse_pair,
     series_tables,
 )
 from attncoda.experiments.collapse._stats import (
@@ -40,18 +37,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "CHECKPOINT_COLUMNS",
-    "COLUMNS",
-    "CheckpointStats",
     "CollapseResult",
     "EXPERIMENT",
     "Settings",
-    "checkpoint_stats",
     "collapse_from_stats",
-    "collapse_pair",
     "combine",
-    "stats_frames",
-    "stats_from_frames",
 ]
 
 

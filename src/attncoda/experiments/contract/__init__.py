@@ -52,8 +52,6 @@ from attncoda.experiments.contract._verdicts import (
 )
 
 __all__ = [
-    "RENAMED",
-    "renamed_settings",
     "Allowed",
     "CONVENTIONS",
     "DEFAULT_TOL",
@@ -64,6 +62,7 @@ __all__ = [
     "HeadRows",
     "Inputs",
     "NEEDS",
+    "RENAMED",
     "RUN_COLUMNS",
     "Tables",
     "allowed_text",
@@ -75,6 +74,7 @@ __all__ = [
     "flip_rate",
     "flip_rate_interval",
     "head_rows",
+    "renamed_settings",
     "setting",
     "settings_dict",
     "settings_from",

@@ -38,25 +38,19 @@ import numpy as np
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
 from attncoda.experiments.flips import FlipsResult
-from attncoda.experiments.predictor._fit import fit_predictor
-from attncoda.experiments.predictor._model import FEATURES, Predictor
-from attncoda.experiments.predictor._verdict import Prediction, verdict
+from attncoda.experiments.predictor._model import Predictor
+from attncoda.experiments.predictor._verdict import verdict
 from attncoda.experiments.safety import SquaredSplit, mean_squared_split
 from attncoda.models.spec import NO_REVISION
 
 __all__ = [
     "EXPERIMENT",
-    "FEATURES",
-    "Prediction",
-    "Predictor",
     "Settings",
     "apply_predictor",
     "check_predictor_file",
-    "fit_predictor",
     "predictor_row",
     "shipped_predictor",
     "sink_features",
-    "verdict",
 ]
 
 

@@ -39,17 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLUMNS",
-    "ABLATIONS",
-    "CHANNELS",
-    "DEFAULT_CHANNELS",
     "EXPERIMENT",
-    "ORDERS",
     "PruneResult",
     "Settings",
     "gradient_importance",
-    "head_ranking",
     "prune",
-    "split_windows",
     "window_losses",
 ]
 
