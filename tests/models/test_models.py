@@ -22,9 +22,10 @@ from attncoda._errors import AttncodaError, MissingWheelError  # noqa: E402
 from attncoda.models.load import ModelInfo, cache_dir, embedded_models, load_model  # noqa: E402
 
 FORMS = (
-    "Accepted forms: an embedded model name (gemma3, minilm, mpnet, smollm2); a Hugging Face "
-    "hub id 'owner/name' with an optional '@revision' (e.g. 'EleutherAI/pythia-70m@step512'); "
-    "a local folder containing config.json; a path to a .gguf file."
+    "Accepted forms: an embedded model name (gemma3, minilm, mpnet, qwen2.5-coder-1.5b, "
+    "smollm2); a Hugging Face hub id 'owner/name' with an optional '@revision' "
+    "(e.g. 'EleutherAI/pythia-70m@step512'); a local folder containing config.json; "
+    "a path to a .gguf file."
 )
 
 
@@ -32,7 +33,7 @@ FORMS = (
 
 
 def test_embedded_models():
-    assert embedded_models() == ("gemma3", "minilm", "mpnet", "smollm2")
+    assert embedded_models() == ("gemma3", "minilm", "mpnet", "qwen2.5-coder-1.5b", "smollm2")
 
 
 def test_cache_dir_precedence(monkeypatch, tmp_path):

@@ -181,7 +181,7 @@ def test_check_spec_refuses_what_resolve_refuses(spec, message, tmp_path, monkey
         check_spec(spec, cache=False)
 
 
-@pytest.mark.parametrize("name", ["smollm2", "minilm", "gemma3", "mpnet"])
+@pytest.mark.parametrize("name", ["smollm2", "minilm", "gemma3", "mpnet", "qwen2.5-coder-1.5b"])
 def test_check_spec_passes_an_embedded_model_exactly_when_it_is_installed(name):
     """Nothing is joined or loaded: the wheels' files are only looked for."""
     from attncoda.models.resolve import check_spec

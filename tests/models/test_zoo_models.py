@@ -1,14 +1,20 @@
-"""The chunked embedded models (Gemma 3, MPNet) against transformers' own eager attention.
+"""The chunked embedded models (Gemma 3, MPNet, Qwen2.5-Coder) against transformers' eager
+attention.
 
 Each reference is built by the test from the wheel files alone (the wheel's own ``assemble``
 for Gemma, a plain byte join and ``zipfile`` for MPNet), loaded with transformers directly,
 and run with ``output_attentions=True``; attncoda's ``load_model`` and ``capture`` must agree
 with it. Slow: the Gemma reference dequantises a GGUF file (about a minute on 2 cores).
+
+Qwen2.5-Coder-1.5B is 7 GB in float32, too big to load twice: it is loaded once (from the
+attncoda cache when warm), its routed capture is checked against its own eager
+``output_attentions``, and its weights against gguf-py's dequantisation of the joined file.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import struct
 import zipfile
 from pathlib import Path
 
@@ -21,6 +27,7 @@ transformers = pytest.importorskip("transformers")
 from attncoda.capture import capture_windows  # noqa: E402
 from attncoda.capture.sinks import AUTO_EPSILON  # noqa: E402
 from attncoda.models.load import load_model  # noqa: E402
+from attncoda.models.wheels import cached_path  # noqa: E402
 from attncoda.models.zoo import EMBEDDED  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -198,3 +205,139 @@ def test_table_facts_match_the_loaded_model(name, embedded_model):
     routes = bool(type(model)._can_set_attn_implementation())
     assert entry.capture_mode == ("attention" if routes else "outputs")
     assert entry.cached() in (True, None)
+
+
+QWEN = "qwen2.5-coder-1.5b"
+
+
+@pytest.fixture(scope="module")
+def qwen(embedded_model):
+    """The one load of Qwen2.5-Coder-1.5B of a test session (7 GB; freed with the module)."""
+    return embedded_model(QWEN)
+
+
+def _gguf_tensors(path: Path, names: set[str]) -> dict[str, np.ndarray]:
+    """``names`` read from the GGUF file at ``path`` and dequantised by gguf-py, float32,
+    in PyTorch's shape; by a header walk of its own (gguf-py's reader spends ~40 s parsing
+    the 151,936-entry vocabulary this does not need)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    with path.open("rb") as f:
+        data = f.read(64 << 20)  # the header (vocabulary and tensor table) lies in 64 MiB
+
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        values = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return values
+
+    def text() -> str:
+        nonlocal pos
+        (length,) = take("<Q")
+        pos += length
+        return data[pos - length : pos].decode()
+
+    def skip_value(kind: int) -> None:
+        nonlocal pos
+        if kind == 8:  # a string
+            text()
+        elif kind == 9:  # an array
+            item, count = take("<IQ")
+            if item in scalar:
+                pos += scalar[item] * count
+            else:
+                for _ in range(count):
+                    skip_value(item)
+        else:
+            pos += scalar[kind]
+
+    assert take("<4sI") == (b"GGUF", 3)
+    n_tensors, n_fields = take("<QQ")
+    alignment = 32
+    for _ in range(n_fields):
+        key = text()
+        (kind,) = take("<I")
+        if key == "general.alignment":
+            alignment = take("<I")[0]
+        else:
+            skip_value(kind)
+    table = {}
+    for _ in range(n_tensors):
+        name = text()
+        (n_dims,) = take("<I")
+        dims = take(f"<{n_dims}Q")
+        kind, offset = take("<IQ")
+        table[name] = (dims, GGMLQuantizationType(kind), offset)
+    start = -(-pos // alignment) * alignment
+    out = {}
+    for name in names:
+        dims, kind, offset = table[name]
+        block, size = GGML_QUANT_SIZES[kind]
+        n_bytes = int(np.prod(dims)) // block * size
+        raw = np.fromfile(path, dtype=np.uint8, count=n_bytes, offset=start + offset)
+        rows = raw.reshape(-1, dims[0] // block * size)  # one row of blocks per output unit
+        out[name] = dequantize(rows, kind).astype(np.float32).reshape(tuple(reversed(dims)))
+    return out
+
+
+def test_qwen_facts_and_weights(qwen):
+    model, tokenizer, info = qwen
+    entry = EMBEDDED[QWEN]
+    n_params = sum(p.numel() for p in model.parameters())
+    assert (info.n_layers, info.n_heads, info.n_kv_heads, n_params) == (
+        entry.n_layers,
+        entry.n_heads,
+        entry.n_kv_heads,
+        entry.n_params,
+    )
+    assert (info.family, info.causal, info.prepends_bos) == ("Qwen2", True, False)
+    assert entry.capture_mode == "attention" and type(model)._can_set_attn_implementation()
+    attention = model.model.layers[0].self_attn
+    assert attention.head_dim == 128 and not model.config.tie_word_embeddings
+    assert attention.q_proj.bias is not None and attention.o_proj.bias is None  # QKV biases
+    assert info.fingerprint == f"sha256:{entry.chunked.sha256}"
+    assert entry.cached() is True
+
+    # The loaded weights are the file's, as gguf-py dequantises them: Q4_K and Q6_K
+    # matrices and float32 biases.
+    joined = cached_path(entry.chunked)
+    assert joined is not None
+    names = {
+        "blk.0.attn_q.weight": attention.q_proj.weight,
+        "blk.0.attn_q.bias": attention.q_proj.bias,
+        "blk.0.attn_k.weight": attention.k_proj.weight,
+        "blk.27.attn_v.weight": model.model.layers[27].self_attn.v_proj.weight,
+        "blk.27.attn_v.bias": model.model.layers[27].self_attn.v_proj.bias,
+    }
+    expected = _gguf_tensors(joined, set(names))
+    for name, param in names.items():
+        np.testing.assert_array_equal(param.detach().numpy(), expected[name], err_msg=name)
+
+
+def test_qwen_matches_eager(qwen):
+    # One short window. Its tokenizer prepends nothing: the sink is the first token.
+    model, tokenizer, _ = qwen
+    ids = tokenizer(PARAGRAPH)["input_ids"][:32]
+    assert ids[0] == tokenizer.convert_tokens_to_ids("On") != tokenizer.bos_token_id
+    reference = _eager_attentions(model, ids)  # the loaded model is eager
+    assert model.config._attn_implementation == "eager"
+
+    cap = capture_windows(model, [ids], sink="first", tokenizer=tokenizer, mode="attention")
+
+    assert cap.mode == "attention"
+    assert model.config._attn_implementation == "eager"  # routing is undone
+    _check_sink_mass(cap, reference)
+    for layer, probs in enumerate(reference):
+        plogp = np.where(probs > 0, probs * np.log(np.where(probs > 0, probs, 1.0)), 0.0)
+        np.testing.assert_allclose(
+            cap.entropy[0, layer], -plogp.sum(-1), rtol=0, atol=TOL, err_msg=f"{layer}"
+        )
+    # The sink is in the middle layers, not in the first or the last (mean mass over heads
+    # and the queries after the first; 8 windows of 128 tokens give 0.01 and 0.00 there,
+    # 0.36 over layers 2-26).
+    mean = cap.sink_mass[0, :, :, 1:].mean(axis=(1, 2))
+    assert mean[2:27].mean() > 0.25 > 0.1 > max(mean[0], mean[27])

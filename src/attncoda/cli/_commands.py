@@ -312,14 +312,15 @@ def _models(args: argparse.Namespace) -> int:
         return "n/a" if flag is None else ("yes" if flag else "no")
 
     table = zoo_table()
+    width = max(8, *(len(r["name"]) for r in table))
     print(
-        f"{'name':<8} {'family':<8} {'layers x heads (KV)':<20} {'params':>7}  "
+        f"{'name':<{width}} {'family':<8} {'layers x heads (KV)':<20} {'params':>7}  "
         f"{'installed':<9}  {'cached':<6}  {'capture':<9}  sink"
     )
     for r in table:
         shape = f"{r['layers']} x {r['heads']} ({r['kv_heads']})"
         print(
-            f"{r['name']:<8} {r['family']:<8} {shape:<20} {r['params'] / 1e6:>6.1f}M  "
+            f"{r['name']:<{width}} {r['family']:<8} {shape:<20} {r['params'] / 1e6:>6.1f}M  "
             f"{said(r['installed']):<9}  {said(r['cached']):<6}  {r['capture']:<9}  {r['sink']}"
         )
     print(

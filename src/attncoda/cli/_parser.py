@@ -162,7 +162,8 @@ def _experiment_parsers(sub: Any) -> None:
     prof.add_argument(
         "model",
         nargs="?",
-        help="smollm2 | minilm | gemma3 | mpnet | owner/name[@rev] | folder | file.gguf",
+        help="smollm2 | minilm | gemma3 | mpnet | qwen2.5-coder-1.5b | owner/name[@rev] | "
+        "folder | file.gguf",
     )
     _attention_options(prof, several=False)
     _settings(prof, "profile")

