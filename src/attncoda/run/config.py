@@ -230,7 +230,7 @@ def run_config(
     # A run's offloaded weights go to <run folder>/offload unless a folder is given.
     folder = "offload" if device_map is not None and offload_folder is None else offload_folder
     placed, limits = check_run_placement(device, device_map, max_memory, folder)
-    ran = _kernel(kernel, method, device)
+    ran = _kernel(kernel, method, device, dtype)
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if unknown or not experiments:
         raise AttncodaError(
@@ -298,8 +298,9 @@ def run_config(
     }
 
 
-def _kernel(kernel: str, method: str, device: str) -> str | None:
-    """The fast path's kernel on ``device`` (None for the exact path); a bad one refused."""
+def _kernel(kernel: str, method: str, device: str, dtype=None) -> str | None:
+    """The fast path's kernel on ``device`` (None for the exact path); a bad one refused,
+    and float64 with the fast path on CUDA refused before any load."""
     from attncoda.capture.kernels import resolve_kernel
     from attncoda.capture.names import KERNELS
     from attncoda.run.common import resolve_device
@@ -308,7 +309,14 @@ def _kernel(kernel: str, method: str, device: str) -> str | None:
         if kernel not in KERNELS:
             resolve_kernel(kernel, "cpu")  # raises the unknown-kernel message
         return None
-    return resolve_kernel(kernel, resolve_device(device))
+    where = resolve_device(device)
+    wide = dtype is not None and str(dtype).removeprefix("torch.") in ("float64", "double")
+    if where == "cuda" and wide:
+        raise AttncodaError(
+            "method='fast' on cuda takes float32, bfloat16 or float16 (its kernels have no "
+            "float64): use dtype='float32', or method='exact' to keep float64"
+        )
+    return resolve_kernel(kernel, where)
 
 
 def _series_config(

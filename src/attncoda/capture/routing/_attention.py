@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.kernels import boolean_mask
+from attncoda.capture.kernels import boolean_mask, first_use_check, resolve_kernel
 from attncoda.capture.kernels import record_sdpa_layer as record_fast_layer
 from attncoda.capture.kernels import record_triton_layer as record_fused_layer
 from attncoda.capture.stats import COUNTS, STATISTICS, Recorder, Workspace, row_statistics
@@ -399,16 +399,26 @@ def attncoda_attention(
     # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
     if recorder is not None and recorder.method == "fast" and recorder.sink is not None:
         fast = None
-        if edit is None and recorder.kernel == "triton":
+        # The kernel is resolved from where this layer runs (a device map may spread the
+        # layers over the CPU and GPUs); "auto" checks a configuration before it trusts it.
+        chosen = resolve_kernel(recorder.kernel, query.device.type)
+        if edit is None and chosen == "triton":
+            check = first_use_check if recorder.kernel == "auto" else None
             fast = record_fused_layer(
-                recorder, layer, module, query, key, value, attention_mask, scaling, kwargs
-            )
+                recorder, layer, module, query, key, value, attention_mask, scaling, kwargs,
+                check=check,
+            )  # fmt: skip
+            if fast is not None:
+                recorder.ran[layer] = "triton"
         if fast is None and edit is None and softcap is None and s_aux is None:
             fast = record_fast_layer(
                 recorder, layer, module, query, key, value, attention_mask, scaling
             )
+            if fast is not None:
+                recorder.ran[layer] = "sdpa"
         if fast is not None:
             return fast, None
+        recorder.ran[layer] = "exact"
     # <<< fast path
     key_states = _repeat_kv(key, groups)
     value_states = _repeat_kv(value, groups)
