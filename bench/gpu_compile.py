@@ -146,6 +146,44 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def condensed(records: list[dict]) -> str:
+    """One Markdown line per (arch, dtype, head dim): its launch configuration and, per
+    variant, shared bytes / registers / spill bytes (bench/RESULTS.md's table)."""
+    groups: dict[tuple, dict[str, dict]] = {}
+    for r in records:
+        groups.setdefault((r["arch"], r["dtype"], r["head_dim"]), {})[r["flags"]] = r
+    variants = sorted({r["flags"] for r in records}, key=lambda f: (f != "causal", f))
+    lines = [
+        "| arch | dtype | head dim | blocks m×n, warps, stages | "
+        + " | ".join(f"{v}: shared B / regs / spill B" for v in variants)
+        + " | status |",
+        "|---|---|---|---|" + "---|" * len(variants) + "---|",
+    ]
+    for (arch, dtype, head_dim), by in groups.items():
+        first = next(iter(by.values()))
+        statuses = sorted({r["status"] for r in by.values()})
+        if first["block_m"] is None:
+            config = "-"
+        else:
+            config = (
+                f"{first['block_m']}×{first['block_n']}, {first['num_warps']}, "
+                f"{first['num_stages']}"
+            )
+        cells = []
+        for v in variants:
+            r = by.get(v)
+            if r is None or r["shared_bytes"] is None:
+                cells.append("-")
+            else:
+                cells.append(f"{r['shared_bytes']:,} / {r['registers']} / {r['spill_bytes']}")
+        lines.append(
+            f"| {arch} | {dtype} | {head_dim} | {config} | "
+            + " | ".join(cells)
+            + f" | {'; '.join(statuses)} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     from attncoda.capture.kernels import ARCHITECTURES, DTYPES, HEAD_DIMS
 
@@ -156,7 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default=",".join(DTYPES), help="a comma list")
     parser.add_argument("--head-dim", default=",".join(map(str, HEAD_DIMS)), help="a comma list")
     parser.add_argument("--flags", default=";".join(VARIANTS), help="a ';' list of variants")
+    parser.add_argument(
+        "--table", metavar="FILE", help="print the condensed table of an earlier --json run"
+    )
     args = parser.parse_args(argv)
+    if args.table:
+        with open(args.table) as lines:
+            print(condensed([json.loads(line) for line in lines if line.strip()]))
+        return 0
     # Triton 3.9 warns when its FMA-contraction default is left implicit; the launcher
     # keeps contraction on (the bound counts it), and so does this compile.
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")

@@ -129,3 +129,24 @@ def test_what_ran_is_said_per_layer_where_it_differs():
         "sdpa; exact on layers 1, 2"
     )
     assert kernels_ran({}) is None
+
+
+def test_blocks_and_the_grid_are_checked_before_a_launch():
+    from attncoda._errors import AttncodaError
+    from attncoda.capture.kernels import MaskShape, fused_attention
+
+    def call(length, **blocks):
+        q = torch.zeros((1, 1, length, 1))
+        shape = MaskShape(
+            torch.zeros(1, dtype=torch.int32), torch.full((1,), length, dtype=torch.int32),
+            True, None,
+        )  # fmt: skip
+        sink = torch.zeros((1, length), dtype=torch.bool)
+        return fused_attention(q, q, q, scaling=1.0, sink=sink, shape=shape, **blocks)
+
+    for bad in (24, 8, 512, True):
+        with pytest.raises(AttncodaError, match=r"block_m must be a power of two from 16 to 256"):
+            call(4, block_m=bad)
+    # 65,536 query blocks of 16: one more than grid axis 1 takes (checked, never launched).
+    with pytest.raises(AttncodaError, match=r"CUDA allows up to 2\*\*31 - 1 and 65,535"):
+        call(16 * 65_536, block_m=16)
