@@ -94,11 +94,12 @@ def head_dim_class(head_dim: int) -> int:
 def _table() -> dict[tuple[str, str, int], LaunchConfig | Refused]:
     """The launch table (what ``bench/gpu_compile.py`` compiled and bench/RESULTS.md lists).
 
-    bfloat16 and float16 take the same blocks on every architecture: 64 x 64 at head dim 64,
-    64 x 32 at 128 and 32 x 32 at 256, 4 warps, 2 stages; every one fits the smallest
-    shared memory (sm_86/89, 101,376 B) and spills nothing. float32 takes ``tf32x3``
-    products on tensor cores in smaller blocks (its high and low operand halves double the
-    registers); where even those spill, it is refused and the two-call SDPA path serves it.
+    bfloat16 and float16: 64 x 64 blocks at head dim 64, 64 x 32 at 128 (32 x 32 on sm_86
+    and sm_89, where 64 x 32 spills a few bytes) and 32 x 32 at 256, 4 warps, 2 stages;
+    every one fits the smallest shared memory (sm_86/89, 101,376 B) and spills nothing.
+    float32 takes ``tf32x3`` products on tensor cores in smaller blocks (its high and low
+    operand halves double the registers); where even those spill, it is refused and the
+    two-call SDPA path serves it.
     """
     half = {
         64: LaunchConfig(64, 64, 4, 2),
@@ -113,8 +114,11 @@ def _table() -> dict[tuple[str, str, int], LaunchConfig | Refused]:
     table: dict[tuple[str, str, int], LaunchConfig | Refused] = {}
     for arch in ARCHITECTURES:
         for size in (64, 128, 256):
-            table[(arch, "bfloat16", size)] = half[size]
-            table[(arch, "float16", size)] = half[size]
+            entry = half[size]
+            if size == 128 and arch in ("sm_86", "sm_89"):
+                entry = LaunchConfig(32, 32, 4, 2)
+            table[(arch, "bfloat16", size)] = entry
+            table[(arch, "float16", size)] = entry
             entry = single[size]
             table[(arch, "float32", size)] = (
                 entry
@@ -246,8 +250,8 @@ def example_arguments(
     ``(batch, position, head, head_dim)``; the outputs contiguous."""
     import torch
 
-    data = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    data = data[dtype]
+    types = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    data = types[dtype]
     f32, i32, i8 = torch.float32, torch.int32, torch.int8
     q_strides = (q_len * heads * head_dim, head_dim, heads * head_dim, 1)
     kv_strides = (q_len * kv_heads * head_dim, head_dim, kv_heads * head_dim, 1)

@@ -21,6 +21,7 @@ import torch
 from attncoda.capture.stats import row_statistics
 
 from ._bounds import fused_bounds
+from ._configs import Refused
 from ._fused import MaskShape, fused_attention, interpreting, launch_for
 
 __all__ = ["checked_configurations", "configuration", "first_use_check", "reference"]
@@ -120,7 +121,8 @@ def _compare(device, dtype, head_dim, causal, window, softcap, aux_content) -> s
         q, k, v, scaling=scaling, sink=sink, shape=shape, softcap=cap, s_aux=s_aux
     )
     ref_out, ref, z, content, visible = reference(q, k, v, shape, sink, scaling, cap, s_aux)
-    compiled = None if interpreting() else launch_for(device, dtype, head_dim).precision
+    config = launch_for(device, dtype, head_dim)
+    compiled = None if interpreting() or isinstance(config, Refused) else config.precision
     limits = fused_bounds(q, k, v, scaling, cap, z, content, visible, compiled=compiled)
     rows = visible.any(-1).expand_as(stats["sink_mass"])
     if not torch.equal(stats["n_keys"][rows], ref["n_keys"].expand_as(rows)[rows]):
@@ -159,6 +161,13 @@ def first_use_check(
         Whether a learned sink seeds the content accumulators.
     quiet : bool
         Print nothing (``bench/gpu.py`` reports every configuration itself).
+
+    Returns
+    -------
+    str or None
+        None when the kernel passed; ``"refused: ..."`` for a configuration the launch
+        table refuses (not run, nothing printed); else the exception or the statistic that
+        failed.
     """
     key = configuration(
         device, dtype, head_dim, causal=causal, window=window, softcap=softcap,
@@ -166,6 +175,9 @@ def first_use_check(
     )  # fmt: skip
     if key in _CHECKED:
         return _CHECKED[key]
+    config = launch_for(device, dtype, head_dim)
+    if isinstance(config, Refused):  # the launch table's own refusal: no check, no line
+        return f"refused: {config.why}"
     try:
         with torch.inference_mode():
             why = _compare(device, dtype, head_dim, causal, window, softcap, aux_content)
