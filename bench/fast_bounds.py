@@ -36,11 +36,10 @@ def paired(model, ids):
     import torch
 
     from attncoda.capture import capture
-    from attncoda.capture.kernels import score_scale
-    from attncoda.capture.routing import _attention as attention
+    from attncoda.capture.kernels import _select, score_scale
 
     fast, scales = [], []
-    inner = attention.record_fast_layer
+    inner = _select.record_sdpa_layer
 
     def both(recorder, layer, module, query, key, value, attention_mask, scaling):
         out = inner(recorder, layer, module, query, key, value, attention_mask, scaling)
@@ -50,12 +49,12 @@ def paired(model, ids):
         scales.append(score_scale(query, key, scaling))
         return None  # the exact path now runs on the same tensors
 
-    attention.record_fast_layer = both
+    _select.record_sdpa_layer = both
     try:
         with torch.inference_mode():
             cap = capture(model, ids, record_rows="none", method="fast")
     finally:
-        attention.record_fast_layer = inner
+        _select.record_sdpa_layer = inner
     return cap, fast, scales
 
 

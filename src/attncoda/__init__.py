@@ -36,15 +36,15 @@ from attncoda.coda import (
 __version__ = "0.1.0"
 
 # Names served lazily so that `import attncoda` stays free of torch and transformers. (The
-# single-batch `capture` function lives at attncoda.capture._capture.capture: the name
-# `attncoda.capture` is the subpackage.)
+# single-batch `capture` function is attncoda.capture.capture: the name `attncoda.capture`
+# is the subpackage.)
 _LAZY = {
     "load_model": ("attncoda.models.load", "load_model"),
     "corpus": ("attncoda.data.corpus", None),
-    "capture_windows": ("attncoda.capture._capture", "capture_windows"),
-    "Capture": ("attncoda.capture._capture", "Capture"),
-    "from_attentions": ("attncoda.capture.given._given", "from_attentions"),
-    "recording": ("attncoda.capture.live._recording", "recording"),
+    "capture_windows": ("attncoda.capture", "capture_windows"),
+    "Capture": ("attncoda.capture", "Capture"),
+    "from_attentions": ("attncoda.capture", "from_attentions"),
+    "recording": ("attncoda.capture", "recording"),
     "Result": ("attncoda.api", "Result"),
     "profile": ("attncoda.api", "profile"),
     "flips": ("attncoda.api", "flips"),

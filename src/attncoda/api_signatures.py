@@ -159,7 +159,7 @@ def check_common(common: Mapping[str, Any]) -> None:
     """Refuse a common option the run would refuse later, before anything loads (the CLI's
     own checks of the same options, :func:`attncoda.cli_args.validate`)."""
     from attncoda.capture.names import KERNELS, METHODS
-    from attncoda.capture.stats import parse_sink
+    from attncoda.capture.sinks import parse_sink
     from attncoda.run.common import DEVICES, DTYPES
 
     seed = common["seed"]

@@ -33,7 +33,7 @@ LIVE_FORMS = (
 
 
 def _is_capture(value: object) -> bool:
-    from attncoda.capture._result import Capture
+    from attncoda.capture import Capture
 
     return isinstance(value, Capture)
 

@@ -248,7 +248,7 @@ def validate(args: argparse.Namespace) -> None:
     AttncodaError
         With a message that names the option and its value and says what to give instead.
     """
-    from attncoda.capture.stats import parse_sink
+    from attncoda.capture.sinks import parse_sink
 
     _settings(args)
     _numbers(args)

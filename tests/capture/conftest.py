@@ -20,10 +20,22 @@ def interpreter(monkeypatch):
     interpreted (whatever mode triton was first imported in)."""
     pytest.importorskip("triton")
     import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime import interpreter as interp
     from triton.runtime.jit import JITFunction
+
+    class Scoped(interp.InterpretedFunction):
+        """An interpreted library function that undoes its patches of ``triton.language``
+        when it returns (Triton's own leaves them, harmless only when every kernel of the
+        process is interpreted)."""
+
+        def __call__(self, *args, **kwargs):
+            scope = interp._patch_lang(self.fn)
+            try:
+                return self.rewrite()(*args, **kwargs)
+            finally:
+                scope.restore()
 
     for name, value in list(vars(tl).items()):
         if isinstance(value, JITFunction):
-            monkeypatch.setattr(tl, name, InterpretedFunction(value.fn))
+            monkeypatch.setattr(tl, name, Scoped(value.fn))
     monkeypatch.setenv("TRITON_INTERPRET", "1")

@@ -12,8 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture import forward  # noqa: E402
-from attncoda.capture.routing import _attention as attention  # noqa: E402
-from attncoda.capture.routing import attncoda_attention, routed  # noqa: E402
+from attncoda.capture.routing import _exact, _register, attncoda_attention, routed  # noqa: E402  # noqa: E402
 from attncoda.capture.stats import Recorder, row_statistics  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
@@ -116,13 +115,13 @@ def test_odd_blocks_are_close_to_eager(family):
 @pytest.mark.parametrize("family", ["llama", "qwen2", "mistral"])
 def test_keys_and_values_arrive_unexpanded(family, monkeypatch):
     seen = []
-    original = attention.attncoda_attention
+    original = _register.attncoda_attention
 
     def spy(module, query, key, value, *args, **kwargs):
         seen.append((query.shape[1], key.shape[1], value.shape[1]))
         return original(module, query, key, value, *args, **kwargs)
 
-    monkeypatch.setattr(attention, "attncoda_attention", spy)
+    monkeypatch.setattr(_register, "attncoda_attention", spy)
     model = tiny(family)
     ids, mask = batch(12, "none")
     with routed(model):
@@ -280,7 +279,7 @@ def test_blocks_skip_the_keys_the_mask_hides_and_stay_close_to_eager(
     family, padding, widths, monkeypatch
 ):
     seen = []
-    original = attention._scores
+    original = _exact._scores
 
     def spy(module, query, key, *args):
         seen.append(key.shape[2])
@@ -290,7 +289,7 @@ def test_blocks_skip_the_keys_the_mask_hides_and_stay_close_to_eager(
     ids, mask = batch(40, padding)
     model.set_attn_implementation("eager")
     eager = output_of(forward(model, ids, mask))
-    monkeypatch.setattr(attention, "_scores", spy)
+    monkeypatch.setattr(_exact, "_scores", spy)
     with routed(model, recorder_for(mask, block_size=16)):
         ours = output_of(forward(model, ids, mask))
     assert seen == widths * 2  # two layers
@@ -303,13 +302,13 @@ def test_last_visible_key():
     causal = torch.ones(10, 10, dtype=torch.bool).tril()[None, None].expand(2, 1, 10, 10)
     additive = torch.zeros(2, 1, 10, 10).masked_fill(~causal, torch.finfo(torch.float32).min)
     for mask in (causal, additive):
-        assert attention.last_visible_key(mask, 0, 4, 10) == 4
-        assert attention.last_visible_key(mask, 4, 10, 10) == 10
+        assert _exact.last_visible_key(mask, 0, 4, 10) == 4
+        assert _exact.last_visible_key(mask, 4, 10, 10) == 10
     window = causal & ~torch.ones(10, 10, dtype=torch.bool).tril(-3)  # a sliding window
-    assert attention.last_visible_key(window, 2, 5, 10) == 5
-    assert attention.last_visible_key(None, 0, 4, 10) == 10
-    assert attention.last_visible_key(torch.zeros_like(causal), 0, 4, 10) == 10
+    assert _exact.last_visible_key(window, 2, 5, 10) == 5
+    assert _exact.last_visible_key(None, 0, 4, 10) == 10
+    assert _exact.last_visible_key(torch.zeros_like(causal), 0, 4, 10) == 10
     padded = causal.clone()
     padded[1, :, :2] = False  # two queries of document 1 see nothing: keep every key
-    assert attention.last_visible_key(padded, 0, 4, 10) == 10
-    assert attention.last_visible_key(padded, 2, 4, 10) == 4
+    assert _exact.last_visible_key(padded, 0, 4, 10) == 10
+    assert _exact.last_visible_key(padded, 2, 4, 10) == 4

@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture import METHODS, capture, capture_windows  # noqa: E402
-from attncoda.capture.kernels._sdpa import (  # noqa: E402
+from attncoda.capture.kernels import (  # noqa: E402
     FAST_STATISTICS,
     fast_attention,
     read_mask,
@@ -255,17 +255,17 @@ def test_fast_capture_errors():
 
 
 def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch):
-    from attncoda.capture.routing import _attention as attention
+    from attncoda.capture.kernels import _select
 
     model = _tiny("gemma3")  # sliding-window and full layers: two mask kinds
     seen: list[torch.dtype | None] = []
-    inner = attention.record_fast_layer
+    inner = _select.record_sdpa_layer
 
     def spy(recorder, layer, module, query, key, value, attention_mask, scaling):
         seen.append(None if attention_mask is None else attention_mask.dtype)
         return inner(recorder, layer, module, query, key, value, attention_mask, scaling)
 
-    monkeypatch.setattr(attention, "record_fast_layer", spy)
+    monkeypatch.setattr(_select, "record_sdpa_layer", spy)
     before = model.config._attn_implementation
     capture_windows(model, [[5, 6, 7, 8, 9, 10], [11, 12, 13]], method="fast")
     assert len(seen) == model.config.num_hidden_layers and set(seen) == {torch.bool}
@@ -277,7 +277,7 @@ def test_boolean_masks_give_eager_outputs_bit_for_bit(family):
     # The exact path masks a boolean mask with masked_fill(min) where eager adds a float
     # mask of 0 and min: every finite score plus min rounds to min, so the softmax inputs,
     # and everything after them, are the same bits (one query block per layer here).
-    from attncoda.capture.routing import _attention as attention
+    from attncoda.capture import routing as attention
 
     model = _tiny(family)
     ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])

@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import MissingWheelError  # noqa: E402
 from attncoda.capture import capture  # noqa: E402
-from attncoda.capture.kernels import fast_attention  # noqa: E402
+from attncoda.capture.kernels import _select, fast_attention  # noqa: E402
 from attncoda.capture.kernels._bounds import (  # noqa: E402
     FLOAT64_ROUNDOFF,
     UNIT_ROUNDOFF,
@@ -33,7 +33,6 @@ from attncoda.capture.kernels._bounds import (  # noqa: E402
     score_perturbation,
     score_scale,
 )
-from attncoda.capture.routing import _attention as attention  # noqa: E402
 
 QUANTITIES = ("sink_mass", "entropy", "content_entropy")
 #: Layers kept per model: SmolLM2's first 3 (causal rows: the kernel masks by itself);
@@ -46,7 +45,7 @@ RANDOM_INPUTS = 20
 def paired(model, ids, head_dim):
     """``(exact capture, per-layer fast statistics, per-layer A)`` of one forward."""
     fast, scales = [], []
-    inner = attention.record_fast_layer
+    inner = _select.record_sdpa_layer
 
     def both(recorder, layer, module, query, key, value, attention_mask, scaling):
         out = inner(recorder, layer, module, query, key, value, attention_mask, scaling)
@@ -56,7 +55,7 @@ def paired(model, ids, head_dim):
         return None  # the exact path now runs on the same tensors; its output goes on
 
     with pytest.MonkeyPatch.context() as patch, torch.inference_mode():
-        patch.setattr(attention, "record_fast_layer", both)
+        patch.setattr(_select, "record_sdpa_layer", both)
         cap = capture(model, ids, record_rows="none", method="fast")
     assert len(fast) == model.config.num_hidden_layers
     return cap, fast, scales

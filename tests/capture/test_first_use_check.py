@@ -24,7 +24,7 @@ from triton.runtime.errors import OutOfResources  # noqa: E402
 
 from attncoda.capture import capture  # noqa: E402
 from attncoda.capture._capture import kernels_ran  # noqa: E402
-from attncoda.capture.kernels import _fused, _select  # noqa: E402
+from attncoda.capture.kernels import _check, _fused, _select  # noqa: E402
 from tiny_models import tiny  # noqa: E402
 
 FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
@@ -34,8 +34,8 @@ FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sin
 def auto_on_the_cpu(interpreter, monkeypatch):
     """``auto`` takes (and checks) the fused kernel on the CPU, interpreted; a fresh record
     of checked configurations."""
-    monkeypatch.setattr(_fused, "AUTO_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(_select, "_CHECKED", {})
+    monkeypatch.setattr(_select, "AUTO_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(_check, "_CHECKED", {})
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_a_configuration_that_passes_runs_the_fused_kernel(auto_on_the_cpu, mode
     got = _fast(model, "auto")
     assert got.kernel == "triton"
     assert "note:" not in capsys.readouterr().err
-    (passed,) = _select.checked_configurations().values()
+    (passed,) = _check.checked_configurations().values()
     assert passed is None
 
 
@@ -91,13 +91,13 @@ def test_a_failing_check_falls_back_to_sdpa_with_one_line(
     sdpa = _fast(model, "sdpa")
     capsys.readouterr()
     if failure is None:
-        real = _select.fused_attention
+        real = _check.fused_attention
 
         def wrong(*args, **kwargs):
             out, stats = real(*args, **kwargs)
             return out, {**stats, "entropy": stats["entropy"] + 1e-3}
 
-        monkeypatch.setattr(_select, "fused_attention", wrong)
+        monkeypatch.setattr(_check, "fused_attention", wrong)
     else:
         error = failure()
         monkeypatch.setattr(_fused, "compiled", lambda interpret: (triton, _Raising(error)))

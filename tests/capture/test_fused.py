@@ -20,14 +20,14 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError, MissingWheelError  # noqa: E402
 from attncoda.capture import capture, capture_windows  # noqa: E402
-from attncoda.capture.kernels import FAST_STATISTICS  # noqa: E402
-from attncoda.capture.kernels._fused import (  # noqa: E402
-    KERNELS,
+from attncoda.capture.kernels import (  # noqa: E402
+    FAST_STATISTICS,  # noqa: E402
     MaskShape,
     fused_attention,
     mask_shape,
     resolve_kernel,
 )
+from attncoda.capture.names import KERNELS  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -323,17 +323,17 @@ def test_bfloat16_model_fused_equals_the_two_call_path(capsys):
 
 
 def test_a_mask_the_kernel_does_not_cover_falls_back_with_a_note(capsys):
-    from attncoda.capture.kernels import _fused as fused_module
+    from attncoda.capture.kernels import _masks
 
     model = _tiny("llama", torch.float32, positions=64)
     ids = np.stack(docs((12,)))
     exact = capture(model, ids, record_rows=0)
-    original = fused_module.mask_shape
+    original = _masks.mask_shape
     try:
-        fused_module.mask_shape = lambda *args, **kwargs: None  # no shape found
+        _masks.mask_shape = lambda *args, **kwargs: None  # no shape found
         fast = capture(model, ids, record_rows=0, method="fast", kernel="triton")
     finally:
-        fused_module.mask_shape = original
+        _masks.mask_shape = original
     err = capsys.readouterr().err
     assert err.count("note: the fused Triton kernel does not cover this mask") == 1
     np.testing.assert_allclose(fast.entropy, exact.entropy, atol=1e-5)  # the SDPA path ran

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.stats import (
+from attncoda.capture.sinks import (
     AUTO_EPSILON,
     SinkSpec,
     auto_sinks,

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda.capture import capture_windows  # noqa: E402
-from attncoda.capture.stats import AUTO_EPSILON  # noqa: E402
+from attncoda.capture.sinks import AUTO_EPSILON  # noqa: E402
 from attncoda.models.load import load_model  # noqa: E402
 from attncoda.models.zoo import EMBEDDED  # noqa: E402
 

@@ -19,14 +19,16 @@ import-linter contract of ``pyproject.toml`` checks it):
 :mod:`attncoda.capture.kernels`
     The fast kernels (SDPA and Triton), their mask geometry, kernel selection and bounds.
 :mod:`attncoda.capture.stats`
-    The row maths, the :class:`Recorder`, the row-sampling plan, sink specs, the workspace.
-:mod:`attncoda.capture.names`
-    The choices capture takes (modes, methods, kernels, attention file types), free of
-    torch so that the command line imports them without the model layer.
+    The row maths, the :class:`Recorder`, the row-sampling plan, the workspace.
+:mod:`attncoda.capture.names`, :mod:`attncoda.capture.sinks`
+    The choices capture takes (modes, methods, kernels, attention file types) and the sink
+    specs (:func:`parse_sink`, :func:`resolve_sinks`), free of torch so that the command
+    line checks them without the model layer.
 
 The whole package may import :mod:`attncoda.models` and the floors below it, never
 :mod:`attncoda.experiments` or anything above. The names below are served lazily, so that
-``import attncoda.capture`` (and :mod:`attncoda.capture.names`) stays free of torch.
+``import attncoda.capture`` (and :mod:`attncoda.capture.names`, :mod:`attncoda.capture.sinks`)
+stays free of torch.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
     from .live import Recording, recording
     from .names import ATTENTION_FILES, KERNELS, METHODS, MODES
     from .routing import routed
-    from .stats import COUNTS, STATISTICS, Recorder, parse_sink, row_statistics
+    from .sinks import parse_sink
+    from .stats import COUNTS, STATISTICS, Recorder, row_statistics
 
 _MODULES = {
     "._capture": ("capture", "capture_windows"),
@@ -54,7 +57,8 @@ _MODULES = {
     ".live": ("Recording", "recording"),
     ".names": ("ATTENTION_FILES", "KERNELS", "METHODS", "MODES"),
     ".routing": ("routed",),
-    ".stats": ("COUNTS", "STATISTICS", "Recorder", "parse_sink", "row_statistics"),
+    ".sinks": ("parse_sink",),
+    ".stats": ("COUNTS", "STATISTICS", "Recorder", "row_statistics"),
 }
 _HOME = {name: module for module, names in _MODULES.items() for name in names}
 

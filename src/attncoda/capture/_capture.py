@@ -11,7 +11,7 @@ eager outputs; ``Capture.mode`` records which was used.
 The pieces live beside this module and are served here too: :class:`Capture`,
 :func:`assemble` and :func:`capture_frame` (:mod:`attncoda.capture._result`), the batch and
 forward helpers (:mod:`attncoda.capture._forward`) and :func:`record_plan`
-(:mod:`attncoda.capture.stats._statistics`).
+(:mod:`attncoda.capture.stats`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from attncoda.capture.kernels import resolve_kernel
 from attncoda.capture.live import kind_of, live_model, run_live
 from attncoda.capture.names import KERNELS, METHODS, MODES
 from attncoda.capture.routing import routable, routed, unroutable_message
-from attncoda.capture.stats import Recorder, auto_sinks, parse_sink, record_plan, resolve_sinks
+from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
+from attncoda.capture.stats import Recorder, record_plan
 from attncoda.models.placement import input_device
 
 __all__ = [
@@ -106,7 +107,7 @@ def capture(
     sink : str, int or sequence of int
         ``"first"``, ``"auto"``, positions (``"0,1"``), a token (``"[CLS]"``,
         ``"id:101"``), ``"learned"``, or a token spec with ``",learned"``; see
-        :mod:`attncoda.capture.stats._sinks`.
+        :mod:`attncoda.capture.sinks`.
     tokenizer : optional
         For token sinks and the BOS id.
     block_size : int

@@ -112,7 +112,7 @@ def checkpoint_stats(
     -------
     CheckpointStats
     """
-    from attncoda.capture._capture import capture_windows
+    from attncoda.capture import capture_windows
 
     windows = check_windows(windows_ids)
     vocab = getattr(model.config.get_text_config(), "vocab_size", None)

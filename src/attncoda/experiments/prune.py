@@ -149,7 +149,7 @@ def window_losses(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.n
     """
     import torch
 
-    from attncoda.capture._forward import forward_kwargs, next_token_nll, pad
+    from attncoda.capture import forward_kwargs, next_token_nll, pad
     from attncoda.models.placement import input_device
 
     batch_size = _check_batch_size(batch_size)
@@ -184,7 +184,7 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
     """
     import torch
 
-    from attncoda.capture._forward import forward_kwargs, next_token_nll, pad
+    from attncoda.capture import forward_kwargs, next_token_nll, pad
     from attncoda.capture.ablation import head_counts, head_gates
     from attncoda.models.placement import input_device
 
@@ -215,7 +215,7 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
 
 
 def _profile(model, tokenizer, windows, sink, batch_size, with_gradient):
-    from attncoda.capture._capture import capture_frame, capture_windows
+    from attncoda.capture import capture_frame, capture_windows
     from attncoda.experiments.profile import head_summary
 
     cap = capture_windows(

@@ -150,7 +150,7 @@ def capture_corpus(
     device the model ran on and the method: all three change the numbers. ``device_map``
     (with ``max_memory`` and ``offload_folder``) places the model instead of ``device``
     (:func:`attncoda.load_model`); the config then records it too."""
-    from attncoda.capture._capture import capture_windows
+    from attncoda.capture import capture_windows
     from attncoda.models.load import load_model
     from attncoda.models.placement import input_device
 

@@ -26,7 +26,8 @@ from attncoda.capture._forward import check_batch
 from attncoda.capture._result import Capture
 from attncoda.capture._result import assemble as assemble_capture
 from attncoda.capture.names import ATTENTION_FILES
-from attncoda.capture.stats import Recorder, auto_sinks, parse_sink, record_plan, resolve_sinks
+from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
+from attncoda.capture.stats import Recorder, record_plan
 
 __all__ = ["ATTENTION_FILES", "KINDS", "from_attentions", "transformer_lens_layers"]
 

@@ -4,12 +4,15 @@ matrix.
 What it holds:
 
 - the SDPA path (PyTorch's fused attention called twice, :func:`fast_attention`);
-- the one-pass Triton kernel (:func:`fused_attention`, its ``@triton.jit`` source) and the
-  choice between the two (:func:`resolve_kernel`, :func:`triton_available`);
-- the mask geometry the kernels read (:func:`boolean_mask`, :func:`read_mask`,
-  :func:`mask_shape`);
-- the per-layer recorder glue (:func:`record_sdpa_layer`, :func:`record_triton_layer`);
-- the error bounds of the fast path against the exact one (:func:`fast_bounds` and kin);
+- the one-pass Triton kernel (:func:`fused_attention`, its ``@triton.jit`` source, and
+  whether triton runs here: :func:`triton_available`, :func:`interpreting`);
+- the mask geometry both read (:func:`boolean_mask`, :func:`read_mask`, :class:`MaskShape`,
+  :func:`mask_shape`), read once per mask in a forward pass;
+- kernel selection, in one place: :func:`resolve_kernel` (which kernel serves a device) and
+  :func:`record_layer` (which kernel runs a routed layer, with the recorder glue they share),
+  and the fused kernel's first-use check under ``"auto"`` (:func:`first_use_check`);
+- the error bounds of the fast path against the exact one (:func:`fast_bounds` and kin),
+  and of the fused kernel (:func:`fused_bounds`, compiled terms included);
 - the fused kernel's launch table per (architecture, dtype, head dim), and its offline
   compile for CUDA targets without a GPU (:func:`launch_config`, :func:`compile_offline`).
 
@@ -30,6 +33,7 @@ from ._bounds import (
     score_perturbation,
     score_scale,
 )
+from ._check import checked_configurations, first_use_check, reference
 from ._configs import (
     ARCHITECTURES,
     DTYPES,
@@ -42,21 +46,11 @@ from ._configs import (
     compiled_kernels,
     launch_config,
 )
-from ._fused import (
-    KernelRefused,
-    MaskShape,
-    fused_attention,
-    interpreting,
-    launch_for,
-    mask_shape,
-    resolve_kernel,
-    triton_available,
-)
-from ._fused import record_layer as record_triton_layer
-from ._masks import MASK_ROWS, boolean_mask
-from ._sdpa import FAST_STATISTICS, fast_attention, read_mask, visible_keys
-from ._sdpa import record_layer as record_sdpa_layer
-from ._select import checked_configurations, first_use_check, reference
+from ._fused import KernelRefused, fused_attention, launch_for
+from ._masks import MASK_ROWS, MaskShape, boolean_mask, mask_shape, read_mask
+from ._sdpa import FAST_STATISTICS, fast_attention, visible_keys
+from ._select import record_layer, resolve_kernel
+from ._triton import interpreting, triton_available
 
 __all__ = [
     "ARCHITECTURES",
@@ -89,9 +83,8 @@ __all__ = [
     "interpreting",
     "mask_shape",
     "read_mask",
+    "record_layer",
     "reference",
-    "record_sdpa_layer",
-    "record_triton_layer",
     "resolve_kernel",
     "score_perturbation",
     "score_scale",

@@ -114,11 +114,11 @@ def _table() -> dict[tuple[str, str, int], LaunchConfig | Refused]:
     table: dict[tuple[str, str, int], LaunchConfig | Refused] = {}
     for arch in ARCHITECTURES:
         for size in (64, 128, 256):
-            entry = half[size]
+            blocks = half[size]
             if size == 128 and arch in ("sm_86", "sm_89"):
-                entry = LaunchConfig(32, 32, 4, 2)
-            table[(arch, "bfloat16", size)] = entry
-            table[(arch, "float16", size)] = entry
+                blocks = LaunchConfig(32, 32, 4, 2)
+            table[(arch, "bfloat16", size)] = blocks
+            table[(arch, "float16", size)] = blocks
             entry = single[size]
             table[(arch, "float32", size)] = (
                 entry

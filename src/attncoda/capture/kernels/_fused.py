@@ -40,167 +40,29 @@ summation order differs from the compiled kernel.
 from __future__ import annotations
 
 import contextlib
-import functools
-import math
-import os
 import sys
 
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.names import KERNELS
-from attncoda.capture.stats import split_rows
+from attncoda.capture.stats import sink_columns, split_rows
 
 from ._configs import FP_FUSION, LaunchConfig, Refused, architecture_of, launch_config
-from ._triton import compiled
+from ._masks import MaskShape, layer_shape
+from ._record import record_rows, store
+from ._triton import compiled, interpreting
 
 __all__ = [
-    "KERNELS",
-    "MaskShape",
+    "MAX_HEAD_DIM",
+    "KernelRefused",
+    "architecture",
     "fused_attention",
-    "interpreting",
-    "mask_shape",
+    "launch_for",
     "record_layer",
-    "resolve_kernel",
-    "triton_available",
 ]
-
-#: The devices where ``kernel="auto"`` takes the fused kernel, after its first-use check
-#: (:func:`attncoda.capture.kernels.first_use_check`); the tests add ``"cpu"`` under the
-#: interpreter to exercise the check.
-AUTO_DEVICES: tuple[str, ...] = ("cuda",)
 
 #: The largest head dim the kernel takes (a query block and its accumulator in registers).
 MAX_HEAD_DIM = 256
-
-
-def interpreting() -> bool:
-    """Whether Triton's interpreter is asked for (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
-
-
-@functools.lru_cache(maxsize=1)
-def triton_available() -> bool:
-    """Whether ``triton`` imports."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def resolve_kernel(kernel: str, device: str) -> str:
-    """The kernel that serves ``method="fast"`` on ``device`` (``"cpu"`` or ``"cuda"``).
-
-    ``"auto"`` is ``"triton"`` on CUDA when triton imports and ``"sdpa"`` otherwise;
-    ``"triton"`` is refused where it cannot run (the CPU without ``TRITON_INTERPRET=1``, or no
-    triton); ``"sdpa"`` runs everywhere.
-    """
-    if kernel not in KERNELS:
-        raise AttncodaError(
-            f"unknown kernel {kernel!r}: use 'auto' (triton on cuda, else sdpa), 'triton' or 'sdpa'"
-        )
-    if kernel == "sdpa":
-        return kernel
-    if kernel == "auto":
-        return "triton" if device in AUTO_DEVICES and triton_available() else "sdpa"
-    if not triton_available():
-        raise AttncodaError(
-            "kernel='triton' needs the triton package, which does not import here: install "
-            "triton or use kernel='sdpa'"
-        )
-    if device != "cuda" and not interpreting():
-        raise AttncodaError(
-            f"kernel='triton' runs on cuda, or on the cpu under Triton's interpreter "
-            f"(TRITON_INTERPRET=1, for tests); got device {device!r}: use kernel='sdpa'"
-        )
-    return kernel
-
-
-class MaskShape:
-    """The visibility the kernel computes from parameters: query ``i`` (at key position
-    ``i + offset``) sees key ``j`` when ``lo[b] <= j < hi[b]``, and, if ``causal``,
-    ``j <= i + offset``, and, if ``window``, ``i + offset - j < window``.
-
-    Attributes
-    ----------
-    lo, hi : torch.Tensor
-        int32 ``(batch,)``: each document's run of real keys.
-    causal : bool
-    window : int or None
-    """
-
-    __slots__ = ("causal", "hi", "lo", "window")
-
-    def __init__(self, lo: torch.Tensor, hi: torch.Tensor, causal: bool, window: int | None):
-        self.lo, self.hi, self.causal, self.window = lo, hi, causal, window
-
-    def visible(self, rows: torch.Tensor, k_len: int, offset: int) -> torch.Tensor:
-        """bool ``(batch, 1, len(rows), k_len)``: the keys the query rows ``rows`` see."""
-        keys = torch.arange(k_len, device=rows.device)
-        seen = (keys[None, :] >= self.lo[:, None].to(rows.device)) & (
-            keys[None, :] < self.hi[:, None].to(rows.device)
-        )
-        seen = seen[:, None, None, :]
-        pos = (rows + offset)[:, None]
-        if self.causal:
-            seen = seen & (keys[None, :] <= pos)
-        if self.window is not None:
-            seen = seen & (pos - keys[None, :] < self.window)
-        return seen.expand(-1, 1, rows.numel(), k_len)
-
-    def seen_keys(self, q_len: int, k_len: int) -> torch.Tensor:
-        """int64 ``(batch, q_len)``: how many token keys each query sees."""
-        pos = torch.arange(q_len, device=self.lo.device)[None, :] + (k_len - q_len)
-        first = self.lo[:, None].to(torch.int64).expand(-1, q_len)
-        stop = self.hi[:, None].to(torch.int64).expand(-1, q_len)
-        if self.window is not None:
-            first = torch.maximum(first, pos - self.window + 1)
-        if self.causal:
-            stop = torch.minimum(stop, pos + 1)
-        return (stop - first).clamp(min=0)
-
-
-def mask_shape(
-    visible: torch.Tensor | None,
-    causal: bool,
-    batch: int,
-    q_len: int,
-    k_len: int,
-    window: int | None,
-    device,
-    rows_per_chunk: int = 1024,
-) -> MaskShape | None:
-    """The :class:`MaskShape` of a boolean mask, or None when it has no such shape.
-
-    ``visible`` is bool ``(batch, 1, q_len, k_len)`` or None (plain causal rows with
-    ``causal``, every key otherwise), as :func:`attncoda.capture.kernels.read_mask` gives it.
-    Each candidate (causal or not, with ``window`` or without) is checked against the mask
-    ``rows_per_chunk`` queries at a time; the first that reproduces it is returned.
-    """
-    offset = k_len - q_len
-    if visible is None:
-        lo = torch.zeros(batch, dtype=torch.int32, device=device)
-        hi = torch.full((batch,), k_len, dtype=torch.int32, device=device)
-        return MaskShape(lo, hi, causal, None)
-    seen_keys = visible.any(dim=2)[:, 0]  # (b, k)
-    keys = torch.arange(k_len, device=visible.device)
-    lo = torch.where(seen_keys, keys, k_len).amin(-1).to(torch.int32)
-    hi = (torch.where(seen_keys, keys, -1).amax(-1) + 1).to(torch.int32)
-    windows = [window, None] if window is not None else [None]
-    for cand_causal in (True, False):
-        for cand_window in windows:
-            shape = MaskShape(lo, hi, cand_causal, cand_window)
-            same = True
-            for r0 in range(0, q_len, rows_per_chunk):
-                rows = torch.arange(r0, min(q_len, r0 + rows_per_chunk), device=visible.device)
-                expected = shape.visible(rows, k_len, offset)
-                if not torch.equal(visible[:, :, r0 : r0 + rows.numel()], expected):
-                    same = False
-                    break
-            if same:
-                return MaskShape(lo.to(device), hi.to(device), cand_causal, cand_window)
-    return None
 
 
 def _blocks(head_dim: int) -> tuple[int, int]:
@@ -288,7 +150,7 @@ def fused_attention(
     sink : torch.Tensor
         bool ``(batch, key_pos)``: the sink token keys of each document.
     shape : MaskShape
-        The keys each query sees (:func:`mask_shape`).
+        The keys each query sees (:func:`attncoda.capture.kernels.mask_shape`).
     softcap : float, optional
         Gemma 2's logit soft-cap ``c``: scores ``tanh(z / c) c``.
     s_aux : torch.Tensor, optional
@@ -340,10 +202,8 @@ def fused_attention(
             f"use a larger block_m or kernel='sdpa'"
         )
     sink = sink.to(device)
-    counts = sink.sum(-1)
-    width = max(int(counts.max()) if counts.numel() else 0, 1)
-    index = torch.argsort((~sink).to(torch.int8), dim=-1, stable=True)[:, :width]
-    valid = torch.arange(width, device=device)[None, :] < counts[:, None]
+    index, valid = sink_columns(sink)  # (b, width)
+    width = index.shape[1]
     index32 = index.to(torch.int32).contiguous()
     valid8 = valid.to(torch.int8).contiguous()
     is_sink = sink.to(torch.int8).contiguous()
@@ -434,11 +294,10 @@ def record_layer(
     """The fused kernel on one routed layer: statistics into ``recorder``; the output.
 
     Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None (after a printed
-    note) when the layer's mask has no :class:`MaskShape` or carries a bias: the caller then
-    takes the two-call SDPA path, or the exact one for what that path does not cover.
+    note) when the layer's mask has no :class:`attncoda.capture.kernels.MaskShape` or carries
+    a bias: the caller then takes the two-call SDPA path, or the exact one for what that path
+    does not cover.
     """
-    from ._sdpa import read_mask
-
     reason = _not_covered(query, module)
     if reason is not None:
         _note(recorder, reason)
@@ -447,20 +306,7 @@ def record_layer(
     k_len = key.shape[2]
     window = kwargs.get("sliding_window")
     window = int(window) if isinstance(window, int) and window > 0 else None
-    # Once per mask tensor and window: a forward has one or two masks (full and sliding).
-    cache = recorder.fast_cache.setdefault("fused_shapes", {})
-    found = cache.get((id(attention_mask), window))
-    if found is not None and found[0] is attention_mask:
-        shape, ok = found[1], found[2]
-    else:
-        if attention_mask is None:
-            visible, causal, ok = None, bool(getattr(module, "is_causal", False)), True
-        else:
-            visible, causal, ok = read_mask(attention_mask, q_len, k_len)
-        shape = mask_shape(visible, causal, b, q_len, k_len, window, query.device) if ok else None
-        if len(cache) >= 4:
-            cache.clear()
-        cache[(id(attention_mask), window)] = (attention_mask, shape, ok)
+    shape, ok = layer_shape(recorder, module, attention_mask, b, q_len, k_len, window, query.device)
     if not ok:
         _note(recorder, "masks that carry a bias")
         return None
@@ -472,7 +318,7 @@ def record_layer(
         _note(recorder, config.why)
         return None
     softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
-    if check is not None and query.device.type in AUTO_DEVICES:
+    if check is not None:
         why = check(
             query.device, query.dtype, query.shape[-1], causal=shape.causal,
             window=shape.window, softcap=softcap,
@@ -488,46 +334,21 @@ def record_layer(
             scaling=scaling,
             sink=recorder.sink,
             shape=shape,
-            softcap=kwargs.get("softcap"),
-            s_aux=kwargs.get("s_aux"),
+            softcap=softcap,
+            s_aux=s_aux,
             learned=recorder.learned,
         )
     except KernelRefused as refused:
         _note(recorder, str(refused))
         return None
-    for name, values in stats.items():
-        recorder.stats[layer][name][:] = values.cpu()
-    _record_rows(recorder, layer, query, key, shape, scaling, kwargs)
-    return out.transpose(1, 2).contiguous()
+    store(recorder, layer, stats)
 
-
-def _record_rows(recorder, layer, query, key, shape, scaling, kwargs):
-    """Exact float32 log-softmax rows of the recorded queries only (soft-capped scores, the
-    virtual key as the last column of a learned-sink layer)."""
-    h, kv = query.shape[1], key.shape[1]
-    q_len, k_len = query.shape[2], key.shape[2]
-    softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
-    for doc, positions in enumerate(recorder.record):
-        if positions.numel() == 0:
-            continue
-        pos = positions.to(query.device)
-        qd = query[doc, :, pos].float()  # (h, r, d)
-        kd = key[doc].float()  # (kv, k, d)
-        r = qd.shape[1]
-        scores = torch.matmul(qd.reshape(kv, (h // kv) * r, -1), kd.transpose(-1, -2))
-        scores = scores.reshape(h, r, k_len) * scaling
-        if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
+    def seen(doc, pos):
         span = slice(doc, doc + 1)
         one = MaskShape(shape.lo[span], shape.hi[span], shape.causal, shape.window)
-        seen = one.visible(pos, k_len, k_len - q_len)[0, 0]  # (r, k)
-        scores = scores.masked_fill(~seen[None], -math.inf)
-        lo = int(recorder.offsets[doc])
-        n = recorder.rows[layer][doc].shape[-1] - int(s_aux is not None)
-        if s_aux is not None:
-            sinks = s_aux.float().reshape(h, 1, 1).expand(h, r, 1)
-            log_rows = torch.log_softmax(torch.cat([scores, sinks], -1), dim=-1)
-            rows = torch.cat([log_rows[:, :, lo : lo + n], log_rows[:, :, -1:]], -1)
-        else:
-            rows = torch.log_softmax(scores, dim=-1)[:, :, lo : lo + n]
-        recorder.rows[layer][doc][:] = rows.cpu()
+        return one.visible(pos, k_len, k_len - q_len)[0, 0]
+
+    record_rows(
+        recorder, layer, query, key, scaling, seen, upcast=True, softcap=softcap, s_aux=s_aux
+    )
+    return out.transpose(1, 2).contiguous()

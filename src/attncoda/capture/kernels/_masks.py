@@ -1,12 +1,27 @@
-"""The boolean attention masks of ``method="fast"`` (docs/design.md, "The fast path"):
-transformers' own mask builder, called a bounded number of queries at a time.
+"""The mask geometry of ``method="fast"`` (docs/design.md, "The fast path").
+
+- :func:`boolean_mask`: the boolean masks the fast path asks transformers for (its own mask
+  builder, called a bounded number of queries at a time);
+- :func:`read_mask`: what a layer's mask lets each query see, and whether it carries a bias;
+- :class:`MaskShape` and :func:`mask_shape`: the visibility the fused kernel computes from a
+  few parameters (runs of real keys, causal, sliding window);
+- :func:`layer_mask` and :func:`layer_shape`: those two, read once per mask tensor in a
+  forward pass (the one per-forward cache, on the recorder).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["MASK_ROWS", "boolean_mask"]
+__all__ = [
+    "MASK_ROWS",
+    "MaskShape",
+    "boolean_mask",
+    "layer_mask",
+    "layer_shape",
+    "mask_shape",
+    "read_mask",
+]
 
 
 #: Queries per call of transformers' mask builder in :func:`boolean_mask`: it evaluates the
@@ -45,3 +60,175 @@ def boolean_mask(
             )
         out[:, :, r0 : r0 + rows] = part
     return out
+
+
+def read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):
+    """``(visible, causal, ok)`` of a mask, read ``rows_per_chunk`` queries at a time so that
+    no full-size temporary is made (a 32k-token mask is 4 GiB in float32).
+
+    ``visible`` is bool ``(batch, 1, q_len, k_len)``, None when the mask is exactly causal
+    (``causal``); ``ok`` is False when an additive mask puts a bias on a visible key, which
+    the fast statistics refuse.
+    """
+    b = attention_mask.shape[0]
+    device = attention_mask.device
+    boolean = attention_mask.dtype == torch.bool
+    floor = 0.0 if boolean else torch.finfo(attention_mask.dtype).min / 2
+    full = tuple(attention_mask.shape) == (b, 1, q_len, k_len)
+    # A full boolean mask is its own visibility (no 1-byte-a-key copy of it).
+    own = boolean and full
+    visible = (
+        attention_mask
+        if own
+        else torch.empty((b, 1, q_len, k_len), dtype=torch.bool, device=device)
+    )
+    causal, ok = q_len == k_len, True
+    keys = torch.arange(k_len, device=device)
+    for r0 in range(0, q_len, rows_per_chunk):
+        r1 = min(q_len, r0 + rows_per_chunk)
+        part = attention_mask[:, :, r0:r1].expand(b, 1, r1 - r0, k_len)
+        seen = part if boolean else part > floor
+        if not own:
+            visible[:, :, r0:r1] = seen
+        if not boolean and ok:
+            ok = not bool(part.masked_fill(~seen, 0).any())
+        if causal:
+            tril = keys[None, :] <= torch.arange(r0, r1, device=device)[:, None]
+            causal = bool(torch.equal(seen, tril.expand_as(seen)))
+    return (None if causal else visible), causal, ok
+
+
+class MaskShape:
+    """The visibility the kernel computes from parameters: query ``i`` (at key position
+    ``i + offset``) sees key ``j`` when ``lo[b] <= j < hi[b]``, and, if ``causal``,
+    ``j <= i + offset``, and, if ``window``, ``i + offset - j < window``.
+
+    Attributes
+    ----------
+    lo, hi : torch.Tensor
+        int32 ``(batch,)``: each document's run of real keys.
+    causal : bool
+    window : int or None
+    """
+
+    __slots__ = ("causal", "hi", "lo", "window")
+
+    def __init__(self, lo: torch.Tensor, hi: torch.Tensor, causal: bool, window: int | None):
+        self.lo, self.hi, self.causal, self.window = lo, hi, causal, window
+
+    def visible(self, rows: torch.Tensor, k_len: int, offset: int) -> torch.Tensor:
+        """bool ``(batch, 1, len(rows), k_len)``: the keys the query rows ``rows`` see."""
+        keys = torch.arange(k_len, device=rows.device)
+        seen = (keys[None, :] >= self.lo[:, None].to(rows.device)) & (
+            keys[None, :] < self.hi[:, None].to(rows.device)
+        )
+        seen = seen[:, None, None, :]
+        pos = (rows + offset)[:, None]
+        if self.causal:
+            seen = seen & (keys[None, :] <= pos)
+        if self.window is not None:
+            seen = seen & (pos - keys[None, :] < self.window)
+        return seen.expand(-1, 1, rows.numel(), k_len)
+
+    def seen_keys(self, q_len: int, k_len: int) -> torch.Tensor:
+        """int64 ``(batch, q_len)``: how many token keys each query sees."""
+        pos = torch.arange(q_len, device=self.lo.device)[None, :] + (k_len - q_len)
+        first = self.lo[:, None].to(torch.int64).expand(-1, q_len)
+        stop = self.hi[:, None].to(torch.int64).expand(-1, q_len)
+        if self.window is not None:
+            first = torch.maximum(first, pos - self.window + 1)
+        if self.causal:
+            stop = torch.minimum(stop, pos + 1)
+        return (stop - first).clamp(min=0)
+
+
+def mask_shape(
+    visible: torch.Tensor | None,
+    causal: bool,
+    batch: int,
+    q_len: int,
+    k_len: int,
+    window: int | None,
+    device,
+    rows_per_chunk: int = 1024,
+) -> MaskShape | None:
+    """The :class:`MaskShape` of a boolean mask, or None when it has no such shape.
+
+    ``visible`` is bool ``(batch, 1, q_len, k_len)`` or None (plain causal rows with
+    ``causal``, every key otherwise), as :func:`attncoda.capture.kernels.read_mask` gives it.
+    Each candidate (causal or not, with ``window`` or without) is checked against the mask
+    ``rows_per_chunk`` queries at a time; the first that reproduces it is returned.
+    """
+    offset = k_len - q_len
+    if visible is None:
+        lo = torch.zeros(batch, dtype=torch.int32, device=device)
+        hi = torch.full((batch,), k_len, dtype=torch.int32, device=device)
+        return MaskShape(lo, hi, causal, None)
+    seen_keys = visible.any(dim=2)[:, 0]  # (b, k)
+    keys = torch.arange(k_len, device=visible.device)
+    lo = torch.where(seen_keys, keys, k_len).amin(-1).to(torch.int32)
+    hi = (torch.where(seen_keys, keys, -1).amax(-1) + 1).to(torch.int32)
+    windows = [window, None] if window is not None else [None]
+    for cand_causal in (True, False):
+        for cand_window in windows:
+            shape = MaskShape(lo, hi, cand_causal, cand_window)
+            same = True
+            for r0 in range(0, q_len, rows_per_chunk):
+                rows = torch.arange(r0, min(q_len, r0 + rows_per_chunk), device=visible.device)
+                expected = shape.visible(rows, k_len, offset)
+                if not torch.equal(visible[:, :, r0 : r0 + rows.numel()], expected):
+                    same = False
+                    break
+            if same:
+                return MaskShape(lo.to(device), hi.to(device), cand_causal, cand_window)
+    return None
+
+
+def _per_forward(recorder, key, attention_mask, compute):
+    """``compute()`` once per mask tensor (and ``key``) in a forward pass, kept on the
+    recorder: a forward has one or two masks (full and sliding-window layers), which every
+    layer of their kind shares."""
+    cache = recorder.fast_cache.setdefault("masks", {})
+    found = cache.get(key)
+    if found is not None and found[0] is attention_mask:
+        return found[1]
+    value = compute()
+    if len(cache) >= 4:
+        cache.clear()
+    cache[key] = (attention_mask, value)
+    return value
+
+
+def _read_layer(module, attention_mask, q_len, k_len):
+    if attention_mask is None:
+        return None, bool(getattr(module, "is_causal", False)), True
+    return read_mask(attention_mask, q_len, k_len)
+
+
+def layer_mask(recorder, module, attention_mask, q_len, k_len):
+    """``(visible, causal, ok)`` of a layer's mask (:func:`read_mask`; no mask: the layer's
+    own ``is_causal``), read once per mask tensor in the recorder's forward pass.
+
+    ``visible`` is None for plain causal rows. ``ok`` is False when the additive mask holds
+    values other than 0 on visible keys (a bias the statistics would have to include): that
+    layer then takes the exact path.
+    """
+    return _per_forward(
+        recorder,
+        ("read", id(attention_mask)),
+        attention_mask,
+        lambda: _read_layer(module, attention_mask, q_len, k_len),
+    )
+
+
+def layer_shape(recorder, module, attention_mask, batch, q_len, k_len, window, device):
+    """``(shape, ok)``: the :class:`MaskShape` of a layer's mask (None when it has none) and
+    whether the mask is free of a bias, once per mask tensor and window in the recorder's
+    forward pass."""
+
+    def read():
+        visible, causal, ok = _read_layer(module, attention_mask, q_len, k_len)
+        shape = mask_shape(visible, causal, batch, q_len, k_len, window, device) if ok else None
+        return shape, ok
+
+    return _per_forward(recorder, ("shape", id(attention_mask), window), attention_mask, read)

@@ -57,9 +57,12 @@ import math
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.stats import split_rows
+from attncoda.capture.stats import sink_columns, split_rows
 
-__all__ = ["FAST_STATISTICS", "fast_attention", "read_mask", "record_layer", "visible_keys"]
+from ._masks import layer_mask
+from ._record import record_rows, store
+
+__all__ = ["FAST_STATISTICS", "fast_attention", "record_layer", "visible_keys"]
 
 #: What the fast path returns per (batch, head, query_pos), as ``row_statistics`` does.
 FAST_STATISTICS = (
@@ -188,15 +191,6 @@ def _per_head_dot(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return dots.reshape(b, h, q).to(torch.float64)
 
 
-def _sink_columns(sink: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sink key indices ``(batch, k_max)`` padded with 0, and which of them are real."""
-    counts = sink.sum(-1)
-    width = max(int(counts.max()) if counts.numel() else 0, 1)
-    index = torch.argsort((~sink).to(torch.int8), dim=-1, stable=True)[:, :width]
-    valid = torch.arange(width, device=sink.device)[None, :] < counts[:, None]
-    return index, valid
-
-
 def _prefix_sink(sink: torch.Tensor) -> int | None:
     """``k0`` when every document's sink set is exactly ``0..k0-1`` (``k0 >= 1``), else None."""
     counts = sink.sum(-1)
@@ -271,7 +265,7 @@ def fast_attention(
     if group > 1 and not kernel.grouped:
         kx, vx = kf.repeat_interleave(group, 1), vf.repeat_interleave(group, 1)
     sink = sink.to(device)
-    index, valid = _sink_columns(sink)  # (b, ks)
+    index, valid = sink_columns(sink)  # (b, ks)
     ks = index.shape[1]
     cols = index[:, None, :, None].expand(b, kv, ks, d)
     sink_keys = torch.gather(kf, 2, cols).repeat_interleave(group, 1)  # (b, h, ks, d)
@@ -363,63 +357,6 @@ def fast_attention(
     return out.to(query.dtype), stats
 
 
-def _layer_mask(recorder, module, attention_mask, q_len, k_len):
-    """``(visible, causal, ok)`` for a layer's mask, cached on the recorder for its forward.
-
-    ``visible`` is None for plain causal rows. ``ok`` is False when the additive mask holds
-    values other than 0 on visible keys (a bias the statistics would have to include): that
-    layer then takes the exact path.
-    """
-    cache = recorder.fast_cache  # id(mask) -> (mask, visible, causal, ok)
-    found = cache.get(id(attention_mask))
-    if found is not None and found[0] is attention_mask:
-        return found[1:]
-    if attention_mask is None:
-        entry = (None, bool(getattr(module, "is_causal", False)), True)
-    else:
-        entry = read_mask(attention_mask, q_len, k_len)
-    if len(cache) >= 4:  # a forward has one or two masks (full and sliding-window layers)
-        cache.clear()
-    cache[id(attention_mask)] = (attention_mask, *entry)
-    return entry
-
-
-def read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):
-    """``(visible, causal, ok)`` of a mask, read ``rows_per_chunk`` queries at a time so that
-    no full-size temporary is made (a 32k-token mask is 4 GiB in float32).
-
-    ``visible`` is bool ``(batch, 1, q_len, k_len)``, None when the mask is exactly causal
-    (``causal``); ``ok`` is False when an additive mask puts a bias on a visible key, which
-    the fast statistics refuse.
-    """
-    b = attention_mask.shape[0]
-    device = attention_mask.device
-    boolean = attention_mask.dtype == torch.bool
-    floor = 0.0 if boolean else torch.finfo(attention_mask.dtype).min / 2
-    full = tuple(attention_mask.shape) == (b, 1, q_len, k_len)
-    # A full boolean mask is its own visibility (no 1-byte-a-key copy of it).
-    own = boolean and full
-    visible = (
-        attention_mask
-        if own
-        else torch.empty((b, 1, q_len, k_len), dtype=torch.bool, device=device)
-    )
-    causal, ok = q_len == k_len, True
-    keys = torch.arange(k_len, device=device)
-    for r0 in range(0, q_len, rows_per_chunk):
-        r1 = min(q_len, r0 + rows_per_chunk)
-        part = attention_mask[:, :, r0:r1].expand(b, 1, r1 - r0, k_len)
-        seen = part if boolean else part > floor
-        if not own:
-            visible[:, :, r0:r1] = seen
-        if not boolean and ok:
-            ok = not bool(part.masked_fill(~seen, 0).any())
-        if causal:
-            tril = keys[None, :] <= torch.arange(r0, r1, device=device)[:, None]
-            causal = bool(torch.equal(seen, tril.expand_as(seen)))
-    return (None if causal else visible), causal, ok
-
-
 def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling):
     """The fast path of one routed layer: statistics into ``recorder``; the layer's output.
 
@@ -429,7 +366,7 @@ def record_layer(recorder, layer, module, query, key, value, attention_mask, sca
     """
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
-    visible, causal, ok = _layer_mask(recorder, module, attention_mask, q_len, k_len)
+    visible, causal, ok = layer_mask(recorder, module, attention_mask, q_len, k_len)
     if not ok:
         return None
     out, stats = fast_attention(
@@ -442,33 +379,14 @@ def record_layer(recorder, layer, module, query, key, value, attention_mask, sca
         causal=causal,
         block_size=recorder.block_size,
     )
-    for name, values in stats.items():
-        recorder.stats[layer][name][:] = values.cpu()
-    _record_rows(recorder, layer, query, key, attention_mask, scaling)
-    return out.transpose(1, 2).contiguous()
+    store(recorder, layer, stats)
 
-
-def _record_rows(recorder, layer, query, key, attention_mask, scaling):
-    """Exact float32 log-softmax rows of the recorded queries only."""
-    h, kv = query.shape[1], key.shape[1]
-    k_len = key.shape[2]
-    for doc, positions in enumerate(recorder.record):
-        if positions.numel() == 0:
-            continue
-        pos = positions.to(query.device)
-        qd = query[doc, :, pos]  # (h, r, d)
-        kd = key[doc]  # (kv, k, d)
-        r = qd.shape[1]
-        scores = torch.matmul(qd.reshape(kv, (h // kv) * r, -1), kd.transpose(-1, -2))
-        scores = scores.reshape(h, r, k_len) * scaling
+    def seen(doc, pos):
         if attention_mask is None:
-            seen = pos[:, None] >= torch.arange(k_len, device=query.device)[None, :]
-        elif attention_mask.dtype == torch.bool:
-            seen = attention_mask[doc, 0, pos]
-        else:
-            seen = attention_mask[doc, 0, pos] > torch.finfo(attention_mask.dtype).min / 2
-        log_rows = torch.log_softmax(scores.float().masked_fill(~seen[None], -math.inf), dim=-1)
-        lo = int(recorder.offsets[doc])
-        n = recorder.rows[layer][doc].shape[-1]
-        rows = log_rows[:, :, lo : lo + n].masked_fill(~seen[None, :, lo : lo + n], -math.inf)
-        recorder.rows[layer][doc][:] = rows.cpu()
+            return pos[:, None] >= torch.arange(k_len, device=query.device)[None, :]
+        if attention_mask.dtype == torch.bool:
+            return attention_mask[doc, 0, pos]
+        return attention_mask[doc, 0, pos] > torch.finfo(attention_mask.dtype).min / 2
+
+    record_rows(recorder, layer, query, key, scaling, seen)
+    return out.transpose(1, 2).contiguous()

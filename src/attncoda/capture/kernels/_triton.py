@@ -2,7 +2,8 @@
 
 The loop and its accumulators are documented in :mod:`attncoda.capture.kernels._fused`,
 which launches the kernel and turns its per-row outputs into statistics. Triton is imported
-only when the kernel is first asked for, so the package imports without it.
+only when the kernel is first asked for, so the package imports without it;
+:func:`triton_available` and :func:`interpreting` say whether and how it can run here.
 
 What the source keeps to, for real sizes and for the Triton releases GPU machines carry
 (3.6 and later; only APIs present there):
@@ -20,11 +21,27 @@ What the source keeps to, for real sizes and for the Triton releases GPU machine
 from __future__ import annotations
 
 import functools
+import os
 
-__all__ = ["UNSPECIALISED", "compiled"]
+__all__ = ["UNSPECIALISED", "compiled", "interpreting", "triton_available"]
 
 #: The integer arguments the kernel does not specialise on (one compile for every value).
 UNSPECIALISED = ("Q_LEN", "K_LEN", "OFFSET", "WINDOW", "N_SINK")
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter is asked for (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    """Whether ``triton`` imports."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=2)

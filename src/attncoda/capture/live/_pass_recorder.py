@@ -6,7 +6,6 @@ hook).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +13,7 @@ import torch
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.routing import active_recorder
-from attncoda.capture.stats import COUNTS, STATISTICS, Recorder, row_statistics
+from attncoda.capture.stats import Recorder
 
 __all__ = ["PassRecorder", "cache_of", "check_mask", "past_length", "record_scores"]
 
@@ -59,68 +58,26 @@ class PassRecorder(Recorder):
                 f"forward pass over {tuple(self.query_real.shape)}: recording reads the "
                 f"attention of the model's own layers only"
             )
-        if self.learned and not learned:
-            raise AttncodaError(
-                f"sink 'learned' needs learned sink logits (s_aux), but attention call "
-                f"{len(self.stats)} of this model has none: use a token sink such as 'first'"
-            )
+        self._check_learned(learned)
         self.first_key.append(total - k_len if k_len <= total else 0)
         # The fused kernel's statistics assume the keys are the pass's own queries.
         self.method = self.requested if self.past == 0 and k_len == q_len else "exact"
         self.sink = self.sink_keys[:, :k_len] if self.method == "fast" else self.sink_keys
         self.virtual.append(learned)
-        layer = {name: torch.zeros(batch, heads, q_len, dtype=torch.float64) for name in STATISTICS}
-        for name in COUNTS:
-            layer[name] = torch.zeros(batch, heads, q_len, dtype=torch.int64)
-        self.stats.append(layer)
-        self.rows.append(
-            [
-                torch.full((heads, len(pos), n + int(learned)), -math.inf)
-                for pos, n in zip(self.record, self.widths, strict=True)
-            ]
-        )
-        return len(self.stats) - 1
+        return self._allocate(batch, heads, q_len, self.widths, learned)
 
-    def add_block(self, layer, start, log_rows, visible, probs=None, mask=None) -> None:
-        """Fold one block of log-softmax rows ``(batch, head, q, key)`` in; key column ``c``
-        is the sequence position ``first_key[layer] + c``."""
-        stop = start + log_rows.shape[2]
-        device = log_rows.device
-        virtual = self.virtual[layer]
+    def _token_sink(self, layer: int, batch: int, tokens: int) -> torch.Tensor:
+        """The sink keys of a block's token columns: key column ``c`` is the sequence position
+        ``first_key[layer] + c`` (columns past the sequence, a static cache's unfilled slots,
+        are not sinks)."""
         first = self.first_key[layer]
-        b, _, q, k = log_rows.shape
-        if visible is None:
-            visible = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)
-        visible = visible.expand(b, 1, q, k)
-        tokens = k - int(virtual)
-        sink = torch.zeros((b, tokens), dtype=torch.bool)
+        sink = torch.zeros((batch, tokens), dtype=torch.bool)
         held = self.sink_keys[:, first : first + tokens]
         sink[:, : held.shape[1]] = held
-        sink = sink.to(device)
-        if virtual:
-            sink = torch.cat([sink, sink.new_full((b, 1), self.learned)], dim=-1)
-        stats = row_statistics(log_rows, visible, sink, probs=probs, mask=mask)
-        for name, value in stats.items():
-            self.stats[layer][name][:, :, start:stop] = value.detach().cpu()
-        for doc, positions in enumerate(self.record):
-            inside = (positions >= start) & (positions < stop)
-            if not bool(inside.any()):
-                continue
-            lo = int(self.offsets[doc])
-            cols = torch.arange(lo, lo + self.widths[doc]) - first
-            held_cols = torch.nonzero((cols >= 0) & (cols < tokens))[:, 0]
-            local = (positions[inside] - start).to(device)
-            columns = cols[held_cols].to(device)
-            if virtual:
-                columns = torch.cat([columns, columns.new_full((1,), k - 1)])
-            rows = log_rows[doc][:, local][..., columns].to(torch.float32)
-            seen = visible[doc][:, local][..., columns]
-            block_rows = rows.detach().masked_fill(~seen, -math.inf).cpu()
-            target = self.rows[layer][doc]
-            picked = torch.nonzero(inside)[:, 0]
-            target[:, picked[:, None], held_cols[None, :]] = block_rows[..., : len(held_cols)]
-            if virtual:
-                target[:, picked, -1] = block_rows[..., -1]
+        return sink
+
+    def _first_key(self, layer: int) -> int:
+        return self.first_key[layer]
 
 
 def record_scores(point, inputs, scores) -> None:

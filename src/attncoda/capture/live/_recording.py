@@ -35,7 +35,8 @@ from attncoda._errors import AttncodaError
 from attncoda.capture._result import Capture, assemble, concatenate
 from attncoda.capture.names import METHODS
 from attncoda.capture.routing import active_recorder, is_recorded, marked, routed
-from attncoda.capture.stats import parse_sink, record_plan, resolve_sinks
+from attncoda.capture.sinks import parse_sink, resolve_sinks
+from attncoda.capture.stats import record_plan
 
 from ._live import bridge_score_hooks, kind_of, live_model
 from ._pass_recorder import (

@@ -14,22 +14,17 @@ transformers.
 
 from __future__ import annotations
 
-from ._attention import (
+from ._exact import IGNORED_KEYWORDS, IMPLEMENTED_KEYWORDS, attncoda_attention, last_visible_key
+from ._head_edit import ACTIVE_PLAN, EditPlan, layer_edit
+from ._register import (
     ATTENTION_NAME,
     FAST_NAME,
-    IGNORED_KEYWORDS,
-    IMPLEMENTED_KEYWORDS,
-    active_recorder,
-    attncoda_attention,
-    is_recorded,
-    last_visible_key,
-    marked,
     register,
     routable,
     routed,
     unroutable_message,
 )
-from ._head_edit import ACTIVE_PLAN, EditPlan, layer_edit
+from ._state import active_recorder, is_recorded, marked
 
 __all__ = [
     "ACTIVE_PLAN",

@@ -1,5 +1,5 @@
 """The per-layer edit of ablated and gated heads, applied inside the routed ``"attncoda"``
-attention function (:mod:`attncoda.capture.routing._attention`) while a context of
+attention function (:mod:`attncoda.capture.routing._exact`) while a context of
 :mod:`attncoda.capture.ablation._ablation` is active. Its own module, so that the attention function
 reads the active plan without importing the ablation contexts, which route the model
 through it.

@@ -1,11 +1,5 @@
 """The registered ``"attncoda"`` attention function and the per-row statistics it computes.
 
-``transformers`` dispatches a layer's attention through ``AttentionInterface`` by the name
-in ``config._attn_implementation``. :func:`routed` registers :func:`attncoda_attention`
-under the name ``"attncoda"`` (with ``eager_mask`` as its mask function: without one the
-function would receive no mask at all), switches the model to it and restores the previous
-implementation afterwards.
-
 The function runs each family's own eager float operations (``repeat_kv``, scores,
 scaling, soft-capping, additive mask, softmax, cast, learned sinks, output matmul), so a
 layer whose queries fit in one block gives outputs bit-identical to eager by construction
@@ -16,167 +10,27 @@ written into the buffers of one :class:`attncoda.capture.stats.Workspace` per fo
 pass instead of fresh allocations (docs/design.md, "The attention function").
 
 While a :class:`attncoda.capture.stats.Recorder` is active, every block's rows are also
-turned into statistics (:mod:`attncoda.capture.stats._statistics`): float32 log-softmax of the
+turned into statistics (:func:`attncoda.capture.stats.row_statistics`): float32 log-softmax of the
 scores, masked keys set to ``-inf``, re-closed (renormalised) in float64 so the exact
 identities of the compositional split hold to float32 rounding.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import inspect
 import sys
-import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.kernels import boolean_mask, first_use_check, resolve_kernel
-from attncoda.capture.kernels import record_sdpa_layer as record_fast_layer
-from attncoda.capture.kernels import record_triton_layer as record_fused_layer
-from attncoda.capture.stats import COUNTS, STATISTICS, Recorder, Workspace, row_statistics
-from attncoda.models.zoo import routable
+from attncoda.capture.kernels import record_layer as record_fast_layer
+from attncoda.capture.stats import Workspace
 
 from ._head_edit import layer_edit
+from ._state import ACTIVE
 
-__all__ = [
-    "ATTENTION_NAME",
-    "FAST_NAME",
-    "COUNTS",
-    "IGNORED_KEYWORDS",
-    "IMPLEMENTED_KEYWORDS",
-    "STATISTICS",
-    "Recorder",
-    "active_recorder",
-    "attncoda_attention",
-    "is_recorded",
-    "last_visible_key",
-    "marked",
-    "register",
-    "routable",
-    "routed",
-    "row_statistics",
-    "unroutable_message",
-]
-
-ATTENTION_NAME = "attncoda"
-#: The same attention function under ``method="fast"``, with boolean masks
-#: (:func:`boolean_mask`): one byte a key instead of eager's four-byte additive floats, so a
-#: 32k-token mask is 1 GiB, not 4 GiB, per mask kind (causal, sliding window).
-FAST_NAME = "attncoda_fast"
-
-_ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
-    "attncoda_recorder", default=None
-)
-_RECIPES: dict[type, _Recipe] = {}
-#: Models inside an :func:`attncoda.capture.live.recording` block: one route at a time.
-_RECORDED: weakref.WeakSet = weakref.WeakSet()
-
-
-def active_recorder() -> contextvars.ContextVar[Recorder | None]:
-    """The context variable holding the recorder the attention function fills (None: none).
-
-    :func:`routed` sets it for its block; a recording sets it for each forward pass."""
-    return _ACTIVE
-
-
-def is_recorded(model) -> bool:
-    """Whether ``model`` is inside a :func:`attncoda.capture.live.recording` block."""
-    return model in _RECORDED
-
-
-@contextlib.contextmanager
-def marked(model) -> Iterator[None]:
-    """Mark ``model`` as recorded for the block without routing it (a TransformerBridge,
-    whose components compute attention themselves)."""
-    _RECORDED.add(model)
-    try:
-        yield
-    finally:
-        _RECORDED.discard(model)
-
-
-def register() -> None:
-    """Register ``"attncoda"`` and ``"attncoda_fast"`` in transformers' attention and
-    attention-mask interfaces.
-
-    Idempotent. The mask function of ``"attncoda"`` is transformers' ``eager_mask``
-    (additive float mask, ``0`` where a key is visible and the dtype's minimum where it is
-    not); that of ``"attncoda_fast"`` is :func:`boolean_mask`.
-    """
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-    AttentionInterface.register(ATTENTION_NAME, attncoda_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
-    AttentionInterface.register(FAST_NAME, attncoda_attention)
-    AttentionMaskInterface.register(FAST_NAME, boolean_mask)
-
-
-def unroutable_message(model: object) -> str:
-    """The error message for a model whose attention cannot be routed."""
-    name = type(model).__name__
-    return (
-        f"{name} does not route its attention through transformers' AttentionInterface, "
-        f"so capture cannot read its scores: use mode='outputs' (eager output_attentions "
-        f"with an explicit zero policy)"
-    )
-
-
-@contextlib.contextmanager
-def routed(
-    model,
-    recorder: Recorder | None = None,
-    *,
-    method: str | None = None,
-    recording: bool = False,
-) -> Iterator[None]:
-    """Run ``model`` with the ``"attncoda"`` attention function inside the block.
-
-    Parameters
-    ----------
-    model : transformers.PreTrainedModel
-        A model in eval mode whose attention layers use ``ALL_ATTENTION_FUNCTIONS``.
-    recorder : Recorder, optional
-        Collects statistics for the forward passes run inside the block.
-    method : {"exact", "fast"}, optional
-        The attention function's method when no recorder says it (a recording, whose
-        recorders come one per pass).
-    recording : bool
-        Mark the model as recorded for the block: :func:`routed` refuses it meanwhile.
-
-    Raises
-    ------
-    AttncodaError
-        When the model class does not use the AttentionInterface (e.g. Bloom, Falcon), or
-        the model is inside a recording block.
-    """
-    register()
-    if not routable(model):
-        raise AttncodaError(unroutable_message(model))
-    if is_recorded(model):
-        raise AttncodaError(
-            f"{type(model).__name__} is inside an attncoda.recording block: leave that block "
-            f"before capturing or recording this model again"
-        )
-    previous = model.config._attn_implementation
-    fast = (recorder.method if recorder is not None else method) == "fast"
-    model.set_attn_implementation(FAST_NAME if fast else ATTENTION_NAME)
-    token = _ACTIVE.set(recorder)
-    if recording:
-        _RECORDED.add(model)
-    try:
-        yield
-    finally:
-        if recording:
-            _RECORDED.discard(model)
-        _ACTIVE.reset(token)
-        model.set_attn_implementation(previous)
-        if recorder is not None:
-            recorder.workspace.clear()  # the pass is over: its buffers go back now
+__all__ = ["IGNORED_KEYWORDS", "IMPLEMENTED_KEYWORDS", "attncoda_attention", "last_visible_key"]
 
 
 @dataclass(frozen=True)
@@ -191,6 +45,9 @@ class _Recipe:
 
     upcast_softmax: bool
     float32_scores: bool
+
+
+_RECIPES: dict[type, _Recipe] = {}
 
 
 def _recipe(module) -> _Recipe:
@@ -379,7 +236,7 @@ def attncoda_attention(
     _check_keywords(module, kwargs)
     softcap = kwargs.get("softcap")
     s_aux = kwargs.get("s_aux")
-    recorder = _ACTIVE.get()
+    recorder = ACTIVE.get()
     block = recorder.block_size if recorder is not None else 512
     if scaling is None:
         scaling = query.size(-1) ** -0.5
@@ -395,29 +252,16 @@ def attncoda_attention(
     # >>> ablation hook (attncoda.capture.ablation): None unless ablate()/head_gates() is active
     edit = layer_edit(module, query, attention_mask)
     # <<< ablation hook
-    # >>> fast path (capture.kernels._sdpa): statistics from the fused kernel's log-sum-exp;
+    # >>> fast path (attncoda.capture.kernels): statistics from the fused kernel's log-sum-exp;
     # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
-    if recorder is not None and recorder.method == "fast" and recorder.sink is not None:
-        fast = None
-        # The kernel is resolved from where this layer runs (a device map may spread the
-        # layers over the CPU and GPUs); "auto" checks a configuration before it trusts it.
-        chosen = resolve_kernel(recorder.kernel, query.device.type)
-        if edit is None and chosen == "triton":
-            check = first_use_check if recorder.kernel == "auto" else None
-            fast = record_fused_layer(
-                recorder, layer, module, query, key, value, attention_mask, scaling, kwargs,
-                check=check,
-            )  # fmt: skip
-            if fast is not None:
-                recorder.ran[layer] = "triton"
-        if fast is None and edit is None and softcap is None and s_aux is None:
-            fast = record_fast_layer(
-                recorder, layer, module, query, key, value, attention_mask, scaling
-            )
-            if fast is not None:
-                recorder.ran[layer] = "sdpa"
+    fast_ok = recorder is not None and recorder.method == "fast" and recorder.sink is not None
+    if fast_ok and edit is None:
+        fast = record_fast_layer(
+            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs
+        )
         if fast is not None:
             return fast, None
+    if fast_ok and recorder is not None:
         recorder.ran[layer] = "exact"
     # <<< fast path
     key_states = _repeat_kv(key, groups)

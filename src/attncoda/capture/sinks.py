@@ -17,6 +17,9 @@ A spec is one of
 
 All positions are relative to the first real token of a document, so left and right
 padding resolve to the same sinks.
+
+On the lowest floor of :mod:`attncoda.capture`, beside :mod:`attncoda.capture.names`, and
+free of torch: the command line checks a ``--sink`` before any model loads.
 """
 
 from __future__ import annotations
