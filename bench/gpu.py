@@ -1,200 +1,176 @@
-"""The CUDA code paths in one command of under 5 minutes: ``python bench/gpu.py``.
+"""The one prepared GPU script: ``PYTHONPATH=src python bench/gpu.py [--out FILE]``.
 
-On a CUDA device it runs three models there: SmolLM2, Gemma 3 and a random-weight model
-with Llama-3-8B's attention shape (32 query heads, 8 KV heads, head dim 128; 4 layers,
-bfloat16). For one window at L = 2048, 8192 and 32768 it prints:
+It runs from the source tree on a CUDA machine that has PyTorch (2.4 or later), Triton
+(3.6 or later) and transformers already installed, with no network, in at most 8 minutes
+on one H100/H200-class GPU:
 
-- Triton-fused capture / SDPA forward (``method="fast", kernel="triton"``);
-- SDPA-two-call capture / SDPA forward (``kernel="sdpa"``);
-- exact capture / eager forward, at the lengths where eager's scores fit in memory;
-- the peak GPU memory of each (``torch.cuda.max_memory_allocated`` above the model), min
-  time of ``--repeats`` interleaved repeats after a warm-up;
-- each fast kernel's largest error against the exact path at L = 1024 (sink mass, H, H(q)
-  on rows with s <= 0.99 and above);
-- head distances (JSD, keep) of SmolLM2's recorded rows on the GPU against numpy.
+1. the ``pytest -m gpu`` tests (``tests/capture/test_gpu.py``: the compiled fused kernel
+   against the exact path on random Llama-3-8B-, Gemma-3- and GPT-OSS-shaped layers);
+2. the first-use check (:func:`attncoda.capture.kernels.first_use_check`) for every
+   configuration the launcher can meet: float32, bfloat16 and float16; head dims 64, 80,
+   96, 128 and 256; causal, causal with a window and a soft-cap, causal with a window and a
+   learned sink, and bidirectional rows with padding;
+3. the speed ratios fused capture / SDPA forward (and two-call SDPA capture / SDPA forward)
+   at L = 8192 and 32768, on a random-weight bfloat16 model of 4 layers with Llama-3-8B's
+   attention (32 heads, 8 KV heads, head dim 128) and one with Gemma 3's (8 heads, 4 KV
+   heads, head dim 256, sliding windows of 1024 keys, one full layer), with the peak GPU
+   memory of each;
 
-Without a GPU it says so and exits 2, unless ``--cpu-fallback`` is given: then it runs
-the same steps on the CPU at short lengths, the Triton kernel under its interpreter
-(``TRITON_INTERPRET=1``, set here before triton is imported): a smoke run of the same code,
-not figures.
+and writes one JSON summary (``--out``, default ``gpu-summary.json``; also printed last).
+
+Missing small dependencies come in as wheels, fetched on a machine with the network and the
+GPU machine's Python and platform (add ``--python-version`` and ``--platform`` otherwise):
+
+    pip download --only-binary=:all: -d wheels array-api-compat pytest hypothesis
+
+(about 3 MiB with their dependencies; 20 MiB with ``numpy`` added, which PyTorch machines
+carry), then on the GPU machine ``pip install --no-index --find-links wheels <the missing
+ones>``; the script names the missing ones and that line before it starts.
+
+Without a GPU it says so and exits 2, unless ``--cpu-fallback`` is given: then it runs the
+same steps on the CPU at short lengths, the Triton kernel under its interpreter (a smoke run
+of the same code, not figures).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-#: The targets (DESIGN.md section 9): Triton-fused capture / SDPA forward at 8192 and 32768.
+#: The target (DESIGN.md section 9): fused capture / SDPA forward at 8192 and 32768, bf16.
 TARGET = 1.15
+ROOT = Path(__file__).resolve().parent.parent
+#: The modules the steps import beyond torch, triton and transformers, by wheel name.
+NEEDED = {
+    "numpy": "numpy",
+    "array_api_compat": "array-api-compat",
+    "pytest": "pytest",
+    "hypothesis": "hypothesis",
+}
+#: The first-use check's variants: (label, causal, window, softcap, learned sink).
+VARIANTS = (
+    ("causal", True, None, None, False),
+    ("causal,window,softcap", True, 64, 30.0, False),
+    ("causal,window,sink", True, 64, None, True),
+    ("padding", False, None, None, False),
+)
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
+def missing() -> list[str]:
+    """The wheels of :data:`NEEDED` whose modules do not import here."""
+    return [wheel for module, wheel in NEEDED.items() if importlib.util.find_spec(module) is None]
 
 
-def _timed(call, device: str) -> tuple[float, float]:
-    """Seconds and peak memory (MiB above the start; CUDA only, else NaN) of one call."""
-    import torch
-
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        start = torch.cuda.memory_allocated()
-    _sync(device)
-    t0 = time.perf_counter()
-    call()
-    _sync(device)
-    seconds = time.perf_counter() - t0
-    peak = float("nan")
-    if device == "cuda":
-        peak = (torch.cuda.max_memory_allocated() - start) / 2**20
-    return seconds, peak
-
-
-def _calls(model, ids) -> dict:
-    """The five forwards the ratios compare, by name."""
-    from attncoda.capture import capture
-
-    def forward(impl):
-        model.set_attn_implementation(impl)
-        model(input_ids=ids)
-
-    def fast(kernel):
-        return capture(model, ids, record_rows="none", method="fast", kernel=kernel)
-
-    return {
-        "sdpa": lambda: forward("sdpa"),
-        "eager": lambda: forward("eager"),
-        "exact": lambda: capture(model, ids, record_rows="none"),
-        "fast_sdpa": lambda: fast("sdpa"),
-        "fast_triton": lambda: fast("triton"),
-    }
-
-
-def _ids(model, length: int, seed: int):
-    import torch
-
-    top = min(40000, int(model.config.vocab_size))
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(100, top, (1, length), generator=generator)
-
-
-def eager_fits(model, length: int, device: str) -> bool:
-    """Whether eager's float32 scores, softmax and a copy of one layer fit in free memory."""
-    import torch
-
-    heads = model.config.num_attention_heads
-    need = 3 * 4 * heads * length * length
-    if device != "cuda":
-        return length <= 1024
-    free, _ = torch.cuda.mem_get_info()
-    return need < 0.8 * free
-
-
-def ratios(model, device: str, length: int, pairs: tuple[str, ...], repeats: int) -> dict:
-    import torch
-
-    calls = _calls(model, _ids(model, length, 0).to(device))
-    best: dict[str, list[float]] = {name: [float("inf"), float("nan")] for name in pairs}
-    with torch.inference_mode():
-        for name in pairs:
-            calls[name]()  # warm-up (and the Triton kernel's compilation)
-        for _ in range(repeats):
-            for name in pairs:
-                seconds, peak = _timed(calls[name], device)
-                if seconds < best[name][0]:
-                    best[name] = [seconds, peak]
-    model.set_attn_implementation("eager")
-    # No peak off CUDA: null in the printed JSON, never NaN (which JSON does not have).
-    return {
-        name: {"s": s, "peak_mib": None if math.isnan(p) else p} for name, (s, p) in best.items()
-    }
-
-
-def fast_errors(model, device: str, length: int) -> dict:
-    import numpy as np
-    import torch
-
-    from attncoda.capture import capture
-
-    ids = _ids(model, length, 1).to(device)
-    with torch.inference_mode():
-        exact = capture(model, ids, record_rows=8)
-        fast = {
-            kernel: capture(model, ids, record_rows=8, method="fast", kernel=kernel)
-            for kernel in ("sdpa", "triton")
-        }
-    keep = np.broadcast_to(exact.query_mask[:, None, None, :], exact.sink_mass.shape)
-    content = exact.has_content
-    low = content & (exact.sink_mass <= 0.99)
-    high = content & (exact.sink_mass > 0.99)
-
-    def err(got, name, where):
-        """The largest difference over the rows ``where`` selects; None when it selects none
-        (a short window may have no row with s > 0.99)."""
-        diff = np.abs(getattr(exact, name) - getattr(got, name))[where]
-        return float(diff.max()) if diff.size else None
-
-    found: dict = {
-        kernel: {
-            "sink_mass": err(got, "sink_mass", keep),
-            "entropy": err(got, "entropy", keep),
-            "content_entropy_s<=0.99": err(got, "content_entropy", low),
-            "content_entropy_s>0.99": err(got, "content_entropy", high),
-        }
-        for kernel, got in fast.items()
-    }
-    found["rows"] = exact
-    return found
-
-
-def head_distance_check(capture_result, device: str) -> dict:
-    import numpy as np
-    import torch
-
-    from attncoda import head_distances
-
-    rows = capture_result.rows[0]
-    logp = rows.reshape(-1, rows.shape[2], rows.shape[3])
-    mask = np.isfinite(rows[0, 0])
-    ref = head_distances(logp, "jsd", convention="keep", key_mask=mask)
-    t0 = time.perf_counter()
-    got = head_distances(
-        torch.as_tensor(logp, device=device),
-        "jsd",
-        convention="keep",
-        key_mask=torch.as_tensor(mask, device=device),
-    )
-    _sync(device)
-    seconds = time.perf_counter() - t0
-    got = got.cpu().numpy()
-    return {"max_rel_err": float(np.abs(got - ref).max() / np.abs(ref).max()), "s": seconds}
-
-
-def llama3_shaped(device: str, small: bool):
-    """A random-weight causal LM with Llama-3-8B's attention (32 query heads, 8 KV heads,
-    head dim 128, rope theta 5e5) and 4 layers, bfloat16 on CUDA; on the CPU one layer, a
-    narrow MLP and vocabulary, float32 (the attention shape is the same)."""
+def versions() -> dict:
     import torch
     import transformers
 
-    config = transformers.LlamaConfig(
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        num_hidden_layers=1 if small else 4,
-        intermediate_size=512 if small else 14336,
-        vocab_size=1000 if small else 32000,
-        max_position_embeddings=32768,
-        rope_theta=500000.0,
-    )
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    found = {
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+    }
+    if torch.cuda.is_available():
+        found["gpu"] = torch.cuda.get_device_name(0)
+        found["capability"] = "sm_{}{}".format(*torch.cuda.get_device_capability(0))
+    return found
+
+
+def _at_least(version: str | None, wanted: tuple[int, int]) -> bool:
+    if version is None:
+        return False
+    parts = version.split("+")[0].split(".")
+    return tuple(int(p) for p in parts[:2] if p.isdigit()) >= wanted
+
+
+def run_gpu_tests(timeout: float) -> dict:
+    """``pytest -m gpu`` in a fresh process: its counts, seconds and last lines."""
+    started = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("TRITON_INTERPRET", None)
+    command = [
+        sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+        str(ROOT / "tests" / "capture" / "test_gpu.py"),
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+        status = done.returncode
+    except subprocess.TimeoutExpired:
+        tail, status = [f"timed out after {timeout:.0f} s"], None
+    return {"returncode": status, "seconds": time.perf_counter() - started, "tail": tail}
+
+
+def self_checks(device: str, head_dims, dtypes) -> dict:
+    """The first-use check of every (dtype, head dim, variant): ``"ok"`` or why not."""
+    import torch
+
+    from attncoda.capture.kernels import first_use_check
+
+    found = {}
+    for dtype in dtypes:
+        for head_dim in head_dims:
+            for label, causal, window, softcap, learned in VARIANTS:
+                started = time.perf_counter()
+                why = first_use_check(
+                    torch.device(device),
+                    getattr(torch, dtype),
+                    head_dim,
+                    causal=causal,
+                    window=window,
+                    softcap=softcap,
+                    aux_content=learned,
+                    quiet=True,
+                )
+                found[f"{dtype} d{head_dim} {label}"] = {
+                    "status": "ok" if why is None else why,
+                    "s": round(time.perf_counter() - started, 2),
+                }
+                print(f"self-check {dtype} d{head_dim} {label}: {why or 'ok'}", flush=True)
+    return found
+
+
+def shaped_model(kind: str, device: str, small: bool):
+    """A random-weight causal LM with the attention of Llama-3-8B (``"llama3-8b"``: 32
+    heads, 8 KV heads, head dim 128) or of Gemma 3 (``"gemma3"``: 8 heads, 4 KV heads, head
+    dim 256, sliding windows of 1024 keys, the last of 4 layers full); 4 layers, bfloat16
+    on CUDA. ``small``: one narrow layer, float32 (the CPU fallback)."""
+    import torch
+    import transformers
+
+    layers = 1 if small else 4
+    if kind == "llama3-8b":
+        config = transformers.LlamaConfig(
+            hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+            num_hidden_layers=layers, intermediate_size=512 if small else 14336,
+            vocab_size=1000 if small else 32000, max_position_embeddings=32768,
+            rope_theta=500000.0,
+        )  # fmt: skip
+    else:
+        config = transformers.Gemma3TextConfig(
+            hidden_size=2560, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+            num_hidden_layers=layers, intermediate_size=512 if small else 10240,
+            vocab_size=1000 if small else 32000, max_position_embeddings=32768,
+            sliding_window=1024 if not small else 16,
+            layer_types=(["sliding_attention"] * (layers - 1) + ["full_attention"])
+            if layers > 1 else ["sliding_attention"],
+        )  # fmt: skip
     dtype = torch.float32 if small else torch.bfloat16
     torch.manual_seed(0)
     with torch.device(device):
@@ -202,18 +178,66 @@ def llama3_shaped(device: str, small: bool):
     return model.eval()
 
 
-def _line(name: str, length: int, got: dict) -> str:
-    parts = [f"{name:>14} L={length:>5}"]
-    for label, key in (("fused/SDPA", "fast_triton"), ("two-call/SDPA", "fast_sdpa")):
-        if key in got:
-            parts.append(f"{label} {got[key]['s'] / got['sdpa']['s']:.2f}")
-    if "exact" in got:
-        parts.append(f"exact/eager {got['exact']['s'] / got['eager']['s']:.2f}")
-    peaks = ", ".join(
-        f"{k} {'-' if v['peak_mib'] is None else format(v['peak_mib'], '.0f')}"
-        for k, v in got.items()
-    )
-    return "  ".join(parts) + "  peak MiB " + peaks
+def _timed(call, device: str) -> tuple[float, float | None]:
+    """Seconds and peak memory (MiB above the start; CUDA only) of one call."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
+    call()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    peak = None
+    if device == "cuda":
+        peak = (torch.cuda.max_memory_allocated() - start) / 2**20
+    return seconds, peak
+
+
+def ratios(model, device: str, length: int, repeats: int) -> dict:
+    """Min time and peak memory of the SDPA forward, fused capture and two-call capture,
+    interleaved, after a warm-up (the fused kernel's compile and its first-use check)."""
+    import torch
+
+    from attncoda.capture import capture
+
+    top = int(model.config.vocab_size)
+    ids = torch.randint(3, top, (1, length), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(device)
+
+    def forward():
+        model.set_attn_implementation("sdpa")
+        model(input_ids=ids)
+
+    def fast(kernel):
+        return lambda: capture(model, ids, record_rows="none", method="fast", kernel=kernel)
+
+    # On CUDA the default (the fused kernel once its check passes); on the CPU fallback the
+    # interpreted kernel, forced (auto is SDPA there).
+    fused = "auto" if device == "cuda" else "triton"
+    calls = {"sdpa_forward": forward, "fused": fast(fused), "two_call": fast("sdpa")}
+    best = {name: [math.inf, None] for name in calls}
+    kernel_ran = None
+    with torch.inference_mode():
+        for name, call in calls.items():
+            got = call()  # warm-up
+            if name == "fused":
+                kernel_ran = got.kernel
+        for _ in range(repeats):
+            for name, call in calls.items():
+                seconds, peak = _timed(call, device)
+                if seconds < best[name][0]:
+                    best[name] = [seconds, peak]
+    model.set_attn_implementation("eager")
+    out = {name: {"s": s, "peak_mib": p} for name, (s, p) in best.items()}
+    base = out["sdpa_forward"]["s"]
+    out["fused_over_sdpa"] = out["fused"]["s"] / base
+    out["two_call_over_sdpa"] = out["two_call"]["s"] / base
+    out["fused_kernel_ran"] = kernel_ran
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,33 +247,45 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="without a GPU, run the same steps on the CPU at short lengths",
     )
+    parser.add_argument("--out", default="gpu-summary.json", help="the JSON summary")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument(
-        "--models",
-        default="smollm2,gemma3,llama3-8b-shape",
-        help="a comma list of smollm2, gemma3 and llama3-8b-shape",
-    )
+    parser.add_argument("--lengths", default="8192,32768")
+    parser.add_argument("--skip-tests", action="store_true", help="leave out pytest -m gpu")
     args = parser.parse_args(argv)
+    absent = missing()
+    if absent:
+        print(
+            "missing: " + ", ".join(absent) + "; install them from wheels fetched elsewhere: "
+            "pip install --no-index --find-links wheels " + " ".join(absent)
+            + " (bench/gpu.py's docstring has the pip download line)",
+            file=sys.stderr,
+        )  # fmt: skip
+        return 2
     if args.cpu_fallback:
-        # Triton decorates its language library when first imported: choose the
-        # interpreter before anything imports it (torch may, when it builds a model).
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        # The interpreter for the kernel in this process only when there is no GPU: a
+        # compiled kernel needs Triton's compiled language library.
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
 
-    from attncoda.models.load import load_model
-
+    summary: dict = {"versions": versions(), "target_fused_over_sdpa": TARGET}
+    started = time.perf_counter()
     if torch.cuda.is_available():
-        device = "cuda"
-        lengths, check_length = (2048, 8192, 32768), 1024
-        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+        device, small = "cuda", False
+        lengths = [int(n) for n in args.lengths.split(",")]
+        head_dims, dtypes = (64, 80, 96, 128, 256), ("float32", "bfloat16", "float16")
+        summary["old_enough"] = {
+            "torch>=2.4": _at_least(summary["versions"]["torch"], (2, 4)),
+            "triton>=3.6": _at_least(summary["versions"]["triton"], (3, 6)),
+        }
     elif args.cpu_fallback:
-        device = "cpu"
-        lengths, check_length = (48,), 40
+        device, small, lengths = "cpu", True, [48]
+        head_dims, dtypes = (64,), ("float32",)
         args.repeats = 1
-        print(
-            "no CUDA device: the CPU fallback at short lengths, Triton interpreted "
-            "(a smoke run, not figures)"
-        )
+        print("no CUDA device: the CPU fallback at short lengths, Triton interpreted "
+              "(a smoke run, not figures)")  # fmt: skip
     else:
         print(
             "no CUDA device: bench/gpu.py measures the CUDA code paths; run it where a GPU "
@@ -257,33 +293,34 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    started = time.perf_counter()
-    figures: dict = {"device": device, "target_fused_over_sdpa": TARGET}
-    for name in args.models.split(","):
-        if name == "llama3-8b-shape":
-            model = llama3_shaped(device, small=device != "cuda")
-        else:
-            model, _, _ = load_model(name, device=device)
-        figures[name] = {}
+    summary["device"] = summary["versions"].get("gpu", "cpu")
+    print(json.dumps(summary["versions"]), flush=True)
+    if not args.skip_tests:
+        summary["pytest_gpu"] = run_gpu_tests(timeout=240)
+        print("pytest -m gpu: " + " | ".join(summary["pytest_gpu"]["tail"][-2:]), flush=True)
+    summary["self_check"] = self_checks(device, head_dims, dtypes)
+    summary["models"] = {}
+    for kind in ("llama3-8b", "gemma3"):
+        model = shaped_model(kind, device, small)
+        summary["models"][kind] = {}
         for length in lengths:
-            pairs: tuple[str, ...] = ("sdpa", "fast_triton", "fast_sdpa")
-            if eager_fits(model, length, device):
-                pairs += ("eager", "exact")
-            got = ratios(model, device, length, pairs, args.repeats)
-            figures[name][f"L={length}"] = got
-            print(_line(name, length, got), flush=True)
-        errors = fast_errors(model, device, check_length)
-        rows = errors.pop("rows")
-        figures[name]["fast_vs_exact"] = errors
-        print(f"{name:>14} fast vs exact at L={check_length}: " + json.dumps(errors), flush=True)
-        if name == "smollm2":
-            figures["head_distances"] = head_distance_check(rows, device)
-            print(f"head_distances jsd keep on {device}: " + json.dumps(figures["head_distances"]))
+            got = ratios(model, device, length, args.repeats)
+            summary["models"][kind][f"L={length}"] = got
+            print(
+                f"{kind:>10} L={length:>5}  fused/SDPA {got['fused_over_sdpa']:.2f}  "
+                f"two-call/SDPA {got['two_call_over_sdpa']:.2f}  kernel {got['fused_kernel_ran']}"
+                f"  peak MiB " + ", ".join(
+                    f"{k} {'-' if got[k]['peak_mib'] is None else round(got[k]['peak_mib'])}"
+                    for k in ("sdpa_forward", "fused", "two_call")
+                ),
+                flush=True,
+            )  # fmt: skip
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
-    figures["seconds"] = time.perf_counter() - started
-    print(json.dumps(figures))
+    summary["seconds"] = time.perf_counter() - started
+    Path(args.out).write_text(json.dumps(summary, indent=1, default=str))
+    print(json.dumps(summary, default=str))
     return 0
 
 

@@ -2,8 +2,9 @@
 definition within the bound derived in docs/design.md ("The fused kernel"), against the exact
 path on tiny models of the families it covers, and on SmolLM2 and Gemma 3.
 
-Every test here sets ``TRITON_INTERPRET=1`` for its own duration only (``monkeypatch``); the
-kernel is decorated once per interpreter flag, so other tests see no interpreted kernel.
+Every test here runs under the ``interpreter`` fixture (``TRITON_INTERPRET=1`` and an
+interpreted twin of Triton's language library, for that test only); the kernel is decorated
+once per interpreter flag, so other tests see no interpreted kernel.
 """
 
 from __future__ import annotations
@@ -36,16 +37,8 @@ U = 2.0**-24
 
 
 @pytest.fixture(autouse=True)
-def interpreter(monkeypatch):
-    import triton.language.standard
-    from triton.runtime.interpreter import InterpretedFunction
-
-    # tests/capture/conftest.py imports triton under the interpreter before any model is built.
-    assert isinstance(triton.language.standard.sum, InterpretedFunction), (
-        "triton was imported before TRITON_INTERPRET=1 was set: run the suite from the "
-        "repository root so that tests/capture/conftest.py is loaded first"
-    )
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def _interpreted(interpreter):
+    """Every test here runs the kernel under Triton's interpreter (tests/capture/conftest.py)."""
 
 
 def definition(z, value, sink, visible, virtual_value=False):

@@ -138,7 +138,8 @@ def capture(
         (softcapped and learned-sink layers then take the exact path); ``"triton"`` runs
         the one-pass kernel of :mod:`attncoda.capture.kernels._fused` (CUDA, or the CPU under
         ``TRITON_INTERPRET=1``); ``"auto"`` is ``"triton"`` on CUDA when triton imports and
-        ``"sdpa"`` otherwise. ``Capture.kernel`` records the one that ran.
+        ``"sdpa"`` otherwise. ``Capture.kernel`` records what ran, per layer where the
+        layers differ (:func:`kernels_ran`).
     keep_outputs : bool
         Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
         language models the next-token log-likelihoods in ``Capture.token_logprob``.
@@ -189,7 +190,9 @@ def capture(
             first_doc=_first_doc,
         )
     device = input_device(model)
-    ran = resolve_kernel(kernel, device.type) if method == "fast" else None
+    if method == "fast":
+        resolve_kernel(kernel, device.type)  # a forced triton where it cannot run
+        refuse_float64_on_cuda(device, getattr(model, "dtype", None))
     if model.training:
         raise AttncodaError(
             f"{type(model).__name__} is in training mode: capture runs in eval mode only "
@@ -246,7 +249,7 @@ def capture(
         spec.learned,
         method,
         logits=keep_outputs,
-        kernel=ran or "sdpa",
+        kernel=kernel if method == "fast" else "sdpa",
     )
     virtual = int(any(rec.virtual))
     if virtual and not all(rec.virtual):
@@ -267,9 +270,40 @@ def capture(
         "block_size": block_size,
         "seed": seed,
         "method": method,
-        "kernel": ran,
+        "kernel": kernels_ran(rec.ran) if method == "fast" else None,
     }
     return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
+
+
+def refuse_float64_on_cuda(device, dtype) -> None:
+    """Refuse ``method="fast"`` in float64 on CUDA, before anything runs: neither CUDA
+    kernel of the fast path (PyTorch's memory-efficient attention, the Triton kernel)
+    takes float64."""
+
+    if torch.device(device).type == "cuda" and dtype == torch.float64:
+        raise AttncodaError(
+            "method='fast' on cuda takes float32, bfloat16 or float16 (its kernels have no "
+            "float64): use dtype='float32', or method='exact' to keep float64"
+        )
+
+
+def kernels_ran(ran: dict[int, str]) -> str | None:
+    """What served ``method="fast"``, from the recorder's per-layer record: ``"triton"`` or
+    ``"sdpa"`` when one kernel served every layer; otherwise the kernel of most layers and
+    the others by layer, e.g. ``"triton; sdpa on layers 3, 7"`` (``"exact"`` for a layer
+    the fast kernels do not cover)."""
+    if not ran:
+        return None
+    by_kernel: dict[str, list[int]] = {}
+    for layer, name in sorted(ran.items()):
+        by_kernel.setdefault(name, []).append(layer)
+    main = max(by_kernel, key=lambda name: (len(by_kernel[name]), name == "triton"))
+    others = [
+        f"{name} on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
+        for name, layers in by_kernel.items()
+        if name != main
+    ]
+    return "; ".join([main, *others])
 
 
 def _capture_live(

@@ -214,7 +214,7 @@ def run_config(
     folder = options.offload_folder
     folder = "offload" if device_map is not None and folder is None else folder
     placed, limits = check_run_placement(device, device_map, options.max_memory, folder)
-    ran = _kernel(options.kernel, method, device)
+    ran = _kernel(options.kernel, method, device, options.dtype)
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if unknown or not experiments:
         raise AttncodaError(
@@ -286,14 +286,21 @@ def run_config(
     }
 
 
-def _kernel(kernel: str, method: str, device: str) -> str | None:
+def _kernel(kernel: str, method: str, device: str, dtype: str | None = None) -> str | None:
     """The fast path's kernel on ``device`` (None for the exact path; the options checked
-    the kernel's name)."""
+    the kernel's name), and float64 with the fast path on CUDA refused before any load."""
     from attncoda.capture.kernels import resolve_kernel
 
     if method != "fast":
         return None
-    return resolve_kernel(kernel, resolve_device(device))
+    where = resolve_device(device)
+    wide = dtype is not None and str(dtype).removeprefix("torch.") in ("float64", "double")
+    if where == "cuda" and wide:
+        raise AttncodaError(
+            "method='fast' on cuda takes float32, bfloat16 or float16 (its kernels have no "
+            "float64): use dtype='float32', or method='exact' to keep float64"
+        )
+    return resolve_kernel(kernel, where)
 
 
 def _series_config(

@@ -36,6 +36,7 @@ __all__ = [
     "difference_bounds",
     "exact_bounds",
     "fast_bounds",
+    "fused_bounds",
     "score_perturbation",
     "score_scale",
 ]
@@ -216,3 +217,82 @@ def score_scale(query, key, scaling: float):
     k_norm = torch.linalg.vector_norm(key.to(torch.float64), dim=-1)
     k_max = torch.cummax(k_norm, dim=-1).values.repeat_interleave(group, 1)
     return (abs(scaling) * q_norm * k_max[..., : query.shape[2]]).cpu().numpy()
+
+
+#: Compiled-kernel terms (docs/design.md, "Bounds per kernel"): the relative error of one
+#: ``tf32x3`` product (the dropped low-by-low term and the low part's own rounding).
+TF32X3_PRODUCT = 12.0 * UNIT_ROUNDOFF
+
+
+def fused_bounds(query, key, value, scaling, softcap, z, content, visible, compiled=None):
+    """Per-row bounds of the fused kernel against exact arithmetic (docs/design.md, "The
+    fused kernel" and "Bounds per kernel"), from the row's own float64 scores.
+
+    Every term is a move of each score by at most ``dz`` (first order, ``u = 2**-24``):
+
+    - the score's rounding, ``gamma_d scaling sum_t |q_t k_t|`` with ``gamma_d = d u / (1 -
+      d u)``, and a few ulps of the scale and the soft-cap;
+    - compiled on NVIDIA (``compiled`` is ``"ieee"`` or ``"tf32x3"``, the dot precision):
+      tensor-core additions truncated (``d u`` more on the dot product), ``tf32x3``
+      products (``12 u`` each, float32 only), ``ex2.approx`` (2 ulp, and the rounded
+      argument ``x log2 e``: ``(2 n + 4 Z + 4) u``) and FMA contraction (``2 u Z``).
+
+    Then, with ``Z`` the row's largest visible ``|z|`` and ``n`` its content keys:
+    ``H(q)`` and ``H`` move by ``2 Z dz + (n + 4) u (2 Z + log n + 1)``; ``lse_C`` by ``dz
+    + (n + 3) u + u Z``; the sink mass by a quarter of twice ``dz`` plus that; the balance by
+    ``sqrt(n + 1) (2 dz + (n + 1) u Z)``; the output by ``max |v|`` times twice the
+    ``lse_C`` bound plus ``(n + d + 4) u``.
+
+    Parameters
+    ----------
+    query, key, value : torch.Tensor
+        ``(batch, head, query_pos, head_dim)`` and ``(batch, kv_head, key_pos, head_dim)``,
+        unexpanded under grouped-query attention.
+    scaling : float
+    softcap : float or None
+    z : torch.Tensor
+        float64 ``(batch, head, query_pos, keys)``: the exact scores (soft-capped), with any
+        virtual key as a column.
+    content : torch.Tensor
+        ``(batch, head, query_pos)``: content keys per row.
+    visible : torch.Tensor
+        bool, broadcastable to ``z``: the keys each row sees.
+    compiled : {None, "ieee", "tf32x3"}
+        None for IEEE float32 arithmetic (the interpreter); else the compiled kernel's dot
+        precision.
+
+    Returns
+    -------
+    dict
+        float64 tensors ``(batch, head, query_pos)``: ``sink_mass``, ``entropy``,
+        ``content_entropy``, ``within_sink_entropy``, ``sink_balance``, ``output``.
+    """
+    import torch
+
+    u = UNIT_ROUNDOFF
+    d = query.shape[-1]
+    h, kv = query.shape[1], key.shape[1]
+    gamma = d * u / (1 - d * u)
+    qa = query.double().abs()
+    ka = key.double().abs().repeat_interleave(h // kv, 1)
+    spread = torch.matmul(qa, ka.transpose(-1, -2)).amax(-1) * abs(scaling)
+    big = torch.where(visible, z.abs(), 0.0).amax(-1)
+    n = content.clamp(min=1).double()
+    dz = gamma * spread + 4 * u * 30
+    if softcap is not None:
+        dz = dz + 4 * u * softcap
+    if compiled is not None:
+        dz = dz + d * u * spread + (2 * n + 4 * big + 4) * u + 2 * u * big
+        if compiled == "tf32x3":
+            dz = dz + TF32X3_PRODUCT * spread
+    accumulate = (n + 4) * u * (2 * big + torch.log(n) + 1)
+    e_entropy = 2 * big * dz + accumulate
+    e_lse = dz + (n + 3) * u + u * big
+    return {
+        "sink_mass": 0.25 * (2 * dz + e_lse),
+        "entropy": e_entropy,
+        "content_entropy": e_entropy,
+        "within_sink_entropy": 2 * big * dz + 8 * u,
+        "sink_balance": (n + 1).sqrt() * (2 * dz + (n + 1) * u * big),
+        "output": value.double().abs().max() * (2 * e_lse + (n + d + 4) * u),
+    }

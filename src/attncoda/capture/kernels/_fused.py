@@ -39,6 +39,7 @@ summation order differs from the compiled kernel.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import torch
@@ -46,20 +47,78 @@ import torch
 from attncoda._errors import AttncodaError
 from attncoda.capture.stats import sink_columns, split_rows
 
+from ._configs import FP_FUSION, LaunchConfig, Refused, architecture_of, launch_config
 from ._masks import MaskShape, layer_shape
 from ._record import record_rows, store
 from ._triton import compiled, interpreting
 
-__all__ = ["MAX_HEAD_DIM", "fused_attention", "record_layer"]
+__all__ = [
+    "MAX_HEAD_DIM",
+    "KernelRefused",
+    "architecture",
+    "fused_attention",
+    "launch_for",
+    "record_layer",
+]
 
 #: The largest head dim the kernel takes (a query block and its accumulator in registers).
 MAX_HEAD_DIM = 256
 
 
 def _blocks(head_dim: int) -> tuple[int, int]:
-    """``(BLOCK_M, BLOCK_N)``: 64 x 64 up to head dim 128, 64 x 32 at 256 (the accumulator
-    and the key and value blocks in registers)."""
+    """``(BLOCK_M, BLOCK_N)`` under the interpreter: 64 x 64 up to head dim 128, 64 x 32 at
+    256 (no register file to fit; the CUDA blocks come from the launch table)."""
     return (64, 32) if head_dim > 128 else (64, 64)
+
+
+class KernelRefused(AttncodaError):
+    """The launch table refuses this (architecture, dtype, head dim): the two-call SDPA
+    path serves it (:func:`record_layer` prints a note)."""
+
+
+#: torch dtypes by the launch table's names.
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def architecture(device) -> str | None:
+    """The launch table's architecture for a CUDA ``device`` (None before sm_80)."""
+    device = torch.device(device)
+    capability = torch.cuda.get_device_capability(device)
+    properties = torch.cuda.get_device_properties(device)
+    return architecture_of(capability, getattr(properties, "shared_memory_per_block_optin", None))
+
+
+def launch_for(device, dtype: torch.dtype, head_dim: int) -> LaunchConfig | Refused:
+    """The launch configuration of a layer on ``device`` in ``dtype`` at ``head_dim``.
+
+    On CUDA the launch table's entry for the device's architecture
+    (:func:`attncoda.capture.kernels.launch_config`), a :class:`Refused` before sm_80; under
+    the interpreter (the CPU) the blocks of :func:`_blocks`, one stage, IEEE products.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        block_m, block_n = _blocks(head_dim)
+        return LaunchConfig(block_m, block_n, 4, 1, "ieee")
+    arch = architecture(device)
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability(device)
+        return Refused(f"compute capability {major}.{minor} (configured from sm_80 on)")
+    return launch_config(arch, _DTYPE_NAMES[dtype], head_dim)
+
+
+def _checked_block(size: int, name: str) -> int:
+    """``size`` if it is a power of two from 16 to 256; otherwise an AttncodaError."""
+    if (
+        isinstance(size, bool)
+        or not isinstance(size, int)
+        or size < 16
+        or size > 256
+        or (size & (size - 1))
+    ):
+        raise AttncodaError(
+            f"{name} must be a power of two from 16 to 256 (a Triton block), got {size!r}"
+        )
+    return size
 
 
 def fused_attention(
@@ -100,7 +159,8 @@ def fused_attention(
         Whether that virtual key is in the sink set ``S`` (``sink="learned"``); otherwise it
         is a content key.
     block_m, block_n : int, optional
-        Queries and keys per block (powers of two, at least 16); defaults by head dim.
+        Queries and keys per block (powers of two from 16 to 256); by default the launch
+        table's (:func:`launch_for`).
 
     Returns
     -------
@@ -110,6 +170,15 @@ def fused_attention(
         ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.kernels.fast_attention`
         returns them (:data:`attncoda.capture.kernels.FAST_STATISTICS`); ``n_keys`` counts the
         virtual key. Float statistics in float64, nats.
+
+    Raises
+    ------
+    KernelRefused
+        The launch table refuses the layer's (architecture, dtype, head dim).
+    AttncodaError
+        A head dim above 256, a block that is not a power of two from 16 to 256, or a grid
+        beyond CUDA's limits (``batch * head`` above ``2**31 - 1`` on axis 0, query blocks
+        above 65,535 on axis 1).
     """
     triton, kernel = compiled(interpreting())
     f64 = torch.float64
@@ -118,9 +187,20 @@ def fused_attention(
     device = query.device
     if d > MAX_HEAD_DIM:
         raise AttncodaError(f"the fused kernel takes head dims up to {MAX_HEAD_DIM}; got {d}")
-    default_m, default_n = _blocks(d)
-    block_m, block_n = block_m or default_m, block_n or default_n
+    config = launch_for(device, query.dtype, d)
+    if isinstance(config, Refused):
+        raise KernelRefused(config.why)
+    block_m = _checked_block(block_m or config.block_m, "block_m")
+    block_n = _checked_block(block_n or config.block_n, "block_n")
     block_d = max(16, triton.next_power_of_2(d))
+    # batch x heads on grid axis 0 (up to 2**31 - 1), query blocks on axis 1 (up to 65,535).
+    q_blocks = triton.cdiv(q_len, block_m)
+    if b * h > 2**31 - 1 or q_blocks > 65_535:
+        raise AttncodaError(
+            f"the fused kernel's grid is ({b * h}, {q_blocks}) for batch x heads {b} x {h} and "
+            f"{q_len} queries in blocks of {block_m}: CUDA allows up to 2**31 - 1 and 65,535; "
+            f"use a larger block_m or kernel='sdpa'"
+        )
     sink = sink.to(device)
     index, valid = sink_columns(sink)  # (b, width)
     width = index.shape[1]
@@ -138,18 +218,26 @@ def fused_attention(
         "lse", "ent", "sum_z"
     )}  # fmt: skip
     z_sink = torch.empty((b, h, q_len, width), dtype=torch.float32, device=device)
-    grid = (triton.cdiv(q_len, block_m), b * h)
-    kernel[grid](
-        query, key, value, index32, valid8, is_sink, shape.lo, shape.hi, aux,
-        out, rows["lse"], rows["ent"], rows["sum_z"], z_sink,
-        *query.stride(), *key.stride(), *value.stride(), *out.stride(),
-        h, h // kv, q_len, k_len, k_len - q_len, shape.window or 0, d,
-        float(scaling), float(softcap or 1.0),
-        N_SINK=width, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        CAUSAL=shape.causal, HAS_WINDOW=shape.window is not None,
-        HAS_SOFTCAP=softcap is not None, AUX_CONTENT=s_aux is not None and not learned,
-        UPCAST=interpreting() or query.dtype == torch.float32,
-    )  # fmt: skip
+    interpreted = interpreting()
+    # Launched on the layer's own device (a layer on cuda:1 under a device map), not on
+    # whichever device is current.
+    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with guard:
+        kernel[(b * h, q_blocks)](
+            query, key, value, index32, valid8, is_sink, shape.lo, shape.hi, aux,
+            out, rows["lse"], rows["ent"], rows["sum_z"], z_sink,
+            *query.stride(), *key.stride(), *value.stride(), *out.stride(),
+            h, h // kv, q_len, k_len, k_len - q_len, shape.window or 0, width, d,
+            float(scaling), float(softcap or 1.0),
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            CAUSAL=shape.causal, HAS_WINDOW=shape.window is not None,
+            HAS_SOFTCAP=softcap is not None, AUX_CONTENT=s_aux is not None and not learned,
+            UPCAST=interpreted or query.dtype == torch.float32,
+            PRECISION="ieee" if interpreted else config.precision,
+            EVEN_D=d == block_d,
+            num_warps=config.num_warps, num_stages=config.num_stages,
+            enable_fp_fusion=FP_FUSION,
+        )  # fmt: skip
 
     z_sink = z_sink.to(f64)
     in_sink = torch.isfinite(z_sink)
@@ -200,7 +288,9 @@ def _not_covered(query, module) -> str | None:
     return None
 
 
-def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs):
+def record_layer(
+    recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, check=None
+):
     """The fused kernel on one routed layer: statistics into ``recorder``; the output.
 
     Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None (after a printed
@@ -223,18 +313,34 @@ def record_layer(recorder, layer, module, query, key, value, attention_mask, sca
     if shape is None:
         _note(recorder, "this mask (not causal, padding and sliding-window)")
         return None
+    config = launch_for(query.device, query.dtype, query.shape[-1])
+    if isinstance(config, Refused):
+        _note(recorder, config.why)
+        return None
     softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
-    out, stats = fused_attention(
-        query,
-        key,
-        value,
-        scaling=scaling,
-        sink=recorder.sink,
-        shape=shape,
-        softcap=softcap,
-        s_aux=s_aux,
-        learned=recorder.learned,
-    )
+    if check is not None:
+        why = check(
+            query.device, query.dtype, query.shape[-1], causal=shape.causal,
+            window=shape.window, softcap=softcap,
+            aux_content=s_aux is not None and not recorder.learned,
+        )  # fmt: skip
+        if why is not None:  # printed once by the check; SDPA serves the configuration
+            return None
+    try:
+        out, stats = fused_attention(
+            query,
+            key,
+            value,
+            scaling=scaling,
+            sink=recorder.sink,
+            shape=shape,
+            softcap=softcap,
+            s_aux=s_aux,
+            learned=recorder.learned,
+        )
+    except KernelRefused as refused:
+        _note(recorder, str(refused))
+        return None
     store(recorder, layer, stats)
 
     def seen(doc, pos):

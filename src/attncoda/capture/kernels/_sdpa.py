@@ -85,37 +85,96 @@ def visible_keys(stop: int, k_len: int, causal: bool) -> int:
     return min(stop, k_len) if causal else k_len
 
 
-def _kernel(query, key, value, mask, causal, scale):
-    """``(output, lse)`` of the fused kernel; ``lse`` float32 or wider, shape (b, h, q).
+#: The alignment, in elements, of the rows of a bias the CUDA kernel reads: its last stride
+#: must be a multiple of 16 (the public SDPA pads a bias so before it calls the op).
+BIAS_ALIGNMENT = 16
 
-    The CPU kernel reads unexpanded keys and values under grouped-query attention (head
-    ``i`` against key/value head ``i // group``); the CUDA one gets them expanded.
-    """
-    if query.device.type == "cuda":
-        group = query.shape[1] // key.shape[1]
-        if group > 1:
-            key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
-        bias = None if mask is None else mask.expand(query.shape[0], query.shape[1], -1, -1)
-        out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, key, value, bias, True, 0.0, causal, scale=scale
-        )
-        return out, lse[..., : query.shape[2]]
-    if query.device.type != "cpu":
+
+def aligned_bias(content: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask of a block, 0 on the content keys and ``-inf`` elsewhere, in a
+    buffer whose rows start every :data:`BIAS_ALIGNMENT` elements: ``(b, 1, q, width)``, a
+    slice of ``(b, 1, q, width rounded up to 16)``."""
+    b, one, q, width = content.shape
+    stride = -(-max(width, 1) // BIAS_ALIGNMENT) * BIAS_ALIGNMENT
+    buffer = torch.zeros((b, one, q, stride), dtype=dtype, device=content.device)
+    return buffer[..., :width].masked_fill_(~content, -math.inf)
+
+
+def _aligned(bias: torch.Tensor) -> torch.Tensor:
+    """``bias`` itself when its rows are aligned (:data:`BIAS_ALIGNMENT`), else an aligned
+    copy."""
+    size = bias.element_size()
+    if (
+        bias.stride(-1) == 1
+        and bias.stride(-2) % BIAS_ALIGNMENT == 0
+        and bias.data_ptr() % (BIAS_ALIGNMENT * size) == 0
+    ):
+        return bias
+    width = bias.shape[-1]
+    stride = -(-width // BIAS_ALIGNMENT) * BIAS_ALIGNMENT
+    buffer = bias.new_empty((*bias.shape[:-1], stride))[..., :width]
+    return buffer.copy_(bias)
+
+
+def _cuda_kernel(query, key, value, mask, causal, scale):
+    """``aten._scaled_dot_product_efficient_attention`` with ``compute_log_sumexp``: keys and
+    values expanded to the query heads (the op takes no groups), a bias with aligned rows
+    (the op checks; the public SDPA pads for it)."""
+    if query.dtype == torch.float64:
         raise AttncodaError(
-            f"the fast path runs on cpu or cuda; got a tensor on {query.device.type!r}: "
-            "use method='exact'"
+            "method='fast' on cuda takes float32, bfloat16 or float16 (its kernels have no "
+            "float64): use dtype='float32', or method='exact' to keep float64"
         )
+    b, h = query.shape[:2]
+    bias = None if mask is None else _aligned(mask).expand(b, h, -1, -1)
+    out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, bias, True, 0.0, causal, scale=scale
+    )
+    return out, lse[..., : query.shape[2]]
+
+
+_cuda_kernel.grouped = False  # type: ignore[attr-defined]
+
+
+def _cpu_kernel(query, key, value, mask, causal, scale):
+    """``aten._scaled_dot_product_flash_attention_for_cpu``: unexpanded keys and values
+    under grouped-query attention (head ``i`` against key/value head ``i // group``)."""
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, 0.0, causal, attn_mask=mask, scale=scale
     )
 
 
-def _content_pass(query, key, value, mask, causal, scale):
+_cpu_kernel.grouped = True  # type: ignore[attr-defined]
+
+#: The kernel of each device type: ``(query, key, value, mask, causal, scale) -> (output,
+#: lse)``, ``lse`` float32 or wider ``(b, h, q)``; its ``grouped`` says whether it reads
+#: unexpanded keys and values under grouped-query attention.
+KERNEL_FOR_DEVICE = {"cuda": _cuda_kernel, "cpu": _cpu_kernel}
+
+
+def _kernel_for(device: torch.device):
+    kernel = KERNEL_FOR_DEVICE.get(device.type)
+    if kernel is None:
+        raise AttncodaError(
+            f"the fast path runs on cpu or cuda; got a tensor on {device.type!r}: "
+            "use method='exact'"
+        )
+    return kernel
+
+
+def _content_pass(kernel, query, key, value, mask, causal, scale, has_content=None):
     """``(o_C, E_q[k], lse_C)`` over the keys the mask leaves: the values, then the keys as
     values (two calls of the kernel; one call on ``[V | K]`` would need zero-padded queries
-    and keys, measured slower on CPU with the copies)."""
-    out, lse = _kernel(query, key, value, mask, causal, scale)
-    mean_k, _ = _kernel(query, key, key, mask, causal, scale)
+    and keys, measured slower on CPU with the copies). Rows without content
+    (``has_content`` False, ``(b, 1, q)``) get a zero output and ``lse_C = -inf``, never
+    whatever a kernel leaves in a row it masks entirely."""
+    out, lse = kernel(query, key, value, mask, causal, scale)
+    mean_k, _ = kernel(query, key, key, mask, causal, scale)
+    if has_content is not None:
+        empty = ~has_content
+        out = out.masked_fill(empty[..., None], 0.0)
+        mean_k = mean_k.masked_fill(empty[..., None], 0.0)
+        lse = lse.masked_fill(empty, -math.inf)
     return out, mean_k, lse
 
 
@@ -199,6 +258,12 @@ def fast_attention(
     work = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
     qf, kf, vf = query.to(work), key.to(work), value.to(work)
     device = query.device
+    kernel = _kernel_for(device)
+    # The kernel's keys and values: unexpanded where it takes groups (the CPU op); else
+    # expanded once per layer (the CUDA op), never per call.
+    kx, vx = kf, vf
+    if group > 1 and not kernel.grouped:
+        kx, vx = kf.repeat_interleave(group, 1), vf.repeat_interleave(group, 1)
     sink = sink.to(device)
     index, valid = sink_columns(sink)  # (b, ks)
     ks = index.shape[1]
@@ -224,7 +289,7 @@ def fast_attention(
         front = (0, 0, k0, 0)
         if k0 < q_len:
             o, mk, lse = _content_pass(
-                qf[:, :, k0:], kf[:, :, k0:], vf[:, :, k0:], None, True, scaling
+                kernel, qf[:, :, k0:], kx[:, :, k0:], vx[:, :, k0:], None, True, scaling
             )
         else:
             o = mk = qf.new_zeros((b, h, 0, d))
@@ -255,11 +320,13 @@ def fast_attention(
             k_lo = int(cols[0, 0]) if cols.numel() else 0
             k_hi = int(cols[-1, 0]) + 1 if cols.numel() else 1
             content = content[..., k_lo:k_hi]
-            mask = torch.zeros(content.shape, dtype=work, device=device)
-            mask = mask.masked_fill_(~content, -math.inf)
+            mask = aligned_bias(content, work)
             qb = qf[:, :, start:stop]
-            kb, vb = kf[:, :, k_lo:k_hi], vf[:, :, k_lo:k_hi]
-            o, mk, lse = _content_pass(qb, kb, vb, mask, False, scaling)
+            kb = kf[:, :, k_lo:k_hi]
+            o, mk, lse = _content_pass(
+                kernel, qb, kx[:, :, k_lo:k_hi], vx[:, :, k_lo:k_hi], mask, False, scaling,
+                has_content=content.any(-1),
+            )  # fmt: skip
             content_out[:, :, start:stop] = o
             e_score[:, :, start:stop] = torch.linalg.vecdot(qb, mk).to(f64)
             lse_c[:, :, start:stop] = lse.to(f64)

@@ -9,17 +9,24 @@ from __future__ import annotations
 from attncoda._errors import AttncodaError
 from attncoda.capture.names import KERNELS
 
+from ._check import first_use_check
 from ._fused import record_layer as record_triton_layer
 from ._sdpa import record_layer as record_sdpa_layer
 from ._triton import interpreting, triton_available
 
-__all__ = ["KERNELS", "record_layer", "resolve_kernel"]
+__all__ = ["AUTO_DEVICES", "KERNELS", "record_layer", "resolve_kernel"]
+
+#: The devices where ``kernel="auto"`` takes the fused kernel, after its first-use check
+#: (:func:`attncoda.capture.kernels.first_use_check`); the tests add ``"cpu"`` under the
+#: interpreter to exercise the check.
+AUTO_DEVICES: tuple[str, ...] = ("cuda",)
 
 
 def resolve_kernel(kernel: str, device: str) -> str:
     """The kernel that serves ``method="fast"`` on ``device`` (``"cpu"`` or ``"cuda"``).
 
-    ``"auto"`` is ``"triton"`` on CUDA when triton imports and ``"sdpa"`` otherwise;
+    ``"auto"`` is ``"triton"`` on CUDA when triton imports (each configuration then checked
+    on first use, :func:`record_layer`) and ``"sdpa"`` otherwise;
     ``"triton"`` is refused where it cannot run (the CPU without ``TRITON_INTERPRET=1``, or no
     triton); ``"sdpa"`` runs everywhere.
     """
@@ -30,7 +37,7 @@ def resolve_kernel(kernel: str, device: str) -> str:
     if kernel == "sdpa":
         return kernel
     if kernel == "auto":
-        return "triton" if device == "cuda" and triton_available() else "sdpa"
+        return "triton" if device in AUTO_DEVICES and triton_available() else "sdpa"
     if not triton_available():
         raise AttncodaError(
             "kernel='triton' needs the triton package, which does not import here: install "
@@ -47,9 +54,13 @@ def resolve_kernel(kernel: str, device: str) -> str:
 def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs):
     """The fast path of one routed layer: statistics into ``recorder``; the layer's output.
 
-    The recorder's kernel ``"triton"`` tries the fused kernel first (it prints a note and
-    declines a layer it does not cover); the two-call SDPA path takes what it declines,
-    except soft-capped and learned-sink layers, which it does not model.
+    The kernel is resolved from where the layer runs (:func:`resolve_kernel` on the query's
+    device: a device map may spread the layers over the CPU and GPUs). The fused Triton
+    kernel goes first where it is chosen (it prints a note and declines a layer it does not
+    cover; under ``"auto"`` each configuration must pass :func:`attncoda.capture.kernels.
+    first_use_check` first); the two-call SDPA path takes what it declines, except
+    soft-capped and learned-sink layers, which it does not model. ``recorder.ran[layer]``
+    records which served the layer (``"exact"`` when neither did).
 
     Returns
     -------
@@ -58,10 +69,18 @@ def record_layer(recorder, layer, module, query, key, value, attention_mask, sca
         the exact path.
     """
     out = None
-    if recorder.kernel == "triton":
+    if resolve_kernel(recorder.kernel, query.device.type) == "triton":
+        checked = recorder.kernel == "auto" and query.device.type in AUTO_DEVICES
         out = record_triton_layer(
-            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs
-        )
+            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs,
+            check=first_use_check if checked else None,
+        )  # fmt: skip
+        if out is not None:
+            recorder.ran[layer] = "triton"
     if out is None and kwargs.get("softcap") is None and kwargs.get("s_aux") is None:
         out = record_sdpa_layer(recorder, layer, module, query, key, value, attention_mask, scaling)
+        if out is not None:
+            recorder.ran[layer] = "sdpa"
+    if out is None:
+        recorder.ran[layer] = "exact"
     return out

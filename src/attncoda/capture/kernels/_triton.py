@@ -1,9 +1,21 @@
 """The ``@triton.jit`` source of the fused kernel (docs/design.md, "The fused kernel").
 
-The loop and its accumulators are documented in :mod:`attncoda.capture.kernels._fused`, which
-launches the kernel and turns its per-row outputs into statistics. Triton is imported only
-when the kernel is first asked for, so the package imports without it; :func:`triton_available`
-and :func:`interpreting` say whether and how it can run here.
+The loop and its accumulators are documented in :mod:`attncoda.capture.kernels._fused`,
+which launches the kernel and turns its per-row outputs into statistics. Triton is imported
+only when the kernel is first asked for, so the package imports without it;
+:func:`triton_available` and :func:`interpreting` say whether and how it can run here.
+
+What the source keeps to, for real sizes and for the Triton releases GPU machines carry
+(3.6 and later; only APIs present there):
+
+- ``batch x heads`` on grid axis 0 (limit ``2**31 - 1``), query blocks on axis 1;
+- 64-bit offsets: every base (batch, head, key block) and every per-row offset is int64, so
+  no offset wraps past ``2**31`` elements; only offsets inside one tile are int32;
+- lengths, offsets, the window and the sink count are not specialised
+  (``do_not_specialize``): documents of other lengths reuse one compiled kernel;
+- the score and value products take the dot precision the launch configuration names
+  (:mod:`attncoda.capture.kernels._configs`): ``"ieee"``, or ``"tf32x3"`` for float32 on
+  tensor cores.
 """
 
 from __future__ import annotations
@@ -11,7 +23,10 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["compiled", "interpreting", "triton_available"]
+__all__ = ["UNSPECIALISED", "compiled", "interpreting", "triton_available"]
+
+#: The integer arguments the kernel does not specialise on (one compile for every value).
+UNSPECIALISED = ("Q_LEN", "K_LEN", "OFFSET", "WINDOW", "N_SINK")
 
 
 def interpreting() -> bool:
@@ -38,32 +53,36 @@ def compiled(interpret: bool):
 
     del interpret  # the cache key: one decoration per mode
 
-    @triton.jit
+    @triton.jit(do_not_specialize=list(UNSPECIALISED))
     def _forward(
         Q, K, V, SINK_INDEX, SINK_VALID, IS_SINK, KEY_LO, KEY_HI, AUX,
         OUT, LSE, ENT, SUM_Z, Z_SINK,
         sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-        H, GROUP, Q_LEN, K_LEN, OFFSET, WINDOW, D,
+        H, GROUP, Q_LEN, K_LEN, OFFSET, WINDOW, N_SINK, D,
         scaling, softcap,
-        N_SINK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-        HAS_SOFTCAP: tl.constexpr, AUX_CONTENT: tl.constexpr, UPCAST: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+        AUX_CONTENT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+        EVEN_D: tl.constexpr,
     ):  # fmt: skip
-        block = tl.program_id(0)
-        bh = tl.program_id(1)
+        bh = tl.program_id(0)
+        block = tl.program_id(1)
         b = bh // H
         h = bh % H
         kvh = h // GROUP
+        b64 = b.to(tl.int64)
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        rows64 = rows.to(tl.int64)
         dims = tl.arange(0, BLOCK_D)
         offs = tl.arange(0, BLOCK_N)
         row_ok = rows < Q_LEN
         dim_ok = dims < D
-        q = tl.load(
-            Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
-            mask=row_ok[:, None] & dim_ok[None, :],
-            other=0.0,
-        )
+        if EVEN_D:
+            row_mask = row_ok[:, None]
+        else:
+            row_mask = row_ok[:, None] & dim_ok[None, :]
+        q_base = Q + b64 * sqb + h.to(tl.int64) * sqh
+        q = tl.load(q_base + rows64[:, None] * sqm + dims[None, :] * sqd, mask=row_mask, other=0.0)
         if UPCAST:
             q = q.to(tl.float32)
         pos = rows + OFFSET  # each query's own position among the keys
@@ -76,9 +95,9 @@ def compiled(interpret: bool):
         if HAS_WINDOW:
             start = tl.maximum(start, block * BLOCK_M + OFFSET - WINDOW + 1)
         start = (start // BLOCK_N) * BLOCK_N
-        k_ptrs = K + b * skb + kvh * skh + offs[:, None] * skn + dims[None, :] * skd
-        v_ptrs = V + b * svb + kvh * svh + offs[:, None] * svn + dims[None, :] * svd
-        sink_ptrs = IS_SINK + b * K_LEN + offs
+        k_base = K + b64 * skb + kvh.to(tl.int64) * skh
+        v_base = V + b64 * svb + kvh.to(tl.int64) * svh
+        sink_base = IS_SINK + b64 * K_LEN
 
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -95,58 +114,70 @@ def compiled(interpret: bool):
         for n0 in range(start, stop, BLOCK_N):
             cols = n0 + offs
             col_ok = (cols < stop) & (cols >= lo)
-            tile_ok = col_ok[:, None] & dim_ok[None, :]
-            k = tl.load(k_ptrs + n0 * skn, mask=tile_ok, other=0.0)
-            v = tl.load(v_ptrs + n0 * svn, mask=tile_ok, other=0.0)
+            # Offsets from the key index in the loop (int64 rows, nothing hoisted and
+            # kept live across it); the head-dim mask only where the head dim is padded.
+            cols64 = cols.to(tl.int64)
+            if EVEN_D:
+                tile_ok = col_ok[:, None]
+            else:
+                tile_ok = col_ok[:, None] & dim_ok[None, :]
+            k_ptrs = k_base + cols64[:, None] * skn + dims[None, :] * skd
+            v_ptrs = v_base + cols64[:, None] * svn + dims[None, :] * svd
+            k = tl.load(k_ptrs, mask=tile_ok, other=0.0)
+            v = tl.load(v_ptrs, mask=tile_ok, other=0.0)
             if UPCAST:
                 k = k.to(tl.float32)
                 v = v.to(tl.float32)
-            z = tl.dot(q, tl.trans(k), input_precision="ieee") * scaling
+            z = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
             if HAS_SOFTCAP:
                 # tanh(x) from one exponential of -2|x| (no overflow; tl has no tanh).
                 x = z / softcap
                 e = tl.exp(-2.0 * tl.abs(x))
                 z = tl.where(x < 0, e - 1.0, 1.0 - e) / (1.0 + e) * softcap
-            is_sink = tl.load(sink_ptrs + n0, mask=col_ok, other=1)
+            is_sink = tl.load(sink_base + cols, mask=col_ok, other=1)
             seen = (col_ok & (is_sink == 0))[None, :]
             if CAUSAL:
                 seen = seen & (cols[None, :] <= pos[:, None])
             if HAS_WINDOW:
                 seen = seen & (pos[:, None] - cols[None, :] < WINDOW)
             z = tl.where(seen, z, float("-inf"))
+            s_i = s_i + tl.sum(tl.where(seen, z, 0.0), 1)
             m_new = tl.maximum(m_i, tl.max(z, 1))
             # A row that has seen no key yet keeps m = -inf; shift by 0 then (no nan).
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m_i - m_safe)
             centred = tl.where(seen, z - m_safe[:, None], 0.0)
-            p = tl.exp(z - m_safe[:, None])
+            p = tl.exp(z - m_safe[:, None])  # 0 on the keys not seen (z = -inf there)
             # sum p (z - m_old) becomes sum p' (z - m_new) = alpha (a + (m_old - m_new) l).
             moved = (tl.where(l_i > 0, m_i, m_safe) - m_safe) * l_i
             a_i = alpha * (a_i + moved) + tl.sum(p * centred, 1)
             l_i = alpha * l_i + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-            s_i = s_i + tl.sum(tl.where(seen, z, 0.0), 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m_i = m_new
 
         some = l_i > 0
         l_safe = tl.where(some, l_i, 1.0)
-        row = bh * Q_LEN + rows
+        row = bh.to(tl.int64) * Q_LEN + rows64
         tl.store(
-            OUT + b * sob + h * soh + rows[:, None] * som + dims[None, :] * sod,
+            OUT + b64 * sob + h.to(tl.int64) * soh + rows64[:, None] * som + dims[None, :] * sod,
             acc / l_safe[:, None],
-            mask=row_ok[:, None] & dim_ok[None, :],
+            mask=row_mask,
         )
         log_l = tl.log(l_safe)
         tl.store(LSE + row, tl.where(some, m_i + log_l, float("-inf")), mask=row_ok)
         tl.store(ENT + row, tl.where(some, log_l - a_i / l_safe, 0.0), mask=row_ok)
         tl.store(SUM_Z + row, s_i, mask=row_ok)
 
-        qf = q.to(tl.float32)
-        for t in tl.static_range(N_SINK):
-            index = tl.load(SINK_INDEX + b * N_SINK + t)
-            valid = tl.load(SINK_VALID + b * N_SINK + t)
+        # The queries again, from memory: the block loaded before the loop is not kept
+        # live across it for these few scores.
+        qf = tl.load(
+            q_base + rows64[:, None] * sqm + dims[None, :] * sqd, mask=row_mask, other=0.0
+        ).to(tl.float32)
+        for t in range(N_SINK):
+            index = tl.load(SINK_INDEX + b64 * N_SINK + t)
+            valid = tl.load(SINK_VALID + b64 * N_SINK + t)
             key_row = tl.load(
-                K + b * skb + kvh * skh + index * skn + dims * skd, mask=dim_ok, other=0.0
+                k_base + index.to(tl.int64) * skn + dims * skd, mask=dim_ok, other=0.0
             ).to(tl.float32)
             zt = tl.sum(qf * key_row[None, :], 1) * scaling
             if HAS_SOFTCAP:

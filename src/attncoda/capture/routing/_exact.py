@@ -261,6 +261,8 @@ def attncoda_attention(
         )
         if fast is not None:
             return fast, None
+    if fast_ok and recorder is not None:
+        recorder.ran[layer] = "exact"
     # <<< fast path
     key_states = _repeat_kv(key, groups)
     value_states = _repeat_kv(value, groups)

@@ -44,12 +44,17 @@ class Recorder:
         sink set ``S``; otherwise it is one more key of the content ``C``.
     method : {"exact", "fast"}
         ``"fast"`` takes the statistics from the fused kernel (:mod:`attncoda.capture.kernels`).
-    kernel : {"sdpa", "triton"}
-        The fast path's kernel: PyTorch's fused attention twice, or the one-pass Triton
-        kernel (:mod:`attncoda.capture.kernels._fused`).
+    kernel : {"auto", "sdpa", "triton"}
+        The fast path's kernel as asked: PyTorch's fused attention twice, the one-pass
+        Triton kernel (:mod:`attncoda.capture.kernels._fused`), or ``"auto"`` (the Triton
+        kernel on CUDA for each configuration that passes its first-use check); resolved
+        per layer from where the layer runs.
 
     Attributes
     ----------
+    ran : dict
+        Per layer index, the kernel that served it under ``method="fast"``: ``"triton"``,
+        ``"sdpa"`` or ``"exact"`` (a layer the fast kernels do not cover).
     stats : list of dict
         Per layer, :func:`row_statistics` outputs ``(batch, head, pos)`` in padded query
         coordinates (empty dicts in the ``auto`` pass).
@@ -74,6 +79,7 @@ class Recorder:
     learned: bool = False
     method: str = "exact"
     kernel: str = "sdpa"
+    ran: dict[int, str] = field(default_factory=dict)
     stats: list[dict[str, torch.Tensor]] = field(default_factory=list)
     rows: list[list[torch.Tensor]] = field(default_factory=list)
     virtual: list[bool] = field(default_factory=list)

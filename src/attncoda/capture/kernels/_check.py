@@ -1,0 +1,204 @@
+"""The fused kernel's first-use check (docs/design.md, "GPU kernels before a GPU").
+
+No configuration of the compiled kernel is trusted before it has run on the device in
+hand. The first time ``kernel="auto"`` meets a (device, dtype, head dim, flags)
+configuration, :func:`first_use_check` runs the compiled kernel on a small random problem
+of that configuration and compares it with a float64 evaluation of the exact path's
+definition, within the kernel's derived bound (:func:`attncoda.capture.kernels.
+fused_bounds`, compiled terms included). An exception on the way (Triton's
+``CompilationError``, ``OutOfResources``, a launch error) or a value outside the bound sends
+that configuration to the two-call SDPA path for the rest of the process, with one printed
+line that names it. ``kernel="triton"`` (forced) skips the check and raises what it meets.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+
+from attncoda.capture.stats import row_statistics
+
+from ._bounds import fused_bounds
+from ._configs import Refused
+from ._fused import fused_attention, launch_for
+from ._masks import MaskShape
+from ._triton import interpreting
+
+__all__ = ["checked_configurations", "configuration", "first_use_check", "reference"]
+
+#: configuration -> None (passed) or why it failed, for this process.
+_CHECKED: dict[tuple, str | None] = {}
+#: The statistics the check compares.
+_COMPARED = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
+
+
+def configuration(device, dtype, head_dim, *, causal, window, softcap, aux_content) -> tuple:
+    """The key of a compiled kernel: device, dtype, head dim and the compile-time flags."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return (
+        str(device),
+        str(dtype).removeprefix("torch."),
+        int(head_dim),
+        bool(causal),
+        window is not None,
+        softcap is not None,
+        bool(aux_content),
+    )
+
+
+def checked_configurations() -> dict[tuple, str | None]:
+    """What this process has checked: configuration -> None (passed) or why it failed."""
+    return dict(_CHECKED)
+
+
+def reference(query, key, value, shape, sink, scaling, softcap=None, s_aux=None, learned=False):
+    """The exact path's definition in float64: ``(output, statistics, z, content, visible)``.
+
+    Scores ``scaling q . k`` (soft-capped), any learned sink a last column of logit
+    ``s_aux[head]`` and no value, a log-softmax and :func:`attncoda.capture.stats.
+    row_statistics`, all in float64.
+    """
+    b, h, length, d = query.shape
+    k_len = key.shape[2]
+    group = h // key.shape[1]
+    keys = key.double().repeat_interleave(group, 1)
+    values = value.double().repeat_interleave(group, 1)
+    z = torch.matmul(query.double(), keys.transpose(-1, -2)) * scaling
+    if softcap is not None:
+        z = torch.tanh(z / softcap) * softcap
+    rows = torch.arange(length, device=query.device)
+    visible = shape.visible(rows, k_len, k_len - length)
+    marks = sink
+    if s_aux is not None:
+        logit = s_aux.double()[None, :, None, None].expand(b, h, length, 1)
+        z = torch.cat([z, logit], -1)
+        visible = torch.cat([visible, visible.new_ones((b, 1, length, 1))], -1)
+        marks = torch.cat([sink, sink.new_full((b, 1), learned)], -1)
+    logp = torch.log_softmax(z.masked_fill(~visible, -math.inf), -1)
+    stats = row_statistics(logp.clone(), visible, marks)
+    p = logp.exp()
+    if s_aux is not None:
+        p = p[..., :-1]
+    output = torch.matmul(p, values)
+    content = stats["n_keys"] - stats["n_sink"]
+    return output, stats, z, content, visible
+
+
+def _problem(device, dtype, head_dim, causal, window, softcap, aux_content, seed=0):
+    """A small random problem of one configuration: two documents (the second padded),
+    two query heads on one key/value head, several query and key blocks of the launch."""
+    config = launch_for(device, dtype, head_dim)
+    block = max(config.block_m, config.block_n)
+    length = 2 * block + 19
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn((2, 2, length, head_dim), generator=generator)
+    k = torch.randn((2, 1, length, head_dim), generator=generator)
+    v = torch.randn((2, 1, length, head_dim), generator=generator)
+    k[:, :, 0] = 3.0 * q.mean((1, 2))[:, None] / head_dim**0.5
+    if softcap is not None:
+        q = q * 3.0  # scores beyond the cap
+    lo = torch.tensor([0, 5], dtype=torch.int32)
+    hi = torch.tensor([length, length - 7], dtype=torch.int32)
+    shape = MaskShape(lo.to(device), hi.to(device), causal, None if window is None else 37)
+    sink = torch.zeros((2, length), dtype=torch.bool)
+    sink[0, 0] = sink[1, 5] = True
+    s_aux = torch.tensor([1.5, -0.5]) if aux_content else None
+    tensors = [t.to(device=device, dtype=dtype) for t in (q, k, v)]
+    return (*tensors, shape, sink.to(device), None if s_aux is None else s_aux.to(device))
+
+
+def _compare(device, dtype, head_dim, causal, window, softcap, aux_content) -> str | None:
+    """Run the kernel on the configuration's problem: None when within the bound, else
+    what was out of it."""
+    q, k, v, shape, sink, s_aux = _problem(
+        device, dtype, head_dim, causal, window, softcap, aux_content
+    )
+    scaling = head_dim**-0.5
+    cap = None if softcap is None else float(softcap)
+    out, stats = fused_attention(
+        q, k, v, scaling=scaling, sink=sink, shape=shape, softcap=cap, s_aux=s_aux
+    )
+    ref_out, ref, z, content, visible = reference(q, k, v, shape, sink, scaling, cap, s_aux)
+    config = launch_for(device, dtype, head_dim)
+    compiled = None if interpreting() or isinstance(config, Refused) else config.precision
+    limits = fused_bounds(q, k, v, scaling, cap, z, content, visible, compiled=compiled)
+    rows = visible.any(-1).expand_as(stats["sink_mass"])
+    if not torch.equal(stats["n_keys"][rows], ref["n_keys"].expand_as(rows)[rows]):
+        return "key counts differ from the reference"
+    for name in _COMPARED:
+        got = stats[name][rows]
+        err = (got - ref[name].expand_as(rows)[rows]).abs()
+        if not bool(torch.isfinite(got).all()) or bool((err > limits[name][rows]).any()):
+            return f"{name} off the float64 reference by {float(err.max()):.3g}, beyond its bound"
+    eps = torch.finfo(dtype).eps * float(v.double().abs().max())
+    err = (out.double() - ref_out).abs().amax(-1)
+    if not bool(torch.isfinite(out).all()) or bool(
+        (err[rows] > limits["output"][rows] + 2 * eps).any()
+    ):
+        return f"the output off the float64 reference by {float(err.max()):.3g}, beyond its bound"
+    return None
+
+
+def first_use_check(
+    device, dtype, head_dim, *, causal, window, softcap, aux_content, quiet=False
+) -> str | None:
+    """Check the compiled kernel once per configuration: None when it may serve it, else
+    why not (a printed line the first time, unless ``quiet``).
+
+    Parameters
+    ----------
+    device : torch.device or str
+        Where the layer runs.
+    dtype : torch.dtype
+        float32, bfloat16 or float16.
+    head_dim : int
+    causal : bool
+    window, softcap : int or float or None
+        The layer's window and soft-cap (only whether each is present selects the kernel).
+    aux_content : bool
+        Whether a learned sink seeds the content accumulators.
+    quiet : bool
+        Print nothing (``bench/gpu.py`` reports every configuration itself).
+
+    Returns
+    -------
+    str or None
+        None when the kernel passed; ``"refused: ..."`` for a configuration the launch
+        table refuses (not run, nothing printed); else the exception or the statistic that
+        failed.
+    """
+    key = configuration(
+        device, dtype, head_dim, causal=causal, window=window, softcap=softcap,
+        aux_content=aux_content,
+    )  # fmt: skip
+    if key in _CHECKED:
+        return _CHECKED[key]
+    config = launch_for(device, dtype, head_dim)
+    if isinstance(config, Refused):  # the launch table's own refusal: no check, no line
+        return f"refused: {config.why}"
+    try:
+        with torch.inference_mode():
+            why = _compare(device, dtype, head_dim, causal, window, softcap, aux_content)
+    except Exception as err:  # CompilationError, OutOfResources, a launch error: all of them
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+        why = f"{type(err).__name__}{': ' + first if first else ''}"
+    _CHECKED[key] = why
+    if why is not None and not quiet:
+        print(f"note: the fused Triton kernel failed its first-use check on {_describe(key)}: "
+              f"{why}; that configuration takes the two-call SDPA path for the rest of this "
+              f"process", file=sys.stderr)  # fmt: skip
+    return why
+
+
+def _describe(key: tuple) -> str:
+    device, dtype, head_dim, causal, window, softcap, aux = key
+    flags = ["causal" if causal else "bidirectional"]
+    flags += [name for name, on in (("window", window), ("softcap", softcap), ("sink", aux)) if on]
+    name = device
+    if device.startswith("cuda") and torch.cuda.is_available():
+        name = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"{name}, {dtype}, head dim {head_dim}, {'+'.join(flags)}"

@@ -1,0 +1,345 @@
+"""Launch configurations of the fused kernel, as data, per (architecture, dtype, head dim)
+(docs/design.md, "GPU kernels before a GPU").
+
+Each entry gives the query and key block sizes, the warps, the software-pipelining stages
+and, for float32, the dot precision. Every entry was compiled without a GPU for its
+architecture (``bench/gpu_compile.py``; a subset in ``tests/capture/test_gpu_compile.py``):
+it fits the architecture's opt-in shared memory per block and spills no register. A
+float32 entry that cannot do both is :class:`Refused`, by name, for that architecture: the
+two-call SDPA path serves it, with a note.
+
+:func:`compile_offline` compiles one entry for a CUDA target on any machine (Triton's
+``GPUTarget``, the ptxas inside the triton wheel) and reads its shared memory, registers
+and spills.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = [
+    "ARCHITECTURES",
+    "DTYPES",
+    "FLAGS",
+    "HEAD_DIMS",
+    "LaunchConfig",
+    "Refused",
+    "architecture_of",
+    "compile_offline",
+    "head_dim_class",
+    "launch_config",
+]
+
+#: Opt-in shared memory per block, bytes, of the architectures configured.
+ARCHITECTURES: dict[str, int] = {
+    "sm_80": 166_912,  # A100
+    "sm_86": 101_376,  # RTX 30xx, A10, A40
+    "sm_89": 101_376,  # RTX 40xx, L4, L40
+    "sm_90": 232_448,  # H100, H200
+}
+#: The input dtypes the kernel takes.
+DTYPES = ("float32", "bfloat16", "float16")
+#: Head dims compiled offline; any head dim up to 256 runs in the class above it.
+HEAD_DIMS = (64, 80, 96, 128, 256)
+#: FMA contraction in the compiled kernel (Triton's ``enable_fp_fusion``), passed at every
+#: launch; the compiled kernel's bound counts it (docs/design.md, "Bounds per kernel").
+FP_FUSION = True
+#: The kernel's variants by mask and score options (each its own compile).
+FLAGS = ("causal", "window", "softcap", "sink", "padding")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """One launch of the fused kernel.
+
+    Attributes
+    ----------
+    block_m, block_n : int
+        Queries and keys per block.
+    num_warps, num_stages : int
+        Warps per program and software-pipelining stages.
+    precision : str
+        ``tl.dot``'s input precision: ``"ieee"`` (bfloat16/float16 products are exact in
+        float32 either way), or ``"tf32x3"`` for float32 on tensor cores.
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    precision: str = "ieee"
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A (architecture, dtype, head dim) the fused kernel does not serve, and why."""
+
+    why: str
+
+
+def head_dim_class(head_dim: int) -> int:
+    """The padded head dim a kernel is configured for: 64, 128 or 256 (the next power of
+    two, at least 64)."""
+    for size in (64, 128, 256):
+        if head_dim <= size:
+            return size
+    raise ValueError(f"head dim {head_dim} is above 256")
+
+
+def _table() -> dict[tuple[str, str, int], LaunchConfig | Refused]:
+    """The launch table (what ``bench/gpu_compile.py`` compiled and bench/RESULTS.md lists).
+
+    bfloat16 and float16: 64 x 64 blocks at head dim 64, 64 x 32 at 128 (32 x 32 on sm_86
+    and sm_89, where 64 x 32 spills a few bytes) and 32 x 32 at 256, 4 warps, 2 stages;
+    every one fits the smallest shared memory (sm_86/89, 101,376 B) and spills nothing.
+    float32 takes ``tf32x3`` products on tensor cores in smaller blocks (its high and low
+    operand halves double the registers); where even those spill, it is refused and the
+    two-call SDPA path serves it.
+    """
+    half = {
+        64: LaunchConfig(64, 64, 4, 2),
+        128: LaunchConfig(64, 32, 4, 2),
+        256: LaunchConfig(32, 32, 4, 2),
+    }
+    single: dict[int, LaunchConfig | str] = {
+        64: LaunchConfig(32, 32, 4, 2, "tf32x3"),
+        128: LaunchConfig(16, 32, 4, 2, "tf32x3"),
+        256: "its tf32x3 operands of a 256-wide query block spill registers",
+    }
+    table: dict[tuple[str, str, int], LaunchConfig | Refused] = {}
+    for arch in ARCHITECTURES:
+        for size in (64, 128, 256):
+            blocks = half[size]
+            if size == 128 and arch in ("sm_86", "sm_89"):
+                blocks = LaunchConfig(32, 32, 4, 2)
+            table[(arch, "bfloat16", size)] = blocks
+            table[(arch, "float16", size)] = blocks
+            entry = single[size]
+            table[(arch, "float32", size)] = (
+                entry
+                if isinstance(entry, LaunchConfig)
+                else Refused(f"float32 at head dim {size} on {arch} ({entry})")
+            )
+    return table
+
+
+#: (architecture, dtype, head-dim class) -> the launch configuration or a refusal.
+TABLE: dict[tuple[str, str, int], LaunchConfig | Refused] = _table()
+
+
+def launch_config(arch: str, dtype: str, head_dim: int) -> LaunchConfig | Refused:
+    """The table's entry for ``arch`` (``"sm_80"``), ``dtype`` (``"bfloat16"``) and
+    ``head_dim`` (up to 256)."""
+    return TABLE[(arch, dtype, head_dim_class(head_dim))]
+
+
+def architecture_of(capability: tuple[int, int], shared_bytes: int | None = None) -> str | None:
+    """The configured architecture that serves a device of compute ``capability``.
+
+    An architecture in :data:`ARCHITECTURES` serves itself. Another one of compute
+    capability 8.0 or more takes the entries of the configured architecture with the most
+    shared memory that its own ``shared_bytes`` (opt-in per block) still holds, the latest
+    of those; its first-use check stands behind the choice. Older devices get None.
+    """
+    name = f"sm_{capability[0]}{capability[1]}"
+    if name in ARCHITECTURES:
+        return name
+    if capability[0] < 8:
+        return None
+    limit = shared_bytes if shared_bytes is not None else min(ARCHITECTURES.values())
+    fits = [arch for arch, size in ARCHITECTURES.items() if size <= limit]
+    if not fits:
+        return None
+    return max(fits, key=lambda arch: (ARCHITECTURES[arch], arch))
+
+
+def constants(dtype: str, head_dim: int, flags, config: LaunchConfig, upcast: bool = False):
+    """The kernel's compile-time arguments for ``flags`` (a subset of :data:`FLAGS`:
+    ``"padding"`` alone is bidirectional rows with padding; any other set is causal)."""
+    flags = set(flags)
+    return {
+        "BLOCK_M": config.block_m,
+        "BLOCK_N": config.block_n,
+        "BLOCK_D": max(16, 1 << (head_dim - 1).bit_length()),
+        "CAUSAL": flags != {"padding"},
+        "HAS_WINDOW": "window" in flags,
+        "HAS_SOFTCAP": "softcap" in flags,
+        "AUX_CONTENT": "sink" in flags,
+        "UPCAST": upcast or dtype == "float32",
+        "PRECISION": config.precision,
+        "EVEN_D": head_dim == max(16, 1 << (head_dim - 1).bit_length()),
+    }
+
+
+_PTXAS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGISTERS = re.compile(r"Used (\d+) registers")
+
+
+def _ptxas_report(ptx: str, arch: str, fp_fusion: bool = True) -> tuple[int, int]:
+    """``(registers, spill bytes)``: ptxas from the triton wheel, ``-v``, on ``ptx``."""
+    from triton.backends.nvidia import compiler
+
+    capability = int(arch.removeprefix("sm_"))
+    try:
+        tool = compiler.get_ptxas(capability)
+    except TypeError:  # Triton releases whose get_ptxas takes no architecture
+        tool = compiler.get_ptxas()
+    gpu = f"sm_{capability}a" if capability >= 90 else arch
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "kernel.ptx"
+        source.write_text(ptx)
+        command = [tool.path, "-v", f"--gpu-name={gpu}", str(source), "-o", str(source) + ".o"]
+        if not fp_fusion:
+            command.insert(1, "--fmad=false")
+        log = subprocess.run(command, check=True, capture_output=True, text=True).stderr
+    spills = _PTXAS.search(log)
+    registers = _REGISTERS.search(log)
+    stores, loads = (int(spills.group(1)), int(spills.group(2))) if spills else (0, 0)
+    return (int(registers.group(1)) if registers else -1), stores + loads
+
+
+def _kernel():
+    """The fused kernel, decorated for compilation (not the interpreter)."""
+    from attncoda.capture.kernels._triton import compiled
+
+    return compiled(False)[1]
+
+
+class _OfflineDriver:
+    """Triton's active driver for a CUDA target without a device: the kernel's own
+    launch path (its argument binder, specialisation and cache) compiles without a GPU."""
+
+    def __init__(self, capability: int):
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", capability, 32)
+        # A cache slot of its own per target, never a real device index.
+        self.device = 10_000 + capability
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return self.device
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+
+def example_arguments(
+    dtype: str,
+    head_dim: int,
+    q_len: int = 4096,
+    heads: int = 32,
+    kv_heads: int = 8,
+    n_sink: int = 1,
+) -> list:
+    """Positional arguments of a launch as the launcher makes them, tensors as dtypes
+    (Triton's ``MockTensor``: aligned pointers): queries, keys and values as transformers
+    hands them over, ``(batch, head, position, head_dim)`` views of
+    ``(batch, position, head, head_dim)``; the outputs contiguous."""
+    import torch
+
+    types = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    data = types[dtype]
+    f32, i32, i8 = torch.float32, torch.int32, torch.int8
+    q_strides = (q_len * heads * head_dim, head_dim, heads * head_dim, 1)
+    kv_strides = (q_len * kv_heads * head_dim, head_dim, kv_heads * head_dim, 1)
+    out_strides = (heads * q_len * head_dim, q_len * head_dim, head_dim, 1)
+    return [
+        data, data, data, i32, i8, i8, i32, i32, f32,
+        f32, f32, f32, f32, f32,
+        *q_strides, *kv_strides, *kv_strides, *out_strides,
+        heads, heads // kv_heads, q_len, q_len, 0, 0, n_sink, head_dim,
+        head_dim**-0.5, 1.0,
+    ]  # fmt: skip
+
+
+def warm(arch: str, arguments: list, constexprs: dict, config: LaunchConfig):
+    """Compile the kernel for ``arch`` through its own launch path (``warmup``), on
+    :class:`_OfflineDriver`: the ``CompiledKernel``, from the kernel's cache when these
+    arguments specialise as an earlier call's did."""
+    import triton
+
+    kernel = _kernel()
+    capability = int(arch.removeprefix("sm_"))
+    drivers = triton.runtime.driver
+    # What was active before (None until a driver is first asked for: on a machine
+    # without a GPU, asking would fail), restored after.
+    previous = getattr(drivers, "_active", None)
+    drivers.set_active(_OfflineDriver(capability))
+    try:
+        return kernel.warmup(
+            *arguments,
+            grid=(1,),
+            **constexprs,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+            enable_fp_fusion=FP_FUSION,
+        )
+    finally:
+        if hasattr(drivers, "_active"):
+            drivers._active = previous
+        else:
+            drivers.reset_active()
+
+
+def compiled_kernels(arch: str) -> int:
+    """How many compiled kernels the fused kernel's cache holds for ``arch`` (offline)."""
+    kernel = _kernel()
+    slot = _OfflineDriver(int(arch.removeprefix("sm_"))).device
+    return len(kernel.device_caches[slot][0]) if slot in kernel.device_caches else 0
+
+
+def compile_offline(arch: str, dtype: str, head_dim: int, flags, config: LaunchConfig) -> dict:
+    """Compile the fused kernel for ``arch`` without a GPU and measure it.
+
+    The compile takes the kernel's own launch path (:func:`warm`) on the arguments of a
+    Llama-3-8B-shaped layer (:func:`example_arguments`), so it specialises as a launch on
+    a GPU would.
+
+    Parameters
+    ----------
+    arch : str
+        ``"sm_80"``, ``"sm_86"``, ``"sm_89"`` or ``"sm_90"``.
+    dtype : str
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+    head_dim : int
+        Up to 256.
+    flags : iterable of str
+        A subset of :data:`FLAGS`.
+    config : LaunchConfig
+
+    Returns
+    -------
+    dict
+        ``shared_bytes`` (the kernel's shared memory per block), ``registers`` per thread,
+        ``spill_bytes`` (spill stores plus spill loads, per thread, from ptxas ``-v``),
+        ``seconds`` (the compile) and ``ttir`` (Triton's IR of it, for inspection).
+    """
+    started = time.perf_counter()
+    binary = warm(
+        arch,
+        example_arguments(dtype, head_dim),
+        constants(dtype, head_dim, flags, config),
+        config,
+    )
+    seconds = time.perf_counter() - started
+    registers, spills = _ptxas_report(binary.asm["ptx"], arch)
+    return {
+        "shared_bytes": int(binary.metadata.shared),
+        "registers": registers,
+        "spill_bytes": spills,
+        "seconds": seconds,
+        "ttir": binary.asm["ttir"],
+    }

@@ -1,0 +1,114 @@
+"""The fused kernel compiled for CUDA targets without a GPU (docs/design.md, "GPU kernels
+before a GPU"): a representative subset of the launch table (sm_80 and sm_90, float32 and
+bfloat16, head dims 64, 128 and 256) fits each architecture's shared memory and spills
+nothing; offsets are 64-bit in the compiled IR; two lengths share one compile.
+
+The full matrix is ``bench/gpu_compile.py``. The compiles run in two worker processes
+(Triton's compiler and ptxas are single-threaded); nothing here needs a GPU or runs a kernel.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+
+import pytest
+
+pytest.importorskip("triton")
+pytest.importorskip("triton.backends.nvidia")
+
+from attncoda.capture.kernels import (  # noqa: E402
+    ARCHITECTURES,
+    LaunchConfig,
+    Refused,
+    compile_offline,
+    compiled_kernels,
+    launch_config,
+)
+
+SUBSET = [
+    (arch, dtype, head_dim)
+    for arch in ("sm_80", "sm_90")
+    for dtype in ("float32", "bfloat16")
+    for head_dim in (64, 128, 256)
+]
+#: Every compile-time switch at once: the most code one kernel carries.
+FLAGS = ("causal", "window", "softcap", "sink")
+
+
+def _one(job):
+    arch, dtype, head_dim = job
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    config = launch_config(arch, dtype, head_dim)
+    if isinstance(config, Refused):
+        return job, config, None
+    return job, config, compile_offline(arch, dtype, head_dim, FLAGS, config)
+
+
+@pytest.fixture(scope="module")
+def compiled_subset():
+    """``{(arch, dtype, head_dim): (config, figures or None)}`` for :data:`SUBSET`."""
+    with concurrent.futures.ProcessPoolExecutor(max_workers=2) as pool:
+        return {job: (config, found) for job, config, found in pool.map(_one, SUBSET)}
+
+
+def test_the_subset_fits_shared_memory_and_spills_nothing(compiled_subset):
+    compiles = [found for _, found in compiled_subset.values() if found is not None]
+    assert len(compiles) >= 12 - sum(
+        isinstance(config, Refused) for config, _ in compiled_subset.values()
+    )
+    for (arch, dtype, head_dim), (config, found) in compiled_subset.items():
+        if isinstance(config, Refused):
+            # Only float32 may be refused, and the refusal names the architecture.
+            assert dtype == "float32" and arch in config.why, (arch, dtype, head_dim)
+            continue
+        assert isinstance(config, LaunchConfig)
+        where = (arch, dtype, head_dim, config)
+        assert found["shared_bytes"] <= ARCHITECTURES[arch], (where, found["shared_bytes"])
+        assert found["spill_bytes"] == 0, (where, found["spill_bytes"])
+        assert 0 < found["registers"] <= 255, where
+
+
+def test_bfloat16_is_never_refused():
+    for arch in ARCHITECTURES:
+        for dtype in ("bfloat16", "float16"):
+            for head_dim in (64, 80, 96, 128, 256):
+                assert isinstance(launch_config(arch, dtype, head_dim), LaunchConfig)
+
+
+def test_offsets_are_64_bit_in_the_compiled_ir(compiled_subset):
+    # Triton's IR of a compiled kernel: the batch/head bases of the queries, keys, values,
+    # outputs and sink flags are int64 offsets of the arguments; the per-row offsets of the
+    # query, key, value and output tiles and of the per-row outputs are int64 tensors. Only
+    # offsets inside one tile (a head dim) and those bounded by the batch, the heads or the
+    # sink count stay int32.
+    _, found = compiled_subset[("sm_80", "bfloat16", 128)]
+    ttir = found["ttir"]
+    bases = re.findall(r"tt\.addptr %(Q|K|V|OUT|IS_SINK), %\S+ : \S+, (\S+)", ttir)
+    assert {name for name, _ in bases} == {"Q", "K", "V", "OUT", "IS_SINK"}, bases
+    assert all(kind == "i64" for _, kind in bases), bases
+    rows = re.findall(
+        r"tt\.addptr %\S+, %\S+ : tensor<\d+x1x!tt\.ptr<(bf16|f32)>>, tensor<\d+x1x(i\d+)>", ttir
+    )
+    assert len(rows) >= 4 and all(kind == "i64" for _, kind in rows), rows  # q, k, v, out
+    per_row = re.findall(
+        r"tt\.addptr %\S+, %\S+ : tensor<\d+x!tt\.ptr<f32>>, tensor<\d+x(i\d+)>", ttir
+    )
+    assert per_row.count("i64") >= 3  # lse, ent, sum_z (and the sink scores)
+
+
+def test_two_lengths_and_sink_counts_share_one_compile():
+    # The kernel's own launch path (warmup, on a driver for sm_80 without a device): the
+    # lengths, the offset and the sink count are not specialised, so documents of 1000 and
+    # 4096 tokens with one or three sink keys run one compiled kernel.
+    from attncoda.capture.kernels._configs import constants, example_arguments, warm
+
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    config = launch_config("sm_80", "bfloat16", 64)
+    flags = constants("bfloat16", 64, ("causal",), config)
+    before = compiled_kernels("sm_80")
+    first = warm("sm_80", example_arguments("bfloat16", 64, q_len=1000, n_sink=1), flags, config)
+    second = warm("sm_80", example_arguments("bfloat16", 64, q_len=4096, n_sink=3), flags, config)
+    assert first is second
+    assert compiled_kernels("sm_80") == before + 1
