@@ -42,8 +42,8 @@ QUANTITIES = ("sink_mass", "entropy", "content_entropy")
 LAYERS = {"smollm2": 3, "gemma3": 2}
 #: Random-token documents at 1024 tokens. Each is an independent draw of the same kind of
 #: rows (every query length up to 1024, every head, every kept layer): six check those rows
-#: at under a third of the cost of twenty; the benchmark (bench/fast_bounds.py) runs 20
-#: through every layer.
+#: at under a third of the cost of twenty; the benchmark (bench/fast_bounds.py) takes every
+#: layer, and 20 of them by default.
 RANDOM_INPUTS = 6
 
 
