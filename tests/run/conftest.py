@@ -1,4 +1,8 @@
-"""Fixtures of the run tests: two tiny checkpoints as models, and one uninterrupted run."""
+"""Fixtures of the run tests: two tiny checkpoints as models, and one uninterrupted run.
+
+Both are the session's (``tiny_models`` and ``tiny_run`` in ``tests/conftest.py``), shared
+with the report tests, so they are trained and run once.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from attncoda.report.html import render_report
-from attncoda.run.reproduce import reproduce
-from attncoda.training.train import TrainConfig, train_tiny
-from tiny_runs import TINY_SETTINGS
+
+@pytest.fixture(scope="session")
+def models(tiny_models: list[str]) -> list[str]:
+    """``step8`` and ``step16`` of a tiny series ``tt`` (step0 .. step16)."""
+    return tiny_models
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> list[str]:
-    folder = tmp_path_factory.mktemp("series") / "tt"
-    train_tiny(folder, TrainConfig(steps=16, size="tiny"), progress=False)
-    return [str(folder / "step8"), str(folder / "step16")]
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, models) -> Path:
-    """A finished run of every experiment on ``models``, its report rendered."""
-    out = tmp_path_factory.mktemp("runs") / "whole"
-    result = reproduce(models, out, settings=TINY_SETTINGS, progress=False)
-    assert result.ran == len(result.units) and result.skipped == 0
-    render_report(out)
-    return out
+@pytest.fixture(scope="session")
+def uninterrupted(tiny_run: Path) -> Path:
+    """A finished run of every experiment on ``models``, its report rendered (read-only)."""
+    return tiny_run
