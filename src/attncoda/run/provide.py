@@ -221,11 +221,17 @@ def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
     )
 
 
-def _rows(src: Source, name: str, config: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The recorded rows of every head (labelled ``name``) and what they were read from."""
+def _rows(
+    src: Source, name: str, config: Mapping[str, Any], at: Mapping[str, int] | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The recorded rows of every head (labelled ``name``) and what they were read from:
+    the run's windows, or ``at`` (``{"docs", "tokens"}``: an experiment's own,
+    :attr:`Experiment.rows_at`)."""
     from attncoda.run.common import head_rows, identity_of
 
     rows = settings_of(config, "rows")
+    if at is not None:
+        rows = replace(rows, docs=int(at["docs"]), tokens=int(at["tokens"]))
 
     def make() -> tuple[Any, dict[str, Any]]:
         captured = _captured(src, config, docs=rows.docs, tokens=rows.tokens, record_rows="auto")
@@ -237,6 +243,24 @@ def _rows(src: Source, name: str, config: Mapping[str, Any]) -> tuple[Any, dict[
 
     key = ("rows", src.spec, _key(name, rows, config["corpus"], config["sink"], config["seed"]))
     return cached(key, make)
+
+
+def _rows_read(
+    src: Source, config: Mapping[str, Any], at: Mapping[str, int] | None, facts: Mapping
+) -> dict[str, Any] | None:
+    """What :attr:`Inputs.read` says of rows read with the windows ``at`` (``None``: the
+    run's): ``None`` for attention handed in."""
+    if src.given:
+        return None
+    rows = settings_of(config, "rows")
+    tokens = rows.tokens if at is None else int(at["tokens"])
+    shared = at is None or (int(at["docs"]), tokens) == (rows.docs, rows.tokens)
+    return {
+        "windows": facts.get("windows"),
+        "window_tokens": tokens,
+        "corpus": config["corpus"]["text"],
+        "shared": shared,
+    }
 
 
 def _read_from(captured: Any) -> dict[str, Any]:
@@ -354,7 +378,9 @@ def provide(
     facts: dict[str, Any] = {}
     for need in exp.needs:
         if need == "rows":
-            values["rows"], facts["read"] = _rows(src, unit.model, config)
+            at = None if exp.rows_at is None else exp.rows_at(settings)
+            values["rows"], facts["read"] = _rows(src, unit.model, config, at)
+            values["read"] = _rows_read(src, config, at, facts["read"])
         elif need == "capture":
             values["capture"], facts["read"] = _capture(src, config, settings)
         elif need == "model":
