@@ -9,9 +9,10 @@ facts identify a model:
   does not depend on the file format, the folder or the name;
 - :func:`checkpoint_recipe`: what a ``train-tiny`` checkpoint's ``attncoda_train.json``
   records of the run that made it: the task, the full resolved training configuration (seed
-  included) and the step. Training is deterministic for one thread count on one machine;
-  bit-identical weights across CPUs (Intel, AMD) or thread counts are not guaranteed, so
-  the recipe, not the hash, is what identifies a retrained checkpoint there.
+  included) and the step. Training is pinned to the same bits on every x86-64 CPU and
+  thread count (:mod:`attncoda.training.pinned`), so a checkpoint retrained with the same
+  library versions has the same hash; the recipe still identifies a checkpoint retrained
+  with other versions, or one the pinning did not make (a series trained before it).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ __all__ = [
     "weights_sha256",
 ]
 
-#: Recorded config keys that are no part of the recipe: the thread count changes only the
-#: rounding of the same training run (float sums in another order), not what it learns.
+#: Recorded config keys that are no part of the recipe: the thread count is recorded, but
+#: training runs on one pinned thread whatever it says.
 RECIPE_IGNORES = ("threads",)
 
 

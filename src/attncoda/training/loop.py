@@ -4,10 +4,11 @@
   size, with eager attention, initialised under ``torch.manual_seed(seed)``.
 - **Optimiser**: AdamW (betas 0.9/0.95, weight decay on matrices only), linear warmup then
   cosine decay to a tenth of the peak rate, gradient clipping at 1.0: Pythia's recipe.
-- **Determinism**: run inside :func:`deterministic`, the same config gives bit-identical
-  checkpoints on the same machine and library versions: the weights are initialised in a
-  forked RNG (the caller's global RNG is untouched), windows are drawn from a generator
-  seeded with ``seed``, deterministic algorithms are on and the thread count is fixed.
+- **Determinism**: run inside :func:`deterministic`, in the pinned worker of
+  :mod:`attncoda.training.pinned`, the same config gives bit-identical checkpoints on every
+  x86-64 CPU with the same library versions: the weights are initialised in a forked RNG,
+  windows are drawn from a generator seeded with ``seed``, deterministic algorithms are on,
+  one thread runs, and the kernels are pinned.
 
 At every step of :func:`attncoda.training.checkpoints.checkpoint_steps` the model is
 evaluated (mean next-token cross-entropy in nats, per-head attention on ``<|bos|>``) and
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncoda.data.tasks import BIGRAM_BACKCOPY, bos_attention
+from attncoda.data.tasks import bos_attention
 from attncoda.training.checkpoints import (
     TrainResult,
     checkpoint_steps,
@@ -63,7 +64,7 @@ def train(
     data: TrainData,
     config: ResolvedTrainConfig,
     record: dict[str, Any],
-    progress: bool,
+    report: Callable[[int, float], None] | None = None,
 ) -> TrainResult:
     """Train a fresh model on ``data`` and save every checkpoint of the schedule in ``out``.
 
@@ -78,14 +79,14 @@ def train(
         The run (:meth:`attncoda.training.config.TrainConfig.resolved`).
     record : dict
         The JSON config the checkpoints and the series file record.
-    progress : bool
-        Show a tqdm bar with the running training loss.
+    report : callable, optional
+        Called after each optimiser step with the steps done and the running training loss
+        (nats; an exponential mean).
 
     Returns
     -------
     TrainResult
     """
-    from tqdm.auto import tqdm
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     layers, hidden, heads = SIZES[config.size]
@@ -116,38 +117,32 @@ def train(
     records: list[dict[str, Any]] = []
     start = time.perf_counter()
     running = float("nan")
-    desc = "train-tiny" if data.task is None else f"train-tiny {BIGRAM_BACKCOPY}"
-    bar = tqdm(total=config.steps, desc=desc, unit="step", disable=not progress)
-    try:
-        for step in range(config.steps + 1):
-            if step == schedule[len(records)]:
-                evaluated = _evaluate(model, data, step)
-                save_checkpoint(
-                    out,
-                    step,
-                    model,
-                    tokenizer,
-                    {
-                        **evaluated,
-                        "seed": config.seed,
-                        "config": record,
-                        **(
-                            {"corpus_sha256": record["corpus_sha256"], "corpus": corpus_info(data)}
-                            if data.task is None
-                            else {}
-                        ),
-                    },
-                )
-                records.append(evaluated)
-            if step == config.steps:
-                break
-            loss = _train_step(model, optimizer, data, sampler, step, config)
-            running = loss if math.isnan(running) else 0.95 * running + 0.05 * loss
-            bar.update(1)
-            if step % 10 == 0 or step + 1 == config.steps:
-                bar.set_postfix(loss=f"{running:.3f}")
-    finally:
-        bar.close()
+    for step in range(config.steps + 1):
+        if step == schedule[len(records)]:
+            evaluated = _evaluate(model, data, step)
+            save_checkpoint(
+                out,
+                step,
+                model,
+                tokenizer,
+                {
+                    **evaluated,
+                    "seed": config.seed,
+                    "config": record,
+                    **(
+                        {"corpus_sha256": record["corpus_sha256"], "corpus": corpus_info(data)}
+                        if data.task is None
+                        else {}
+                    ),
+                },
+            )
+            records.append(evaluated)
+        if step == config.steps:
+            break
+        loss = _train_step(model, optimizer, data, sampler, step, config)
+        running = loss if math.isnan(running) else 0.95 * running + 0.05 * loss
+        if report is not None:
+            report(step + 1, running)
     seconds = time.perf_counter() - start
     result = TrainResult(
         out_dir=out,

@@ -34,9 +34,12 @@ View".
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from attncoda.data.corpus import corpus_hash
+from attncoda.data.corpus import Document, corpus_hash
 from attncoda.data.tasks import (
     BIGRAM_BACKCOPY,
     BOS_TOKEN,
@@ -54,9 +57,16 @@ from attncoda.training.checkpoints import (
     list_checkpoints,
     remove_entry,
 )
-from attncoda.training.config import MODEL_SIZES, TASK_DEFAULTS, TrainConfig, check_threads
+from attncoda.training.config import (
+    MODEL_SIZES,
+    TASK_DEFAULTS,
+    ResolvedTrainConfig,
+    TrainConfig,
+    check_threads,
+)
 from attncoda.training.data import documents, task_data, text_data
 from attncoda.training.loop import deterministic, train
+from attncoda.training.pinned import run_pinned
 from attncoda.training.tokenizer import train_tokenizer
 
 __all__ = [
@@ -106,8 +116,9 @@ def train_tiny(
     config : TrainConfig, optional
         The run (:class:`TrainConfig`; its defaults when omitted: the text task).
     threads : int
-        Torch CPU threads during training; results are bit-identical only for the same count
-        (so it is recorded with the configuration).
+        Recorded with the configuration, as before; training itself always runs on one
+        thread in the pinned worker, the only count whose rounding every machine can repeat,
+        so the weights do not depend on it.
     overwrite : bool
         Replace a series of another configuration in ``out_dir``.
     progress : bool
@@ -147,6 +158,7 @@ def train_tiny(
     run = (TrainConfig() if config is None else config).resolved()
     check_threads(threads)
     out = Path(out_dir)
+    task, docs = None, []
     if run.task == BIGRAM_BACKCOPY:
         task = BigramBackcopy(seq_len=run.window, n_triggers=run.triggers)
         record = run.record(threads, task=task)
@@ -156,15 +168,43 @@ def train_tiny(
     finished, stale = inspect_out_dir(out, record, overwrite)
     if finished is not None:
         return finished
-    with deterministic(threads):
-        if run.task == BIGRAM_BACKCOPY:
-            tokenizer = task_tokenizer(task, run.window)
-            data = task_data(task)
+    from tqdm.auto import tqdm
+
+    job = TrainJob(out, run, record, task if run.task == BIGRAM_BACKCOPY else None, docs, stale)
+    desc = "train-tiny" if run.task != BIGRAM_BACKCOPY else f"train-tiny {BIGRAM_BACKCOPY}"
+    with tqdm(total=run.steps, desc=desc, unit="step", disable=not progress) as bar:
+
+        def report(step: int, loss: float) -> None:
+            bar.update(step - bar.n)
+            if step % 10 == 1 or step == run.steps:
+                bar.set_postfix(loss=f"{loss:.3f}")
+
+        return run_pinned(job, report if progress else None)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What the pinned worker needs to train one accepted series (:func:`execute`)."""
+
+    out: Path
+    run: ResolvedTrainConfig
+    record: dict[str, Any]
+    task: BigramBackcopy | None
+    docs: list[Document]
+    stale: list[Path]
+
+
+def execute(job: TrainJob, report: Callable[[int, float], None] | None = None) -> TrainResult:
+    """Train ``job`` in this process, which must be pinned (:mod:`attncoda.training.pinned`)."""
+    with deterministic(1):
+        if job.task is not None:
+            tokenizer = task_tokenizer(job.task, job.run.window)
+            data = task_data(job.task)
         else:
-            tokenizer = train_tokenizer(docs, run)
-            data = text_data(docs, tokenizer, run)
+            tokenizer = train_tokenizer(job.docs, job.run)
+            data = text_data(job.docs, tokenizer, job.run)
         # Only now, with every argument and the corpus accepted, is the folder touched.
-        for entry in stale:
+        for entry in job.stale:
             remove_entry(entry)
-        out.mkdir(parents=True, exist_ok=True)
-        return train(out, tokenizer, data, run, record, progress)
+        job.out.mkdir(parents=True, exist_ok=True)
+        return train(job.out, tokenizer, data, job.run, job.record, report)

@@ -1,0 +1,117 @@
+"""Training gives the same bits on every x86-64 CPU (docs/design.md, "Training is
+bit-identical on every x86-64 CPU").
+
+The weights of a short seed-0 Bigram-Backcopy recipe, hashed at every checkpoint, equal
+constants committed here: a CPU, a library or a code change that gives other bits fails.
+The callers' kernels are varied in subprocesses (ATen's capability and MKL's branch are read
+once per process), each training at one and two threads: the pinned worker must give the
+same bits whatever its caller runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from attncoda.data.tasks import BigramBackcopy  # noqa: E402
+from attncoda.training.train import TrainConfig, train_tiny  # noqa: E402
+
+#: The short recipe: the task's defaults (2 layers x 4 heads, hidden 64, 64-token sequences,
+#: batches of 32, lr 1e-2), seed 0, 4 steps: checkpoints 0, 1, 2 and 4.
+RECIPE = {"task": "bigram-backcopy", "seed": 0, "steps": 4}
+#: :func:`attncoda.training.identity.weights_sha256` of each checkpoint, loaded as saved.
+EXPECTED = {
+    0: "sha256:ca0aba52a1adedb64bed37a03857557aa008f847cb597bf290fcd8548bbfe939",
+    1: "sha256:d7fa9db3666ef410147b2793da58ee3de1fa4248a1323419f1ae2a1f3a8d865a",
+    2: "sha256:500bea403a089ff85ff4f361376a24fe7290ae47f78865c7ee55918a403040dc",
+    4: "sha256:a7810dcca4a427dffe8fc9e88fade36d599c61bfa22d1f7eedd5343dcc5cfeb4",
+}
+#: sha256 of the task's transition matrix and of the first training batch of seed 0: the
+#: data pipeline, apart from the model.
+DATA_SHA256 = (
+    "c179b21390382ff92268124f00f6199ce0407ac12fa408dc3de18e606c91b00a",
+    "4d0995ec78b1d4ececd14564fdafc776a0f67d20f1cc00583c139e73e287b386",
+)
+
+# Run in a fresh interpreter under the caller's environment: train the recipe at the given
+# thread counts, print the capability this caller runs and the hashes per thread count.
+_CALLER = """
+import json, sys, tempfile
+from pathlib import Path
+import torch
+from transformers import AutoModelForCausalLM
+from attncoda.training.identity import weights_sha256
+from attncoda.training.train import TrainConfig, train_tiny
+recipe, threads = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+torch.ones(2, 2) @ torch.ones(2, 2)
+out = {"capability": torch.backends.cpu.get_cpu_capability(), "hashes": {}}
+for n in threads:
+    result = train_tiny(Path(tempfile.mkdtemp()) / "s", TrainConfig(**recipe), threads=n,
+                        progress=False)
+    out["hashes"][n] = {s: weights_sha256(AutoModelForCausalLM.from_pretrained(c))
+                        for s, c in zip(result.steps, result.checkpoints)}
+print(json.dumps(out))
+"""
+
+
+def _hashes(steps, checkpoints) -> dict[int, str]:
+    from transformers import AutoModelForCausalLM
+
+    from attncoda.training.identity import weights_sha256
+
+    return {
+        int(s): weights_sha256(AutoModelForCausalLM.from_pretrained(c))
+        for s, c in zip(steps, checkpoints, strict=True)
+    }
+
+
+def test_the_data_pipeline_gives_the_committed_bits() -> None:
+    task = BigramBackcopy()
+    batch = task.sample(32, np.random.default_rng(0))
+    got = (
+        hashlib.sha256(task.transition.tobytes()).hexdigest(),
+        hashlib.sha256(batch.astype("<i8").tobytes()).hexdigest(),
+    )
+    assert got == DATA_SHA256
+
+
+def test_seed0_weights_are_the_committed_bits(tmp_path: Path) -> None:
+    result = train_tiny(tmp_path / "s", TrainConfig(**RECIPE), progress=False)
+    assert _hashes(result.steps, result.checkpoints) == EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("capability", "cbwr"),
+    [("default", "COMPATIBLE"), ("avx2", "AVX2"), ("avx512", "AUTO")],
+)
+def test_same_bits_whatever_the_callers_kernels_and_threads(capability: str, cbwr: str) -> None:
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {
+        **os.environ,
+        "ATEN_CPU_CAPABILITY": capability,
+        "MKL_CBWR": cbwr,
+        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _CALLER, json.dumps(RECIPE), json.dumps([1, 2])],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    if got["capability"] != capability.upper():
+        pytest.skip(f"this CPU has no {capability} kernels (it runs {got['capability']})")
+    for n in ("1", "2"):
+        assert {int(s): h for s, h in got["hashes"][n].items()} == EXPECTED, n
