@@ -102,3 +102,64 @@ def test_another_trigger_count_is_another_recipe(tmp_path: Path) -> None:
     train_tiny(out, TrainConfig(**TASK_FAST, triggers=5), progress=False)
     recipe = checkpoint_recipe(out / "step2")
     assert recipe is not None and recipe["config"]["task_config"]["n_triggers"] == 5
+
+
+# --------------------------------------------------------- offloaded and wrapped models
+
+
+def _half_on_disk(n_layers: int) -> dict[str, str]:
+    """GPT-NeoX: embeddings and the first half of the layers on the CPU, the rest (the
+    final norm and the unembedding too) on the disk."""
+    placed = {"gpt_neox.embed_in": "cpu", "gpt_neox.rotary_emb": "cpu"}
+    for i in range(n_layers):
+        placed[f"gpt_neox.layers.{i}"] = "cpu" if i < n_layers // 2 else "disk"
+    placed |= {"gpt_neox.final_layer_norm": "disk", "lm_head": "disk"}
+    return placed
+
+
+def test_an_offloaded_model_has_the_hash_of_the_model_loaded_whole(
+    series: Path, tmp_path: Path
+) -> None:
+    from attncoda.models.load import load_model
+
+    folder = series / "step2"
+    whole, _, info = load_model(str(folder))
+    placed, _, _ = load_model(
+        str(folder), device_map=_half_on_disk(info.n_layers), offload_folder=tmp_path / "off"
+    )
+    # The offloaded parameters really wait on the meta device.
+    assert placed.lm_head.weight.device.type == "meta"
+    assert placed.gpt_neox.layers[0].attention.query_key_value.weight.device.type == "cpu"
+    assert weights_sha256(placed) == weights_sha256(whole) == weights_sha256(_load(folder))
+
+
+def test_a_meta_parameter_with_no_offloaded_copy_is_refused(series: Path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from attncoda._errors import AttncodaError
+
+    with torch.device("meta"):
+        empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(series / "step2"))
+    with pytest.raises(AttncodaError, match=r"cannot hash parameter '.*': it is on the meta"):
+        weights_sha256(empty)
+
+
+def test_a_bridge_is_hashed_as_the_model_it_wraps(series: Path) -> None:
+    import warnings
+
+    from transformers import AutoTokenizer
+
+    bridge_mod = pytest.importorskip("transformer_lens.model_bridge")
+    folder = series / "step2"
+    hf = _load(folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bridge = bridge_mod.TransformerBridge.boot_transformers(
+            str(folder), hf_model=hf, tokenizer=AutoTokenizer.from_pretrained(folder)
+        )
+    # Booting wraps the model's own modules, so even its parameter names change; the hash is
+    # that of the model as loaded, under Hugging Face's names.
+    fresh = _load(folder)
+    assert {n for n, _ in bridge.named_parameters()} != {n for n, _ in fresh.named_parameters()}
+    assert weights_sha256(bridge) == weights_sha256(fresh)
+    assert model_identity(bridge, folder)["weights_sha256"] == weights_sha256(fresh)
