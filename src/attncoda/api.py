@@ -433,6 +433,7 @@ def predict(
     text: str | None = None,
     names: Sequence[str] | str | None = None,
     predictor: str = _predictor.Settings.predictor,
+    protocol: str = _predictor.Settings.protocol,
 ) -> Result:
     return _run("predictor", locals())
 

@@ -425,3 +425,27 @@ def test_the_predictor_unit_reads_the_fitted_protocol_and_gives_no_verdict_off_i
     assert row["verdict"] == OFF_PROTOCOL and not row["on_protocol"] and not row["counted"]
     assert "windows 3, not 16" in row["off_protocol"]
     assert "window_tokens 32, not 128" in row["off_protocol"]
+
+
+def test_the_weights_are_hashed_only_for_the_predictor(models, tmp_path, monkeypatch):
+    """Only the predictor recognises models by content: a run without it hashes nothing,
+    and a run with it hashes each model once."""
+    import attncoda.training.identity as identity
+    from attncoda.run import provide
+
+    real, calls = identity.model_identity, []
+
+    def counted(model, folder=None):
+        calls.append(folder)
+        return real(model, folder)
+
+    monkeypatch.setattr(identity, "model_identity", counted)
+    provide.clear_cache()
+    reproduce(models[:1], tmp_path / "f", experiments=["flips"], settings=SETTINGS, progress=False)
+    assert calls == []
+    reproduce(
+        models[:1], tmp_path / "p", experiments=["predictor"], settings=SETTINGS, progress=False
+    )
+    assert len(calls) == 1
+    (row,) = pd.read_parquet(tmp_path / "p" / "tables" / "predictor.parquet").to_dict("records")
+    assert row["relation"] == "held out"

@@ -50,7 +50,7 @@ ARRAYS = "arrays.npz"
 
 _CACHE: dict[tuple, Any] = {}
 #: Cache entries of one model (key[1] is its spec): dropped when another model loads.
-_PER_MODEL = ("load", "rows", "after")
+_PER_MODEL = ("load", "rows", "after", "identity")
 #: How this process loads and captures models: the run config's device, dtype, method and
 #: device map (set by :func:`use_options`; changing them forgets every cached model).
 _OPTIONS: dict[str, Any] = {
@@ -227,7 +227,7 @@ def _rows(
     """The recorded rows of every head (labelled ``name``) and what they were read from:
     the run's windows, or ``at`` (``{"docs", "tokens"}``: an experiment's own,
     :attr:`Experiment.rows_at`)."""
-    from attncoda.run.common import head_rows, identity_of
+    from attncoda.run.common import head_rows
 
     rows = settings_of(config, "rows")
     if at is not None:
@@ -236,13 +236,19 @@ def _rows(
     def make() -> tuple[Any, dict[str, Any]]:
         captured = _captured(src, config, docs=rows.docs, tokens=rows.tokens, record_rows="auto")
         found = head_rows(captured)
-        if not src.given:  # the predictor recognises its training models by content
-            found = replace(found, identity=identity_of(loaded(src.spec)))
         # Tables name the model as the run does (a series checkpoint by its series name).
         return replace(found, model=name), _read_from(captured)
 
     key = ("rows", src.spec, _key(name, rows, config["corpus"], config["sink"], config["seed"]))
     return cached(key, make)
+
+
+def _identity(src: Source) -> dict[str, Any]:
+    """The identity (weights hash, ``train-tiny`` recipe) of the model a unit reads, computed
+    once per model and process (:func:`attncoda.run.common.identity_of`)."""
+    from attncoda.run.common import identity_of
+
+    return cached(("identity", src.spec), lambda: identity_of(loaded(src.spec)))
 
 
 def _rows_read(
@@ -381,6 +387,8 @@ def provide(
             at = None if exp.rows_at is None else exp.rows_at(settings)
             values["rows"], facts["read"] = _rows(src, unit.model, config, at)
             values["read"] = _rows_read(src, config, at, facts["read"])
+            if exp.identifies and not src.given:  # hashed only for an experiment that needs it
+                values["rows"] = replace(values["rows"], identity=_identity(src))
         elif need == "capture":
             values["capture"], facts["read"] = _capture(src, config, settings)
         elif need == "model":

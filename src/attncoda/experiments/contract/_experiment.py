@@ -167,6 +167,10 @@ class Experiment:
     #: from its settings, instead of the run's (the predictor reads its fitted protocol's);
     #: ``None`` from it: the run's rows.
     rows_at: Callable[[Any], Mapping[str, int] | None] | None = None
+    #: Whether the runner attaches the model's identity (weights hash, ``train-tiny``
+    #: recipe) to its ``rows`` (:attr:`HeadRows.identity`): hashed only for the experiments
+    #: that need it (the predictor, which recognises its training models by content).
+    identifies: bool = False
 
 
 def experiment(name: str) -> Experiment:

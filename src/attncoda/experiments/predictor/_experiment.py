@@ -354,4 +354,5 @@ EXPERIMENT = Experiment(
     run=run,
     tables=("predictor",),
     rows_at=rows_at,
+    identifies=True,
 )
