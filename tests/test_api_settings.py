@@ -16,9 +16,9 @@ import typing
 import pytest
 
 import attncoda as ac
-from attncoda import api_signatures
+from attncoda.api import _signatures as api_signatures
 from attncoda.cli import FLAGS, build_parser
-from attncoda.cli_args import settings_values
+from attncoda.cli._args import settings_values
 from attncoda.experiments.contract import EXPERIMENTS, experiment, settings_from
 
 #: The API function of each experiment, and the CLI command whose options are its settings.
@@ -33,8 +33,10 @@ FUNCTIONS = {
 }
 COMMON = [
     *("source", "sink", "seed", "out", "device", "dtype", "method", "kernel", "device_map"),
-    *("text", "names"),
+    *("max_memory", "offload_folder", "text", "names"),
 ]
+#: The windows of the shared rows (``Rows``), keywords of the experiments that read rows.
+ROWS = ["docs", "max_tokens"]
 
 
 def _subparser(path: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -55,7 +57,8 @@ def test_the_signature_is_the_common_options_then_every_setting_with_its_default
     fields = dataclasses.fields(experiment(name).settings)
     params = inspect.signature(function).parameters
     common = [*COMMON, "steps"] if name == "collapse" else COMMON
-    assert list(params) == [*common, *(f.name for f in fields)]
+    rows = ROWS if "rows" in experiment(name).needs else []
+    assert list(params) == [*common, *rows, *(f.name for f in fields)]
     for f in fields:
         param = params[f.name]
         assert param.kind is inspect.Parameter.KEYWORD_ONLY
@@ -131,8 +134,9 @@ BAD_CALLS = [
     ("ac.flips('minilm', n_boot=2.5, out=OUT)", "n_boot must be an integer of at least 1; got 2.5"),
     (
         "ac.flips('minilm', n_bootstrap=3, out=OUT)",
-        "unknown setting 'n_bootstrap' of flips: use one of metrics, n_boot, tol (or the "
-        "options sink, seed, out, device, dtype, method, kernel, device_map, text, names)",
+        "unknown setting 'n_bootstrap' of flips: use one of docs, max_tokens, metrics, n_boot, "
+        "tol (or the options sink, seed, out, device, dtype, method, kernel, device_map, "
+        "max_memory, offload_folder, text, names)",
     ),
     (
         "ac.flips('minilm', metrics=['jsd', 'l2'], out=OUT)",
@@ -176,8 +180,8 @@ BAD_CALLS = [
     ),
     (
         "ac.profile('minilm', device='cuda', device_map='auto', out=OUT)",
-        "--device cuda and --device-map auto both say where models run: drop --device (the map "
-        "places every module) or drop --device-map",
+        "device='cuda' and device_map='auto' both say where models run: drop device= (the map "
+        "places every module) or drop device_map=",
     ),
     (
         "ac.profile('minilm', device_map='everywhere', out=OUT)",

@@ -61,7 +61,7 @@ def test_profile_is_a_run_of_one_unit(tmp_path, capsys):
     assert len(heads) == 6 * 12
     assert list(heads.columns[:3]) == ["model", "revision", "family"]
     assert _manifest(tmp_path)["command"] == "profile"
-    assert _manifest(tmp_path)["config"]["settings"] == {"profile": {"docs": 2, "tokens": 128}}
+    assert _manifest(tmp_path)["config"]["settings"] == {"profile": {"docs": 2, "max_tokens": 128}}
 
 
 def test_flips_writes_a_run_folder_that_report_renders(tmp_path, capsys):
@@ -74,7 +74,7 @@ def test_flips_writes_a_run_folder_that_report_renders(tmp_path, capsys):
     for row in table.itertuples(index=False):
         assert f"  minilm                   {row.metric:<12} {row.flip_rate:6.1%}" in printed
     config = _manifest(out)["config"]
-    assert config["rows"] == {"docs": 2, "tokens": 128}
+    assert config["rows"] == {"docs": 2, "max_tokens": 128}
     assert config["settings"]["flips"]["n_boot"] == 20
     (out / "report.html").unlink()
     assert main(["report", str(out)]) == 0

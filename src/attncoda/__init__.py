@@ -14,6 +14,7 @@ use of :func:`load_model` or :mod:`attncoda.capture`. One function per experimen
 from __future__ import annotations
 
 import importlib
+import types
 from typing import Any
 
 from attncoda._errors import AttncodaError, MissingWheelError
@@ -35,9 +36,7 @@ from attncoda.coda import (
 
 __version__ = "0.1.0"
 
-# Names served lazily so that `import attncoda` stays free of torch and transformers. (The
-# single-batch `capture` function lives at attncoda.capture.capture.capture: the name
-# `attncoda.capture` is the subpackage.)
+# Names served lazily so that `import attncoda` stays free of torch and transformers.
 _LAZY = {
     "load_model": ("attncoda.models.load", "load_model"),
     "corpus": ("attncoda.data.corpus", None),
@@ -60,6 +59,7 @@ __all__ = [
     "AttncodaError",
     "MissingWheelError",
     "Capture",
+    "capture",
     "Result",
     "EntropyChange",
     "EntropySplit",
@@ -86,6 +86,24 @@ __all__ = [
     "safety",
     "sink_balance",
 ]
+
+
+class _CapturePackage(types.ModuleType):
+    """The subpackage :mod:`attncoda.capture`, which called is the single-batch capture:
+    ``attncoda.capture(model, input_ids, ...)`` is
+    :func:`attncoda.capture.capture.capture` (the name cannot be both a function and the
+    subpackage, so the subpackage answers the call)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from attncoda.capture.capture import capture
+
+        return capture(*args, **kwargs)
+
+
+# Torch-free: the subpackage's __init__ imports none of its modules.
+_capture_package = importlib.import_module("attncoda.capture")
+_capture_package.__class__ = _CapturePackage
+capture = _capture_package
 
 
 def __getattr__(name: str) -> Any:

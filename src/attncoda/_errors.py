@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-__all__ = ["AttncodaError", "MissingWheelError"]
+import contextlib
+import warnings
+from collections.abc import Iterator
+
+__all__ = ["AttncodaError", "MissingWheelError", "one_line_errors"]
 
 
 class AttncodaError(ValueError):
@@ -23,3 +27,29 @@ class MissingWheelError(AttncodaError):
     catches this class alone. A wheel that is installed but damaged (a chunk of the wrong
     size, a joined file whose sha256 differs) raises a plain :class:`AttncodaError`.
     """
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Hold back the warnings raised inside the block until it ends: shown when it ends
+    normally or by an unexpected exception, dropped when it ends by an
+    :class:`AttncodaError`, so a refusal is the one line of its message (a library's warning
+    on the way to it, such as torch's about a pickled file's protocol, says nothing more)."""
+    held: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            try:
+                yield
+            finally:
+                held = list(caught)
+    except AttncodaError:
+        raise
+    except BaseException:
+        _show(held)
+        raise
+    _show(held)
+
+
+def _show(held: list[warnings.WarningMessage]) -> None:
+    for w in held:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)

@@ -351,7 +351,7 @@ def test_a_mask_the_kernel_does_not_cover_falls_back_with_a_note(capsys):
 def test_fused_on_real_weights_at_48_tokens(name, capsys):
     # The acceptance bounds on real weights: sink mass within 1e-5, H within 1e-4 nats.
     from attncoda.models.load import load_model
-    from attncoda.run.common import corpus_windows
+    from attncoda.run.windows import corpus_windows
 
     try:
         model, tokenizer, _ = load_model(name)
@@ -373,9 +373,10 @@ def test_fused_on_real_weights_at_48_tokens(name, capsys):
 
 def test_the_run_config_records_the_kernel_that_runs(monkeypatch):
     from attncoda.run.config import run_config
+    from attncoda.run.options import CaptureOptions
 
     def config(**kwargs):
-        return run_config(["smollm2"], experiments=["profile"], **kwargs)
+        return run_config(["smollm2"], experiments=["profile"], options=CaptureOptions(**kwargs))
 
     assert config(method="fast", kernel="triton")["kernel"] == "triton"  # interpreted
     assert config(method="fast")["kernel"] == "sdpa"  # auto on the CPU

@@ -53,7 +53,7 @@ from tiny_models import tiny as _tiny  # noqa: E402
 
 #: The defaults of each experiment's settings, written out by hand (the demo scale's values).
 DEFAULTS = {
-    "profile": {"docs": 8, "tokens": 128},
+    "profile": {"docs": 8, "max_tokens": 128},
     "flips": {
         "metrics": ["cosine", "jsd", "entropy_gap", "hellinger", "tv"],
         "n_boot": 200,
@@ -69,9 +69,9 @@ DEFAULTS = {
         "ks": [4, 16, 64],
         "profile_docs": 8,
         "eval_docs": 4,
-        "tokens": 128,
+        "max_tokens": 128,
     },
-    "collapse": {"docs": 16, "tokens": 128},
+    "collapse": {"docs": 16, "max_tokens": 128},
 }
 
 
@@ -101,7 +101,7 @@ def test_every_experiment_declares_what_the_runner_needs(name):
     assert settings_dict(e.settings()) == DEFAULTS[name]
     # the windows the runner provides are named by docs and tokens
     if "windows" in e.needs:
-        assert isinstance(e.settings().docs, int) and isinstance(e.settings().tokens, int)
+        assert isinstance(e.settings().docs, int) and isinstance(e.settings().max_tokens, int)
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

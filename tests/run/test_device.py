@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.experiments.contract import DocRows, HeadRows  # noqa: E402
 from attncoda.experiments.flips import document_sums, flips  # noqa: E402
-from attncoda.run.common import DEVICES, DTYPES, check_dtype, resolve_device  # noqa: E402
 from attncoda.run.config import run_config  # noqa: E402
+from attncoda.run.options import DEVICES, DTYPES, CaptureOptions, check_dtype, resolve_device  # noqa: E402  # noqa: E402
 
 
 def test_resolve_device(monkeypatch):
@@ -43,41 +43,49 @@ def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
     plain = run_config(["smollm2"], experiments=["profile"])
     assert not {"device_map", "max_memory", "offload_folder"} & set(plain)
     config = run_config(
-        ["smollm2"], experiments=["profile"], device_map="auto", max_memory={0: "2GiB"}
+        ["smollm2"],
+        experiments=["profile"],
+        options=CaptureOptions(device_map="auto", max_memory={0: "2GiB"}),
     )
     assert (config["device_map"], config["max_memory"]) == ("auto", {"0": "2GiB"})
     assert "offload_folder" not in config and config["device"] == "cpu"
-    given = run_config(["smollm2"], experiments=["profile"], device_map="auto", offload_folder=".")
+    given = run_config(
+        ["smollm2"],
+        experiments=["profile"],
+        options=CaptureOptions(device_map="auto", offload_folder="."),
+    )
     assert given["offload_folder"] == str(Path.cwd().resolve())
     try:
         provide.use_options(config, tmp_path / "run")
-        assert provide._OPTIONS["offload_folder"] == str(tmp_path / "run" / "offload")
-        assert provide._OPTIONS["max_memory"] == {"0": "2GiB"}
+        assert provide._OPTIONS.offload_folder == str(tmp_path / "run" / "offload")
+        assert provide._OPTIONS.max_memory == {"0": "2GiB"}
         provide.use_options(plain, tmp_path / "run")
-        assert provide._OPTIONS["device_map"] is None and provide._OPTIONS["offload_folder"] is None
+        assert provide._OPTIONS.device_map is None and provide._OPTIONS.offload_folder is None
     finally:
         provide.use_options(plain)
     with pytest.raises(AttncodaError, match=r"--device auto and --device-map auto both say"):
-        run_config(["smollm2"], device="auto", device_map="auto")
+        run_config(["smollm2"], options=CaptureOptions(device="auto", device_map="auto"))
     with pytest.raises(AttncodaError, match=r"max_memory=\{0: '1GiB'\} needs a device map"):
-        run_config(["smollm2"], max_memory={0: "1GiB"})
+        run_config(["smollm2"], options=CaptureOptions(max_memory={0: "1GiB"}))
     with pytest.raises(AttncodaError, match=r"unknown device_map 'everywhere'"):
-        run_config(["smollm2"], device_map="everywhere")
+        run_config(["smollm2"], options=CaptureOptions(device_map="everywhere"))
 
 
 def test_run_config_records_device_dtype_and_method():
     config = run_config(["smollm2"], experiments=["profile"])
     assert (config["device"], config["dtype"], config["method"]) == ("cpu", None, "exact")
     config = run_config(
-        ["smollm2"], experiments=["profile"], device="auto", dtype="bfloat16", method="fast"
+        ["smollm2"],
+        experiments=["profile"],
+        options=CaptureOptions(device="auto", dtype="bfloat16", method="fast"),
     )
     assert (config["device"], config["dtype"], config["method"]) == ("auto", "bfloat16", "fast")
     with pytest.raises(AttncodaError, match=r"unknown device 'gpu'"):
-        run_config(["smollm2"], device="gpu")
+        run_config(["smollm2"], options=CaptureOptions(device="gpu"))
     with pytest.raises(AttncodaError, match=r"unknown method 'quick'"):
-        run_config(["smollm2"], method="quick")
+        run_config(["smollm2"], options=CaptureOptions(method="quick"))
     with pytest.raises(AttncodaError, match=r"unknown dtype 'half'"):
-        run_config(["smollm2"], dtype="half")
+        run_config(["smollm2"], options=CaptureOptions(dtype="half"))
 
 
 def rows(seed=0, n_layers=2, n_heads=3, n=20, docs=3):
@@ -124,7 +132,7 @@ def test_flips_on_the_torch_path_agree_with_the_numpy_path(metric, monkeypatch):
     # flips(device="cpu") is numpy; any other torch device sends the rows to torch. A
     # torch.device("cpu") object takes the torch path on this machine, so the path a GPU
     # takes runs here end to end, with torch's CPU kernels in place of CUDA's.
-    import attncoda.experiments.flips as flips_module  # where document sums are made
+    import attncoda.experiments.flips._sums as flips_module  # where document sums are made
 
     seen: list[str] = []
     real = flips_module.head_distances

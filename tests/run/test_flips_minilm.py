@@ -76,12 +76,12 @@ def _count(d_keep, d_drop, tol):
 def test_minilm_flips_equal_an_independent_count(tmp_path):
     from attncoda.experiments.flips import CAPTURE_TOL
     from attncoda.models.load import load_model
-    from attncoda.run.common import corpus_windows
     from attncoda.run.fit import model_rows
     from attncoda.run.reproduce import run_experiment
+    from attncoda.run.windows import corpus_windows
 
     # 4 windows of 128 tokens: 512 rows per head, 178,920 triplets per metric.
-    settings = {"flips": {"n_boot": 10}, "rows": {"docs": 4, "tokens": 128}}
+    settings = {"flips": {"n_boot": 10}, "rows": {"docs": 4, "max_tokens": 128}}
     run_experiment("flips", ["minilm"], tmp_path, settings=settings, progress=False)
     table = pd.read_parquet(tmp_path / "tables" / "flips.parquet").set_index("metric")
 

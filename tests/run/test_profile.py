@@ -15,10 +15,10 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize(("name", "docs"), [("minilm", 8), ("smollm2", 4)])
 def test_head_sink_mass_equals_eager_output_attentions(tmp_path, name, docs):
     from attncoda.models.load import load_model
-    from attncoda.run.common import corpus_windows
     from attncoda.run.reproduce import run_experiment
+    from attncoda.run.windows import corpus_windows
 
-    settings = {"profile": {"docs": docs, "tokens": 128}}
+    settings = {"profile": {"docs": docs, "max_tokens": 128}}
     run_experiment("profile", [name], tmp_path, settings=settings, progress=False)
     heads = pd.read_parquet(tmp_path / "tables" / "profile_heads.parquet")
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [
@@ -28,7 +28,7 @@ def test_head_sink_mass_equals_eager_output_attentions(tmp_path, name, docs):
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["command"] == "profile"
     assert manifest["config"]["models"] == [name] and manifest["config"]["sink"] == "first"
-    assert manifest["config"]["settings"] == {"profile": {"docs": docs, "tokens": 128}}
+    assert manifest["config"]["settings"] == {"profile": {"docs": docs, "max_tokens": 128}}
     assert len(manifest["config"]["corpus"]["sha256"]) == 64
 
     model, tokenizer, info = load_model(name)

@@ -27,14 +27,14 @@ SETTINGS = TINY_SETTINGS
 def _series_windows(first_checkpoint: Path) -> list:
     """The collapse windows of the tiny settings, cut by the series' first tokenizer."""
     from attncoda.models.load import load_model
-    from attncoda.run.common import corpus_windows
+    from attncoda.run.windows import corpus_windows
 
     _, tokenizer, _ = load_model(str(first_checkpoint))
     collapse_settings = SETTINGS["collapse"]
     windows, _ = corpus_windows(
         tokenizer,
         text=None,
-        max_tokens=collapse_settings["tokens"],
+        max_tokens=collapse_settings["max_tokens"],
         docs=collapse_settings["docs"],
     )
     return [w.input_ids for w in windows]
@@ -174,7 +174,7 @@ def test_bad_arguments_are_named():
     ):
         run_config(["x"], settings={"flips": {"n_bootz": 1}})
     with pytest.raises(
-        AttncodaError, match="unknown setting 'window' of rows: use one of docs, tokens"
+        AttncodaError, match="unknown setting 'window' of rows: use one of docs, max_tokens"
     ):
         run_config(["x"], settings={"rows": {"window": 1}})
     with pytest.raises(AttncodaError, match="unknown settings group 'flip': use one of profile"):
@@ -196,9 +196,9 @@ def test_the_scales_are_overrides_of_the_settings_defaults():
     demo = run_config(["x"])
     assert demo["settings"]["flips"]["n_boot"] == FlipsSettings().n_boot == 200
     assert demo["settings"]["prune"]["ks"] == list(PruneSettings().ks) == [4, 16, 64]
-    assert demo["rows"] == {"docs": 4, "tokens": 128}
+    assert demo["rows"] == {"docs": 4, "max_tokens": 128}
     full = run_config(["x"], scale="full", settings={"flips": {"n_boot": 7}})
-    assert full["rows"] == {"docs": 16, "tokens": 128}
+    assert full["rows"] == {"docs": 16, "max_tokens": 128}
     assert full["settings"]["flips"]["n_boot"] == 7  # a setting given wins over the scale
     assert full["settings"]["profile"]["docs"] == 32
     assert full["settings"]["prune"]["ks"] == [1, 2, 4, 8, 16, 32, 64]

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.capture import capture_windows  # noqa: E402
-from attncoda.run.common import Captured, head_rows  # noqa: E402
+from attncoda.run.captured import Captured, head_rows  # noqa: E402
 
 
 def _tiny_gemma3():

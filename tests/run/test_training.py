@@ -22,7 +22,7 @@ LEVELS = {"model", "layer", "head"}
 
 def run_collapse(series: str, out: Path, *, max_tokens: int, docs: int) -> tuple:
     """The collapse table of a run over ``series``, and one checkpoint unit's summary."""
-    settings = {"collapse": {"docs": docs, "tokens": max_tokens}}
+    settings = {"collapse": {"docs": docs, "max_tokens": max_tokens}}
     run_experiment("collapse", [], out, series=series, settings=settings, progress=False)
     done = next((out / "units" / "collapse").glob("*/_done.json"))
     summary = json.loads(done.read_text())["facts"]["summary"]

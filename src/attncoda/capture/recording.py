@@ -372,7 +372,7 @@ def recording(
     *,
     sink="first",
     method: str = "exact",
-    record_rows="none",
+    record_rows="auto",
     tokenizer=None,
     block_size: int = 512,
     seed: int = 0,

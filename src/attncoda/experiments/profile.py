@@ -107,10 +107,10 @@ def layer_summary(heads: pd.DataFrame) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Settings:
     """Settings of the profile experiment (the runner captures ``docs`` windows of
-    ``tokens`` tokens for it)."""
+    ``max_tokens`` tokens for it)."""
 
     docs: int = setting(8, "corpus windows to capture", at_least=1)
-    tokens: int = setting(128, "tokens per window", at_least=1)
+    max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:

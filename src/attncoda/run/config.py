@@ -44,6 +44,7 @@ from attncoda.experiments.contract import (
     settings_from,
 )
 from attncoda.models.spec import parse_spec
+from attncoda.run.options import CaptureOptions, resolve_device
 
 __all__ = [
     "DEMO_MODELS",
@@ -68,7 +69,7 @@ class Rows:
     as the shipped predictor was fitted on: sink statistics depend on the window length."""
 
     docs: int = setting(4, "windows of the corpus whose rows are read", at_least=1)
-    tokens: int = setting(128, "window length in tokens", at_least=1)
+    max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
 
 
 @dataclass(frozen=True)
@@ -165,15 +166,7 @@ def run_config(
     scale: str = "demo",
     settings: Mapping[str, Mapping[str, Any]] | None = None,
     text: str | None = None,
-    sink: str = "first",
-    seed: int = 0,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | Mapping[str, Any] | None = None,
-    max_memory: Mapping[Any, Any] | None = None,
-    offload_folder: str | Path | None = None,
+    options: CaptureOptions | None = None,
     attentions: Sequence[str] | None = None,
     tokens: str | None = None,
     kind: str | None = None,
@@ -193,44 +186,35 @@ def run_config(
     settings : mapping, optional
         Further overrides by group: ``{"flips": {"n_boot": 20}, "rows": {"docs": 3},
         "train": {"steps": 16}}``; a group is an experiment, ``"rows"`` or ``"train"``.
-    text, sink, seed
-        The corpus (default: the embedded one), the sink spec and the seed.
-    device, dtype, method
-        Where the models run (``cpu``, ``cuda``, ``auto``), their parameter dtype and the
-        capture method (``exact`` or ``fast``): all three change the numbers.
-    kernel
-        The fast path's kernel (``auto``, ``triton``, ``sdpa``), recorded as the one that
-        runs on the run's device (:func:`attncoda.capture.fused.resolve_kernel`).
-    device_map, max_memory, offload_folder
-        Spread each model over devices, the CPU and the disk instead of ``device`` (which
-        then stays ``"cpu"``): as for :func:`attncoda.load_model`; ``offload_folder`` by
-        default ``<run folder>/offload``.
+    text : str, optional
+        The corpus file or folder (default: the embedded one).
+    options : CaptureOptions, optional
+        How models load and capture (device, dtype, method, kernel, placement, sink, seed),
+        checked when built. The config records the fast path's kernel as the one that runs
+        on the run's device (:func:`attncoda.capture.fused.resolve_kernel`), and a map's
+        ``offload_folder`` (absolute) only when one is given (by default
+        ``<run folder>/offload``).
     attentions, tokens, kind
         Attention files read instead of models (``.npz``, ``.pt``, ``.safetensors``), token
         ids for token sinks and what the saved numbers are (see
-        :func:`attncoda.run.common.capture_file`).
+        :func:`attncoda.run.given.capture_file`).
 
     Raises
     ------
     AttncodaError
         No model, a model listed twice, an unknown experiment, scale, settings group or
-        setting, a bad device, dtype or method, or a bad series.
+        setting, or a bad series.
     """
-    from attncoda.capture.names import METHODS
     from attncoda.data.corpus import corpus_source
-    from attncoda.run.common import DEVICES, check_dtype
-
-    if device not in DEVICES:
-        raise AttncodaError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
-    if method not in METHODS:
-        raise AttncodaError(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
-    check_dtype(dtype)
     from attncoda.models.placement import check_run_placement
 
+    options = options or CaptureOptions()
+    device, method, device_map = options.device, options.method, options.device_map
     # A run's offloaded weights go to <run folder>/offload unless a folder is given.
-    folder = "offload" if device_map is not None and offload_folder is None else offload_folder
-    placed, limits = check_run_placement(device, device_map, max_memory, folder)
-    ran = _kernel(kernel, method, device)
+    folder = options.offload_folder
+    folder = "offload" if device_map is not None and folder is None else folder
+    placed, limits = check_run_placement(device, device_map, options.max_memory, folder)
+    ran = _kernel(options.kernel, method, device)
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if unknown or not experiments:
         raise AttncodaError(
@@ -285,28 +269,29 @@ def run_config(
             if files
             else None
         ),
-        "sink": str(sink),
-        "seed": int(seed),
+        "sink": options.sink,
+        "seed": options.seed,
         "corpus": {"text": text, **corpus_source(text)},
         "device": device,
-        "dtype": dtype,
+        "dtype": options.dtype,
         "method": method,
         **({"kernel": ran} if ran is not None else {}),
         **({"device_map": placed} if placed is not None else {}),
         **({"max_memory": {str(k): v for k, v in limits.items()}} if limits else {}),
-        **({"offload_folder": str(Path(offload_folder).resolve())} if offload_folder else {}),
+        **(
+            {"offload_folder": str(Path(options.offload_folder).resolve())}
+            if options.offload_folder
+            else {}
+        ),
     }
 
 
 def _kernel(kernel: str, method: str, device: str) -> str | None:
-    """The fast path's kernel on ``device`` (None for the exact path); a bad one refused."""
+    """The fast path's kernel on ``device`` (None for the exact path; the options checked
+    the kernel's name)."""
     from attncoda.capture.fused import resolve_kernel
-    from attncoda.capture.names import KERNELS
-    from attncoda.run.common import resolve_device
 
     if method != "fast":
-        if kernel not in KERNELS:
-            resolve_kernel(kernel, "cpu")  # raises the unknown-kernel message
         return None
     return resolve_kernel(kernel, resolve_device(device))
 

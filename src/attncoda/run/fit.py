@@ -10,6 +10,7 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import settings_from
 from attncoda.run.config import Rows
+from attncoda.run.options import CaptureOptions
 
 __all__ = [
     "fit_and_freeze",
@@ -27,55 +28,32 @@ def model_rows(
     name: str | None = None,
     rows: Mapping[str, Any] | None = None,
     text: str | None = None,
-    sink: str = "first",
-    seed: int = 0,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | Mapping[str, Any] | None = None,
-    max_memory: Mapping[Any, Any] | None = None,
-    offload_folder: str | Path | None = None,
+    options: CaptureOptions | None = None,
     progress: bool = False,
     loaded: tuple | None = None,
 ) -> Any:
     """The recorded rows of every head of ``spec`` (:class:`Rows` windows, ``rows``
     overriding its defaults), labelled ``name`` (default: the spec), with the model's
-    identity (weights hash, ``train-tiny`` recipe). ``loaded``: the model already loaded,
-    ``(model, tokenizer, info)``."""
+    identity (weights hash, ``train-tiny`` recipe), loaded and captured as ``options`` say.
+    ``loaded``: the model already loaded, ``(model, tokenizer, info)``."""
     return _read_rows(
-        spec,
-        name=name,
-        rows=rows,
-        text=text,
-        sink=sink,
-        seed=seed,
-        device=device,
-        dtype=dtype,
-        method=method,
-        kernel=kernel,
-        device_map=device_map,
-        max_memory=max_memory,
-        offload_folder=offload_folder,
-        progress=progress,
-        loaded=loaded,
+        spec, name=name, rows=rows, text=text, options=options, progress=progress, loaded=loaded
     )[0]
 
 
-def measured_row(spec: str, **options: Any) -> dict[str, Any]:
+def measured_row(spec: str, **kwargs: Any) -> dict[str, Any]:
     """The predictor's row of ``spec`` (:func:`predictor_row_of`) with the protocol its rows
     were read with (windows read, window length, corpus, sink, seed, metrics, tie
-    tolerance); ``options`` as for :func:`model_rows`."""
-    rows, corpus = _read_rows(spec, **options)
-    windows = settings_from(Rows, options.get("rows"))
+    tolerance); ``kwargs`` as for :func:`model_rows`."""
+    rows, corpus = _read_rows(spec, **kwargs)
+    windows = settings_from(Rows, kwargs.get("rows"))
+    options = kwargs.get("options") or CaptureOptions()
     read = {
         "windows": corpus["windows"],
-        "window_tokens": windows.tokens,
-        "corpus": options.get("text"),
+        "window_tokens": windows.max_tokens,
+        "corpus": kwargs.get("text"),
     }
-    return predictor_row_of(
-        rows, read=read, sink=options.get("sink", "first"), seed=options.get("seed", 0)
-    )
+    return predictor_row_of(rows, read=read, sink=options.sink, seed=options.seed)
 
 
 def _read_rows(
@@ -84,15 +62,7 @@ def _read_rows(
     name: str | None = None,
     rows: Mapping[str, Any] | None = None,
     text: str | None = None,
-    sink: str = "first",
-    seed: int = 0,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | Mapping[str, Any] | None = None,
-    max_memory: Mapping[Any, Any] | None = None,
-    offload_folder: str | Path | None = None,
+    options: CaptureOptions | None = None,
     progress: bool = False,
     loaded: tuple | None = None,
 ) -> tuple[Any, dict[str, Any]]:
@@ -100,35 +70,21 @@ def _read_rows(
     from dataclasses import replace
 
     from attncoda.models.load import load_model
-    from attncoda.run.common import (
-        capture_corpus,
-        check_dtype,
-        head_rows,
-        identity_of,
-        load_options,
-    )
+    from attncoda.run.captured import capture_corpus, head_rows
+    from attncoda.run.identity import identity_of
 
+    options = options or CaptureOptions()
     windows = settings_from(Rows, rows)
     if loaded is None:
-        check_dtype(dtype)
-        placement = load_options(device, device_map, max_memory, offload_folder)
-        loaded = load_model(spec, dtype=dtype, **placement)
+        loaded = load_model(spec, dtype=options.dtype, **options.placement())
     captured = capture_corpus(
         spec,
         text=text,
-        sink=sink,
-        max_tokens=windows.tokens,
+        options=options,
+        max_tokens=windows.max_tokens,
         docs=windows.docs,
-        seed=seed,
         progress=progress,
         loaded=loaded,
-        device=device,
-        dtype=dtype,
-        method=method,
-        kernel=kernel,
-        device_map=device_map,
-        max_memory=max_memory,
-        offload_folder=offload_folder,
     )
     found = replace(head_rows(captured), identity=identity_of(loaded))
     found = found if name is None else replace(found, model=name)
@@ -163,10 +119,10 @@ def predictor_row_of(
     return predictor_row(rows, result, protocol=protocol)
 
 
-def predictor_rows(specs: Sequence[str], **options: Any) -> list[dict[str, Any]]:
+def predictor_rows(specs: Sequence[str], **kwargs: Any) -> list[dict[str, Any]]:
     """The predictor's training (or test) rows of ``specs``, each with the protocol it was
-    read with (:func:`measured_row`); ``options`` go to :func:`model_rows`."""
-    return [measured_row(spec, **options) for spec in specs]
+    read with (:func:`measured_row`); ``kwargs`` go to :func:`model_rows`."""
+    return [measured_row(spec, **kwargs) for spec in specs]
 
 
 def freeze_predictor(predictor: Any, path: str | Path, *, overwrite: bool = False) -> Path:

@@ -100,7 +100,7 @@ def model_row(name: str, root: str | Path) -> dict[str, Any]:
     cached = root / "rows" / f"{name}.json"
     if cached.is_file():
         return json.loads(cached.read_text(encoding="utf-8"))
-    rows = {"docs": _DOCS, "tokens": _MAX_TOKENS}
+    rows = {"docs": _DOCS, "max_tokens": _MAX_TOKENS}
     row = measured_row(_spec(name, root), name=name, rows=rows)
     atomic_write_json(cached, row)
     return row
@@ -110,7 +110,7 @@ def identify(name: str, root: str | Path) -> dict[str, Any]:
     """The identity of model ``name`` (weights hash, ``train-tiny`` recipe), loading it
     (training its series into ``root/series`` first when needed), in float32 on the CPU."""
     from attncoda.models.load import load_model
-    from attncoda.run.common import identity_of
+    from attncoda.run.identity import identity_of
 
     return identity_of(load_model(_spec(name, Path(root))))
 

@@ -22,6 +22,7 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, Inputs, Tables, experiment
 from attncoda.models.spec import join_spec
 from attncoda.run.config import settings_of
+from attncoda.run.options import CaptureOptions
 from attncoda.run.plan import reads_series, series_point
 from attncoda.store.runs import RunStore, Unit
 
@@ -51,17 +52,9 @@ ARRAYS = "arrays.npz"
 _CACHE: dict[tuple, Any] = {}
 #: Cache entries of one model (key[1] is its spec): dropped when another model loads.
 _PER_MODEL = ("load", "rows", "after", "identity")
-#: How this process loads and captures models: the run config's device, dtype, method and
-#: device map (set by :func:`use_options`; changing them forgets every cached model).
-_OPTIONS: dict[str, Any] = {
-    "device": "cpu",
-    "dtype": None,
-    "method": "exact",
-    "kernel": "auto",
-    "device_map": None,
-    "max_memory": None,
-    "offload_folder": None,
-}
+#: How this process loads and captures models: the run config's options (set by
+#: :func:`use_options`; changing how models load or capture forgets every cached model).
+_OPTIONS = CaptureOptions()
 
 
 #: Live models lent to the runner by label (:func:`lend`): ``(model, tokenizer, info)``.
@@ -71,7 +64,7 @@ _LENT: dict[str, tuple] = {}
 @contextmanager
 def lend(entries: Mapping[str, tuple]) -> Iterator[None]:
     """Within the block, :func:`loaded` gives ``entries[label]`` for each label: the runner
-    runs on live models of this process (:mod:`attncoda.api_sources`) as on specs."""
+    runs on live models of this process (:mod:`attncoda.api._sources`) as on specs."""
     taken = sorted(set(entries) & set(_LENT))
     if taken:
         raise AttncodaError(f"live models {taken} are already lent to a run of this process")
@@ -91,22 +84,14 @@ def lent(spec: str) -> bool:
 
 
 def use_options(config: Mapping[str, Any], root: str | Path | None = None) -> None:
-    """Load and capture as ``config`` says (its device, dtype, method and device map).
-
-    With a device map, weights it puts on the disk go to the config's ``offload_folder``,
-    else to ``<root>/offload`` (``root`` the run folder; the working folder never).
-    """
-    options = {key: config.get(key, _OPTIONS[key]) for key in ("device", "dtype", "method")}
-    options["kernel"] = config.get("kernel") or "auto"
-    options["device_map"] = config.get("device_map")
-    options["max_memory"] = config.get("max_memory")
-    folder = config.get("offload_folder")
-    if folder is None and options["device_map"] is not None and root is not None:
-        folder = str(Path(root) / "offload")
-    options["offload_folder"] = folder if options["device_map"] is not None else None
-    if options != _OPTIONS:
+    """Load and capture as the run config ``config`` says
+    (:meth:`CaptureOptions.from_config`: with a device map, weights it puts on the disk go to
+    the config's ``offload_folder``, else to ``<root>/offload``)."""
+    global _OPTIONS
+    options = CaptureOptions.from_config(config, root)
+    if replace(options, sink="first", seed=0) != replace(_OPTIONS, sink="first", seed=0):
         _CACHE.clear()
-        _OPTIONS.update(options)
+    _OPTIONS = options
 
 
 def clear_cache() -> None:
@@ -136,18 +121,11 @@ def _quiet_load(spec: str) -> tuple:
     from transformers.utils import logging as hf_logging
 
     from attncoda.models.load import load_model
-    from attncoda.run.common import load_options
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        placement = load_options(
-            _OPTIONS["device"],
-            _OPTIONS["device_map"],
-            _OPTIONS["max_memory"],
-            _OPTIONS["offload_folder"],
-        )
-        return load_model(spec, dtype=_OPTIONS["dtype"], **placement)
+        return load_model(spec, dtype=_OPTIONS.dtype, **_OPTIONS.placement())
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
@@ -208,7 +186,7 @@ def _key(*parts: Any) -> str:
 
 
 def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
-    from attncoda.run.common import capture_file
+    from attncoda.run.given import capture_file
 
     given = config["attentions"]
     return capture_file(
@@ -225,16 +203,18 @@ def _rows(
     src: Source, name: str, config: Mapping[str, Any], at: Mapping[str, int] | None = None
 ) -> tuple[Any, dict[str, Any]]:
     """The recorded rows of every head (labelled ``name``) and what they were read from:
-    the run's windows, or ``at`` (``{"docs", "tokens"}``: an experiment's own,
+    the run's windows, or ``at`` (``{"docs", "max_tokens"}``: an experiment's own,
     :attr:`Experiment.rows_at`)."""
-    from attncoda.run.common import head_rows
+    from attncoda.run.captured import head_rows
 
     rows = settings_of(config, "rows")
     if at is not None:
-        rows = replace(rows, docs=int(at["docs"]), tokens=int(at["tokens"]))
+        rows = replace(rows, docs=int(at["docs"]), max_tokens=int(at["max_tokens"]))
 
     def make() -> tuple[Any, dict[str, Any]]:
-        captured = _captured(src, config, docs=rows.docs, tokens=rows.tokens, record_rows="auto")
+        captured = _captured(
+            src, config, docs=rows.docs, max_tokens=rows.max_tokens, record_rows="auto"
+        )
         found = head_rows(captured)
         # Tables name the model as the run does (a series checkpoint by its series name).
         return replace(found, model=name), _read_from(captured)
@@ -245,8 +225,8 @@ def _rows(
 
 def _identity(src: Source) -> dict[str, Any]:
     """The identity (weights hash, ``train-tiny`` recipe) of the model a unit reads, computed
-    once per model and process (:func:`attncoda.run.common.identity_of`)."""
-    from attncoda.run.common import identity_of
+    once per model and process (:func:`attncoda.run.identity.identity_of`)."""
+    from attncoda.run.identity import identity_of
 
     return cached(("identity", src.spec), lambda: identity_of(loaded(src.spec)))
 
@@ -259,8 +239,8 @@ def _rows_read(
     if src.given:
         return None
     rows = settings_of(config, "rows")
-    tokens = rows.tokens if at is None else int(at["tokens"])
-    shared = at is None or (int(at["docs"]), tokens) == (rows.docs, rows.tokens)
+    tokens = rows.max_tokens if at is None else int(at["max_tokens"])
+    shared = at is None or (int(at["docs"]), tokens) == (rows.docs, rows.max_tokens)
     return {
         "windows": facts.get("windows"),
         "window_tokens": tokens,
@@ -279,55 +259,52 @@ def _read_from(captured: Any) -> dict[str, Any]:
 
 def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any, dict]:
     """Statistics of every row (no full rows recorded) of ``settings.docs`` windows of
-    ``settings.tokens`` tokens."""
+    ``settings.max_tokens`` tokens."""
     captured = _captured(
-        src, config, docs=settings.docs, tokens=settings.tokens, record_rows="none"
+        src, config, docs=settings.docs, max_tokens=settings.max_tokens, record_rows="none"
     )
     return captured.capture, _read_from(captured)
 
 
 def _captured(
-    src: Source, config: Mapping[str, Any], *, docs: int, tokens: int, record_rows: str
+    src: Source, config: Mapping[str, Any], *, docs: int, max_tokens: int, record_rows: str
 ) -> Any:
     """The capture of a unit's source: its given attention file, or ``docs`` windows of
-    ``tokens`` tokens of the run's corpus, with ``record_rows`` full rows per document."""
-    from attncoda.run.common import capture_corpus
+    ``max_tokens`` tokens of the run's corpus, with ``record_rows`` full rows per document."""
+    from attncoda.run.captured import capture_corpus
 
     if src.given:
         return _given(src, config, record_rows)
     return capture_corpus(
         src.spec,
         text=config["corpus"]["text"],
-        sink=config["sink"],
-        max_tokens=tokens,
+        options=replace(_OPTIONS, sink=config["sink"], seed=config["seed"]),
+        max_tokens=max_tokens,
         docs=docs,
-        seed=config["seed"],
         loaded=loaded(src.spec),
         record_rows=record_rows,
-        method=_OPTIONS["method"],
-        kernel=_OPTIONS["kernel"],
     )
 
 
 def _windows(
     exp: Experiment, src: Source, config: Mapping[str, Any], root: str | Path, settings: Any
 ) -> list:
-    """Token windows of the corpus, ``settings.docs`` of ``settings.tokens`` tokens: cut by
+    """Token windows of the corpus, ``settings.docs`` of ``settings.max_tokens`` tokens: cut by
     the unit's own tokenizer, or for a checkpoint by the series' first checkpoint's (every
     checkpoint reads the same token ids)."""
-    from attncoda.run.common import corpus_windows
+    from attncoda.run.windows import corpus_windows
 
     text = config["corpus"]["text"]
     if "checkpoint" not in exp.needs:
         windows, _ = corpus_windows(
-            loaded(src.spec)[1], text=text, max_tokens=settings.tokens, docs=settings.docs
+            loaded(src.spec)[1], text=text, max_tokens=settings.max_tokens, docs=settings.docs
         )
         return windows
     first = series_point(config, root, config["series"]["points"][0][1])
 
     def make() -> list:
         windows, _ = corpus_windows(
-            _tokenizer_of(first.spec), text=text, max_tokens=settings.tokens, docs=settings.docs
+            _tokenizer_of(first.spec), text=text, max_tokens=settings.max_tokens, docs=settings.docs
         )
         return [w.input_ids for w in windows]
 
@@ -358,7 +335,7 @@ def model_info(src: Source, config: Mapping[str, Any]) -> tuple[Any, str]:
     """The facts of the model a unit reads, and the device its tensors live on (input ids
     go there; a model placed by a device map moves them on itself)."""
     from attncoda.models.placement import input_device
-    from attncoda.run.common import resolve_device
+    from attncoda.run.options import resolve_device
 
     if src.given:
         return _given(src, config, "none").info, resolve_device(config.get("device", "cpu"))

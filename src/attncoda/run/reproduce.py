@@ -19,6 +19,7 @@ from typing import Any
 from attncoda.experiments.contract import EXPERIMENTS
 from attncoda.run.execute import RUN, finalise, open_run, writing
 from attncoda.run.executors import Executor, InProcess, Job, Progress
+from attncoda.run.options import CaptureOptions
 from attncoda.run.plan import Plan
 from attncoda.store.runs import (
     DONE,
@@ -127,16 +128,8 @@ def reproduce(
     scale: str = "demo",
     settings: Mapping[str, Mapping[str, Any]] | None = None,
     text: str | None = None,
-    sink: str = "first",
-    seed: int = 0,
+    options: CaptureOptions | None = None,
     progress: bool = True,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | Mapping[str, Any] | None = None,
-    max_memory: Mapping[Any, Any] | None = None,
-    offload_folder: str | Path | None = None,
 ) -> ReproduceResult:
     """Run every experiment on ``models`` into the run folder ``out``, in this process.
 
@@ -159,16 +152,13 @@ def reproduce(
     scale, settings
         ``"demo"`` or ``"full"`` (:data:`attncoda.run.config.SCALES`), and overrides by
         group (:func:`attncoda.run.config.run_config`).
-    text, sink, seed
-        The corpus (default: the embedded one), the sink spec and the seed.
-    device, dtype, method, kernel
-        Where the models run (``cpu``, ``cuda``, ``auto``), their parameter dtype, the
-        capture method and the fast path's kernel (``auto``, ``triton``, ``sdpa``).
-    device_map, max_memory, offload_folder
-        Spread each model over devices, the CPU and the disk instead of ``device``
-        (``"auto"``, ``"balanced"``, ``"sequential"``, or ``{module: device}``), as for
-        :func:`attncoda.load_model`; offloaded weights go to ``offload_folder``, by default
-        ``out/offload``. The manifest's config records the map.
+    text : str, optional
+        The corpus file or folder (default: the embedded one).
+    options : CaptureOptions, optional
+        How models load and capture: device or device map, dtype, method, kernel, sink and
+        seed (:class:`attncoda.run.options.CaptureOptions`). Weights a device map puts on the
+        disk go to its ``offload_folder``, by default ``out/offload``; the manifest's config
+        records the map.
     progress : bool
         Print one line per unit and an overall progress bar (on stderr).
 
@@ -196,15 +186,7 @@ def reproduce(
             scale=scale,
             settings=settings,
             text=text,
-            sink=sink,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            method=method,
-            kernel=kernel,
-            device_map=device_map,
-            max_memory=max_memory,
-            offload_folder=offload_folder,
+            options=options,
         )
         result = execute_run(
             config, store, run, todo, InProcess(keep_going=False), command=RUN, progress=progress
@@ -230,16 +212,8 @@ def run_experiment(
     tokens: str | None = None,
     kind: str | None = None,
     text: str | None = None,
-    sink: str = "first",
-    seed: int = 0,
+    options: CaptureOptions | None = None,
     progress: bool = True,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | Mapping[str, Any] | None = None,
-    max_memory: Mapping[Any, Any] | None = None,
-    offload_folder: str | Path | None = None,
 ) -> ReproduceResult:
     """Run experiment ``name`` (and those it runs after) on ``models`` into ``out``.
 
@@ -268,15 +242,7 @@ def run_experiment(
             experiments=[name],
             settings=settings,
             text=text,
-            sink=sink,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            method=method,
-            kernel=kernel,
-            device_map=device_map,
-            max_memory=max_memory,
-            offload_folder=offload_folder,
+            options=options,
             attentions=attentions,
             tokens=tokens,
             kind=kind,

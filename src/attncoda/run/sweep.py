@@ -61,6 +61,7 @@ from attncoda.experiments.contract import EXPERIMENTS
 from attncoda.models.spec import join_spec, parse_spec
 from attncoda.run.execute import RUN, open_run
 from attncoda.run.executors import InProcess, OnRay
+from attncoda.run.options import CaptureOptions
 from attncoda.run.ray_tasks import TASK_CPUS
 from attncoda.run.reproduce import ReproduceResult, execute_run
 
@@ -105,19 +106,11 @@ def sweep(
     scale: str = "demo",
     settings: Mapping[str, Mapping[str, Any]] | None = None,
     text: str | None = None,
-    sink: str = "first",
-    seed: int = 0,
+    options: CaptureOptions | None = None,
     ray_address: str | None = None,
     ray_local: int | None = None,
     retries: int = 2,
     progress: bool = True,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | Mapping[str, Any] | None = None,
-    max_memory: Mapping[Any, Any] | None = None,
-    offload_folder: str | Path | None = None,
 ) -> SweepResult:
     """Run every experiment on every model at every revision, one unit at a time or on Ray.
 
@@ -131,10 +124,9 @@ def sweep(
     revisions : sequence of str, optional
         Revisions run for every model (``step0``, ``step512``, a commit); then no model may
         name its own ``@revision``.
-    series, experiments, scale, settings, text, sink, seed, device, dtype, method
-    device_map, max_memory, offload_folder
-        As for :func:`attncoda.run.reproduce.reproduce`. With ``device="auto"`` each task
-        uses the GPU Ray gives it (one per task when the cluster has GPUs).
+    series, experiments, scale, settings, text, options
+        As for :func:`attncoda.run.reproduce.reproduce`. With the options' ``device="auto"``
+        each task uses the GPU Ray gives it (one per task when the cluster has GPUs).
     ray_address : str, optional
         An existing Ray cluster: ``"auto"`` or ``"HOST:PORT"`` of its head.
     ray_local : int, optional
@@ -169,15 +161,7 @@ def sweep(
         scale=scale,
         settings=settings,
         text=text,
-        sink=sink,
-        seed=seed,
-        device=device,
-        dtype=dtype,
-        method=method,
-        kernel=kernel,
-        device_map=device_map,
-        max_memory=max_memory,
-        offload_folder=offload_folder,
+        options=options,
     )
     result = execute_run(
         config, store, run, todo, executor, command=RUN, progress=progress, label="sweep"

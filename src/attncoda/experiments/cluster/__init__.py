@@ -13,12 +13,12 @@ Modules: ``_experiment`` (the pipeline, MDS and its measures of the artifact) an
 from __future__ import annotations
 
 from attncoda.experiments.cluster._distances import (
+    SMOOTHING,
     document_terms,
     used_row_mask,
 )
 from attncoda.experiments.cluster._experiment import (
     EXPERIMENT,
-    SMOOTHING,
     VARIANT_TITLES,
     VARIANTS,
     ClusterResult,
@@ -28,7 +28,6 @@ from attncoda.experiments.cluster._experiment import (
 )
 
 __all__ = [
-    "result_tables",
     "ClusterResult",
     "EXPERIMENT",
     "SMOOTHING",
@@ -37,5 +36,6 @@ __all__ = [
     "VARIANT_TITLES",
     "cluster",
     "document_terms",
+    "result_tables",
     "used_row_mask",
 ]

@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 __all__ = [
     "result_tables",
     "EXPERIMENT",
-    "SMOOTHING",
     "VARIANTS",
     "VARIANT_TITLES",
     "ClusterResult",

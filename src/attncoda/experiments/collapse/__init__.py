@@ -16,27 +16,27 @@ head, layer and model). They may import :mod:`attncoda.coda`,
 from __future__ import annotations
 
 from attncoda.experiments.collapse._experiment import (
-    CHECKPOINT_COLUMNS,
-    COLUMNS,
     EXPERIMENT,
-    CheckpointStats,
     CollapseResult,
     Settings,
-    checkpoint_stats,
     collapse_from_stats,
-    collapse_pair,
     combine,
-    stats_frames,
-    stats_from_frames,
 )
 from attncoda.experiments.collapse._split import (
+    CHECKPOINT_COLUMNS,
+    COLUMNS,
     DEFAULT_SHARE_ATOL,
+    collapse_pair,
     series_tables,
 )
 from attncoda.experiments.collapse._stats import (
+    CheckpointStats,
     capture_stats,
     check_same_layout,
     check_windows,
+    checkpoint_stats,
+    stats_frames,
+    stats_from_frames,
     windows_hash,
 )
 

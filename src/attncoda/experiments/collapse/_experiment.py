@@ -18,10 +18,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.collapse._split import (
-    CHECKPOINT_COLUMNS,
-    COLUMNS,
     DEFAULT_SHARE_ATOL,
-    collapse_pair,
     series_tables,
 )
 from attncoda.experiments.collapse._stats import (
@@ -40,18 +37,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "CHECKPOINT_COLUMNS",
-    "COLUMNS",
-    "CheckpointStats",
     "CollapseResult",
     "EXPERIMENT",
     "Settings",
-    "checkpoint_stats",
     "collapse_from_stats",
-    "collapse_pair",
     "combine",
-    "stats_frames",
-    "stats_from_frames",
 ]
 
 
@@ -164,10 +154,10 @@ def _summary(
 @dataclass(frozen=True)
 class Settings:
     """Settings of the collapse experiment: every checkpoint reads the same ``docs`` windows
-    of ``tokens`` tokens (made with the series' first tokenizer)."""
+    of ``max_tokens`` tokens (made with the series' first tokenizer)."""
 
     docs: int = setting(16, "corpus windows every checkpoint reads", at_least=1)
-    tokens: int = setting(128, "tokens per window", at_least=1)
+    max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:

@@ -33,10 +33,12 @@ from attncoda.experiments.contract._inputs import (
     head_rows,
 )
 from attncoda.experiments.contract._settings import (
+    RENAMED,
     Allowed,
     allowed_text,
     check_setting,
     check_settings,
+    renamed_settings,
     setting,
 )
 from attncoda.experiments.contract._verdicts import (
@@ -60,6 +62,7 @@ __all__ = [
     "HeadRows",
     "Inputs",
     "NEEDS",
+    "RENAMED",
     "RUN_COLUMNS",
     "Tables",
     "allowed_text",
@@ -71,6 +74,7 @@ __all__ = [
     "flip_rate",
     "flip_rate_interval",
     "head_rows",
+    "renamed_settings",
     "setting",
     "settings_dict",
     "settings_from",

@@ -53,8 +53,8 @@ __all__ = [
 #:   head (one capture shared by every experiment of the model that needs rows);
 #: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row (profile);
 #: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune, collapse);
-#: - ``"windows"``: token-id windows of the run's corpus, ``(docs, tokens)`` from the
-#:   experiment's settings fields ``docs`` and ``tokens`` (prune, collapse);
+#: - ``"windows"``: token-id windows of the run's corpus, ``(docs, max_tokens)`` from the
+#:   experiment's settings fields ``docs`` and ``max_tokens`` (prune, collapse);
 #: - ``"checkpoint"``: the series point a collapse unit reads.
 NEEDS = ("rows", "capture", "model", "windows", "checkpoint")
 
@@ -163,7 +163,7 @@ class Experiment:
     #: When set, a reason the experiment does not apply to a model, from its ModelInfo
     #: (prune needs a causal language model); the runner records the unit as skipped.
     skip: Callable[[Any], str | None] | None = None
-    #: When set, the windows ``{"docs", "tokens"}`` this experiment's ``rows`` are read at,
+    #: When set, the windows ``{"docs", "max_tokens"}`` this experiment's ``rows`` are read at,
     #: from its settings, instead of the run's (the predictor reads its fitted protocol's);
     #: ``None`` from it: the run's rows.
     rows_at: Callable[[Any], Mapping[str, int] | None] | None = None

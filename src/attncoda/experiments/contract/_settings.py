@@ -3,7 +3,7 @@ and the values it allows (docs/design.md, "The experiment contract").
 
 :func:`setting` makes the field; its metadata is the one source that the Python API's
 signatures and docstrings (:mod:`attncoda.api`), the command-line options
-(:mod:`attncoda.cli_args`) and every check of a value read. :func:`check_settings` checks a
+(:mod:`attncoda.cli._args`) and every check of a value read. :func:`check_settings` checks a
 whole set of values before anything is loaded or written, naming each value by the label the
 caller gives it (``n_boot`` in Python, ``--n-boot`` on the command line).
 
@@ -16,13 +16,26 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from attncoda._errors import AttncodaError
 
-__all__ = ["Allowed", "allowed_text", "check_setting", "check_settings", "setting"]
+__all__ = [
+    "RENAMED",
+    "Allowed",
+    "allowed_text",
+    "check_setting",
+    "check_settings",
+    "renamed_settings",
+    "setting",
+]
+
+#: Settings renamed, old name to new: the old name is read for one release with a
+#: DeprecationWarning (``tokens`` was the window length; token ids are ``tokens`` elsewhere).
+RENAMED = {"tokens": "max_tokens"}
 
 
 @dataclass(frozen=True)
@@ -214,7 +227,7 @@ def check_settings(
     returned (the others keep the dataclass default).
     """
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    values = dict(values or {})
+    values = renamed_settings(values, fields)
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise AttncodaError(
@@ -225,6 +238,30 @@ def check_settings(
         name: check_setting(fields[name], value, label(name), listing=listing)
         for name, value in values.items()
     }
+
+
+def renamed_settings(
+    values: Mapping[str, Any] | None, fields: Iterable[str], *, spelled: str = "{}"
+) -> dict[str, Any]:
+    """``values`` with each old name of :data:`RENAMED` that ``fields`` knows by its new
+    name, with a :class:`DeprecationWarning` that names the new one (``spelled`` formats a
+    name as the caller writes it: ``"{}="`` in Python)."""
+    out = dict(values or {})
+    for old, new in RENAMED.items():
+        if old in out and old not in fields and new in fields:
+            if new in out:
+                raise AttncodaError(
+                    f"{spelled.format(old)} and {spelled.format(new)} are one setting: "
+                    f"give {spelled.format(new)} alone"
+                )
+            warnings.warn(
+                f"{spelled.format(old)} is now {spelled.format(new)} (the window length); "
+                f"the old name goes in the next release",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+            out[new] = out.pop(old)
+    return out
 
 
 def _experiment_name(cls: type) -> str:

@@ -15,6 +15,7 @@ other; nothing above the experiments.
 
 from __future__ import annotations
 
+from attncoda.experiments.contract import CONVENTIONS, DEFAULT_TOL, FLIP_METRICS
 from attncoda.experiments.flips._bootstrap import (
     bootstrap_rates,
     check_n_boot,
@@ -22,32 +23,30 @@ from attncoda.experiments.flips._bootstrap import (
     resample_weights,
 )
 from attncoda.experiments.flips._count import (
+    TripletFlips,
     count_inversions,
     count_rows,
     off_diagonal,
+    tie_tolerance,
+    triplet_flips,
 )
 from attncoda.experiments.flips._experiment import (
     BY_LAYER_COLUMNS,
     CAPTURE_TOL,
-    CONVENTIONS,
-    DEFAULT_TOL,
     EXPERIMENT,
-    FLIP_METRICS,
     TABLE_COLUMNS,
-    DocumentSums,
     FlipsResult,
     Settings,
-    TripletFlips,
-    document_sums,
     flips,
-    tie_tolerance,
-    triplet_flips,
+)
+from attncoda.experiments.flips._sums import (
+    DocumentSums,
+    document_sums,
     used_rows,
 )
 
 __all__ = [
     "BY_LAYER_COLUMNS",
-    "TABLE_COLUMNS",
     "CAPTURE_TOL",
     "CONVENTIONS",
     "DEFAULT_TOL",
@@ -56,6 +55,7 @@ __all__ = [
     "FLIP_METRICS",
     "FlipsResult",
     "Settings",
+    "TABLE_COLUMNS",
     "TripletFlips",
     "bootstrap_rates",
     "check_n_boot",

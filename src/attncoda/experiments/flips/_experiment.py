@@ -25,7 +25,6 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import (
-    CONVENTIONS,
     DEFAULT_TOL,
     FLIP_METRICS,
     Experiment,
@@ -45,11 +44,9 @@ from attncoda.experiments.flips._bootstrap import (
     resample_weights,
 )
 from attncoda.experiments.flips._count import (
-    TripletFlips,
-    tie_tolerance,
     triplet_flips,
 )
-from attncoda.experiments.flips._sums import DocumentSums, document_sums, used_rows
+from attncoda.experiments.flips._sums import document_sums
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,19 +55,10 @@ __all__ = [
     "BY_LAYER_COLUMNS",
     "TABLE_COLUMNS",
     "CAPTURE_TOL",
-    "CONVENTIONS",
-    "DEFAULT_TOL",
-    "DocumentSums",
     "EXPERIMENT",
-    "FLIP_METRICS",
     "FlipsResult",
     "Settings",
-    "TripletFlips",
-    "document_sums",
     "flips",
-    "tie_tolerance",
-    "triplet_flips",
-    "used_rows",
 ]
 
 TABLE_COLUMNS = (

@@ -21,29 +21,42 @@ from __future__ import annotations
 
 from attncoda.experiments.predictor._experiment import (
     EXPERIMENT,
-    FEATURES,
-    Prediction,
-    Predictor,
     Settings,
     apply_predictor,
     check_predictor_file,
-    fit_predictor,
     predictor_row,
     shipped_predictor,
     sink_features,
     standing,
-    verdict,
 )
-from attncoda.experiments.predictor._file import FILE_FORMAT, FILE_KIND
+from attncoda.experiments.predictor._file import (
+    FILE_FORMAT,
+    FILE_KIND,
+)
+from attncoda.experiments.predictor._fit import (
+    fit_predictor,
+)
 from attncoda.experiments.predictor._identity import (
     MATCHES,
     RELATIONS,
     Relation,
     TrainingIdentity,
 )
-from attncoda.experiments.predictor._model import DEFAULT_COVERAGE
-from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, Protocol, protocol_of
-from attncoda.experiments.predictor._verdict import VERDICTS
+from attncoda.experiments.predictor._model import (
+    DEFAULT_COVERAGE,
+    FEATURES,
+    Predictor,
+)
+from attncoda.experiments.predictor._protocol import (
+    OFF_PROTOCOL,
+    Protocol,
+    protocol_of,
+)
+from attncoda.experiments.predictor._verdict import (
+    VERDICTS,
+    Prediction,
+    verdict,
+)
 
 __all__ = [
     "DEFAULT_COVERAGE",

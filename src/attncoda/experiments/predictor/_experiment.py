@@ -38,27 +38,21 @@ import numpy as np
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
 from attncoda.experiments.flips import FlipsResult, flips
-from attncoda.experiments.predictor._fit import fit_predictor
-from attncoda.experiments.predictor._model import FEATURES, Predictor
+from attncoda.experiments.predictor._model import Predictor
 from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
-from attncoda.experiments.predictor._verdict import Prediction, verdict
+from attncoda.experiments.predictor._verdict import verdict
 from attncoda.experiments.safety import SquaredSplit, mean_squared_split
 from attncoda.models.spec import NO_REVISION
 
 __all__ = [
     "EXPERIMENT",
-    "FEATURES",
-    "Prediction",
-    "Predictor",
     "Settings",
     "apply_predictor",
     "check_predictor_file",
-    "fit_predictor",
     "predictor_row",
     "shipped_predictor",
     "sink_features",
     "standing",
-    "verdict",
 ]
 
 
@@ -259,7 +253,7 @@ def rows_at(settings: Settings) -> dict[str, int] | None:
         return None
     protocol = _predictor(settings).protocol
     assert protocol is not None  # a frozen file records it
-    return {"docs": protocol.windows, "tokens": protocol.window_tokens}
+    return {"docs": protocol.windows, "max_tokens": protocol.window_tokens}
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:

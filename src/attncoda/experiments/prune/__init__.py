@@ -16,31 +16,31 @@ experiments.
 from __future__ import annotations
 
 from attncoda.experiments.prune._experiment import (
-    ABLATIONS,
-    CHANNELS,
     COLUMNS,
-    DEFAULT_CHANNELS,
     EXPERIMENT,
-    ORDERS,
     PruneResult,
     Settings,
     gradient_importance,
-    head_ranking,
     prune,
-    split_windows,
     window_losses,
 )
 from attncoda.experiments.prune._ranking import (
+    ABLATIONS,
     CHANNEL_COLUMNS,
+    CHANNELS,
+    DEFAULT_CHANNELS,
+    ORDERS,
     check_choices,
     check_ks,
+    head_ranking,
+    split_windows,
 )
 
 __all__ = [
-    "COLUMNS",
     "ABLATIONS",
     "CHANNELS",
     "CHANNEL_COLUMNS",
+    "COLUMNS",
     "DEFAULT_CHANNELS",
     "EXPERIMENT",
     "ORDERS",

@@ -39,17 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLUMNS",
-    "ABLATIONS",
-    "CHANNELS",
-    "DEFAULT_CHANNELS",
     "EXPERIMENT",
-    "ORDERS",
     "PruneResult",
     "Settings",
     "gradient_importance",
-    "head_ranking",
     "prune",
-    "split_windows",
     "window_losses",
 ]
 
@@ -396,8 +390,8 @@ def prune(
 
 @dataclass(frozen=True)
 class Settings:
-    """Settings of the prune experiment. The runner provides ``docs`` windows of ``tokens``
-    tokens: the first ``profile_docs`` profile, the last ``eval_docs`` evaluate."""
+    """Settings of the prune experiment. The runner provides ``docs`` windows of
+    ``max_tokens`` tokens: the first ``profile_docs`` profile, the last ``eval_docs`` evaluate."""
 
     channels: tuple[str, ...] = setting(
         DEFAULT_CHANNELS,
@@ -425,7 +419,7 @@ class Settings:
     )
     profile_docs: int = setting(8, "windows that profile the heads", at_least=1)
     eval_docs: int = setting(4, "held-out windows whose perplexity is measured", at_least=1)
-    tokens: int = setting(128, "tokens per window", at_least=1)
+    max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
 
     @property
     def docs(self) -> int:

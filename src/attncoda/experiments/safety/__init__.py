@@ -14,19 +14,23 @@ above the experiments.
 
 from __future__ import annotations
 
+from attncoda.experiments.contract import flip_rate_interval
 from attncoda.experiments.safety._experiment import (
     DEFAULT_SAFE_THRESHOLD,
     EXPERIMENT,
     GRID_COLUMNS,
-    REGION_COLUMNS,
     SAFETY_COLUMNS,
     SafetyResult,
     Settings,
-    SquaredSplit,
-    flip_rate_interval,
-    mean_squared_split,
-    safe_regions,
     safety_map,
+)
+from attncoda.experiments.safety._regions import (
+    REGION_COLUMNS,
+    safe_regions,
+)
+from attncoda.experiments.safety._split import (
+    SquaredSplit,
+    mean_squared_split,
     triplet_coordinates,
 )
 

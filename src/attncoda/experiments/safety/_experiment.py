@@ -51,7 +51,6 @@ from attncoda.experiments.contract import (
     setting,
 )
 from attncoda.experiments.flips import FlipsResult, document_sums, tie_tolerance
-from attncoda.experiments.safety._regions import REGION_COLUMNS, safe_regions
 from attncoda.experiments.safety._split import (
     SquaredSplit,
     mean_squared_split,
@@ -66,15 +65,9 @@ __all__ = [
     "GRID_COLUMNS",
     "SAFETY_COLUMNS",
     "DEFAULT_SAFE_THRESHOLD",
-    "REGION_COLUMNS",
     "SafetyResult",
     "Settings",
-    "SquaredSplit",
-    "flip_rate_interval",
-    "mean_squared_split",
-    "safe_regions",
     "safety_map",
-    "triplet_coordinates",
 ]
 
 #: A bin is safe when the upper end of its 95% interval on the flip rate is below this.

@@ -10,13 +10,26 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import re
 import textwrap
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, one_line_errors
+from attncoda.experiments.contract import RENAMED
 
-__all__ = ["COMMON_OPTIONS", "RETURNS_DOC", "check_common", "docstring", "experiment_function"]
+if TYPE_CHECKING:
+    from attncoda.run.options import CaptureOptions
+
+__all__ = [
+    "COMMON_OPTIONS",
+    "RETURNS_DOC",
+    "check_common",
+    "docstring",
+    "experiment_function",
+    "python_spelling",
+    "rows_settings",
+]
 
 
 #: The options every experiment function takes beside its settings, and what each is
@@ -57,6 +70,16 @@ COMMON_OPTIONS = {
         '``device`` (``"auto"``, ``"balanced"``, ``"sequential"`` or ``{module: device}``, as '
         "for :func:`attncoda.load_model`); weights put on the disk go to ``out/offload``.",
     ),
+    "max_memory": (
+        "dict or str, optional",
+        "Model specs with a ``device_map`` only: memory limits per device, "
+        '``{0: "2GiB", "cpu": "8GiB"}`` (or the text ``"0=2GiB,cpu=8GiB"``).',
+    ),
+    "offload_folder": (
+        "str or path, optional",
+        "Model specs with a ``device_map`` only: where weights the map puts on the disk go "
+        "(None: ``out/offload``).",
+    ),
     "text": (
         "str, optional",
         "Model specs and live models: a corpus file or folder (None: the embedded one).",
@@ -93,12 +116,13 @@ def _type_text(annotation: str) -> str:
     return annotation
 
 
-def docstring(summary: str, function: Callable[..., Any], settings: type) -> str:
+def docstring(summary: str, function: Callable[..., Any], *settings: type) -> str:
     """``summary``, then numpydoc Parameters for every parameter of ``function``: the common
-    options from :data:`COMMON_OPTIONS`, the settings from their fields' metadata."""
+    options from :data:`COMMON_OPTIONS`, the settings from their fields' metadata (of each
+    class of ``settings``)."""
     from attncoda.experiments.contract import allowed_text
 
-    fields = {f.name: f for f in dataclasses.fields(settings)}
+    fields = {f.name: f for cls in settings for f in dataclasses.fields(cls)}
     lines = [inspect.cleandoc(summary), "", "Parameters", "----------"]
     for name, param in inspect.signature(function).parameters.items():
         if name in fields:
@@ -115,21 +139,34 @@ def docstring(summary: str, function: Callable[..., Any], settings: type) -> str
     return "\n".join(lines) + "\n" + RETURNS_DOC
 
 
+def rows_settings(name: str) -> type | None:
+    """The settings of the shared rows (:class:`attncoda.run.config.Rows`: ``docs`` windows of
+    ``max_tokens`` tokens) when experiment ``name`` reads rows, else None."""
+    from attncoda.experiments.contract import experiment
+    from attncoda.run.config import Rows
+
+    return Rows if "rows" in experiment(name).needs else None
+
+
 def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
     """The API function of experiment ``name`` from ``function``, whose keyword parameters
-    are the common options and every field of the experiment's ``Settings`` with its
-    default: its docstring is built from the fields (:func:`docstring`), an unknown keyword
-    is refused with an :class:`AttncodaError` that names the known ones, and a signature that
-    lost or gained a field fails at import."""
-    from attncoda.experiments.contract import experiment
+    are the common options, the rows' ``docs`` and ``max_tokens`` (for an experiment that
+    reads rows) and every field of the experiment's ``Settings``, each with its default: its
+    docstring is built from the fields (:func:`docstring`), an unknown keyword is refused with
+    an :class:`AttncodaError` that names the known ones, an old name of :data:`RENAMED` is
+    read with a :class:`DeprecationWarning`, errors name options as Python spells them
+    (:func:`python_spelling`), and a signature that lost or gained a field fails at import."""
+    from attncoda.experiments.contract import experiment, renamed_settings
 
     settings = experiment(name).settings
+    rows = rows_settings(name)
+    groups = (settings,) if rows is None else (rows, settings)
 
     def make(function: _F) -> _F:
         params = inspect.signature(function).parameters
-        fields = [f.name for f in dataclasses.fields(settings)]
+        fields = [f.name for cls in groups for f in dataclasses.fields(cls)]
         mine = [p for p in params if p not in COMMON_OPTIONS]
-        defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+        defaults = {f.name: f.default for cls in groups for f in dataclasses.fields(cls)}
         if mine != fields or any(params[f].default != defaults[f] for f in fields):
             raise AttncodaError(
                 f"attncoda.{function.__name__} takes {mine}: it must take every field of "
@@ -138,6 +175,9 @@ def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
 
         @functools.wraps(function)
         def checked(*args: Any, **kwargs: Any) -> Any:
+            given = set(kwargs)
+            kwargs = renamed_settings(kwargs, params, spelled="{}=")
+            spelled = {new: old for old, new in RENAMED.items() if old in given}
             unknown = sorted(set(kwargs) - set(params))
             if "steps" in unknown:
                 raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
@@ -147,39 +187,75 @@ def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
                     f"unknown setting {unknown[0]!r} of {name}: use one of "
                     f"{', '.join(sorted(fields))} (or the options {', '.join(common)})"
                 )
-            return function(*args, **kwargs)
+            try:
+                with one_line_errors():
+                    return function(*args, **kwargs)
+            except AttncodaError as exc:
+                raise type(exc)(python_spelling(str(exc), params, spelled)) from None
 
-        checked.__doc__ = docstring(summary, function, settings)
+        checked.__doc__ = docstring(summary, function, *groups)
         return cast(_F, checked)
 
     return make
 
 
-def check_common(common: Mapping[str, Any]) -> None:
-    """Refuse a common option the run would refuse later, before anything loads (the CLI's
-    own checks of the same options, :func:`attncoda.cli_args.validate`)."""
-    from attncoda.capture.names import KERNELS, METHODS
-    from attncoda.capture.sinks import parse_sink
-    from attncoda.run.common import DEVICES, DTYPES
+#: An option on the command line as a message names it, with the value after it.
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: ('[^']*'|\"[^\"]*\"|[^\s,;:()]+))?")
 
-    seed = common["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise AttncodaError(f"seed must be an integer of at least 0; got {seed!r}")
-    parse_sink(common["sink"])
-    for option, allowed in (
-        ("method", METHODS),
-        ("kernel", KERNELS),
-        ("device", DEVICES),
-        ("dtype", DTYPES),
-    ):
-        value = common.get(option)
-        if value is not None and value not in allowed:
-            raise AttncodaError(f"unknown {option} {value!r}: use one of {', '.join(allowed)}")
-    if common.get("device_map") is not None:
-        from attncoda.models.placement import check_run_placement
 
-        check_run_placement(common.get("device") or "cpu", common["device_map"], None, "offload")
+def python_spelling(
+    message: str, params: Iterable[str], spelled: Mapping[str, str] | None = None
+) -> str:
+    """``message`` (worded for the command line, as the runner and the store word theirs)
+    with each option that is a parameter of the function spelled as Python spells it:
+    ``--out 'x'`` is ``out='x'``, ``--device-map`` is ``device_map=``; a parameter the caller
+    gave by an old name (``spelled``: new name to old) keeps the caller's name."""
+    known = set(params)
+    spelled = dict(spelled or {})
+
+    def python(found: re.Match[str]) -> str:
+        name = found.group(1).replace("-", "_")
+        if name not in known:
+            return found.group(0)
+        value = found.group(2)
+        shown = spelled.get(name, name)
+        if value is None:
+            return f"{shown}="
+        if value[0] in "'\"" or value[0].isdigit() or value[0] in "{[-":
+            return f"{shown}={value}"
+        return f"{shown}={value!r}"
+
+    message = _FLAG.sub(python, message)
+    for new, old in spelled.items():
+        message = re.sub(rf"\b{new}\b", old, message)
+    return message
+
+
+def check_common(common: Mapping[str, Any]) -> CaptureOptions:
+    """The :class:`~attncoda.run.options.CaptureOptions` of the common options, built once:
+    a value the run would refuse later is refused here, before anything loads (the CLI builds
+    the same object from its options, :func:`attncoda.cli._args.validate`)."""
+    from attncoda.run.options import CaptureOptions
+
+    options = CaptureOptions(
+        **{
+            k: common[k]
+            for k in (
+                "device",
+                "dtype",
+                "method",
+                "kernel",
+                "device_map",
+                "max_memory",
+                "offload_folder",
+                "sink",
+                "seed",
+            )
+            if common.get(k) is not None or k == "dtype"
+        }
+    )
     if common.get("text") is not None:
         from attncoda.data.corpus import read_corpus
 
         read_corpus(common["text"])  # exists, UTF-8, at least one document, or a named error
+    return options

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.cli_args import settings_values
+from attncoda.cli._args import settings_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,19 +39,9 @@ def _one_source(models: Sequence[str], files: Sequence[str] | None, command: str
 
 
 def capture_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The device, dtype, method and kernel options of a command, and its device map."""
-    from attncoda.models.placement import parse_max_memory
-
-    limits = None if args.max_memory is None else parse_max_memory(args.max_memory)
-    return {
-        "device": args.device,
-        "dtype": args.dtype,
-        "method": args.method,
-        "kernel": args.kernel,
-        "device_map": args.device_map,
-        "max_memory": limits,
-        "offload_folder": args.offload_folder,
-    }
+    """The command's :class:`~attncoda.run.options.CaptureOptions`, built once by
+    :func:`attncoda.cli._args.validate`, as the runner's ``options`` keyword."""
+    return {"options": args.options}
 
 
 def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: Any) -> Path:
@@ -73,11 +63,9 @@ def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: 
         out,
         settings=settings,
         attentions=files,
-        tokens=getattr(args, "token_ids", None),
+        tokens=getattr(args, "tokens", None),
         kind=getattr(args, "kind", None),
         text=args.text,
-        sink=args.sink,
-        seed=args.seed,
         progress=True,
         **options,
         **capture_options(args),
@@ -205,8 +193,6 @@ def _predictor_fit(args: argparse.Namespace) -> int:
         args.models,
         rows=settings_values(args, Rows),
         text=args.text,
-        sink=args.sink,
-        seed=args.seed,
         **capture_options(args),
     )
     predictor = fit_and_freeze(rows, args.out, overwrite=args.overwrite)
@@ -369,8 +355,6 @@ def _run_options_of(args: argparse.Namespace) -> dict[str, Any]:
         "scale": args.scale,
         "settings": settings,
         "text": args.text,
-        "sink": args.sink,
-        "seed": args.seed,
         "progress": True,
         **capture_options(args),
     }

@@ -208,7 +208,7 @@ def _files(args: argparse.Namespace) -> None:
         from attncoda.experiments.predictor import check_predictor_file
 
         check_predictor_file(predictor)
-    for name in ("attentions", "token_ids"):
+    for name in ("attentions", "tokens"):
         value = getattr(args, name, None)
         files = [value] if isinstance(value, str) else list(value or [])
         for file in files:
@@ -222,11 +222,14 @@ def _files(args: argparse.Namespace) -> None:
                 )
 
 
-def _placement(args: argparse.Namespace) -> None:
-    """``--device-map`` with ``--max-memory`` and ``--offload-folder``, as a run checks them."""
+def _options(args: argparse.Namespace) -> None:
+    """Build the command's :class:`~attncoda.run.options.CaptureOptions` once, as
+    ``args.options``: ``--device``, ``--dtype``, ``--method``, ``--kernel``, ``--device-map``
+    with ``--max-memory`` and ``--offload-folder``, ``--sink`` and ``--seed``."""
     if not hasattr(args, "device_map"):
         return
-    from attncoda.models.placement import check_run_placement, parse_max_memory
+    from attncoda.models.placement import parse_max_memory
+    from attncoda.run.options import CaptureOptions
 
     if args.device_map is None:
         for dest in ("max_memory", "offload_folder"):
@@ -235,9 +238,18 @@ def _placement(args: argparse.Namespace) -> None:
                     f"{_flag(args, dest)} {getattr(args, dest)} needs --device-map: add "
                     f"--device-map auto (or balanced, sequential), or drop {_flag(args, dest)}"
                 )
-        return
     limits = None if args.max_memory is None else parse_max_memory(args.max_memory)
-    check_run_placement(args.device, args.device_map, limits, args.offload_folder)
+    args.options = CaptureOptions(
+        device=args.device,
+        dtype=args.dtype,
+        method=args.method,
+        kernel=args.kernel,
+        device_map=args.device_map,
+        max_memory=limits,
+        offload_folder=args.offload_folder,
+        sink=getattr(args, "sink", "first"),
+        seed=getattr(args, "seed", 0),
+    )
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -259,7 +271,7 @@ def validate(args: argparse.Namespace) -> None:
         raise AttncodaError("--models is empty: give a comma list of models, e.g. smollm2,minilm")
     _names(args)
     _files(args)
-    _placement(args)
+    _options(args)
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,9 +1,5 @@
-"""``attncoda <command>``: parse, call, print. No logic lives here.
-
-Each experiment command's options are built from the experiment's ``Settings``
-(:func:`attncoda.cli_args.add_settings`); the bodies of the commands are in
-:mod:`attncoda.cli_commands`.
-"""
+"""The ``attncoda`` parser: one subcommand per experiment, its options built from the
+experiment's ``Settings``, and :func:`main`."""
 
 from __future__ import annotations
 
@@ -12,26 +8,25 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from attncoda._errors import AttncodaError
-from attncoda.cli_args import Parser, add_settings, bind_setting, names, validate
+from attncoda._errors import AttncodaError, one_line_errors
+from attncoda.cli._args import Parser, add_settings, bind_setting, names, validate
 
-#: Option strings of settings fields whose option is not ``--<field-name>`` alone: the
-#: window length keeps ``--max-tokens`` (``--tokens`` is the token-id file of given
-#: attention), and older names stay as aliases.
+#: Option strings of settings fields whose option is not ``--<field-name>`` alone: older
+#: names stay as aliases. (The window length is ``--max-tokens``, from its field; ``--tokens``
+#: is the token-id file of given attention, as ``tokens=`` is token ids in Python.)
 FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
-    "profile": {"tokens": ("--max-tokens",)},
+    "profile": {},
     "flips": {},
     "cluster": {"n_clusters": ("--n-clusters", "--clusters")},
     "safety": {"n_bins": ("--n-bins", "--bins"), "threshold": ("--threshold", "--safe-threshold")},
     "predictor": {},
-    "collapse": {"tokens": ("--max-tokens",)},
+    "collapse": {},
     "prune": {
-        "tokens": ("--max-tokens",),
         "ks": ("--ks", "--k"),
         "orders": ("--orders", "--order"),
         "ablations": ("--ablations", "--ablation"),
     },
-    "rows": {"tokens": ("--max-tokens",)},
+    "rows": {},
 }
 
 
@@ -62,7 +57,7 @@ def _corpus_options(p: argparse.ArgumentParser) -> None:
 def _capture_options(p: argparse.ArgumentParser) -> None:
     from attncoda.capture.names import KERNELS, METHODS
     from attncoda.models.placement import DEVICE_MAPS
-    from attncoda.run.common import DEVICES, DTYPES
+    from attncoda.run.options import DEVICES, DTYPES
 
     p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")
     p.add_argument(
@@ -105,7 +100,7 @@ def _attention_options(p: argparse.ArgumentParser, several: bool) -> None:
     )
     p.add_argument(
         "--tokens",
-        dest="token_ids",
+        dest="tokens",
         metavar="FILE",
         help="token ids (batch, pos) for token sinks (.npy, .npz, .pt)",
     )
@@ -327,12 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attncoda`` console script."""
-    from attncoda.cli_commands import run_command
+    from attncoda.cli._commands import run_command
 
     args = build_parser().parse_args(argv)
     try:
-        validate(args)
-        return run_command(args.command_name, args)
+        with one_line_errors():
+            validate(args)
+            return run_command(args.command_name, args)
     except AttncodaError as exc:
         print(f"attncoda: error: {exc}", file=sys.stderr)
         return 2
@@ -352,7 +348,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""What an experiment function returns: :class:`Result`, its tables and its figure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attncoda._errors import AttncodaError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["GIVEN_FAMILY", "Result"]
+
+#: The family column of tables made from captures handed in (no model facts to read).
+GIVEN_FAMILY = "given attention"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What an experiment function returns.
+
+    Attributes
+    ----------
+    experiment : str
+        The experiment's name (``"flips"``).
+    tables : dict of str to pandas.DataFrame
+        Its tables by name, every model's rows together, ``family`` first.
+    summary : dict of str to dict
+        Each model's JSON summary (cluster's artifact, collapse's facts; empty for most).
+    path : pathlib.Path or None
+        The run folder the tables were stored in, when ``out`` was given.
+    sink : str
+        The sink spec the tables were made with.
+    """
+
+    experiment: str
+    tables: Mapping[str, pd.DataFrame]
+    summary: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    path: Path | None = None
+    sink: str = "first"
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The experiment's first table (``flips`` for flips, ``profile_heads`` for profile)."""
+        return next(iter(self.tables.values()))
+
+    def figure(self, model: str | None = None) -> Figure:
+        """The experiment's figure, drawn from :attr:`tables` by the report's own code.
+
+        Flips and predictor draw every model; the others draw one, so a result of several
+        models needs ``model`` (one of the tables' ``model`` values).
+        """
+        from attncoda.report.figures import figure
+
+        tables = self.tables
+        if model is not None:
+            known = sorted({str(m) for f in tables.values() for m in f.get("model", [])})
+            if model not in known:
+                raise AttncodaError(f"no model {model!r} in this result: use one of {known}")
+            tables = {
+                k: f[f["model"] == model] if "model" in f.columns else f for k, f in tables.items()
+            }
+        return figure(self.experiment, tables, sink=self.sink)
+
+    def _repr_html_(self) -> str:
+        from attncoda.report.notebook import result_html
+
+        return result_html(self)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}: {len(v)} rows" for k, v in self.tables.items())
+        where = f", path={str(self.path)!r}" if self.path else ""
+        return f"Result({self.experiment!r}, {shapes}{where})"
