@@ -125,7 +125,12 @@ def test_predictor_fit_and_apply(tmp_path, capsys, tiny_llama):
     )
     said = f"measured {row.measured:.1%}; training model minilm (matched by weights): no test"
     assert "minilm: " in printed and said in printed
-    assert _manifest(out)["config"]["settings"]["predictor"] == {"predictor": str(path)}
+    assert _manifest(out)["config"]["settings"]["predictor"] == {
+        "predictor": str(path),
+        "protocol": "fitted",
+    }
+    # fitted on 2 windows of 128 tokens, applied to the same: on protocol
+    assert json.loads(path.read_text())["protocol"]["windows"] == 2 and row.on_protocol
 
 
 def test_errors_are_one_line(capsys, tmp_path, monkeypatch):

@@ -5,6 +5,9 @@ TINY_SETTINGS = {
     "profile": {"docs": 2, "max_tokens": 32},
     "rows": {"docs": 3, "max_tokens": 32},
     "flips": {"n_boot": 20},
+    # the run's own rows (off the fitted protocol: no verdict counted); reading the fitted
+    # protocol's 16 windows of 128 tokens has its own test (tests/run/test_reproduce.py)
+    "predictor": {"protocol": "run"},
     # the runs the predictor never saw have their own test (tests/run/test_reproduce.py)
     "train": {"size": "tiny", "steps": 16, "unseen": False},
     "collapse": {"docs": 4, "max_tokens": 32},

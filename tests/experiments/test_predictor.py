@@ -15,12 +15,16 @@ from attncoda.experiments.contract import DocRows, HeadRows
 from attncoda.experiments.flips import flips
 from attncoda.experiments.predictor import (
     FEATURES,
+    OFF_PROTOCOL,
     Prediction,
     Predictor,
+    Protocol,
     apply_predictor,
     fit_predictor,
     predictor_row,
+    protocol_of,
     sink_features,
+    standing,
     verdict,
 )
 from attncoda.experiments.safety import mean_squared_split
@@ -28,6 +32,10 @@ from attncoda.store import atomic_write_json
 
 METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
 COEF = {"mean_sink_mass": 0.3, "std_sink_mass": 0.8, "mean_sink_share": 0.2}
+#: How every row below was read (the shipped fit's protocol).
+PROTOCOL = protocol_of(
+    windows=16, window_tokens=128, corpus=None, sink="first", seed=0, metrics=METRICS, tol=1e-6
+)
 
 
 def freeze(predictor, path):
@@ -44,6 +52,7 @@ def row(model, mass, std, share, noise=0.0):
         "model": model,
         "features": feats,
         "flip_rates": dict(zip(METRICS, (rate + offsets).tolist(), strict=True)),
+        "protocol": dict(PROTOCOL),
     }
 
 
@@ -280,7 +289,7 @@ def test_missing_key(frozen, key):
         (
             "kind",
             "other",
-            "key 'kind'/'format' must be 'attncoda.flip_rate_predictor'/2; got 'other'/2",
+            "key 'kind'/'format' must be 'attncoda.flip_rate_predictor'/3; got 'other'/3",
         ),
     ],
 )
@@ -446,3 +455,176 @@ def test_invalid_training_identity(frozen, value, expected):
     msg = f"invalid predictor file {str(path)!r}: key 'training_identity' {expected}"
     with pytest.raises(AttncodaError, match=re.escape(msg)):
         Predictor.from_json(rewrite(path, data))
+
+
+# the protocol: a verdict only on rows read as the fit's were -----------------------------
+
+
+def test_the_predictor_records_its_protocol_and_the_file_keeps_it(tmp_path):
+    predictor = fit_predictor(TRAIN)
+    assert predictor.protocol == Protocol.from_dict(PROTOCOL)
+    assert predictor.protocol.describe() == (
+        "16 windows of 128 tokens of the embedded corpus, sink first, seed 0"
+    )
+    data = json.loads(freeze(predictor, tmp_path / "p.json").read_text())
+    assert data["format"] == 3 and data["protocol"] == PROTOCOL
+    assert Predictor.from_json(tmp_path / "p.json").protocol == predictor.protocol
+
+
+def test_rows_read_with_different_protocols_are_not_fitted_together():
+    rows = [dict(r) for r in TRAIN]
+    rows[2]["protocol"] = {**PROTOCOL, "windows": 4}
+    with pytest.raises(
+        AttncodaError,
+        match=r"model 'c' was read with another protocol than 'a' "
+        r"\(windows 4, not 16\): fit on rows read one way",
+    ):
+        fit_predictor(rows)
+    rows[2]["protocol"] = {**PROTOCOL, "metrics": ["cosine"]}
+    with pytest.raises(AttncodaError, match="metrics"):
+        fit_predictor(rows)
+
+
+def test_a_predictor_fitted_on_rows_without_protocol_is_never_frozen_and_gives_no_verdict(
+    tmp_path,
+):
+    bare = [{k: v for k, v in r.items() if k != "protocol"} for r in TRAIN]
+    predictor = fit_predictor(bare)
+    assert predictor.protocol is None
+    with pytest.raises(AttncodaError, match="records no protocol, so it cannot be frozen"):
+        freeze(predictor, tmp_path / "p.json")
+    (outcome,) = apply_predictor(predictor, [row("new", 0.3, 0.1, 0.3)])
+    assert outcome["verdict"] == OFF_PROTOCOL and not outcome["counted"]
+
+
+def test_a_format_2_file_without_protocol_is_refused(frozen):
+    path, data = frozen
+    data["format"] = 2
+    del data["protocol"]
+    msg = f"invalid predictor file {str(path)!r}: format 2 records no protocol"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        Predictor.from_json(rewrite(path, data))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({**PROTOCOL, "windows": "16"}, "protocol windows must be a whole number; got '16'"),
+        ({**PROTOCOL, "metrics": []}, "protocol metrics must be a non-empty list of names"),
+        ({**PROTOCOL, "tol": -1}, "protocol tol must be a number >= 0; got -1"),
+        ({"windows": 16}, "a protocol must hold exactly windows, window_tokens, corpus"),
+    ],
+)
+def test_invalid_protocol(frozen, value, expected):
+    path, data = frozen
+    data["protocol"] = value
+    msg = f"invalid predictor file {str(path)!r}: key 'protocol': {expected}"
+    with pytest.raises(AttncodaError, match=re.escape(msg)):
+        Predictor.from_json(rewrite(path, data))
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"windows": 4}, "windows 4, not 16"),  # the demo scale's rows
+        ({"window_tokens": 64}, "window_tokens 64, not 128"),
+        ({"corpus": "my.txt"}, "corpus 'my.txt', not 'embedded'"),
+        ({"sink": "bos"}, "sink 'bos', not 'first'"),
+        ({"seed": 1}, "seed 1, not 0"),
+        ({"metrics": ["cosine"]}, "metrics ['cosine'], not ['cosine', 'jsd'"),
+        ({"tol": 0.0}, "tol 0.0, not 1e-06"),
+        ({"windows": None, "corpus": "given attention"}, "windows None, not 16"),
+    ],
+)
+def test_a_row_read_off_protocol_gets_no_verdict_and_is_never_counted(change, said):
+    predictor = fit_predictor(TRAIN)
+    inside = row("new", 0.30, 0.10, 0.30)  # well inside the interval: on protocol, confirmed
+    off = {**inside, "protocol": {**PROTOCOL, **change}}
+    missing = {k: v for k, v in inside.items() if k != "protocol"}
+    on, away, bare = apply_predictor(predictor, [inside, off, missing])
+    assert on["verdict"] == "confirmed" and on["counted"] and on["off_protocol"] == []
+    assert away["verdict"] == OFF_PROTOCOL and not away["counted"]
+    assert any(d.startswith(said) for d in away["off_protocol"]), away["off_protocol"]
+    # the prediction is still made (shown), only the verdict is withheld
+    assert away["prediction"] == on["prediction"]
+    assert bare["verdict"] == OFF_PROTOCOL and "windows not recorded" in bare["off_protocol"]
+
+
+# held out, or a checkpoint of a training run ----------------------------------------------
+
+RUN_A = {"task": "bigram-backcopy", "seed": 0, "steps": 2000}
+
+
+def _run_rows():
+    """TRAIN whose "a", "b", "c" are steps 64, 512 and 2000 of one train-tiny run."""
+    rows = [dict(r) for r in TRAIN]
+    for i, step in enumerate((64, 512, 2000)):
+        rows[i]["identity"] = {
+            "weights_sha256": f"sha256:{i}",
+            "recipe": {"config": RUN_A, "step": step},
+        }
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("recipe", "relation"),
+    [
+        ({"config": RUN_A, "step": 1000}, "interpolated"),  # between steps 512 and 2000
+        ({"config": RUN_A, "step": 64}, "training"),  # the recipe of "a"
+        ({"config": RUN_A, "step": 0}, "same run"),  # before its first training checkpoint
+        ({"config": {**RUN_A, "seed": 2}, "step": 1000}, "held out"),  # another run
+        ({"config": {**RUN_A, "steps": 1000}, "step": 1000}, "held out"),  # another schedule
+    ],
+)
+def test_only_a_checkpoint_of_no_training_run_is_held_out(recipe, relation):
+    predictor = fit_predictor(_run_rows())
+    found = predictor.relation(["x"], {"weights_sha256": "sha256:new", "recipe": recipe})
+    assert found.relation == relation
+    assert found.held_out == (relation == "held out")
+    if relation in ("interpolated", "same run"):
+        assert found.models == ("a", "b", "c") and found.how == "recipe"
+    probe = {**row("x", 0.30, 0.10, 0.30), "identity": {"weights_sha256": None, "recipe": recipe}}
+    (outcome,) = apply_predictor(predictor, [probe])
+    assert outcome["verdict"] == "confirmed"  # given, but counted only when held out
+    assert outcome["counted"] == (relation == "held out")
+
+
+def test_a_checkpoint_of_a_training_run_is_known_by_name_too():
+    rows = [
+        dict(r, model=m)
+        for r, m in zip(
+            TRAIN,
+            ("s0@step64", "s0@step512", "s0@step2000", "s1@step128", "smollm2", "minilm"),
+            strict=True,
+        )
+    ]
+    predictor = fit_predictor(rows)
+    rel = predictor.relation
+    assert rel(["s0@step1000"]).relation == "interpolated"
+    assert rel(["s0@step0"]).relation == "same run"
+    assert rel(["s0@step1000"]).models == ("s0@step64", "s0@step512", "s0@step2000")
+    assert rel(["s1@step512"]).relation == "same run"  # s1 gave one checkpoint, step 128
+    assert rel(["s2@step1000"]).relation == "held out"
+    assert rel(["gemma3"]).relation == "held out"
+    assert rel(["smollm2"]).relation == "training"
+
+
+def test_standing_of_a_table_row():
+    base = {
+        "counted": False,
+        "off_protocol": "",
+        "matched_training_model": "",
+        "matched_by": "",
+        "run_training_models": "",
+    }
+    assert standing({**base, "counted": True, "relation": "held out"}) == (True, "held out")
+    assert standing(
+        {**base, "relation": "training", "matched_training_model": "a", "matched_by": "recipe"}
+    ) == (False, "training model: a (recipe)")
+    assert standing({**base, "relation": "interpolated", "run_training_models": "a, b"}) == (
+        False,
+        "interpolated: a checkpoint of the run of a, b",
+    )
+    said = standing({**base, "relation": "held out", "off_protocol": "windows 4, not 16"})
+    assert said == (False, f"{OFF_PROTOCOL} (windows 4, not 16); held out")
+    assert standing({"relation": "held out", "verdict": "confirmed"})[0] is False  # old table

@@ -184,11 +184,11 @@ def test_measured_numbers_are_the_tables(tiny_run, page):
         assert fmt_ratio(g["ratio"].max()) in text
 
     predictor = pd.read_parquet(tiny_run / "tables" / "predictor.parquet")
-    unseen = predictor[~predictor["in_training_set"]]
-    counts = unseen["verdict"].value_counts()
+    tested = predictor[predictor["counted"]]
+    counts = tested["verdict"].value_counts()
     text = page.text_of("predictor")
     expected = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("confirmed", "abstained", "failed"))
-    assert f"{expected} over {len(unseen)} unseen model(s)" in text
+    assert f"{expected} over {len(tested)} held-out model(s)" in text
 
 
 def test_self_contained_no_script_no_external_url(report, page):
@@ -208,24 +208,43 @@ def test_rendering_again_gives_identical_bytes(tiny_run, tmp_path):
     assert render_report(copy).read_bytes() == (tiny_run / "report.html").read_bytes()
 
 
-def test_the_predictor_counts_only_unseen_models_and_labels_training_models(tiny_run, tmp_path):
+def test_the_predictor_counts_only_held_out_models_read_on_protocol(tiny_run, tmp_path):
+    from attncoda.experiments.predictor import OFF_PROTOCOL
+
     copy = copy_run(tiny_run, tmp_path / "copy")
     path = copy / "tables" / "predictor.parquet"
     table = pd.read_parquet(path)
-    assert len(table) >= 2 and not table["in_training_set"].any()
-    # the first row becomes a training model found by its recipe, confirmed by its verdict
-    table.loc[0, ["in_training_set", "verdict"]] = [True, "confirmed"]
-    table.loc[0, ["matched_training_model", "matched_by"]] = ["bb-seed0@step2000", "recipe"]
+    # the tiny run reads its own rows: off protocol, nothing counted
+    assert len(table) >= 2 and not table["counted"].any()
+    assert (table["verdict"] == OFF_PROTOCOL).all()
+    page = Page(render_report(copy).read_text(encoding="utf-8"))
+    text = page.text_of("predictor")
+    assert "0 confirmed, 0 abstained, 0 failed over 0 held-out model(s)" in text
+    assert f"{len(table)} (off protocol: no test, never counted)" in text
+    # four rows: a training model, an interpolated checkpoint, a held-out model on protocol,
+    # and a held-out model read off protocol
+    table = pd.concat([table.iloc[[0]]] * 4, ignore_index=True)
+    table["model"] = ["bb-a", "bb-b", "bb-c", "bb-d"]
+    table["relation"] = ["training", "interpolated", "held out", "held out"]
+    table["in_training_set"] = [True, False, False, False]
+    table["matched_training_model"] = ["bb-seed0@step2000", "", "", ""]
+    table["matched_by"] = ["recipe", "recipe", "", ""]
+    table["run_training_models"] = ["", "bb-seed0@step512, bb-seed0@step2000", "", ""]
+    table["on_protocol"] = [True, True, True, False]
+    table["off_protocol"] = ["", "", "", "windows 4, not 16"]
+    table["counted"] = [False, False, True, False]
+    table["verdict"] = ["confirmed", "confirmed", "failed", OFF_PROTOCOL]
     table.to_parquet(path)
     page = Page(render_report(copy).read_text(encoding="utf-8"))
     text = page.text_of("predictor")
-    unseen = [str(v) for v in table["verdict"][1:]]
-    counts = ", ".join(f"{unseen.count(v)} {v}" for v in ("confirmed", "abstained", "failed"))
-    assert f"{counts} over {len(unseen)} unseen model(s)" in text
+    assert "0 confirmed, 0 abstained, 1 failed over 1 held-out model(s)" in text
     assert "1 (no test: listed apart, never counted as confirmations)" in text
-    assert text.count("training model (no test)") == 1
-    assert "bb-seed0@step2000 (recipe)" in text
-    assert text.count("no: unseen") == len(unseen)
+    assert "1 (no test: listed apart, never counted)" in text
+    assert "1 (off protocol: no test, never counted)" in text
+    assert "training model: bb-seed0@step2000 (recipe)" in text
+    assert "interpolated: a checkpoint of the run of bb-seed0@step512, bb-seed0@step2000" in text
+    assert f"{OFF_PROTOCOL} (windows 4, not 16); held out" in text
+    assert text.count("confirmed (no test)") == 2
 
 
 def test_a_folder_without_tables_is_refused_by_name(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from attncoda.experiments.predictor import Predictor, apply_predictor, shipped_predictor
-from attncoda.run.predictor_data import HELD_OUT, TRAINING, main, regenerate
+from attncoda.run.predictor_data import KEPT_OUT, TRAINING, main, regenerate
 
 METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -19,7 +19,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def _fake_rows(root: Path) -> None:
     """Cached rows for every model, so regenerate() measures nothing."""
     rng = np.random.default_rng(0)
-    for name in (*TRAINING, *HELD_OUT):
+    for name in (*TRAINING, *KEPT_OUT):
         mass, std, share = rng.uniform(0.05, 0.5), rng.uniform(0.01, 0.4), rng.uniform(0, 0.3)
         rate = 0.05 + 0.2 * mass + 0.1 * std + rng.normal(0, 0.01)
         row = {
@@ -28,12 +28,21 @@ def _fake_rows(root: Path) -> None:
             "flip_rates": dict.fromkeys(METRICS, rate),
             # what model_rows records of a loaded model (a checkpoint has a recipe too)
             "identity": {"weights_sha256": f"sha256:{name}", "recipe": None},
+            "protocol": {
+                "windows": 16,
+                "window_tokens": 128,
+                "corpus": "embedded",
+                "sink": "first",
+                "seed": 0,
+                "metrics": list(METRICS),
+                "tol": 1e-6,
+            },
         }
         (root / "rows").mkdir(parents=True, exist_ok=True)
         (root / "rows" / f"{name}.json").write_text(json.dumps(row))
 
 
-def test_regenerate_fits_on_the_training_models_and_checks_the_held_out_ones(tmp_path, capsys):
+def test_regenerate_fits_on_the_training_models_and_checks_the_kept_out_ones(tmp_path, capsys):
     _fake_rows(tmp_path)
     assert main([str(tmp_path)]) == 0
     printed = capsys.readouterr().out
@@ -42,12 +51,15 @@ def test_regenerate_fits_on_the_training_models_and_checks_the_held_out_ones(tmp
     assert {i.model: i.weights_sha256 for i in predictor.identities} == {
         m: f"sha256:{m}" for m in TRAINING
     }
+    assert predictor.protocol is not None and predictor.protocol.windows == 16
     data = json.loads((tmp_path / "flip_predictor_rows.json").read_text())
-    assert [r["model"] for r in data["held_out"]] == list(HELD_OUT)
-    for r in data["held_out"]:
+    assert [r["model"] for r in data["kept_out"]] == list(KEPT_OUT)
+    for r in data["kept_out"]:
         assert r["verdict"] in ("confirmed", "abstained", "failed")
-        assert f"{r['model']}: " in printed and r["verdict"] in printed
-    assert [o["verdict"] for o in regenerate(tmp_path)] == [r["verdict"] for r in data["held_out"]]
+        # every model kept out is a checkpoint of a training run: none is held out
+        assert r["relation"] in ("interpolated", "same run") and not r["counted"]
+        assert f"{r['model']} ({r['relation']}: " in printed and r["verdict"] in printed
+    assert [o["verdict"] for o in regenerate(tmp_path)] == [r["verdict"] for r in data["kept_out"]]
 
 
 def test_the_shipped_predictor_is_fitted_on_12_models_with_a_leave_one_out_interval():
@@ -59,19 +71,33 @@ def test_the_shipped_predictor_is_fitted_on_12_models_with_a_leave_one_out_inter
     # Every sentence of the README that counts the predictor's training models counts these.
     counts = re.findall(r"(?i)\b(?:re)?fitted on (\d+) models", README.read_text())
     assert counts and set(counts) == {str(n)}
-    assert not set(predictor.training_models) & set(HELD_OUT) and len(HELD_OUT) >= 3
+    assert not set(predictor.training_models) & set(KEPT_OUT) and len(KEPT_OUT) >= 3
     assert len(predictor.loo_residuals) == n
     k = math.ceil((n + 1) * predictor.coverage)
     assert predictor.half_width == np.sort(np.abs(predictor.loo_residuals))[k - 1]
 
 
-def test_the_shipped_held_out_verdicts_are_those_of_the_readme():
+def test_the_shipped_kept_out_verdicts_are_those_of_the_readme_and_none_is_held_out():
     data = json.loads(Path(shipped_predictor()).with_name("flip_predictor_rows.json").read_text())
-    outcomes = apply_predictor("shipped", data["held_out"])
+    outcomes = apply_predictor("shipped", data["kept_out"])
     readme = README.read_text(encoding="utf-8")
-    for stored, outcome in zip(data["held_out"], outcomes, strict=True):
+    expected = {
+        "bigram-backcopy-seed0@step1000": "interpolated",  # between step512 and step2000
+        "bigram-backcopy-seed1@step512": "interpolated",  # between step128 and step2000
+        "text-small-seed0@step256": "interpolated",  # between step128 and step512
+        "bigram-backcopy-seed0@step0": "same run",  # before step64
+    }
+    assert {r["model"]: r["relation"] for r in data["kept_out"]} == expected
+    for stored, outcome in zip(data["kept_out"], outcomes, strict=True):
         assert outcome["verdict"] == stored["verdict"]
-        assert f"`{stored['model']}` **{stored['verdict']}**" in readme
+        assert outcome["relation"].relation == stored["relation"] and not outcome["counted"]
+        assert f"`{stored['model']}` ({stored['relation']}) {stored['verdict']}" in readme
+    # the shipped predictor names its protocol: the one every stored row was read with
+    predictor = Predictor.from_json(shipped_predictor())
+    assert predictor.protocol is not None
+    assert (predictor.protocol.windows, predictor.protocol.window_tokens) == (16, 128)
+    for stored in (*data["training"], *data["kept_out"]):
+        assert predictor.off_protocol(stored["protocol"]) == []
 
 
 def test_the_shipped_predictor_knows_its_training_models_by_content():

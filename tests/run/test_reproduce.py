@@ -388,3 +388,64 @@ def test_a_run_trains_the_unseen_runs_and_reports_them_unseen(tmp_path):
         assert not rows.loc[name, "in_training_set"]
         assert rows.loc[name, "matched_training_model"] == rows.loc[name, "matched_by"] == ""
     assert set(table["model"]) == {"train-tiny", *UNSEEN_SERIES}
+
+
+def test_the_predictor_unit_reads_the_fitted_protocol_and_gives_no_verdict_off_it(models, tmp_path):
+    """At the run's rows (3 windows of 32 tokens) the predictor unit reads its own rows with
+    the shipped predictor's protocol (16 windows of 128 tokens): its features and flip rate
+    are those of the rows measured that way directly. With ``protocol="run"`` it reads the
+    run's rows, which are off protocol: no verdict, never counted."""
+    from attncoda.experiments.predictor import OFF_PROTOCOL, Predictor, shipped_predictor
+    from attncoda.run.fit import measured_row
+
+    protocol = Predictor.from_json(shipped_predictor()).protocol
+    fitted = {**SETTINGS, "predictor": {"protocol": "fitted"}}
+    out = tmp_path / "fitted"
+    reproduce(models[:1], out, experiments=["predictor"], settings=fitted, progress=False)
+    (row,) = pd.read_parquet(out / "tables" / "predictor.parquet").to_dict("records")
+    assert (row["read_windows"], row["read_window_tokens"]) == (16, 128)
+    assert row["on_protocol"] and row["off_protocol"] == "" and row["verdict"] != OFF_PROTOCOL
+    assert row["relation"] == "held out" and row["counted"]
+    reference = measured_row(
+        models[0], rows={"docs": protocol.windows, "tokens": protocol.window_tokens}
+    )
+    assert Predictor.from_json(shipped_predictor()).off_protocol(reference["protocol"]) == []
+    for name, value in reference["features"].items():
+        assert row[f"feature_{name}"] == pytest.approx(value, rel=1e-12, abs=1e-15)
+    rates = list(reference["flip_rates"].values())
+    assert row["measured"] == pytest.approx(sum(rates) / len(rates), rel=1e-12)
+    # the run's flips unit read the run's rows; the predictor did not reuse them
+    flips = pd.read_parquet(out / "tables" / "flips.parquet")
+    assert set(flips["metric"]) == set(protocol.metrics)
+
+    out = tmp_path / "run"
+    reproduce(models[:1], out, experiments=["predictor"], settings=SETTINGS, progress=False)
+    (row,) = pd.read_parquet(out / "tables" / "predictor.parquet").to_dict("records")
+    assert (row["read_windows"], row["read_window_tokens"]) == (3, 32)
+    assert row["verdict"] == OFF_PROTOCOL and not row["on_protocol"] and not row["counted"]
+    assert "windows 3, not 16" in row["off_protocol"]
+    assert "window_tokens 32, not 128" in row["off_protocol"]
+
+
+def test_the_weights_are_hashed_only_for_the_predictor(models, tmp_path, monkeypatch):
+    """Only the predictor recognises models by content: a run without it hashes nothing,
+    and a run with it hashes each model once."""
+    import attncoda.training.identity as identity
+    from attncoda.run import provide
+
+    real, calls = identity.model_identity, []
+
+    def counted(model, folder=None):
+        calls.append(folder)
+        return real(model, folder)
+
+    monkeypatch.setattr(identity, "model_identity", counted)
+    provide.clear_cache()
+    reproduce(models[:1], tmp_path / "f", experiments=["flips"], settings=SETTINGS, progress=False)
+    assert calls == []
+    reproduce(
+        models[:1], tmp_path / "p", experiments=["predictor"], settings=SETTINGS, progress=False
+    )
+    assert len(calls) == 1
+    (row,) = pd.read_parquet(tmp_path / "p" / "tables" / "predictor.parquet").to_dict("records")
+    assert row["relation"] == "held out"

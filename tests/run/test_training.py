@@ -107,12 +107,11 @@ def test_collapse_on_the_default_series_splits_exactly_and_the_sink_dominates(
 def test_predictor_apply_shipped_knows_the_default_series_as_a_training_model(
     default_series, tmp_path, capsys
 ):
-    """``train-tiny --task bigram-backcopy --seed 0`` at step 2000 is the recipe of the
-    shipped predictor's training model ``bigram-backcopy-seed0@step2000``: it is reported as
-    that training model, not as a test. Training is deterministic for one thread count on
-    one machine, but bit-identical weights across CPUs (Intel, AMD) are not guaranteed, so
-    the match may be by weights (where they are identical to those hashed into the file) or
-    by the recorded recipe (task, full config, seed, step); the recipe alone must match."""
+    """``train-tiny --task bigram-backcopy --seed 0`` at step 2000 is the shipped predictor's
+    training model ``bigram-backcopy-seed0@step2000``: it is reported as that training model,
+    not as a test (by its weights where the shipped file holds the weights hash of the
+    checkpoint it was fitted on, else by its recipe: task, full config, seed, step). Step
+    1000 of the same run is interpolated (between step512 and step2000), never held out."""
     from attncoda.cli import main
     from attncoda.experiments.predictor import Predictor, shipped_predictor
     from attncoda.training.identity import checkpoint_recipe
@@ -122,7 +121,7 @@ def test_predictor_apply_shipped_knows_the_default_series_as_a_training_model(
     args = ["predictor", "apply", "shipped", str(folder / "step2000"), "--docs", "2"]
     assert main([*args, "--out", str(out)]) == 0
     (row,) = pd.read_parquet(out / "tables" / "predictor.parquet").to_dict("records")
-    assert row["in_training_set"]
+    assert row["in_training_set"] and row["relation"] == "training" and not row["counted"]
     assert row["matched_training_model"] == "bigram-backcopy-seed0@step2000"
     assert row["matched_by"] in ("weights", "recipe")
     said = f"training model bigram-backcopy-seed0@step2000 (matched by {row['matched_by']})"
@@ -133,6 +132,37 @@ def test_predictor_apply_shipped_knows_the_default_series_as_a_training_model(
         "bigram-backcopy-seed0@step2000",
         "recipe",
     )
-    # step1000 of the same run was held out of the fit: no training model
-    held_out = {"weights_sha256": None, "recipe": checkpoint_recipe(folder / "step1000")}
-    assert predictor.training_match(["x"], held_out) is None
+    # step1000 of the same run was kept out of the fit: no training model, but no held-out
+    # model either: a checkpoint between two of its run's training checkpoints
+    kept_out = {"weights_sha256": None, "recipe": checkpoint_recipe(folder / "step1000")}
+    assert predictor.training_match(["x"], kept_out) is None
+    relation = predictor.relation(["x"], kept_out)
+    assert relation.relation == "interpolated" and not relation.held_out
+    assert relation.models[-2:] == (
+        "bigram-backcopy-seed0@step512",
+        "bigram-backcopy-seed0@step2000",
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="the shipped predictor is not yet refitted on bit-reproducible checkpoints, so it "
+    "holds no weights hash of them: regenerate it (experiments/data/PROVENANCE.md), then "
+    "remove this mark",
+)
+def test_the_default_series_retrained_anywhere_is_matched_by_weights(default_series):
+    """Training is bit-identical on every x86-64 CPU (tests/training/test_bit_identity.py):
+    the step 2000 of ``train-tiny --task bigram-backcopy --seed 0`` retrained here has the
+    weights hash the shipped predictor recorded of its training checkpoint."""
+    from attncoda.experiments.predictor import Predictor, shipped_predictor
+    from attncoda.models.load import load_model
+    from attncoda.run.common import identity_of
+
+    folder, _ = default_series
+    identity = identity_of(load_model(str(folder / "step2000")))
+    predictor = Predictor.from_json(shipped_predictor())
+    assert predictor.training_match(["x"], identity) == (
+        "bigram-backcopy-seed0@step2000",
+        "weights",
+    )

@@ -142,6 +142,7 @@ def predict(
     docs: int = _Rows.docs,
     max_tokens: int = _Rows.max_tokens,
     predictor: str = _predictor.Settings.predictor,
+    protocol: str = _predictor.Settings.protocol,
 ) -> Result:
     return run_function("predictor", locals())
 

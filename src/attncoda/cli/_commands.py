@@ -203,6 +203,8 @@ def _predictor_fit(args: argparse.Namespace) -> int:
 
 
 def _predictor_apply(args: argparse.Namespace) -> int:
+    from attncoda.experiments.predictor import standing as predictor_standing
+
     if args.predictor != "shipped":
         args.predictor = str(Path(args.predictor).resolve())
     out = _run(args, "predictor", args.models)
@@ -213,12 +215,14 @@ def _predictor_apply(args: argparse.Namespace) -> int:
             else f"predicted {row.predicted:.1%} "
             f"[{row.predicted_low:.1%}, {row.predicted_high:.1%}]"
         )
+        counted, standing = predictor_standing(row._asdict())
         seen = getattr(row, "matched_training_model", "")
-        verdict = (
-            f"training model {seen} (matched by {row.matched_by}): no test"
-            if row.in_training_set and seen
-            else row.verdict
-        )
+        if counted:
+            verdict = f"{row.verdict} (held out)"
+        elif row.relation == "training" and seen and row.on_protocol:
+            verdict = f"training model {seen} (matched by {row.matched_by}): no test"
+        else:
+            verdict = f"{standing}: no test" if row.on_protocol else standing
         print(f"{row.model}: {said}; measured {row.measured:.1%}; {verdict}")
     return _finish(out)
 

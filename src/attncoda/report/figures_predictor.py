@@ -31,9 +31,11 @@ def predictor_figure(table: pd.DataFrame) -> Figure:
     Returns
     -------
     matplotlib.figure.Figure
-        One row per model, labelled with its verdict (a training model, by the table's
-        ``in_training_set``, is labelled as such: its verdict is no test); an abstention
-        shows the measured rate alone.
+        One row per model, labelled with its verdict when it tests the predictor (a
+        held-out model read on protocol), else with why it does not (a training model, a
+        checkpoint of a training run, a row read off protocol:
+        :func:`attncoda.experiments.predictor.standing`); an abstention shows the measured
+        rate alone.
     """
     columns = ("model", "revision", "abstained", "predicted", "predicted_low", "predicted_high")
     missing = [c for c in (*columns, "measured", "verdict") if c not in table.columns]
@@ -62,6 +64,11 @@ def predictor_figure(table: pd.DataFrame) -> Figure:
 
 
 def _said(r: dict) -> str:
-    if bool(r.get("in_training_set", False)):
-        return "training model, no test"
-    return str(r["verdict"])
+    from attncoda.experiments.predictor import standing
+
+    counted, said = standing(r)
+    if counted:
+        return str(r["verdict"])
+    if said.startswith(("off protocol", "read before")):
+        return "off protocol (no test)"
+    return f"{said.partition(':')[0]} (no test)"

@@ -36,11 +36,14 @@ _VERDICTS = ("confirmed", "abstained", "failed")
 def predictor_section(ctx: Context) -> str:
     """The shipped frozen predictor on each model: prediction or abstention, measured, verdict.
 
-    Only models the predictor has not seen test it: the counts of confirmed, abstained and
-    failed are over those alone. A training model (matched by weights, ``train-tiny`` recipe
-    or name: the table's ``matched_training_model`` and ``matched_by``) is listed as such,
-    its verdict no confirmation.
+    Only held-out models read with the predictor's fitted protocol test it: the counts of
+    confirmed, abstained and failed are over those alone
+    (:func:`attncoda.experiments.predictor.standing`). A training model (matched by weights,
+    ``train-tiny`` recipe or name), a checkpoint of a run that gave training models
+    (interpolated, or the same run) and a row read with another protocol are listed apart,
+    their verdicts no test.
     """
+    from attncoda.experiments.predictor import standing
     from attncoda.report.figures import figure
 
     rows = ctx.need("predictor")
@@ -48,58 +51,76 @@ def predictor_section(ctx: Context) -> str:
         "keep vs drop flip rate, mean over the row metrics (predicted and measured), "
         f"sink = {ctx.sink}"
     )
-    records = [r for _, g in groups(rows) for r in g.to_dict("records")]
-    unseen = [str(r["verdict"]) for r in records if not bool(r["in_training_set"])]
-    held = ", ".join(f"{unseen.count(v)} {v}" for v in _VERDICTS)
-    n_trained = len(records) - len(unseen)
+    labelled = [(label, r) for label, g in groups(rows) for r in g.to_dict("records")]
+    records = [r for _, r in labelled]
+    stood = [standing(r) for r in records]
+    tested = [str(r["verdict"]) for r, (counted, _) in zip(records, stood, strict=True) if counted]
+    held = ", ".join(f"{tested.count(v)} {v}" for v in _VERDICTS)
+    kinds = [r.get("relation") if "counted" in r else None for r in records]
+    n_trained = sum(k == "training" for k in kinds)
+    n_run = sum(k in ("interpolated", "same run") for k in kinds)
+    n_off = sum(
+        not counted and said.startswith(("off protocol", "read before")) for counted, said in stood
+    )
     claims = [
         (
-            "Verdicts of the frozen predictor on models it has not seen",
+            "Verdicts of the frozen predictor on held-out models (unseen by content, of no "
+            "run that gave a training model), read with its fitted protocol",
             "1 confirmation, 1 abstention, 1 failure",
-            f"{held} over {len(unseen)} unseen model(s)",
+            f"{held} over {len(tested)} held-out model(s)",
         ),
         (
             "Training models of the predictor among this run's models",
             "—",
             f"{n_trained} (no test: listed apart, never counted as confirmations)",
         ),
+        (
+            "Checkpoints of runs that gave training models (interpolated or same run)",
+            "—",
+            f"{n_run} (no test: listed apart, never counted)",
+        ),
+        (
+            "Rows read with another protocol than the predictor's",
+            "—",
+            f"{n_off} (off protocol: no test, never counted)",
+        ),
     ]
     features = [c for c in rows.columns if c.startswith("feature_")]
     body = []
-    for label, g in groups(rows):
-        for r in g.to_dict("records"):
-            if bool(r["abstained"]) or is_missing(r["predicted"]):
-                predicted = "abstained"
-            else:
-                predicted = (
-                    f"{fmt_pct(r['predicted'])} [{fmt_pct(r['predicted_low'])}, "
-                    f"{fmt_pct(r['predicted_high'])}]"
-                )
-            trained = bool(r["in_training_set"])
-            body.append(
-                (
-                    label + (" *" if trained else ""),
-                    *(fmt_num(r[c], 4) for c in features),
-                    predicted,
-                    fmt_pct(r["measured"]),
-                    "training model (no test)" if trained else str(r["verdict"]),
-                    _matched(r) if trained else "no: unseen",
-                    "" if is_missing(r["reason"]) else str(r["reason"]),
-                )
+    for (label, r), (counted, said) in zip(labelled, stood, strict=True):
+        if bool(r["abstained"]) or is_missing(r["predicted"]):
+            predicted = "abstained"
+        else:
+            predicted = (
+                f"{fmt_pct(r['predicted'])} [{fmt_pct(r['predicted_low'])}, "
+                f"{fmt_pct(r['predicted_high'])}]"
             )
+        body.append(
+            (
+                label + ("" if counted else " *"),
+                *(fmt_num(r[c], 4) for c in features),
+                _read(r),
+                predicted,
+                fmt_pct(r["measured"]),
+                str(r["verdict"]) if counted else f"{r['verdict']} (no test)",
+                said,
+                "" if is_missing(r["reason"]) else str(r["reason"]),
+            )
+        )
     return (
         paper_vs_measured(convention, claims)
         + table(
-            "The shipped frozen predictor per model (* = one of its training models, so its "
-            "verdict is no test)",
+            "The shipped frozen predictor per model (* = no test: a training model, a "
+            "checkpoint of a training run, or a row read off the fitted protocol)",
             convention,
             (
                 "model",
                 *(c.removeprefix("feature_").replace("_", " ") for c in features),
+                "read with",
                 "predicted [interval]",
                 "measured",
                 "verdict",
-                "training model (matched by)",
+                "standing",
                 "reason",
             ),
             body,
@@ -107,25 +128,30 @@ def predictor_section(ctx: Context) -> str:
         + note(
             "confirmed: the measured flip rate lies inside the predicted interval; failed: it "
             "lies outside; abstained: a feature is outside the predictor's training range. "
-            "A model is a training model when its weights hash, its train-tiny recipe (task, "
-            "config, seed, step) or its name equals one of the predictor's training models'."
+            "A verdict counts only on a held-out model read with the predictor's fitted "
+            "protocol (its windows, window length, corpus, sink, seed, metrics and tie "
+            "tolerance). A model is a training model when its weights hash, its train-tiny "
+            "recipe (task, config, seed, step) or its name equals one of the predictor's "
+            "training models'; a checkpoint of a run that gave training models (the same "
+            "train-tiny config at another step) is interpolated, or the same run, never "
+            "held out."
         )
         + figure_or_note(
             lambda: figure("predictor", {"predictor": rows}),
             alt="Predicted flip-rate interval and measured flip rate per model",
             caption="The frozen predictor's interval and point prediction beside the measured "
-            "flip rate, per model (training models labelled as such).",
+            "flip rate, per model (a model whose verdict is no test is labelled as such).",
             convention=convention,
         )
     )
 
 
-def _matched(r: dict[str, Any]) -> str:
-    """``"<training model> (<how>)"``; a table written before the columns existed: "yes"."""
-    model = r.get("matched_training_model")
-    if model is None or is_missing(model) or not str(model):
-        return "yes"
-    return f"{model} ({r.get('matched_by')})"
+def _read(r: dict[str, Any]) -> str:
+    """The windows a row was read with: ``16 × 128 tokens``; ``n/a`` for given attention."""
+    windows, tokens = r.get("read_windows"), r.get("read_window_tokens")
+    if windows is None or tokens is None or is_missing(windows) or is_missing(tokens):
+        return NA
+    return f"{int(windows)} × {int(tokens)} tokens"
 
 
 # collapse ------------------------------------------------------------------------------------

@@ -12,7 +12,14 @@ from attncoda.experiments.contract import settings_from
 from attncoda.run.config import Rows
 from attncoda.run.options import CaptureOptions
 
-__all__ = ["fit_and_freeze", "freeze_predictor", "model_rows", "predictor_row_of", "predictor_rows"]
+__all__ = [
+    "fit_and_freeze",
+    "freeze_predictor",
+    "measured_row",
+    "model_rows",
+    "predictor_row_of",
+    "predictor_rows",
+]
 
 
 def model_rows(
@@ -29,6 +36,37 @@ def model_rows(
     overriding its defaults), labelled ``name`` (default: the spec), with the model's
     identity (weights hash, ``train-tiny`` recipe), loaded and captured as ``options`` say.
     ``loaded``: the model already loaded, ``(model, tokenizer, info)``."""
+    return _read_rows(
+        spec, name=name, rows=rows, text=text, options=options, progress=progress, loaded=loaded
+    )[0]
+
+
+def measured_row(spec: str, **kwargs: Any) -> dict[str, Any]:
+    """The predictor's row of ``spec`` (:func:`predictor_row_of`) with the protocol its rows
+    were read with (windows read, window length, corpus, sink, seed, metrics, tie
+    tolerance); ``kwargs`` as for :func:`model_rows`."""
+    rows, corpus = _read_rows(spec, **kwargs)
+    windows = settings_from(Rows, kwargs.get("rows"))
+    options = kwargs.get("options") or CaptureOptions()
+    read = {
+        "windows": corpus["windows"],
+        "window_tokens": windows.max_tokens,
+        "corpus": kwargs.get("text"),
+    }
+    return predictor_row_of(rows, read=read, sink=options.sink, seed=options.seed)
+
+
+def _read_rows(
+    spec: str,
+    *,
+    name: str | None = None,
+    rows: Mapping[str, Any] | None = None,
+    text: str | None = None,
+    options: CaptureOptions | None = None,
+    progress: bool = False,
+    loaded: tuple | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """:func:`model_rows` and the corpus facts of its capture (``windows`` read)."""
     from dataclasses import replace
 
     from attncoda.models.load import load_model
@@ -49,26 +87,42 @@ def model_rows(
         loaded=loaded,
     )
     found = replace(head_rows(captured), identity=identity_of(loaded))
-    return found if name is None else replace(found, model=name)
+    found = found if name is None else replace(found, model=name)
+    return found, dict(captured.config["corpus"])
 
 
-def predictor_row_of(rows: Any) -> dict[str, Any]:
+def predictor_row_of(
+    rows: Any, *, read: Mapping[str, Any] | None = None, sink: str = "first", seed: int = 0
+) -> dict[str, Any]:
     """The predictor's row of one model's recorded rows: its sink features and the flip rate
     of each metric (the flips experiment's metrics and tie tolerance, one bootstrap
-    resample: the interval is not used)."""
+    resample: the interval is not used). With ``read`` (``windows``, ``window_tokens``,
+    ``corpus``: what the rows were read from), the row records its ``protocol``, with
+    ``sink`` and ``seed``."""
     from attncoda.experiments.contract import experiment
     from attncoda.experiments.flips import flips
-    from attncoda.experiments.predictor import predictor_row
+    from attncoda.experiments.predictor import predictor_row, protocol_of
 
     settings = settings_from(experiment("flips").settings)
-    result = flips(rows, settings.metrics, n_boot=1, seed=0, tol=settings.tol)
-    return predictor_row(rows, result)
+    result = flips(rows, settings.metrics, n_boot=1, seed=seed, tol=settings.tol)
+    protocol = None
+    if read is not None:
+        protocol = protocol_of(
+            windows=read["windows"],
+            window_tokens=read["window_tokens"],
+            corpus=read.get("corpus"),
+            sink=sink,
+            seed=seed,
+            metrics=settings.metrics,
+            tol=settings.tol,
+        )
+    return predictor_row(rows, result, protocol=protocol)
 
 
-def predictor_rows(specs: Sequence[str], **options: Any) -> list[dict[str, Any]]:
-    """The predictor's training (or test) rows of ``specs`` (:func:`predictor_row_of`);
-    ``options`` go to :func:`model_rows`."""
-    return [predictor_row_of(model_rows(spec, **options)) for spec in specs]
+def predictor_rows(specs: Sequence[str], **kwargs: Any) -> list[dict[str, Any]]:
+    """The predictor's training (or test) rows of ``specs``, each with the protocol it was
+    read with (:func:`measured_row`); ``kwargs`` go to :func:`model_rows`."""
+    return [measured_row(spec, **kwargs) for spec in specs]
 
 
 def freeze_predictor(predictor: Any, path: str | Path, *, overwrite: bool = False) -> Path:

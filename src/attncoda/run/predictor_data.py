@@ -3,13 +3,18 @@
 ``python -m attncoda.run.predictor_data OUT`` trains the four ``train-tiny`` series below
 into ``OUT/series`` (deterministic by seed, one thread), measures every model's sink features
 and keep-vs-drop flip rates (16 windows of 128 tokens, sink = the first token, as
-``attncoda predictor fit`` does; cached as ``OUT/rows/<model>.json``), fits the predictor on
-:data:`TRAINING`, applies it to :data:`HELD_OUT` and writes ``flip_predictor.json`` and
+``attncoda predictor fit`` does; cached as ``OUT/rows/<model>.json``, each with the protocol
+it was read with), fits the predictor on :data:`TRAINING`, applies it to :data:`KEPT_OUT`
+and writes ``flip_predictor.json`` (its protocol recorded) and
 ``flip_predictor_rows.json`` into ``OUT``. Copy both into
 ``src/attncoda/experiments/data/`` to ship them; ``PROVENANCE.md`` there records the run.
 
 A model is named ``series@stepN`` for a checkpoint of a series below, or by its spec
-(``smollm2``, ``minilm``). The held-out models were chosen before the fit, and never enter it.
+(``smollm2``, ``minilm``). The models kept out were chosen before the fit, and never enter
+it; but each is a checkpoint of a run that gave training models (between two of them, or
+step 0 before the first), so none is held out (:meth:`attncoda.experiments.predictor.
+Predictor.relation`): their verdicts are interpolation, listed apart, never counted as
+tests. The held-out models are those a run never fitted on (the demo trains three).
 
 The predictor file records each training model's identity (``training_identity``: the
 weights hash and, for a checkpoint, the ``train-tiny`` recipe;
@@ -30,7 +35,7 @@ from typing import Any
 from attncoda.store import atomic_write_json
 
 __all__ = [
-    "HELD_OUT",
+    "KEPT_OUT",
     "SERIES",
     "TRAINING",
     "add_identities",
@@ -62,8 +67,9 @@ TRAINING = (
     "text-tiny-seed1@step256",
     "text-tiny-seed1@step1000",
 )
-#: The models kept out of the fit altogether; their verdicts are reported as they fall.
-HELD_OUT = (
+#: The models kept out of the fit altogether: checkpoints of its training runs, so not held
+#: out (interpolated, or the same run); their verdicts are reported as they fall, apart.
+KEPT_OUT = (
     "bigram-backcopy-seed0@step1000",
     "bigram-backcopy-seed1@step512",
     "text-small-seed0@step256",
@@ -86,15 +92,16 @@ def _spec(name: str, root: Path) -> str:
 
 
 def model_row(name: str, root: str | Path) -> dict[str, Any]:
-    """The predictor row of ``name`` (features and flip rates), from ``root/rows`` if there."""
-    from attncoda.run.fit import model_rows, predictor_row_of
+    """The predictor row of ``name`` (features, flip rates, identity and the protocol it was
+    read with), from ``root/rows`` if there."""
+    from attncoda.run.fit import measured_row
 
     root = Path(root)
     cached = root / "rows" / f"{name}.json"
     if cached.is_file():
         return json.loads(cached.read_text(encoding="utf-8"))
     rows = {"docs": _DOCS, "max_tokens": _MAX_TOKENS}
-    row = predictor_row_of(model_rows(_spec(name, root), name=name, rows=rows))
+    row = measured_row(_spec(name, root), name=name, rows=rows)
     atomic_write_json(cached, row)
     return row
 
@@ -139,7 +146,8 @@ def add_identities(
 def regenerate(root: str | Path) -> list[dict[str, Any]]:
     """Fit on :data:`TRAINING`, apply to :data:`HELD_OUT`, write both files into ``root``.
 
-    Returns the held-out outcomes (model, prediction, measured rate, verdict).
+    Returns the outcomes of the models kept out (model, prediction, measured rate, verdict,
+    relation: none is held out).
     """
     from attncoda.experiments.predictor import apply_predictor, fit_predictor
     from attncoda.run.fit import freeze_predictor
@@ -149,11 +157,11 @@ def regenerate(root: str | Path) -> list[dict[str, Any]]:
     for row in training:  # rows cached before identities were recorded lack them
         if "identity" not in row:
             row["identity"] = identify(row["model"], root)
-    held_out = [model_row(m, root) for m in HELD_OUT]
+    kept_out = [model_row(m, root) for m in KEPT_OUT]
     path = freeze_predictor(fit_predictor(training), root / "flip_predictor.json", overwrite=True)
-    outcomes = apply_predictor(path, held_out)
+    outcomes = apply_predictor(path, kept_out)
     checked = []
-    for row, outcome in zip(held_out, outcomes, strict=True):
+    for row, outcome in zip(kept_out, outcomes, strict=True):
         p = outcome["prediction"]
         checked.append(
             {
@@ -164,6 +172,9 @@ def regenerate(root: str | Path) -> list[dict[str, Any]]:
                 "abstained_because": p.reason,
                 "measured": outcome["measured"],
                 "verdict": outcome["verdict"],
+                "relation": outcome["relation"].relation,
+                "run_training_models": list(outcome["relation"].models),
+                "counted": outcome["counted"],
             }
         )
     atomic_write_json(
@@ -172,14 +183,15 @@ def regenerate(root: str | Path) -> list[dict[str, Any]]:
             "windows": {"docs": _DOCS, "max_tokens": _MAX_TOKENS, "sink": "first"},
             "series": SERIES,
             "training": training,
-            "held_out": checked,
+            "kept_out": checked,
         },
     )
     return outcomes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m attncoda.run.predictor_data OUT``: print each held-out verdict.
+    """``python -m attncoda.run.predictor_data OUT``: print the verdict on each model kept
+    out, with its relation to the training models.
     ``--identify OUT FILE``: add the training models' identities to the predictor FILE."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 3 and args[0] == "--identify":
@@ -199,8 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if p.abstained
             else f"predicted {p.point:.1%} [{p.low:.1%}, {p.high:.1%}]"
         )
+        relation = outcome["relation"]
         print(
-            f"{outcome['model']}: {said}; measured {outcome['measured']:.1%}: {outcome['verdict']}"
+            f"{outcome['model']} ({relation.relation}: {', '.join(relation.models) or '-'}): "
+            f"{said}; measured {outcome['measured']:.1%}: {outcome['verdict']}"
         )
     print(f"wrote {Path(args[0]) / 'flip_predictor.json'}")
     return 0

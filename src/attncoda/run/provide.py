@@ -51,7 +51,7 @@ ARRAYS = "arrays.npz"
 
 _CACHE: dict[tuple, Any] = {}
 #: Cache entries of one model (key[1] is its spec): dropped when another model loads.
-_PER_MODEL = ("load", "rows", "after")
+_PER_MODEL = ("load", "rows", "after", "identity")
 #: How this process loads and captures models: the run config's options (set by
 #: :func:`use_options`; changing how models load or capture forgets every cached model).
 _OPTIONS = CaptureOptions()
@@ -199,25 +199,54 @@ def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
     )
 
 
-def _rows(src: Source, name: str, config: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The recorded rows of every head (labelled ``name``) and what they were read from."""
+def _rows(
+    src: Source, name: str, config: Mapping[str, Any], at: Mapping[str, int] | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The recorded rows of every head (labelled ``name``) and what they were read from:
+    the run's windows, or ``at`` (``{"docs", "max_tokens"}``: an experiment's own,
+    :attr:`Experiment.rows_at`)."""
     from attncoda.run.captured import head_rows
-    from attncoda.run.identity import identity_of
 
     rows = settings_of(config, "rows")
+    if at is not None:
+        rows = replace(rows, docs=int(at["docs"]), max_tokens=int(at["max_tokens"]))
 
     def make() -> tuple[Any, dict[str, Any]]:
         captured = _captured(
             src, config, docs=rows.docs, max_tokens=rows.max_tokens, record_rows="auto"
         )
         found = head_rows(captured)
-        if not src.given:  # the predictor recognises its training models by content
-            found = replace(found, identity=identity_of(loaded(src.spec)))
         # Tables name the model as the run does (a series checkpoint by its series name).
         return replace(found, model=name), _read_from(captured)
 
     key = ("rows", src.spec, _key(name, rows, config["corpus"], config["sink"], config["seed"]))
     return cached(key, make)
+
+
+def _identity(src: Source) -> dict[str, Any]:
+    """The identity (weights hash, ``train-tiny`` recipe) of the model a unit reads, computed
+    once per model and process (:func:`attncoda.run.identity.identity_of`)."""
+    from attncoda.run.identity import identity_of
+
+    return cached(("identity", src.spec), lambda: identity_of(loaded(src.spec)))
+
+
+def _rows_read(
+    src: Source, config: Mapping[str, Any], at: Mapping[str, int] | None, facts: Mapping
+) -> dict[str, Any] | None:
+    """What :attr:`Inputs.read` says of rows read with the windows ``at`` (``None``: the
+    run's): ``None`` for attention handed in."""
+    if src.given:
+        return None
+    rows = settings_of(config, "rows")
+    tokens = rows.max_tokens if at is None else int(at["max_tokens"])
+    shared = at is None or (int(at["docs"]), tokens) == (rows.docs, rows.max_tokens)
+    return {
+        "windows": facts.get("windows"),
+        "window_tokens": tokens,
+        "corpus": config["corpus"]["text"],
+        "shared": shared,
+    }
 
 
 def _read_from(captured: Any) -> dict[str, Any]:
@@ -332,7 +361,11 @@ def provide(
     facts: dict[str, Any] = {}
     for need in exp.needs:
         if need == "rows":
-            values["rows"], facts["read"] = _rows(src, unit.model, config)
+            at = None if exp.rows_at is None else exp.rows_at(settings)
+            values["rows"], facts["read"] = _rows(src, unit.model, config, at)
+            values["read"] = _rows_read(src, config, at, facts["read"])
+            if exp.identifies and not src.given:  # hashed only for an experiment that needs it
+                values["rows"] = replace(values["rows"], identity=_identity(src))
         elif need == "capture":
             values["capture"], facts["read"] = _capture(src, config, settings)
         elif need == "model":

@@ -106,6 +106,12 @@ class Inputs:
         See :data:`NEEDS`.
     after : dict of str to Tables
         The tables of the experiments named in ``after``, same model and revision.
+    read : mapping or None
+        What ``rows`` were read from, when the runner read them from a model: ``windows``
+        (read), ``window_tokens`` (asked), ``corpus`` (``None``: the embedded one) and
+        ``shared`` (whether they are the run's rows, which the ``after`` experiments read
+        too, or the experiment's own, :attr:`Experiment.rows_at`). ``None`` for attention
+        handed in.
     """
 
     model: str
@@ -119,6 +125,7 @@ class Inputs:
     windows: Sequence[Any] | None = None
     checkpoint: Any = None
     after: Mapping[str, Tables] = field(default_factory=dict)
+    read: Mapping[str, Any] | None = None
 
     def need(self, name: str) -> Any:
         """The input ``name`` (a name of :data:`NEEDS`: ``"model"`` is the ``loaded``
@@ -156,6 +163,14 @@ class Experiment:
     #: When set, a reason the experiment does not apply to a model, from its ModelInfo
     #: (prune needs a causal language model); the runner records the unit as skipped.
     skip: Callable[[Any], str | None] | None = None
+    #: When set, the windows ``{"docs", "max_tokens"}`` this experiment's ``rows`` are read at,
+    #: from its settings, instead of the run's (the predictor reads its fitted protocol's);
+    #: ``None`` from it: the run's rows.
+    rows_at: Callable[[Any], Mapping[str, int] | None] | None = None
+    #: Whether the runner attaches the model's identity (weights hash, ``train-tiny``
+    #: recipe) to its ``rows`` (:attr:`HeadRows.identity`): hashed only for the experiments
+    #: that need it (the predictor, which recognises its training models by content).
+    identifies: bool = False
 
 
 def experiment(name: str) -> Experiment:

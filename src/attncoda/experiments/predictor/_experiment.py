@@ -37,8 +37,9 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
-from attncoda.experiments.flips import FlipsResult
+from attncoda.experiments.flips import FlipsResult, flips
 from attncoda.experiments.predictor._model import Predictor
+from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
 from attncoda.experiments.predictor._verdict import verdict
 from attncoda.experiments.safety import SquaredSplit, mean_squared_split
 from attncoda.models.spec import NO_REVISION
@@ -51,6 +52,7 @@ __all__ = [
     "predictor_row",
     "shipped_predictor",
     "sink_features",
+    "standing",
 ]
 
 
@@ -81,10 +83,16 @@ def sink_features(head_rows: HeadRows, squares: SquaredSplit | None = None) -> d
 
 
 def predictor_row(
-    head_rows: HeadRows, flips_result: FlipsResult, squares: SquaredSplit | None = None
+    head_rows: HeadRows,
+    flips_result: FlipsResult,
+    squares: SquaredSplit | None = None,
+    *,
+    protocol: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A training (or test) row: ``{"model", "features", "flip_rates"}`` for one model, and
-    ``"identity"`` (weights hash and ``train-tiny`` recipe) when the rows carry one."""
+    """A training (or test) row: ``{"model", "features", "flip_rates"}`` for one model,
+    ``"identity"`` (weights hash and ``train-tiny`` recipe) when the rows carry one, and
+    ``"protocol"`` (how the rows were read: :func:`~attncoda.experiments.predictor.
+    _protocol.protocol_of`) when given."""
     if flips_result.model != head_rows.model:
         raise AttncodaError(
             f"flips_result is for model {flips_result.model!r}, not {head_rows.model!r}"
@@ -98,6 +106,8 @@ def predictor_row(
     }
     if head_rows.identity is not None:
         row["identity"] = dict(head_rows.identity)
+    if protocol is not None:
+        row["protocol"] = dict(protocol)
     return row
 
 
@@ -125,9 +135,13 @@ def apply_predictor(
     list of dict
         Per row: ``model``, ``features``, ``prediction`` (a :class:`Prediction`),
         ``measured`` (the flip rate of the predictor's target: the mean over the row's
-        metrics, or one metric), ``verdict`` (:func:`verdict`) and ``matched`` (``None``
-        for a model the predictor has not seen, else ``(training model, how)``:
-        :meth:`Predictor.training_match` on the row's name and ``identity``).
+        metrics, or one metric), ``verdict`` (:func:`verdict`; ``"off protocol: no test"``
+        for a row whose ``protocol`` is not the predictor's, or that records none),
+        ``off_protocol`` (how its protocol differs, ``[]`` when on protocol), ``matched``
+        (``None`` for a model the predictor has not seen, else ``(training model, how)``:
+        :meth:`Predictor.training_match` on the row's name and ``identity``), ``relation``
+        (:meth:`Predictor.relation`) and ``counted``: whether the verdict tests the
+        predictor (held out and on protocol).
     """
     if not isinstance(predictor, Predictor):
         predictor = Predictor.from_json(
@@ -142,17 +156,59 @@ def apply_predictor(
             if predictor.target == "mean"
             else float(rates[predictor.target])
         )
+        off = predictor.off_protocol(row.get("protocol"))
+        relation = predictor.relation([row["model"]], row.get("identity"))
         outcomes.append(
             {
                 "model": row["model"],
                 "features": row["features"],
                 "prediction": prediction,
                 "measured": measured,
-                "verdict": verdict(prediction, measured),
+                "verdict": OFF_PROTOCOL if off else verdict(prediction, measured),
+                "off_protocol": off,
                 "matched": predictor.training_match([row["model"]], row.get("identity")),
+                "relation": relation,
+                "counted": relation.held_out and not off,
             }
         )
     return outcomes
+
+
+def standing(record: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether a row of a ``predictor`` table tests the predictor, and why not if not.
+
+    Parameters
+    ----------
+    record : mapping
+        One row of the table :func:`run` writes (``counted``, ``relation``,
+        ``matched_training_model``, ``matched_by``, ``run_training_models``,
+        ``off_protocol``). A row of an older table that lacks ``counted`` is not counted.
+
+    Returns
+    -------
+    (bool, str)
+        ``(True, "held out")`` for a held-out model read on protocol; else ``False`` and
+        what it is: ``"training model: M (recipe)"``, ``"interpolated: a checkpoint of the
+        run of M1, M2"``, ``"same run: ..."``, ``"off protocol: no test (...)"`` or
+        ``"read before protocols were recorded: no test"``.
+    """
+
+    def text(key: str) -> str:
+        value = record.get(key)
+        return "" if value is None or value != value else str(value)
+
+    if "counted" not in record or "relation" not in record:
+        return False, "read before protocols were recorded: no test"
+    relation = text("relation")
+    if relation == "training":
+        said = f"training model: {text('matched_training_model')} ({text('matched_by')})"
+    elif relation in ("interpolated", "same run"):
+        said = f"{relation}: a checkpoint of the run of {text('run_training_models')}"
+    else:
+        said = "held out"
+    if text("off_protocol"):
+        said = f"{OFF_PROTOCOL} ({text('off_protocol')}); {said}"
+    return bool(record["counted"]), said
 
 
 def check_predictor_file(predictor: str) -> None:
@@ -177,29 +233,82 @@ class Settings:
         "frozen predictor file to apply ('shipped': the one shipped)",
         check=check_predictor_file,
     )
+    protocol: str = setting(
+        "fitted",
+        "rows the verdict is read from: 'fitted' reads the predictor's own protocol "
+        "(its windows and window length), 'run' the run's rows (no test unless they match)",
+        choices=("fitted", "run"),
+    )
+
+
+def _predictor(settings: Settings) -> Predictor:
+    path = shipped_predictor() if settings.predictor == "shipped" else settings.predictor
+    return Predictor.from_json(path)
+
+
+def rows_at(settings: Settings) -> dict[str, int] | None:
+    """The windows the predictor unit reads: its fitted protocol's (``protocol="fitted"``),
+    or the run's (``None``)."""
+    if settings.protocol != "fitted":
+        return None
+    protocol = _predictor(settings).protocol
+    assert protocol is not None  # a frozen file records it
+    return {"docs": protocol.windows, "max_tokens": protocol.window_tokens}
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:
     """The frozen predictor applied to the unit's model: one row of sink features, the
-    prediction (or abstention), the measured flip rate of its flips unit and the verdict.
+    prediction (or abstention), the measured flip rate and the verdict.
 
-    ``in_training_set`` says whether the predictor was fitted on this model, and
-    ``matched_training_model`` and ``matched_by`` which training model it is and how
-    (:meth:`Predictor.training_match`; both ``""`` for an unseen model): the same weights
-    (hash), the same ``train-tiny`` recipe (task, full config, seed, step) or the same name
-    (``model`` or ``"model revision"``, a checkpoint of a series). Only unseen models test
-    the predictor.
+    The rows are read with the predictor's fitted protocol (``protocol="fitted"``: the
+    runner reads its windows, :func:`rows_at`; the flip rates are counted here on them
+    unless the run's own rows are those) or are the run's (``"run"``). A row read with
+    any other protocol (windows, window length, corpus, sink, seed, metrics, tie
+    tolerance; attention handed in) gets no verdict: ``verdict`` is
+    ``"off protocol: no test"`` and ``off_protocol`` says how it differs.
+
+    ``relation`` says how the model stands to the training models
+    (:meth:`Predictor.relation`): ``training`` (``in_training_set``, with
+    ``matched_training_model`` and ``matched_by``: the same weights hash, ``train-tiny``
+    recipe or name), ``interpolated`` or ``same run`` (a checkpoint of a run that gave
+    training models, named in ``run_training_models``), or ``held out``. ``counted`` is
+    true for a held-out model read on protocol: only those test the predictor.
     """
     import pandas as pd
 
-    path = shipped_predictor() if settings.predictor == "shipped" else settings.predictor
-    predictor = Predictor.from_json(path)
+    predictor = _predictor(settings)
     rows = inputs.need("rows")
-    flips_result = FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
-    (outcome,) = apply_predictor(predictor, [predictor_row(rows, flips_result)])
+    read = inputs.read
+    shared = read is None or bool(read.get("shared", True))
+    protocol = predictor.protocol
+    if shared and "flips" in inputs.after:
+        flips_result = FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
+    else:  # the predictor's own rows: flip rates counted as the fit counted them
+        assert protocol is not None
+        flips_result = flips(
+            rows,
+            protocol.metrics,
+            n_boot=1,
+            seed=inputs.seed,
+            tol=protocol.tol,
+            device=inputs.device,
+        )
+    measured_with = protocol_of(
+        windows=None if read is None else read.get("windows"),
+        window_tokens=None if read is None else read.get("window_tokens"),
+        corpus="given attention" if read is None else read.get("corpus"),
+        sink=inputs.sink,
+        seed=inputs.seed,
+        metrics=[str(m) for m in flips_result.table["metric"]],
+        tol=flips_result.tol,
+    )
     model, revision = inputs.model, inputs.revision
     label = model if revision == NO_REVISION else f"{model} {revision}"
+    row = predictor_row(rows, flips_result, protocol=measured_with)
+    (outcome,) = apply_predictor(predictor, [{**row, "model": label}])
     matched = predictor.training_match([label, model], rows.identity)
+    relation = predictor.relation([label, model], rows.identity)
+    off = predictor.off_protocol(measured_with)
     p = outcome["prediction"]
     record = {
         **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
@@ -209,14 +318,25 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         "predicted_low": p.low,
         "predicted_high": p.high,
         "measured": outcome["measured"],
-        "verdict": outcome["verdict"],
+        "verdict": OFF_PROTOCOL if off else outcome["verdict"],
         "in_training_set": matched is not None,
         "matched_training_model": "" if matched is None else matched[0],
         "matched_by": "" if matched is None else matched[1],
+        "relation": relation.relation,
+        "run_training_models": (
+            ", ".join(relation.models) if relation.relation in ("interpolated", "same run") else ""
+        ),
+        "read_windows": measured_with["windows"],
+        "read_window_tokens": measured_with["window_tokens"],
+        "on_protocol": not off,
+        "off_protocol": "; ".join(off),
+        "counted": relation.held_out and not off,
     }
     frame = pd.DataFrame([record])
     for column in ("predicted", "predicted_low", "predicted_high"):
         frame[column] = frame[column].astype("float64")
+    for column in ("read_windows", "read_window_tokens"):
+        frame[column] = frame[column].astype("Int64")
     return Tables(frames={"predictor": frame})
 
 
@@ -227,4 +347,6 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("predictor",),
+    rows_at=rows_at,
+    identifies=True,
 )

@@ -9,16 +9,24 @@ from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.predictor._identity import identities_from_file, identities_to_file
+from attncoda.experiments.predictor._protocol import Protocol
 
 __all__ = ["FILE_FORMAT", "FILE_KIND", "fields_from_file", "to_file"]
 
 FILE_KIND = "attncoda.flip_rate_predictor"
-FILE_FORMAT = 2
+#: 3: the file records the protocol its training rows were read with (``protocol``).
+FILE_FORMAT = 3
 
 
 def to_file(predictor: Any) -> dict[str, Any]:
     """The JSON object of a :class:`~attncoda.experiments.predictor.Predictor`'s frozen file
-    (:func:`fields_from_file` reads it back)."""
+    (:func:`fields_from_file` reads it back). A predictor without a protocol is refused:
+    no verdict of it could be checked against how it was fitted."""
+    if predictor.protocol is None:
+        raise AttncodaError(
+            "this predictor records no protocol, so it cannot be frozen: fit it on rows that "
+            "record theirs (attncoda.run.fit.predictor_rows, or 'attncoda predictor fit')"
+        )
     return {
         "kind": FILE_KIND,
         "format": FILE_FORMAT,
@@ -37,6 +45,7 @@ def to_file(predictor: Any) -> dict[str, Any]:
         "loo_residuals": list(predictor.loo_residuals),
         "training_models": list(predictor.training_models),
         "training_identity": identities_to_file(predictor.identities),
+        "protocol": predictor.protocol.to_dict(),
         "attncoda_version": predictor.version,
         "created": predictor.created,
     }
@@ -63,15 +72,22 @@ def fields_from_file(data: Any, where: str) -> dict[str, Any]:
         "training_models",
         "attncoda_version",
         "created",
+        "protocol",
     ):
         if key not in data and not (
-            key in ("coverage", "loo_residuals") and data.get("format") == 1
+            key in ("coverage", "loo_residuals", "protocol") and data.get("format") in (1, 2)
         ):
             raise AttncodaError(f"{where}: missing key {key!r}")
     if data["kind"] == FILE_KIND and data["format"] == 1:
         raise AttncodaError(
             f"{where}: format 1 (an interval floor set by hand) is no longer read; "
             "refit it with 'attncoda predictor fit' (leave-one-out interval)"
+        )
+    if data["kind"] == FILE_KIND and data["format"] == 2:
+        raise AttncodaError(
+            f"{where}: format 2 records no protocol (windows, window length, seed, metrics), "
+            "so no verdict of it could be checked against its fit; refit it with "
+            "'attncoda predictor fit'"
         )
     if data["kind"] != FILE_KIND or data["format"] != FILE_FORMAT:
         raise AttncodaError(
@@ -122,6 +138,7 @@ def fields_from_file(data: Any, where: str) -> dict[str, Any]:
         loo_residuals=loo,
         coverage=coverage,
         identities=identities_from_file(data.get("training_identity", {}), training_models, where),
+        protocol=Protocol.from_dict(data["protocol"], f"{where}: key 'protocol'"),
     )
 
 

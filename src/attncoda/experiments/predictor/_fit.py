@@ -15,6 +15,7 @@ from attncoda import __version__
 from attncoda._errors import AttncodaError
 from attncoda.experiments.predictor._identity import TrainingIdentity
 from attncoda.experiments.predictor._model import DEFAULT_COVERAGE, FEATURES, Predictor
+from attncoda.experiments.predictor._protocol import Protocol
 from attncoda.training.identity import recipe_key
 
 __all__ = ["fit_predictor"]
@@ -36,7 +37,9 @@ def fit_predictor(
         "flip_rates": {metric: float}}`` (see :func:`predictor_row`), and optionally
         ``"identity"`` (``{"weights_sha256", "recipe"}``,
         :func:`attncoda.training.identity.model_identity`), which the predictor records to
-        recognise its training models by content. Every row must hold the same metrics.
+        recognise its training models by content, and ``"protocol"`` (how its rows were
+        read: :func:`~attncoda.experiments.predictor._protocol.protocol_of`), which must be
+        the same for every row. Every row must hold the same metrics.
     features : sequence of str
         Which features to regress on.
     target : str
@@ -49,11 +52,14 @@ def fit_predictor(
     Returns
     -------
     Predictor
+        Its ``protocol`` is the rows' (``None`` when no row records one: such a predictor
+        gives no verdict and cannot be frozen).
 
     Raises
     ------
     AttncodaError
-        Fewer than 3 training models, too few for ``coverage``, or malformed rows.
+        Fewer than 3 training models, too few for ``coverage``, malformed rows, or rows
+        read with different protocols.
     """
     features = tuple(features)
     if not features or len(set(features)) != len(features):
@@ -75,6 +81,7 @@ def fit_predictor(
             "add models or lower coverage"
         )
     models, x, y, metrics = _training_table(rows, features, target)
+    protocol = _protocol(rows, metrics)
     coef, intercept, rank = _least_squares(x, y)
     residuals = y - (intercept + x @ coef)
     dof = len(y) - rank - 1
@@ -110,7 +117,29 @@ def fit_predictor(
             for row in rows
             if isinstance(row.get("identity"), Mapping)
         ),
+        protocol=protocol,
     )
+
+
+def _protocol(rows: Sequence[Mapping[str, Any]], metrics: tuple[str, ...]) -> Protocol | None:
+    """The one protocol every training row records (``None`` when none records one)."""
+    found = [row.get("protocol") for row in rows]
+    if all(p is None for p in found):
+        return None
+    first = Protocol.from_dict(found[0], f"training row 0 ({rows[0]['model']!r})")
+    for row, value in zip(rows, found, strict=True):
+        differs = first.differences(value)
+        if differs:
+            raise AttncodaError(
+                f"model {row['model']!r} was read with another protocol than "
+                f"{rows[0]['model']!r} ({'; '.join(differs)}): fit on rows read one way"
+            )
+    if sorted(first.metrics) != sorted(metrics):
+        raise AttncodaError(
+            f"the rows' protocol names the metrics {list(first.metrics)}, their flip rates "
+            f"{list(metrics)}: give rows whose flip rates are the protocol's"
+        )
+    return first
 
 
 def _least_squares(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, int]:

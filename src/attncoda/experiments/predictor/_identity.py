@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,14 +14,23 @@ from attncoda.training.identity import recipe_key
 
 __all__ = [
     "MATCHES",
+    "RELATIONS",
+    "Relation",
     "TrainingIdentity",
     "identities_from_file",
     "identities_to_file",
+    "relation_to_training",
     "training_match",
 ]
 
 #: How a model is matched to a training model, strongest first (:func:`training_match`).
 MATCHES = ("weights", "recipe", "name")
+#: How a model stands to a predictor's training models (:func:`relation_to_training`): one of
+#: them; a checkpoint of a run that gave training models, between two of them or outside
+#: them; or held out (unseen by content, of no such run). Only held-out models test it.
+RELATIONS = ("training", "interpolated", "same run", "held out")
+#: A checkpoint named by its run and step: ``run@step512``, ``run step512``, ``run/step512``.
+_CHECKPOINT_NAME = re.compile(r"^(?P<run>.+?)(?:@|/| )step(?P<step>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -103,3 +113,76 @@ def identities_from_file(
             raise AttncodaError(f"{where} for {model!r}: recipe {recipe!r} is not an object")
         found.append(TrainingIdentity(model, weights, recipe_key(recipe)))
     return tuple(found)
+
+
+@dataclass(frozen=True)
+class Relation:
+    """How a model stands to a predictor's training models.
+
+    Attributes
+    ----------
+    relation : str
+        One of :data:`RELATIONS`.
+    models : tuple of str
+        The training model it is (``"training"``), or the training models of its run
+        (``"interpolated"``, ``"same run"``); empty when held out.
+    how : str
+        How it was matched (:data:`MATCHES`; a run by its recipe or its name); ``""`` when
+        held out.
+    """
+
+    relation: str
+    models: tuple[str, ...] = ()
+    how: str = ""
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the model tests the predictor: unseen by content, of no training run."""
+        return self.relation == "held out"
+
+
+def relation_to_training(
+    identities: Sequence[TrainingIdentity],
+    training_models: Sequence[str],
+    names: Sequence[str],
+    identity: Mapping[str, Any] | None = None,
+) -> Relation:
+    """How a model stands to the training models (:data:`RELATIONS`).
+
+    A model is a training model when :func:`training_match` finds it (weights, recipe,
+    name). Otherwise, when it is a checkpoint of a run that gave training models (the same
+    ``train-tiny`` config at another step, or the same run name, ``run@stepN``), it is
+    ``"interpolated"`` when its step lies between two of that run's training checkpoints
+    and ``"same run"`` when outside them (e.g. step 0 before the first): either way its
+    verdict is no out-of-sample test. Else it is ``"held out"``.
+    """
+    matched = training_match(identities, training_models, names, identity)
+    if matched is not None:
+        return Relation("training", (matched[0],), matched[1])
+    step, runs, how = None, [], ""
+    recipe = (identity or {}).get("recipe")
+    if isinstance(recipe, Mapping) and "config" in recipe and "step" in recipe:
+        config = json.loads(json.dumps(recipe["config"]))  # as a file reads it back
+        for ident in identities:
+            theirs = json.loads(ident.recipe) if ident.recipe is not None else None
+            if isinstance(theirs, dict) and theirs.get("config") == config:
+                runs.append((ident.model, int(theirs["step"])))
+        step, how = int(recipe["step"]), "recipe"
+    if not runs:
+        for name in names:
+            found = _CHECKPOINT_NAME.match(name)
+            if found is None:
+                continue
+            for model in training_models:
+                theirs = _CHECKPOINT_NAME.match(model)
+                if theirs is not None and theirs["run"] == found["run"]:
+                    runs.append((model, int(theirs["step"])))
+            if runs:
+                step, how = int(found["step"]), "name"
+                break
+    if not runs or step is None:
+        return Relation("held out")
+    steps = [s for _, s in runs]
+    inside = min(steps) <= step <= max(steps)
+    models = tuple(m for m, _ in sorted(runs, key=lambda r: r[1]))
+    return Relation("interpolated" if inside else "same run", models, how)

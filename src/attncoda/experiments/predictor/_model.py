@@ -13,7 +13,13 @@ from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.predictor._file import fields_from_file, to_file
-from attncoda.experiments.predictor._identity import TrainingIdentity, training_match
+from attncoda.experiments.predictor._identity import (
+    Relation,
+    TrainingIdentity,
+    relation_to_training,
+    training_match,
+)
+from attncoda.experiments.predictor._protocol import Protocol
 from attncoda.experiments.predictor._verdict import Prediction
 from attncoda.store import read_json
 
@@ -60,6 +66,10 @@ class Predictor:
     identities : tuple of TrainingIdentity
         What identifies training models by content (empty in a file that records none:
         then a model is matched by name only).
+    protocol : Protocol or None
+        How the training rows were read and measured (windows, window length, corpus, sink,
+        seed, metrics, tie tolerance): a verdict is given only on a row read the same way.
+        A frozen file always records it; ``None`` only for a predictor built by hand.
     version : str
         ``attncoda.__version__`` at fit time.
     created : str
@@ -80,6 +90,7 @@ class Predictor:
     loo_residuals: tuple[float, ...] = ()
     coverage: float = DEFAULT_COVERAGE
     identities: tuple[TrainingIdentity, ...] = ()
+    protocol: Protocol | None = None
 
     def training_match(
         self, names: Sequence[str], identity: Mapping[str, Any] | None = None
@@ -103,6 +114,21 @@ class Predictor:
             count), then equal names.
         """
         return training_match(self.identities, self.training_models, names, identity)
+
+    def relation(self, names: Sequence[str], identity: Mapping[str, Any] | None = None) -> Relation:
+        """How a model stands to the training models: one of them, a checkpoint of a run
+        that gave them (interpolated or same run), or held out
+        (:func:`~attncoda.experiments.predictor._identity.relation_to_training`; the
+        arguments as for :meth:`training_match`). Only a held-out model tests the predictor.
+        """
+        return relation_to_training(self.identities, self.training_models, names, identity)
+
+    def off_protocol(self, read: Mapping[str, Any] | None) -> list[str]:
+        """How the protocol a row was read with (its ``protocol``) differs from the fit's;
+        ``[]`` when it is the same. A predictor without a protocol takes no row."""
+        if self.protocol is None:
+            return ["the predictor records no protocol"]
+        return self.protocol.differences(read)
 
     def apply(self, features: Mapping[str, float]) -> Prediction:
         """Predict the flip rate of a model from its features, or abstain.
