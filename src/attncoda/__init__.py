@@ -98,9 +98,10 @@ class _CapturePackage(types.ModuleType):
     called = "attncoda.capture._capture.capture"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from attncoda.capture._capture import capture
-
-        return capture(*args, **kwargs)
+        # The subpackage serves its function lazily (its own __getattr__): no import here,
+        # so a module that imports attncoda (for its version) does not depend on capture.
+        function = self.capture
+        return function(*args, **kwargs)
 
 
 # Torch-free: the subpackage's __init__ imports none of its modules.

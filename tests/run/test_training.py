@@ -155,9 +155,10 @@ def test_the_default_series_retrained_anywhere_is_matched_by_weights(default_ser
     """Training is bit-identical on every x86-64 CPU (tests/training/test_bit_identity.py):
     the step 2000 of ``train-tiny --task bigram-backcopy --seed 0`` retrained here has the
     weights hash the shipped predictor recorded of its training checkpoint."""
+    from attncoda.run.common import identity_of
+
     from attncoda.experiments.predictor import Predictor, shipped_predictor
     from attncoda.models.load import load_model
-    from attncoda.run.common import identity_of
 
     folder, _ = default_series
     identity = identity_of(load_model(str(folder / "step2000")))
