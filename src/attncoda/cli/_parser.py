@@ -284,7 +284,12 @@ def _train_parser(sub: Any) -> None:
     tt.add_argument("--batch-size", type=int, help="default: 16 (text), 32 (bigram-backcopy)")
     tt.add_argument("--lr", type=float, help="default: 2e-3 (text), 1e-2 (bigram-backcopy)")
     tt.add_argument("--triggers", type=int, default=3, help="trigger tokens (bigram-backcopy)")
-    tt.add_argument("--threads", type=int, default=1)
+    tt.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="recorded only: training runs on one pinned thread, bit-identical on any x86-64 CPU",
+    )
     tt.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     tt.add_argument("--overwrite", action="store_true")
     tt.set_defaults(command_name="train-tiny")

@@ -195,8 +195,8 @@ class ResolvedTrainConfig:
     ) -> dict[str, Any]:
         """The JSON config a series folder records for this config.
 
-        ``threads`` is recorded because the checkpoints are bit-identical only for the same
-        thread count; the text task records the corpus's ``corpus_sha256``, the
+        ``threads`` is recorded as the caller asked for it (training itself runs on one pinned
+        thread, :mod:`attncoda.training.pinned`, so it does not change the weights); the text task records the corpus's ``corpus_sha256``, the
         Bigram-Backcopy task its ``task`` definition.
         """
         common = {
