@@ -157,7 +157,7 @@ def test_the_default_series_retrained_anywhere_is_matched_by_weights(default_ser
     weights hash the shipped predictor recorded of its training checkpoint."""
     from attncoda.experiments.predictor import Predictor, shipped_predictor
     from attncoda.models.load import load_model
-    from attncoda.run.common import identity_of
+    from attncoda.run.identity import identity_of
 
     folder, _ = default_series
     identity = identity_of(load_model(str(folder / "step2000")))
