@@ -407,7 +407,7 @@ def test_the_predictor_unit_reads_the_fitted_protocol_and_gives_no_verdict_off_i
     assert row["on_protocol"] and row["off_protocol"] == "" and row["verdict"] != OFF_PROTOCOL
     assert row["relation"] == "held out" and row["counted"]
     reference = measured_row(
-        models[0], rows={"docs": protocol.windows, "tokens": protocol.window_tokens}
+        models[0], rows={"docs": protocol.windows, "max_tokens": protocol.window_tokens}
     )
     assert Predictor.from_json(shipped_predictor()).off_protocol(reference["protocol"]) == []
     for name, value in reference["features"].items():

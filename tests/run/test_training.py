@@ -145,20 +145,13 @@ def test_predictor_apply_shipped_knows_the_default_series_as_a_training_model(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped predictor is not yet refitted on bit-reproducible checkpoints, so it "
-    "holds no weights hash of them: regenerate it (experiments/data/PROVENANCE.md), then "
-    "remove this mark",
-)
 def test_the_default_series_retrained_anywhere_is_matched_by_weights(default_series):
     """Training is bit-identical on every x86-64 CPU (tests/training/test_bit_identity.py):
     the step 2000 of ``train-tiny --task bigram-backcopy --seed 0`` retrained here has the
     weights hash the shipped predictor recorded of its training checkpoint."""
-    from attncoda.run.common import identity_of
-
     from attncoda.experiments.predictor import Predictor, shipped_predictor
     from attncoda.models.load import load_model
+    from attncoda.run.identity import identity_of
 
     folder, _ = default_series
     identity = identity_of(load_model(str(folder / "step2000")))

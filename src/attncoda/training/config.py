@@ -196,8 +196,9 @@ class ResolvedTrainConfig:
         """The JSON config a series folder records for this config.
 
         ``threads`` is recorded as the caller asked for it (training itself runs on one pinned
-        thread, :mod:`attncoda.training.pinned`, so it does not change the weights); the text task records the corpus's ``corpus_sha256``, the
-        Bigram-Backcopy task its ``task`` definition.
+        thread, :mod:`attncoda.training.pinned`, so it does not change the weights); the text
+        task records the corpus's ``corpus_sha256``, the Bigram-Backcopy task its ``task``
+        definition.
         """
         common = {
             "size": self.size,
