@@ -41,6 +41,8 @@ from attncoda.experiments.predictor import (  # noqa: E402
     Predictor,
     fit_predictor,
     predictor_row,
+    protocol_of,
+    shipped_predictor,
     verdict,
 )
 from attncoda.experiments.profile import head_summary  # noqa: E402
@@ -61,7 +63,7 @@ DEFAULTS = {
     },
     "cluster": {"n_clusters": 4, "n_init": 5},
     "safety": {"n_bins": 5, "threshold": 0.05},
-    "predictor": {"predictor": "shipped"},
+    "predictor": {"predictor": "shipped", "protocol": "fitted"},
     "prune": {
         "channels": ["sink_mass", "sink_balance", "content_entropy", "full_entropy", "random"],
         "orders": ["high", "low"],
@@ -293,17 +295,33 @@ def test_safety_follows_the_metrics_flips_measured(captured):
 def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_path):
     _, rows = captured
     result = flips(rows, n_boot=10, tol=1e-6)
-    row = predictor_row(rows, result)
+    # The rows record how they were read (a predictor is frozen only with its protocol):
+    # here, as the runner below says it read them (``read``: 4 windows of 16 tokens).
+    read = {"windows": 4, "window_tokens": 16, "corpus": None, "shared": True}
+    protocol = protocol_of(
+        windows=4,
+        window_tokens=16,
+        corpus=None,
+        sink="first",
+        seed=0,
+        metrics=result.table["metric"],
+        tol=1e-6,
+    )
+    row = predictor_row(rows, result, protocol=protocol)
     # three more models around this one, so that it lies inside the training range
     others = []
     for i, scale in enumerate((0.9, 1.1, 1.2)):
         features = {k: v * scale for k, v in row["features"].items()}
         rates = {m: r * scale for m, r in row["flip_rates"].items()}
-        others.append({"model": f"other {i}", "features": features, "flip_rates": rates})
+        others.append(
+            {"model": f"other {i}", "features": features, "flip_rates": rates, "protocol": protocol}
+        )
     fitted = fit_predictor([*others, {**row, "model": "tiny step4"}])
     path = atomic_write_json(tmp_path / "predictor.json", fitted.to_dict())
     e = experiment("predictor")
-    inputs = Inputs(model="tiny", revision="step4", rows=rows, after={"flips": flips_tables})
+    inputs = Inputs(
+        model="tiny", revision="step4", rows=rows, after={"flips": flips_tables}, read=read
+    )
     frame = e.run(inputs, e.settings(predictor=str(path))).frames["predictor"]
     no_run_columns(Tables(frames={"predictor": frame}), "predictor")
     prediction = Predictor.from_json(path).apply(row["features"])
@@ -322,8 +340,17 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
         "in_training_set",
         "matched_training_model",
         "matched_by",
+        "relation",
+        "run_training_models",
+        "read_windows",
+        "read_window_tokens",
+        "on_protocol",
+        "off_protocol",
+        "counted",
     ]
     got = frame.iloc[0]
+    assert bool(got["on_protocol"]) and got["off_protocol"] == ""
+    assert (got["read_windows"], got["read_window_tokens"]) == (4, 16)
     assert [got[f"feature_{k}"] for k in row["features"]] == list(row["features"].values())
     assert not got["abstained"] and got["reason"] == ""
     assert (got["predicted"], got["predicted_low"], got["predicted_high"]) == (
@@ -334,7 +361,9 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
     assert got["measured"] == measured and got["verdict"] == verdict(prediction, measured)
     assert bool(got["in_training_set"])  # fitted on "tiny step4"
     other = e.run(
-        Inputs(model="tiny", revision="step8", rows=rows, after={"flips": flips_tables}),
+        Inputs(
+            model="tiny", revision="step8", rows=rows, after={"flips": flips_tables}, read=read
+        ),
         e.settings(predictor=str(path)),
     )
     assert not bool(other.frames["predictor"]["in_training_set"].iloc[0])
@@ -345,7 +374,16 @@ def test_predictor_run_with_the_shipped_predictor_abstains_outside_its_range(
 ):
     _, rows = captured
     e = experiment("predictor")
-    frame = e.run(Inputs(model="tiny", rows=rows, after={"flips": flips_tables}), e.settings())
+    # Rows read as the shipped predictor's protocol reads them (its own windows, not the
+    # run's), so that the verdict is the range's, not "off protocol".
+    shipped = Predictor.from_json(shipped_predictor()).protocol
+    read = {
+        "windows": shipped.windows,
+        "window_tokens": shipped.window_tokens,
+        "corpus": None,
+        "shared": False,
+    }
+    frame = e.run(Inputs(model="tiny", rows=rows, read=read), e.settings())
     frame = frame.frames["predictor"]
     got = frame.iloc[0]
     assert bool(got["abstained"]) and got["verdict"] == "abstained"
