@@ -119,7 +119,7 @@ def pin_torch() -> None:
 
 
 def run_pinned(job: Any, report: Callable[[int, float], None] | None) -> Any:
-    """Run ``attncoda.training.train.execute(job, report)`` in the pinned worker.
+    """Run ``job(report)`` (a :class:`attncoda.training.train.TrainJob`) in the pinned worker.
 
     Parameters
     ----------
@@ -222,8 +222,6 @@ def _serve() -> None:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
-    from attncoda.training.train import execute
-
     pin_torch()
     while True:
         try:
@@ -236,7 +234,9 @@ def _serve() -> None:
 
         try:
             check_pinned()
-            result = execute(job, report if wants_steps else None)
+            # A job is callable (attncoda.training.train.TrainJob): unpickling it imports
+            # its module, so this module needs no import of the training code above it.
+            result = job(report if wants_steps else None)
         except Exception as error:  # noqa: BLE001 - sent to the caller, raised there
             try:
                 pickle.dumps(error)

@@ -193,6 +193,10 @@ class TrainJob:
     docs: list[Document]
     stale: list[Path]
 
+    def __call__(self, report: Callable[[int, float], None] | None = None) -> TrainResult:
+        """Train this job (:func:`execute`): what the pinned worker calls."""
+        return execute(self, report)
+
 
 def execute(job: TrainJob, report: Callable[[int, float], None] | None = None) -> TrainResult:
     """Train ``job`` in this process, which must be pinned (:mod:`attncoda.training.pinned`)."""
