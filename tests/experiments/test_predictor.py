@@ -3,6 +3,8 @@ training range, and the verdicts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 
@@ -193,6 +195,13 @@ def test_interval_is_clipped_to_probabilities():
     p = predictor.apply(TRAIN[0]["features"])
     assert p.point - predictor.half_width < 0  # the interval reaches below 0 ...
     assert p.low == 0.0 and p.high == pytest.approx(p.point + predictor.half_width)  # ... clipped
+    # A linear value below 0 predicts a rate of 0, and an interval that lies wholly below 0
+    # is [0, 0], never low > high: here the linear value is p.point - 1, far below -half_width.
+    lowered = dataclasses.replace(predictor, intercept=predictor.intercept - 1.0)
+    q = lowered.apply(TRAIN[0]["features"])
+    assert p.point - 1.0 + predictor.half_width < 0
+    assert (q.point, q.low, q.high) == (0.0, 0.0, 0.0)
+    assert verdict(q, 0.0) == "confirmed" and verdict(q, 0.01) == "failed"
 
 
 def test_verdict_and_apply_errors():

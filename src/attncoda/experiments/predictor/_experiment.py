@@ -21,7 +21,8 @@ left-out model's measured rate minus the refit's prediction. The half-width is t
 ``k``-th smallest ``|e_i|`` with ``k = ceil((n + 1) * coverage)`` (the jackknife interval;
 for exchangeable models it covers a new model's rate about ``coverage`` of the time, and at
 least ``2 * coverage - 1`` by the jackknife+ bound of Barber et al. 2021). The interval is
-``point ± half_width``, clipped to ``[0, 1]``. A model whose features fall outside the
+``point ± half_width``, clipped to ``[0, 1]``, and so is the point (a linear value below 0
+predicts a rate of 0). A model whose features fall outside the
 training range gets an abstention that names the feature, never an extrapolation.
 """
 

@@ -141,8 +141,11 @@ class Predictor:
         Returns
         -------
         Prediction
-            An interval in ``[0, 1]``, or an abstention naming each feature outside the
-            training range (or not finite).
+            The linear prediction and its interval ``linear ± half_width``, each clipped to
+            ``[0, 1]`` (a flip rate; a linear value below 0 predicts 0), or an abstention
+            naming each feature outside the training range (or not finite). The half-width
+            comes from the unclipped leave-one-out residuals; for a measured rate in
+            ``[0, 1]`` clipping only shrinks a residual, so the interval stays conservative.
         """
         missing = [f for f in self.features if f not in features]
         if missing:
@@ -160,12 +163,12 @@ class Predictor:
                 )
         if reasons:
             return Prediction(abstained=True, reason="; ".join(reasons))
-        point = self.intercept + sum(c * v for c, v in zip(self.coefficients, values, strict=True))
+        linear = self.intercept + sum(c * v for c, v in zip(self.coefficients, values, strict=True))
         return Prediction(
             abstained=False,
-            point=point,
-            low=max(0.0, point - self.half_width),
-            high=min(1.0, point + self.half_width),
+            point=_rate(linear),
+            low=_rate(linear - self.half_width),
+            high=_rate(linear + self.half_width),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -183,3 +186,8 @@ class Predictor:
         """The predictor of :meth:`to_dict`'s object; an error starts with ``where``."""
 
         return cls(**fields_from_file(data, where))
+
+
+def _rate(value: float) -> float:
+    """``value`` clipped to ``[0, 1]``: a flip rate."""
+    return min(1.0, max(0.0, value))
