@@ -4,7 +4,6 @@ training range, and the verdicts."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import re
 
