@@ -206,11 +206,14 @@ def check_pair(
 def closed_logs(xp: Any, z: Any, name: str) -> Any:
     """``z`` renormalised along the last axis (each row's logsumexp subtracted)."""
     lse = _math.logsumexp(xp, z)
-    bad = ~xp.isfinite(lse)
+    check_mass(xp, lse, name, "has no key with positive probability (every entry is -inf)")
+    return z - lse[..., None]
+
+
+def check_mass(xp: Any, logmass: Any, name: str, lacks: str) -> None:
+    """Refuse a row of ``name`` whose log-mass is not finite (``-inf``: no mass at all); the
+    message names the first such row (``name`` alone for a single row), then ``lacks``."""
+    bad = ~xp.isfinite(logmass)
     if bool(xp.any(bad)):
         where = first_index(bad)
-        raise AttncodaError(
-            f"{f'row {where} of {name}' if where else name} has no key with positive "
-            "probability (every entry is -inf)"
-        )
-    return z - lse[..., None]
+        raise AttncodaError(f"{f'row {where} of {name}' if where else name} {lacks}")

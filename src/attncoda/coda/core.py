@@ -17,6 +17,7 @@ from attncoda.coda import _math
 from attncoda.coda._validate import (
     as_array,
     check_logs,
+    check_mass,
     check_pair,
     closed_logs,
     first_index,
@@ -371,14 +372,11 @@ def _entropy_parts(xp: Any, lp: Any, sink: tuple[int, ...], name: str):
     lp_s, lp_c = _math.split_groups(xp, lp, sink)
     log_s, log_c = _math.logsumexp(xp, lp_s), _math.logsumexp(xp, lp_c)
     for part, logmass in (("content", log_c), ("sink", log_s)):
-        bad = ~xp.isfinite(logmass)
-        if bool(xp.any(bad)):
-            where = first_index(bad)
-            raise AttncodaError(
-                f"{f'row {where} of {name}' if where else name} puts no mass on its {part} "
-                "keys: the "
-                f"{part} composition is undefined there; drop that row or give it logits"
-            )
+        lacks = (
+            f"puts no mass on its {part} keys: the {part} composition is undefined there; "
+            "drop that row or give it logits"
+        )
+        check_mass(xp, logmass, name, lacks)
     binary = -(xp.exp(log_s) * log_s + xp.exp(log_c) * log_c)
     h_s = _math.entropy_of_logs(xp, lp_s - log_s[..., None])
     h_q = _math.entropy_of_logs(xp, lp_c - log_c[..., None])

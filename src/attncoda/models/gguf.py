@@ -211,14 +211,7 @@ def _dequantise(path: Path) -> tuple[Any, Any]:
 
 def _read_cache_meta(folder: Path) -> dict[str, Any] | None:
     """The cache metadata if ``folder`` is a complete cache folder, else None."""
-    try:
-        meta = json.loads((folder / _CACHE_META).read_text(encoding="utf-8"))
-        complete = meta["format"] == _CACHE_FORMAT and all(
-            (folder / name).stat().st_size == size for name, size in meta["files"].items()
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return meta if complete else None
+    return folder_meta(folder, _CACHE_META, _CACHE_FORMAT)
 
 
 def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprint: str) -> None:
@@ -244,6 +237,20 @@ def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprin
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
+
+
+def folder_meta(folder: Path, meta_name: str, fmt: int) -> dict[str, Any] | None:
+    """The metadata file ``meta_name`` of a cache folder if it is of format ``fmt`` and every
+    file it lists (``"files"``: name to size) has its size, else None (also when it is
+    missing or unreadable)."""
+    try:
+        meta = json.loads((folder / meta_name).read_text(encoding="utf-8"))
+        complete = meta["format"] == fmt and all(
+            (folder / name).stat().st_size == size for name, size in meta["files"].items()
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return meta if complete else None
 
 
 def publish_folder(temp: Path, final: Path, complete: Callable[[Path], bool]) -> None:

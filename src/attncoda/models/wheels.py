@@ -26,6 +26,7 @@ from attncoda._errors import AttncodaError, MissingWheelError
 from attncoda.models.gguf import (
     cache_dir,
     discard_folder,
+    folder_meta,
     publish_folder,
     remove_stale_temps,
 )
@@ -290,12 +291,7 @@ def _write_meta(folder: Path, model: ChunkedModel, paths: list[Path], digest: st
 
 
 def _read_meta(folder: Path) -> dict | None:
-    """The metadata if ``folder`` is a complete joined-wheel folder, else None."""
-    try:
-        meta = json.loads((folder / _CACHE_META).read_text(encoding="utf-8"))
-        complete = meta["format"] == _CACHE_FORMAT and all(
-            (folder / name).stat().st_size == size for name, size in meta["files"].items()
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return meta if complete and meta["files"] else None
+    """The metadata if ``folder`` is a complete joined-wheel folder (one file at least),
+    else None."""
+    meta = folder_meta(folder, _CACHE_META, _CACHE_FORMAT)
+    return meta if meta is not None and meta["files"] else None

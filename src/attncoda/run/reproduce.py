@@ -173,32 +173,19 @@ def reproduce(
         unit that failed (named). A folder this call made is removed again when the run
         fails before any unit finished; one that held files before is never touched.
     """
-    check_run_folder(out)
-    created = new_folders(out)
-    check_models(models, series)
-    store: RunStore | None = None
-    try:
-        config, store, run, todo = open_run(
-            list(models),
-            out,
-            series=series,
-            experiments=experiments,
-            scale=scale,
-            settings=settings,
-            text=text,
-            options=options,
-        )
-        result = execute_run(
-            config, store, run, todo, InProcess(keep_going=False), command=RUN, progress=progress
-        )
-    except Exception:
-        # Finished units of a long run are worth resuming; a run that finished none left
-        # nothing but its own manifest and lock.
-        if _made_here(store) and not any((Path(out) / "units").glob(f"*/*/{DONE}")):
-            remove_created(out, created)
-        raise
-    _said(progress, "reproduce", result)
-    return result
+    return _run_here(
+        RUN,
+        models,
+        out,
+        keep_finished=True,
+        progress=progress,
+        series=series,
+        experiments=experiments,
+        scale=scale,
+        settings=settings,
+        text=text,
+        options=options,
+    )
 
 
 def run_experiment(
@@ -228,33 +215,55 @@ def run_experiment(
     created, or the contents of a folder that was empty); a folder that held a run before
     is left as it is, to resume.
     """
+    return _run_here(
+        name,
+        models,
+        out,
+        keep_finished=False,
+        progress=progress,
+        series=series,
+        experiments=[name],
+        settings=settings,
+        text=text,
+        options=options,
+        attentions=attentions,
+        tokens=tokens,
+        kind=kind,
+    )
+
+
+def _run_here(
+    command: str,
+    models: Sequence[str],
+    out: str | Path,
+    *,
+    keep_finished: bool,
+    progress: bool,
+    **run_args: Any,
+) -> ReproduceResult:
+    """Run ``command``'s units on ``models`` into ``out`` in this process (``run_args``:
+    those of :func:`attncoda.run.config.run_config`).
+
+    The folder and the model specs (unless attention files are read) are checked before
+    anything is written. When the run fails, what this call made goes again, unless
+    ``keep_finished`` and a unit finished: finished units of a long run are worth resuming;
+    a run that finished none left nothing but its own manifest and lock.
+    """
     check_run_folder(out)
     created = new_folders(out)
-    if not attentions:
-        check_models(models, series)
+    if not run_args.get("attentions"):
+        check_models(models, run_args.get("series"))
     store: RunStore | None = None
     try:
-        config, store, run, todo = open_run(
-            list(models),
-            out,
-            command=name,
-            series=series,
-            experiments=[name],
-            settings=settings,
-            text=text,
-            options=options,
-            attentions=attentions,
-            tokens=tokens,
-            kind=kind,
-        )
-        result = execute_run(
-            config, store, run, todo, InProcess(keep_going=False), command=name, progress=progress
-        )
+        config, store, run, todo = open_run(list(models), out, command=command, **run_args)
+        executor = InProcess(keep_going=False)
+        result = execute_run(config, store, run, todo, executor, command=command, progress=progress)
     except Exception:
-        if _made_here(store):
+        finished = keep_finished and any((Path(out) / "units").glob(f"*/*/{DONE}"))
+        if _made_here(store) and not finished:
             remove_created(out, created)
         raise
-    _said(progress, name, result)
+    _said(progress, command, result)
     return result
 
 

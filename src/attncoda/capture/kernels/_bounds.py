@@ -131,11 +131,7 @@ def fast_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy)
         broadcast shape.
     """
     u = UNIT_ROUNDOFF
-    n = np.asarray(n_keys, dtype=np.float64)
-    a = np.asarray(scale, dtype=np.float64)
-    s = np.clip(np.asarray(sink_mass, dtype=np.float64), 0.0, 1.0)
-    h = np.abs(np.asarray(entropy, dtype=np.float64))
-    hq = np.abs(np.asarray(content_entropy, dtype=np.float64))
+    n, a, s, h, hq = _drivers(n_keys, scale, sink_mass, entropy, content_entropy)
     eta = score_perturbation(n, head_dim, a)
     content = (2.0 * hq + 2.0) * eta + (4.0 * n + head_dim) * u * a
     return {
@@ -167,11 +163,7 @@ def exact_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy
     Parameters and Returns as :func:`fast_bounds`.
     """
     u = UNIT_ROUNDOFF
-    n = np.asarray(n_keys, dtype=np.float64)
-    a = np.asarray(scale, dtype=np.float64)
-    s = np.clip(np.asarray(sink_mass, dtype=np.float64), 0.0, 1.0)
-    h = np.abs(np.asarray(entropy, dtype=np.float64))
-    hq = np.abs(np.asarray(content_entropy, dtype=np.float64))
+    n, a, s, h, hq = _drivers(n_keys, scale, sink_mass, entropy, content_entropy)
     eta = score_perturbation(n, head_dim, a)
     with np.errstate(divide="ignore", invalid="ignore"):
         over = np.where(s < 1.0, h / (1.0 - s), np.inf)
@@ -180,6 +172,17 @@ def exact_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy
         "entropy": (2.0 * h + 2.0) * eta + (n + 2.0) * u * h,
         "content_entropy": (2.0 * hq + 2.0) * eta + (n + 4.0) * u * over,
     }
+
+
+def _drivers(n_keys, scale, sink_mass, entropy, content_entropy):
+    """``n``, ``A``, ``s`` (clipped to [0, 1]), ``|H|`` and ``|H(q)|`` as float64 arrays."""
+    return (
+        np.asarray(n_keys, dtype=np.float64),
+        np.asarray(scale, dtype=np.float64),
+        np.clip(np.asarray(sink_mass, dtype=np.float64), 0.0, 1.0),
+        np.abs(np.asarray(entropy, dtype=np.float64)),
+        np.abs(np.asarray(content_entropy, dtype=np.float64)),
+    )
 
 
 def difference_bounds(**drivers):

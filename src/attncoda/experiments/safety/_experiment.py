@@ -74,13 +74,8 @@ __all__ = [
 DEFAULT_SAFE_THRESHOLD = 0.05
 _BLOCK_ELEMS = 1 << 22  # triplets per block of heads A
 
-SAFETY_COLUMNS = (
-    "model",
-    "metric",
-    "bin_kind",
-    "bin",
-    "bin_low",
-    "bin_high",
+#: A cell's counts and verdict, the last columns of both tables (:func:`_cell`).
+_CELL_COLUMNS = (
     "n_triplets",
     "n_ties",
     "flips",
@@ -90,6 +85,7 @@ SAFETY_COLUMNS = (
     "safe_threshold",
     "safe",
 )
+SAFETY_COLUMNS = ("model", "metric", "bin_kind", "bin", "bin_low", "bin_high", *_CELL_COLUMNS)
 GRID_COLUMNS = (
     "model",
     "metric",
@@ -99,14 +95,7 @@ GRID_COLUMNS = (
     "sink_gap_bin",
     "sink_gap_low",
     "sink_gap_high",
-    "n_triplets",
-    "n_ties",
-    "flips",
-    "flip_rate",
-    "flip_rate_low",
-    "flip_rate_high",
-    "safe_threshold",
-    "safe",
+    *_CELL_COLUMNS,
 )
 BIN_KINDS = ("sink_share", "sink_gap")
 
@@ -225,11 +214,7 @@ def safety_map(
                         j,
                         g_edges[j],
                         g_edges[j + 1],
-                        n_triplets[k],
-                        ties[k],
-                        flip[k],
-                        flip_rate(flip[k], n_triplets[k] - ties[k]),
-                        *_safety(flip[k], n_triplets[k] - ties[k], threshold),
+                        *_cell(n_triplets[k], ties[k], flip[k], threshold),
                     )
                 )
         for kind, axis, edges in (("sink_share", 1, s_edges), ("sink_gap", 0, g_edges)):
@@ -244,11 +229,7 @@ def safety_map(
                         b,
                         edges[b],
                         edges[b + 1],
-                        tot[b],
-                        tie[b],
-                        fl[b],
-                        flip_rate(fl[b], tot[b] - tie[b]),
-                        *_safety(fl[b], tot[b] - tie[b], threshold),
+                        *_cell(tot[b], tie[b], fl[b], threshold),
                     )
                 )
     ints = ("bin", "sink_share_bin", "sink_gap_bin", "n_triplets", "n_ties", "flips")
@@ -281,9 +262,13 @@ def safety_map(
     )
 
 
-def _safety(flips: int, decided: int, threshold: float) -> tuple[float, float, float, bool]:
+def _cell(n: int, ties: int, flips: int, threshold: float) -> tuple[Any, ...]:
+    """A cell's values of :data:`_CELL_COLUMNS`: its triplets, ties and flips, the flip rate
+    over the decided triplets with its 95% interval, the threshold, and whether it is safe."""
+    decided = n - ties
     low, high = flip_rate_interval(flips, decided)
-    return low, high, float(threshold), bool(decided > 0 and high < threshold)
+    safe = bool(decided > 0 and high < threshold)
+    return n, ties, flips, flip_rate(flips, decided), low, high, float(threshold), safe
 
 
 def _resolve_tol(tol: float | None, flips_result: FlipsResult | None) -> float:
