@@ -8,6 +8,7 @@ tokenizer is handed in by the caller: this module never imports ``torch`` or
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from attncoda._errors import AttncodaError
 if TYPE_CHECKING:
     from attncoda.data.document import Document
 
-__all__ = ["Window", "windows"]
+__all__ = ["Window", "windows", "windows_hash"]
 
 # Text tokenized to find where a tokenizer puts its special tokens.
 _PROBE_TEXT = "The river ran under the old bridge."
@@ -222,3 +223,28 @@ def _tokenize(
     else:
         offsets = [None] * len(docs)
     return ids, offsets
+
+
+def windows_hash(windows: Sequence[Any]) -> str:
+    """``"sha256:<hex>"`` of windows of token ids: each window's ids as little-endian int64,
+    followed by ``|``. A run records it for the windows a unit read (collapse, prune).
+
+    Parameters
+    ----------
+    windows : sequence of array-likes of int
+        Token ids, one sequence per window.
+
+    Examples
+    --------
+    >>> windows_hash([[1, 2], [3]]) == windows_hash([(1, 2), (3,)])
+    True
+    >>> windows_hash([[1, 2], [3]]) == windows_hash([[1], [2, 3]])
+    False
+    """
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for window in windows:
+        digest.update(np.asarray(window, dtype="<i8").tobytes())
+        digest.update(b"|")
+    return "sha256:" + digest.hexdigest()

@@ -9,7 +9,6 @@ the checkpoints of a series can be captured apart and assembled by
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.data.windows import windows_hash
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,15 +72,6 @@ def check_windows(windows_ids: object) -> list[np.ndarray]:
             )
         out.append(array.astype(np.int64))
     return out
-
-
-def windows_hash(windows: Sequence[np.ndarray]) -> str:
-    """``"sha256:<hex>"`` of the windows' token ids (int64, little-endian, ``|``-separated)."""
-    digest = hashlib.sha256()
-    for window in windows:
-        digest.update(np.asarray(window, dtype="<i8").tobytes())
-        digest.update(b"|")
-    return "sha256:" + digest.hexdigest()
 
 
 def checkpoint_stats(

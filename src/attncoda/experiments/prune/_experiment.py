@@ -12,7 +12,6 @@ loss computes it for one window; perplexity is ``exp`` of the mean of those wind
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.data.windows import windows_hash
 from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
@@ -94,14 +94,6 @@ def _ids(window: Any) -> np.ndarray:
 def _label(window: Any, index: int) -> str:
     doc = getattr(window, "doc_id", None)
     return f"{doc}#{window.index}" if doc is not None else f"#{index}"
-
-
-def _hash(windows: Sequence[np.ndarray]) -> str:
-    digest = hashlib.sha256()
-    for window in windows:
-        digest.update(window.astype("<i8").tobytes())
-        digest.update(b"|")
-    return "sha256:" + digest.hexdigest()
 
 
 def _check_windows(windows: object, name: str) -> list[np.ndarray]:
@@ -380,8 +372,8 @@ def prune(
         "n_evaluations": len(cache),
         "profile_windows": [_label(w, i) for i, w in enumerate(profile_windows)],
         "eval_windows": [_label(w, i) for i, w in enumerate(eval_windows)],
-        "profile_windows_sha256": _hash(profile_ids),
-        "eval_windows_sha256": _hash(eval_ids),
+        "profile_windows_sha256": windows_hash(profile_ids),
+        "eval_windows_sha256": windows_hash(eval_ids),
         "perplexity_definition": "exp(mean over eval windows of the window's mean next-token "
         "NLL in nats)",
     }
