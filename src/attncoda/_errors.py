@@ -6,7 +6,7 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 
-__all__ = ["AttncodaError", "MissingWheelError", "one_line_errors"]
+__all__ = ["AttncodaError", "MissingWheelError", "check_choice", "one_line_errors"]
 
 
 class AttncodaError(ValueError):
@@ -27,6 +27,21 @@ class MissingWheelError(AttncodaError):
     catches this class alone. A wheel that is installed but damaged (a chunk of the wrong
     size, a joined file whose sha256 differs) raises a plain :class:`AttncodaError`.
     """
+
+
+def check_choice(option: str, value: object, allowed: tuple[str, ...]) -> None:
+    """Refuse ``value`` of ``option`` unless it is one of ``allowed``: the one wording of an
+    unknown choice (device, dtype, method, kernel, zero policy), wherever it is checked.
+
+    Examples
+    --------
+    >>> check_choice("method", "quick", ("exact", "fast"))
+    Traceback (most recent call last):
+    ...
+    attncoda._errors.AttncodaError: unknown method 'quick': use one of exact, fast
+    """
+    if value not in allowed:
+        raise AttncodaError(f"unknown {option} {value!r}: use one of {', '.join(allowed)}")
 
 
 @contextlib.contextmanager

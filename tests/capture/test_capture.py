@@ -428,7 +428,7 @@ def test_argument_errors():
     )
     raises(
         lambda: capture(model, ids, zeros="clip"),
-        "unknown zero policy 'clip': use 'raise' or 'floor'",
+        "unknown zero policy 'clip': use one of raise, floor",
     )
     raises(
         lambda: capture(model, ids, block_size=0), "block_size must be a positive integer, got 0"

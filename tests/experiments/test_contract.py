@@ -361,9 +361,7 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
     assert got["measured"] == measured and got["verdict"] == verdict(prediction, measured)
     assert bool(got["in_training_set"])  # fitted on "tiny step4"
     other = e.run(
-        Inputs(
-            model="tiny", revision="step8", rows=rows, after={"flips": flips_tables}, read=read
-        ),
+        Inputs(model="tiny", revision="step8", rows=rows, after={"flips": flips_tables}, read=read),
         e.settings(predictor=str(path)),
     )
     assert not bool(other.frames["predictor"]["in_training_set"].iloc[0])

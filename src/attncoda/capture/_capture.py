@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, check_choice
 from attncoda.capture._forward import (
     check_batch,
     first_position,
@@ -35,7 +35,7 @@ from attncoda.capture._result import Capture, assemble, capture_frame, concatena
 from attncoda.capture.given import read_outputs
 from attncoda.capture.kernels import resolve_kernel
 from attncoda.capture.live import kind_of, live_model, run_live
-from attncoda.capture.names import KERNELS, METHODS, MODES
+from attncoda.capture.names import KERNELS, METHODS, MODES, ZEROS
 from attncoda.capture.routing import routable, routed, unroutable_message
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
 from attncoda.capture.stats import Recorder, record_plan
@@ -159,10 +159,8 @@ def capture(
             f"unknown mode {mode!r}: use 'auto' (route when possible), 'attention' (routed, "
             f"exact) or 'outputs' (eager output_attentions)"
         )
-    if zeros not in ("raise", "floor"):
-        raise AttncodaError(f"unknown zero policy {zeros!r}: use 'raise' or 'floor'")
-    if method not in METHODS:
-        raise AttncodaError(f"unknown method {method!r}: use 'exact' (the reference) or 'fast'")
+    check_choice("zero policy", zeros, ZEROS)
+    check_choice("method", method, METHODS)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
     if kernel not in KERNELS:

@@ -8,9 +8,11 @@ METHODS = ("exact", "fast")
 #: The kernels of the fast path: triton on CUDA when it imports (else sdpa), the one-pass
 #: Triton kernel, PyTorch's fused attention called twice.
 KERNELS = ("auto", "triton", "sdpa")
+#: What a zero probability in a row does (``zeros=``): refuse it, or floor it.
+ZEROS = ("raise", "floor")
 
 #: File types of saved attention (``--attentions``,
 #: :func:`attncoda.capture.given.read_attentions`).
 ATTENTION_FILES = (".npz", ".pt", ".safetensors")
 
-__all__ = ["ATTENTION_FILES", "KERNELS", "METHODS", "MODES"]
+__all__ = ["ATTENTION_FILES", "KERNELS", "METHODS", "MODES", "ZEROS"]

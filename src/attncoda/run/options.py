@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, check_choice
 
 __all__ = [
     "DEVICES",
@@ -31,8 +31,7 @@ def resolve_device(device: str) -> str:
     ``"auto"`` is CUDA when torch sees a GPU, else the CPU; ``"cuda"`` without a GPU is
     refused rather than silently run elsewhere.
     """
-    if device not in DEVICES:
-        raise AttncodaError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
+    check_choice("device", device, DEVICES)
     if device == "cpu":
         return "cpu"
     import torch
@@ -42,13 +41,6 @@ def resolve_device(device: str) -> str:
     if device == "cuda":
         raise AttncodaError("device 'cuda' asked for, but torch sees no GPU: use cpu or auto")
     return "cpu"
-
-
-def check_choice(option: str, value: Any, allowed: tuple[str, ...]) -> None:
-    """Refuse ``value`` of ``option`` unless it is one of ``allowed``: the one wording of an
-    unknown device, dtype, method or kernel."""
-    if value not in allowed:
-        raise AttncodaError(f"unknown {option} {value!r}: use one of {', '.join(allowed)}")
 
 
 def check_dtype(dtype: str | None) -> str | None:

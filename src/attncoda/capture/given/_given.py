@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, check_choice
 from attncoda.capture._forward import check_batch
 from attncoda.capture._result import Capture
 from attncoda.capture._result import assemble as assemble_capture
-from attncoda.capture.names import ATTENTION_FILES
+from attncoda.capture.names import ATTENTION_FILES, ZEROS
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
 from attncoda.capture.stats import Recorder, record_plan
 
@@ -310,15 +310,13 @@ def from_attentions(
         An unknown kind, method or zero policy; shapes that do not fit; rows that do not sum
         to 1; a zero under ``zeros="raise"``; a token sink without ``tokens``.
     """
-    if kind not in KINDS:
-        raise AttncodaError(f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
+    check_choice("kind", kind, KINDS)
     if method != "exact":
         raise AttncodaError(
             f"method {method!r} does not apply to given attention: the rows are already "
             f"materialised, so use method='exact'"
         )
-    if zeros not in ("raise", "floor"):
-        raise AttncodaError(f"unknown zero policy {zeros!r}: use 'raise' or 'floor'")
+    check_choice("zero policy", zeros, ZEROS)
     spec = parse_sink(sink)
     if spec.learned:
         raise AttncodaError(

@@ -6,7 +6,7 @@ None for the exact path).
 
 from __future__ import annotations
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, check_choice
 from attncoda.capture.names import KERNELS
 
 from ._check import first_use_check
@@ -30,10 +30,7 @@ def resolve_kernel(kernel: str, device: str) -> str:
     ``"triton"`` is refused where it cannot run (the CPU without ``TRITON_INTERPRET=1``, or no
     triton); ``"sdpa"`` runs everywhere.
     """
-    if kernel not in KERNELS:
-        raise AttncodaError(
-            f"unknown kernel {kernel!r}: use 'auto' (triton on cuda, else sdpa), 'triton' or 'sdpa'"
-        )
+    check_choice("kernel", kernel, KERNELS)
     if kernel == "sdpa":
         return kernel
     if kernel == "auto":

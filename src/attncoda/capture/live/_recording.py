@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncoda._errors import AttncodaError
+from attncoda._errors import AttncodaError, check_choice
 from attncoda.capture._result import Capture, assemble, concatenate
 from attncoda.capture.names import METHODS
 from attncoda.capture.routing import active_recorder, is_recorded, marked, routed
@@ -419,8 +419,7 @@ def recording(
         Bad arguments; a model in training mode or whose attention cannot be routed; a
         model already inside a recording.
     """
-    if method not in METHODS:
-        raise AttncodaError(f"unknown method {method!r}: use 'exact' (the reference) or 'fast'")
+    check_choice("method", method, METHODS)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
     spec = parse_sink(sink)
