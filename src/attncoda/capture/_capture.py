@@ -438,7 +438,7 @@ def capture_windows(
     ----------
     model : transformers.PreTrainedModel, TransformerBridge or nnsight LanguageModel
     windows : sequence of sequence of int
-        Token ids of each document, without padding.
+        Token ids of each document, without padding (lists or 1-d integer arrays).
     batch_size : int
         Documents per forward pass.
     pad_token_id : int, optional

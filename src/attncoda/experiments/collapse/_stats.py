@@ -114,12 +114,7 @@ def checkpoint_stats(
             f"token id {top}: make the windows with this series' tokenizer"
         )
     cap = capture_windows(
-        model,
-        [w.tolist() for w in windows],
-        batch_size=batch_size,
-        sink=sink,
-        tokenizer=tokenizer,
-        record_rows="none",
+        model, windows, batch_size=batch_size, sink=sink, tokenizer=tokenizer, record_rows="none"
     )
     return capture_stats(cap, point)
 

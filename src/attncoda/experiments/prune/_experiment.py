@@ -205,12 +205,7 @@ def _profile(model, tokenizer, windows, sink, batch_size, with_gradient):
     from attncoda.experiments.profile import head_summary
 
     cap = capture_windows(
-        model,
-        [w.tolist() for w in windows],
-        batch_size=batch_size,
-        sink=sink,
-        tokenizer=tokenizer,
-        record_rows="none",
+        model, windows, batch_size=batch_size, sink=sink, tokenizer=tokenizer, record_rows="none"
     )
     heads = head_summary(capture_frame(cap))
     if with_gradient:
