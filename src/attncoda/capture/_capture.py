@@ -424,7 +424,7 @@ def _routes_a_call(model, ids, mask, block_size: int) -> bool:
 
 def capture_windows(
     model,
-    windows: Sequence[Sequence[int]],
+    windows: Sequence[Sequence[int] | np.ndarray],
     *,
     batch_size: int = 8,
     pad_token_id: int | None = None,
