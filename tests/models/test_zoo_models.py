@@ -189,10 +189,8 @@ def test_mpnet_sink_is_split_between_s_and_slash_s(mpnet_reference):
     assert received.argmax() == 0  # <s> receives the most, still below the threshold
 
 
-@pytest.mark.parametrize("name", ["gemma3", "mpnet", "smollm2", "minilm"])
-def test_table_facts_match_the_loaded_model(name, embedded_model):
-    entry = EMBEDDED[name]
-    model, _, info = embedded_model(name)
+def _assert_sizes(model, info, entry) -> None:
+    """The loaded model's layers, heads, KV heads and parameter count are its table entry's."""
     n_params = sum(p.numel() for p in model.parameters())
     assert (info.n_layers, info.n_heads, info.n_kv_heads, n_params) == (
         entry.n_layers,
@@ -200,6 +198,13 @@ def test_table_facts_match_the_loaded_model(name, embedded_model):
         entry.n_kv_heads,
         entry.n_params,
     )
+
+
+@pytest.mark.parametrize("name", ["gemma3", "mpnet", "smollm2", "minilm"])
+def test_table_facts_match_the_loaded_model(name, embedded_model):
+    entry = EMBEDDED[name]
+    model, _, info = embedded_model(name)
+    _assert_sizes(model, info, entry)
     assert (info.family, info.causal) == (entry.family, entry.causal)
     # Capture routes a class that lets transformers set its attention implementation.
     routes = bool(type(model)._can_set_attn_implementation())
@@ -287,13 +292,7 @@ def _gguf_tensors(path: Path, names: set[str]) -> dict[str, np.ndarray]:
 def test_qwen_facts_and_weights(qwen):
     model, tokenizer, info = qwen
     entry = EMBEDDED[QWEN]
-    n_params = sum(p.numel() for p in model.parameters())
-    assert (info.n_layers, info.n_heads, info.n_kv_heads, n_params) == (
-        entry.n_layers,
-        entry.n_heads,
-        entry.n_kv_heads,
-        entry.n_params,
-    )
+    _assert_sizes(model, info, entry)
     assert (info.family, info.causal, info.prepends_bos) == ("Qwen2", True, False)
     assert entry.capture_mode == "attention" and type(model)._can_set_attn_implementation()
     attention = model.model.layers[0].self_attn
