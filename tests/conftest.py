@@ -36,7 +36,6 @@ if _WORKERS > 1:
 # collected last, the 2,000-step training series alone kept one worker busy for the suite's
 # final three minutes. Measured with ``pytest --durations`` (docs/design.md, "Tests").
 FIRST = (
-    "tests/run/test_training.py",  # the default Bigram-Backcopy series: 2,000 pinned steps
     "tests/models/test_zoo_models.py",  # Qwen2.5-Coder's and Gemma 3's first loads
     "tests/capture/test_fused.py",  # the Triton kernel interpreted on real weights
 )

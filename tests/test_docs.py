@@ -33,10 +33,8 @@ def _hook(name: str):
 
 
 def _source(page: Path) -> str:
-    """The page as the site shows it: README sections included (their blocks count too)."""
-    return _hook("readme").expand(
-        page.read_text(encoding="utf-8"), page.relative_to(DOCS).as_posix()
-    )
+    """The page as written (the results page's generated tables hold no code block)."""
+    return page.read_text(encoding="utf-8")
 
 
 def _blocks(page: Path) -> list[tuple[str, str]]:
@@ -183,26 +181,6 @@ def test_the_api_page_has_an_entry_for_every_public_name_that_mkdocstrings_resol
     assert hook.resolve("[x](#attncoda.Result)") == f"[x](#{hook.path('Result')})"
 
 
-def test_the_results_page_is_the_readme_section():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    page = _source(DOCS / "results.md")
-    table = next(
-        line for line in readme.splitlines() if line.startswith("| metric | SmolLM2-135M (Llama")
-    )
-    assert table in page
-    assert "## Five models, five families" in page  # the README's ### lifted under the title
-    assert (
-        "](figures/profile_smollm2.png)" in page
-        and (DOCS / "figures" / "profile_smollm2.png").is_file()
-    )
-    assert "## Layout" not in page  # the section ends where the README's next ## starts
-
-
-def test_a_readme_marker_of_no_section_is_refused():
-    with pytest.raises(ValueError, match="no section 'Nothing here'"):
-        _hook("readme").section("Nothing here")
-
-
 def test_formulas_become_mathml_and_code_stays_as_it_is():
     hook = _hook("mathml")
     out = hook.render("a \\(s_0\\) b\n\n$$\nH(p) = h(s)\n$$\n\n```python\nx = '\\\\(y\\\\)'\n```")
@@ -257,6 +235,11 @@ def test_notebook_outputs_are_compared_within_the_stated_tolerance():
     assert edited("<td>0.1888</td>", "<td>0.1889</td>") == []
     assert edited("<td>47770</td>", "<td>47774</td>") == []
     assert edited("<td>0.1888</td>", "<td>0.1891</td>")
+    # A value near zero that is a difference of float32 statistics: good to ATOL (1e-6),
+    # whatever its own size (the sink-gap bin edge read 4.434e-05 on one CPU, 4.443e-05 on
+    # another)
+    assert edited("<td>4.434e-05</td>", "<td>4.443e-05</td>") == []
+    assert edited("<td>4.434e-05</td>", "<td>4.634e-05</td>")
     assert edited("<td>47770</td>", "<td>47790</td>")
     assert edited("<b>flips: minilm</b>", "<b>flips: mini</b>")
     png = PNG_IMG.findall(nb.cells[3].outputs[0]["data"]["text/html"])[0]

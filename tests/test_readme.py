@@ -179,8 +179,8 @@ def test_every_other_block_runs_in_order_and_states_its_values(
         embedded_model(name)  # skips, with the pip line, only when a wheel is missing
     first = _block("ac.row_distance(a, b")
     rest = [b for b in _blocks() if b != first]
-    assert len(rest) == len(_blocks()) - 1 >= 3
-    monkeypatch.chdir(tmp_path)  # the profile block writes runs/smollm2 where it is run
+    assert len(rest) == len(_blocks()) - 1 >= 2
+    monkeypatch.chdir(tmp_path)  # a run folder of the API lands where it is run, if any
     namespace: dict[str, Any] = {}
     exec("import attncoda as ac\nimport numpy as np\n", namespace)
     claims = []
@@ -192,14 +192,10 @@ def test_every_other_block_runs_in_order_and_states_its_values(
             r = namespace["r"]
             assert set(r.tables) == {"flips", "flips_by_layer"}
             assert len(r.tables["flips"]) == 5 and r.path is None
-            assert (tmp_path / "runs" / "smollm2" / "tables" / "profile_heads.parquet").is_file()
-        if "ac.recording(model)" in block:
-            # "the 8 new tokens": generation ran to max_new_tokens, no early end.
-            assert namespace["out"].shape == (1, 6 + 8)
         if "output_attentions=True" in block:
             # The capture of the reader's attention has the batch's two documents.
             assert namespace["cap"].sink_mass.shape[:3] == (2, 6, 12)
     check_claims(claims)
-    # (doc, layer, head, query_pos) = (1, 30, 9, 6), and the recording's ([6], (1, 30, 9,
-    # 13)): 6 prompt positions and 7 of the 8 generated tokens (the last is never fed back).
-    assert [stated for _, stated, _ in claims] == ["(1, 30, 9, 6)", "([6], (1, 30, 9, 13))"]
+    # (doc, layer, head, query_pos) = (1, 30, 9, 6): SmolLM2's 30 layers of 9 heads over the
+    # 6 tokens of the sentence (its tokenizer prepends nothing)
+    assert [stated for _, stated, _ in claims] == ["(1, 30, 9, 6)"]

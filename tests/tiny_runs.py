@@ -8,8 +8,9 @@ TINY_SETTINGS = {
     # the run's own rows (off the fitted protocol: no verdict counted); reading the fitted
     # protocol's 16 windows of 128 tokens has its own test (tests/run/test_reproduce.py)
     "predictor": {"protocol": "run"},
-    # the runs the predictor never saw have their own test (tests/run/test_reproduce.py)
-    "train": {"size": "tiny", "steps": 16, "unseen": False},
+    # a series trained in the run (16 steps), not the shipped one, so that the train unit
+    # runs; the runs the predictor never saw have their own test (tests/run/test_reproduce.py)
+    "train": {"retrain": True, "size": "tiny", "steps": 16, "unseen": False},
     "collapse": {"docs": 4, "max_tokens": 32},
     "prune": {
         "ks": [1, 2],

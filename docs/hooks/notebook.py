@@ -31,6 +31,12 @@ _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?!
 #: of the last digit it shows (rounding at a boundary) plus this share of its value (float32
 #: rounding carried through sums and bootstrap counts: one triplet of 178,920 is 5.6e-6).
 RTOL = 1e-4
+#: And this much in absolute terms, for a value near zero that is the difference of two
+#: float32 statistics of order 1 (a bin edge of the sink-mass gap, 4.434e-05 on one CPU and
+#: 4.443e-05 on another): each statistic is a float32 mean whose rounding moves between CPUs
+#: by about 1e-7 (one or two units of float32 roundoff, 2**-24 = 6e-8, at values near 1), so
+#: their difference is good to about 2e-7 whatever its own size; 1e-6 is five times that.
+ATOL = 1e-6
 
 
 def execute(nb: Any, folder: str | os.PathLike[str]) -> Any:
@@ -131,7 +137,8 @@ def differences(committed: Any, fresh: Any) -> list[str]:
                 continue
             for p, q in zip(xn, yn, strict=True):
                 want, got = float(p), float(q)
-                if not math.isclose(got, want, rel_tol=RTOL, abs_tol=_unit(p) * (1 + 1e-9)):
+                tol = max(_unit(p) * (1 + 1e-9), ATOL)
+                if not math.isclose(got, want, rel_tol=RTOL, abs_tol=tol):
                     found.append(f"code cell {i + 1}, {kind}: {q} where {p} is committed")
     return found
 

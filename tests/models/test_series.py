@@ -10,8 +10,9 @@ from attncoda._errors import AttncodaError
 from attncoda.models.series import SeriesPoint, parse_series, pythia_revisions
 
 FORMS = (
-    "write 'owner/name@step0,step512,...' (hub revisions named stepN, at least two) or give a "
-    "local folder of step<N> checkpoint folders"
+    "write 'owner/name@step0,step512,...' (hub revisions named stepN, at least two), name a "
+    "shipped series ('bigram-backcopy', or 'bigram-backcopy@step0,step2000') or give a local "
+    "folder of step<N> checkpoint folders"
 )
 
 
@@ -103,7 +104,7 @@ def test_a_single_model_is_not_a_series(spec):
 
 def test_bad_repository_before_the_at_sign():
     spec = "not a repo@step1,step2"
-    message = f"series spec {spec!r}: 'not a repo' before '@' is not a hub id 'owner/name'; {FORMS}"
+    message = f"series spec {spec!r}: 'not a repo' before '@' is not a hub id 'owner/name' nor a shipped series; {FORMS}"
     with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
         parse_series(spec)
 

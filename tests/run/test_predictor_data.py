@@ -13,7 +13,7 @@ from attncoda.experiments.predictor import Predictor, apply_predictor, shipped_p
 from attncoda.run.predictor_data import KEPT_OUT, TRAINING, main, regenerate
 
 METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
-README = Path(__file__).resolve().parents[2] / "README.md"
+PROVENANCE = Path(shipped_predictor()).with_name("PROVENANCE.md")
 
 
 def _fake_rows(root: Path) -> None:
@@ -68,19 +68,19 @@ def test_the_shipped_predictor_is_fitted_on_12_models_with_a_leave_one_out_inter
     # The shipped file holds the fit on every model of TRAINING: SmolLM2, MiniLM and ten
     # train-tiny checkpoints.
     assert predictor.training_models == TRAINING and n == 12
-    # Every sentence of the README that counts the predictor's training models counts these.
-    counts = re.findall(r"(?i)\b(?:re)?fitted on (\d+) models", README.read_text())
-    assert counts and set(counts) == {str(n)}
+    # The provenance counts these.
+    counts = re.findall(r"\*\*Training models \((\d+)\):\*\*", PROVENANCE.read_text())
+    assert counts == [str(n)]
     assert not set(predictor.training_models) & set(KEPT_OUT) and len(KEPT_OUT) >= 3
     assert len(predictor.loo_residuals) == n
     k = math.ceil((n + 1) * predictor.coverage)
     assert predictor.half_width == np.sort(np.abs(predictor.loo_residuals))[k - 1]
 
 
-def test_the_shipped_kept_out_verdicts_are_those_of_the_readme_and_none_is_held_out():
+def test_the_shipped_kept_out_verdicts_are_those_of_the_provenance_and_none_is_held_out():
     data = json.loads(Path(shipped_predictor()).with_name("flip_predictor_rows.json").read_text())
     outcomes = apply_predictor("shipped", data["kept_out"])
-    readme = README.read_text(encoding="utf-8")
+    provenance = PROVENANCE.read_text(encoding="utf-8")
     expected = {
         "bigram-backcopy-seed0@step1000": "interpolated",  # between step512 and step2000
         "bigram-backcopy-seed1@step512": "interpolated",  # between step128 and step2000
@@ -91,7 +91,9 @@ def test_the_shipped_kept_out_verdicts_are_those_of_the_readme_and_none_is_held_
     for stored, outcome in zip(data["kept_out"], outcomes, strict=True):
         assert outcome["verdict"] == stored["verdict"]
         assert outcome["relation"].relation == stored["relation"] and not outcome["counted"]
-        assert f"`{stored['model']}` ({stored['relation']}) {stored['verdict']}" in readme
+        assert f"`{stored['model']}`" in provenance
+    said = ", ".join(r["verdict"] for r in data["kept_out"])
+    assert f"The kept-out checkpoints' verdicts: {said}; none held" in " ".join(provenance.split())
     # the shipped predictor names its protocol: the one every stored row was read with
     predictor = Predictor.from_json(shipped_predictor())
     assert predictor.protocol is not None

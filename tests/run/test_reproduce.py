@@ -299,16 +299,49 @@ def test_the_process_cache_holds_one_model_at_a_time():
         provide.clear_cache()
 
 
-def test_the_default_series_is_bigram_backcopy_and_text_is_asked_for():
-    default = run_config([], experiments=["collapse"])
-    assert default["series"]["task"] == "bigram-backcopy"
-    assert default["series"]["points"][-1][1] == "step2000"  # the task's default steps
-    text = run_config([], experiments=["collapse"], settings={"train": {"task": "text"}})
+def test_the_default_series_is_the_shipped_one_and_a_retrain_is_asked_for():
+    from attncoda.models.shipped import UNSEEN
+
+    default = run_config([], experiments=["collapse", "predictor"])
+    assert default["train"] is None and default["series"]["spec"] == "bigram-backcopy"
+    assert default["series"]["points"][-1] == [2000, "step2000", "bigram-backcopy@step2000"]
+    assert [u[2] for u in default["series"]["unseen"]] == [
+        f"{name}@step{recipe['steps']}" for name, recipe in UNSEEN.items()
+    ]
+    assert not any(u.experiment == "train" for u in plan(default).units)  # nothing trains
+    retrain = {"train": {"retrain": True}}
+    again = run_config([], experiments=["collapse"], settings=retrain)
+    assert again["series"]["task"] == "bigram-backcopy"
+    assert again["series"]["points"][-1][1] == "step2000"  # the task's default steps
+    text = {"train": {"retrain": True, "task": "text"}}
+    text = run_config([], experiments=["collapse"], settings=text)
     assert text["series"]["task"] == "text"
     assert text["series"]["points"][-1][1] == "step1000"
     msg = "unknown train task 'copy': use one of text, bigram-backcopy"
     with pytest.raises(AttncodaError, match=msg):
-        run_config([], experiments=["collapse"], settings={"train": {"task": "copy"}})
+        run_config(
+            [], experiments=["collapse"], settings={"train": {"retrain": True, "task": "copy"}}
+        )
+
+
+def test_train_settings_without_a_retrain_are_refused():
+    msg = (
+        "train setting steps=16 shapes a series the run trains: add --retrain (retrain=True) "
+        "to train one, or leave it out to read the shipped checkpoints"
+    )
+    with pytest.raises(AttncodaError) as err:
+        run_config([], experiments=["collapse"], settings={"train": {"steps": 16}})
+    assert str(err.value) == msg
+    msg = (
+        "retrain trains the default series, but the series 'bigram-backcopy' is given: drop "
+        "--series to retrain, or drop --retrain to read the series given"
+    )
+    with pytest.raises(AttncodaError) as err:
+        run_config(
+            [], series="bigram-backcopy", experiments=["collapse"],
+            settings={"train": {"retrain": True}},
+        )
+    assert str(err.value) == msg
 
 
 def test_reproduce_and_sweep_run_their_units_through_one_executor(monkeypatch, tmp_path, models):
@@ -339,7 +372,7 @@ UNSEEN_SETTINGS = {**SETTINGS, "train": {**SETTINGS["train"], "unseen": True}}
 
 
 def test_the_predictor_is_applied_to_bigram_backcopy_runs_it_never_saw():
-    from attncoda.run.train import UNSEEN_SERIES
+    from attncoda.models.shipped import UNSEEN as UNSEEN_SERIES
 
     config = run_config([], experiments=["collapse", "predictor"], settings=UNSEEN_SETTINGS)
     unseen = config["series"]["unseen"]
@@ -368,7 +401,7 @@ def test_the_predictor_is_applied_to_bigram_backcopy_runs_it_never_saw():
 
 
 def test_a_run_trains_the_unseen_runs_and_reports_them_unseen(tmp_path):
-    from attncoda.run.train import UNSEEN_SERIES
+    from attncoda.models.shipped import UNSEEN as UNSEEN_SERIES
     from attncoda.training.identity import checkpoint_recipe
 
     out = tmp_path / "run"
@@ -388,6 +421,23 @@ def test_a_run_trains_the_unseen_runs_and_reports_them_unseen(tmp_path):
         assert not rows.loc[name, "in_training_set"]
         assert rows.loc[name, "matched_training_model"] == rows.loc[name, "matched_by"] == ""
     assert set(table["model"]) == {"train-tiny", *UNSEEN_SERIES}
+    # what retraining changed, beside the shipped checkpoints' figures (the reference run's)
+    from attncoda.models.shipped import manifest
+
+    measured = manifest()["measured"]
+    retrain = pd.read_parquet(out / "tables" / "retrain.parquet").set_index("model")
+    assert list(retrain.index) == ["bigram-backcopy", *UNSEEN_SERIES]
+    collapse = pd.read_parquet(out / "tables" / "collapse.parquet").query(
+        "pair_kind == 'first_last' and level == 'model'"
+    )
+    first = retrain.loc["bigram-backcopy"]
+    assert first["quantity"] == "collapse sink share"
+    assert first["shipped"] == measured["collapse_sink_share"]
+    assert first["retrained"] == float(collapse["sink_share"].iloc[0])
+    for name in UNSEEN_SERIES:
+        assert retrain.loc[name, "shipped"] == measured["flip_rate"][name]
+        assert retrain.loc[name, "retrained"] == rows.loc[name, "measured"]
+    assert (retrain["change"] == retrain["retrained"] - retrain["shipped"]).all()
 
 
 def test_the_predictor_unit_reads_the_fitted_protocol_and_gives_no_verdict_off_it(models, tmp_path):

@@ -73,30 +73,48 @@ def test_collapse_on_a_task_series_reads_task_sequences_and_splits_exactly(tmp_p
 
 
 @pytest.fixture(scope="module")
-def default_series(tmp_path_factory: pytest.TempPathFactory):
-    """The default Bigram-Backcopy series (about 80-150 s on one thread of a shared CPU)."""
-    folder = tmp_path_factory.mktemp("default") / "series"
-    return folder, train_tiny(folder, TrainConfig(task="bigram-backcopy"), progress=False)
+def default_series() -> Path:
+    """The shipped default Bigram-Backcopy series (attncoda.models.shipped)."""
+    from attncoda.models.shipped import ASSETS, SERIES
+
+    return ASSETS / SERIES
 
 
-@pytest.mark.slow
+def _bos_attention(folder: Path, ids: np.ndarray, task: BigramBackcopy) -> tuple:
+    """Mean attention on key 0 per (layer, head) at trigger and at other queries >= 1, from
+    transformers' eager attention weights (an independent reading of the record)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        attentions = model(input_ids=torch.from_numpy(ids), output_attentions=True).attentions
+    bos = torch.stack(attentions).double()[:, :, :, :, 0]  # (layer, seq, head, query)
+    trigger = torch.from_numpy(task.trigger_queries(ids))  # (seq, query)
+    rest = ~trigger
+    rest[:, 0] = False  # query 0 sees key 0 alone
+
+    def mean(mask: torch.Tensor) -> np.ndarray:
+        return (bos * mask[None, :, None, :]).sum((1, 3)).numpy() / float(mask.sum())
+
+    return mean(trigger), mean(rest)
+
+
 def test_a_sink_grows_on_the_default_series(default_series):
-    _, result = default_series
-    first = np.array(result.bos_attention_non_trigger[0])  # (layer, head)
-    last = np.array(result.bos_attention_non_trigger[-1])
-    assert first.max() < 0.5  # no head has a sink at initialisation
-    assert last.max() > 0.5  # at least one has one at the end
+    task = BigramBackcopy()
+    ids = task.evaluation_sequences(16)
+    first_t, first_n = _bos_attention(default_series / "step0", ids, task)
+    last_t, last_n = _bos_attention(default_series / "step2000", ids, task)
+    assert first_n.max() < 0.5  # no head has a sink at initialisation
+    assert last_n.max() > 0.5  # at least one has one at the end
     # and an active-dormant head: a sink at non-trigger queries, none at triggers
-    trigger_last = np.array(result.bos_attention_trigger[-1])
-    assert ((last > 0.5) & (trigger_last < 0.1)).any()
+    assert ((last_n > 0.5) & (last_t < 0.1)).any()
 
 
 @pytest.mark.slow
 def test_collapse_on_the_default_series_splits_exactly_and_the_sink_dominates(
     default_series, tmp_path
 ):
-    folder, _ = default_series
-    table, _ = run_collapse(str(folder), tmp_path / "collapse", docs=16, max_tokens=64)
+    table, _ = run_collapse(str(default_series), tmp_path / "collapse", docs=16, max_tokens=64)
     _assert_exact_split(table)
     model = table.query("pair_kind == 'first_last' and level == 'model'").iloc[0]
     # Measured 79% (README); a sink that grows must carry most of the drop.
@@ -107,24 +125,24 @@ def test_collapse_on_the_default_series_splits_exactly_and_the_sink_dominates(
 def test_predictor_apply_shipped_knows_the_default_series_as_a_training_model(
     default_series, tmp_path, capsys
 ):
-    """``train-tiny --task bigram-backcopy --seed 0`` at step 2000 is the shipped predictor's
-    training model ``bigram-backcopy-seed0@step2000``: it is reported as that training model,
-    not as a test (by its weights where the shipped file holds the weights hash of the
-    checkpoint it was fitted on, else by its recipe: task, full config, seed, step). Step
-    1000 of the same run is interpolated (between step512 and step2000), never held out."""
+    """The shipped series' step 2000 (``train-tiny --task bigram-backcopy --seed 0``) is the
+    shipped predictor's training model ``bigram-backcopy-seed0@step2000``: it is reported as
+    that training model, by its weights, not as a test (and by its recipe where the weights
+    differ: task, full config, seed, step). Step 1000 of the same run is interpolated
+    (between step512 and step2000), never held out."""
     from attncoda.cli import main
     from attncoda.experiments.predictor import Predictor, shipped_predictor
     from attncoda.training.identity import checkpoint_recipe
 
-    folder, _ = default_series
+    folder = default_series
     out = tmp_path / "apply"
-    args = ["predictor", "apply", "shipped", str(folder / "step2000"), "--docs", "2"]
+    args = ["predictor", "apply", "shipped", "bigram-backcopy@step2000", "--docs", "2"]
     assert main([*args, "--out", str(out)]) == 0
     (row,) = pd.read_parquet(out / "tables" / "predictor.parquet").to_dict("records")
     assert row["in_training_set"] and row["relation"] == "training" and not row["counted"]
     assert row["matched_training_model"] == "bigram-backcopy-seed0@step2000"
-    assert row["matched_by"] in ("weights", "recipe")
-    said = f"training model bigram-backcopy-seed0@step2000 (matched by {row['matched_by']})"
+    assert row["matched_by"] == "weights"
+    said = "training model bigram-backcopy-seed0@step2000 (matched by weights)"
     assert said in capsys.readouterr().out
     predictor = Predictor.from_json(shipped_predictor())
     by_recipe = {"weights_sha256": None, "recipe": checkpoint_recipe(folder / "step2000")}
@@ -145,18 +163,17 @@ def test_predictor_apply_shipped_knows_the_default_series_as_a_training_model(
 
 
 @pytest.mark.slow
-def test_the_default_series_retrained_anywhere_is_matched_by_weights(default_series):
-    """Training is bit-identical on every x86-64 CPU (tests/training/test_bit_identity.py):
-    the step 2000 of ``train-tiny --task bigram-backcopy --seed 0`` retrained here has the
-    weights hash the shipped predictor recorded of its training checkpoint."""
+def test_the_predictor_knows_every_shipped_training_checkpoint_by_weights(default_series):
+    """Each checkpoint of the shipped series that the predictor was fitted on is matched by
+    the weights hash its file records: the shipped bits are those it was fitted on."""
     from attncoda.experiments.predictor import Predictor, shipped_predictor
     from attncoda.models.load import load_model
     from attncoda.run.identity import identity_of
 
-    folder, _ = default_series
-    identity = identity_of(load_model(str(folder / "step2000")))
     predictor = Predictor.from_json(shipped_predictor())
-    assert predictor.training_match(["x"], identity) == (
-        "bigram-backcopy-seed0@step2000",
-        "weights",
-    )
+    fitted = [m for m in predictor.training_models if m.startswith("bigram-backcopy-seed0@")]
+    assert len(fitted) == 4
+    for name in fitted:
+        step = name.partition("@")[2]
+        identity = identity_of(load_model(f"bigram-backcopy@{step}"))
+        assert predictor.training_match(["x"], identity) == (name, "weights")

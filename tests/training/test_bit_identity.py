@@ -1,11 +1,13 @@
-"""Training gives the same bits on every x86-64 CPU (docs/design.md, "Training is
-bit-identical on every x86-64 CPU").
+"""Training gives the same bits on the machine at hand, whatever the caller's kernels and
+threads (docs/design.md, "Shipped checkpoints").
 
-The weights of a short seed-0 Bigram-Backcopy recipe, hashed at every checkpoint, equal
-constants committed here: a CPU, a library or a code change that gives other bits fails.
-The callers' kernels are varied in subprocesses (ATen's capability and MKL's branch are read
-once per process), each training at one and two threads: the pinned worker must give the
-same bits whatever its caller runs.
+Training is not bit-identical across CPU vendors (an Intel Xeon and an AMD EPYC part from
+step 1, measured), so no test compares trained weights with a hash committed from another
+machine. What holds on any x86-64 CPU: the pinned worker runs the same op sequence whatever
+its caller's process runs, so two trainings of one recipe on this machine, one in this
+process and one in a subprocess whose ATen capability, MKL branch and thread count differ,
+give the same bits. The data pipeline does no CPU-dispatched float arithmetic, so its bits
+are compared with committed constants.
 """
 
 from __future__ import annotations
@@ -29,13 +31,6 @@ from attncoda.training.train import TrainConfig, train_tiny  # noqa: E402
 #: The short recipe: the task's defaults (2 layers x 4 heads, hidden 64, 64-token sequences,
 #: batches of 32, lr 1e-2), seed 0, 4 steps: checkpoints 0, 1, 2 and 4.
 RECIPE = {"task": "bigram-backcopy", "seed": 0, "steps": 4}
-#: :func:`attncoda.training.identity.weights_sha256` of each checkpoint, loaded as saved.
-EXPECTED = {
-    0: "sha256:ca0aba52a1adedb64bed37a03857557aa008f847cb597bf290fcd8548bbfe939",
-    1: "sha256:d7fa9db3666ef410147b2793da58ee3de1fa4248a1323419f1ae2a1f3a8d865a",
-    2: "sha256:500bea403a089ff85ff4f361376a24fe7290ae47f78865c7ee55918a403040dc",
-    4: "sha256:a7810dcca4a427dffe8fc9e88fade36d599c61bfa22d1f7eedd5343dcc5cfeb4",
-}
 #: sha256 of the task's transition matrix and of the first training batch of seed 0: the
 #: data pipeline, apart from the model.
 DATA_SHA256 = (
@@ -95,16 +90,26 @@ def test_the_data_pipeline_gives_the_committed_bits() -> None:
     assert got == DATA_SHA256
 
 
-def test_seed0_weights_are_the_committed_bits(tmp_path: Path) -> None:
-    result = train_tiny(tmp_path / "s", TrainConfig(**RECIPE), progress=False)
-    assert _hashes(result.steps, result.checkpoints) == EXPECTED
+@pytest.fixture(scope="module")
+def here(tmp_path_factory) -> dict[int, str]:
+    """The recipe's checkpoint hashes, trained in this process (its default kernels)."""
+    result = train_tiny(tmp_path_factory.mktemp("s") / "s", TrainConfig(**RECIPE), progress=False)
+    return _hashes(result.steps, result.checkpoints)
+
+
+def test_training_changes_the_weights_at_every_checkpoint(here) -> None:
+    # the comparison below is between distinct states, not four copies of the initialisation
+    assert sorted(here) == [0, 1, 2, 4]
+    assert len(set(here.values())) == 4
 
 
 @pytest.mark.parametrize(
     ("capability", "cbwr"),
     [("default", "COMPATIBLE"), ("avx2", "AVX2"), ("avx512", "AUTO")],
 )
-def test_same_bits_whatever_the_callers_kernels_and_threads(capability: str, cbwr: str) -> None:
+def test_same_bits_whatever_the_callers_kernels_and_threads(
+    here, capability: str, cbwr: str
+) -> None:
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {
         **os.environ,
@@ -123,5 +128,6 @@ def test_same_bits_whatever_the_callers_kernels_and_threads(capability: str, cbw
     got = json.loads(done.stdout.strip().splitlines()[-1])
     if got["capability"] != capability.upper():
         pytest.skip(f"this CPU has no {capability} kernels (it runs {got['capability']})")
+    # the same machine, the same pinned op sequence: the same bits, at 1 and 2 threads
     for n in ("1", "2"):
-        assert {int(s): h for s, h in got["hashes"][n].items()} == EXPECTED, n
+        assert {int(s): h for s, h in got["hashes"][n].items()} == here, n

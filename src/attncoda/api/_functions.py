@@ -178,9 +178,10 @@ def prune(
     "collapse",
     """Entropy collapse over checkpoints, its change split exactly into sink and content.
 
-    ``source`` is a series spec (``owner/name@step0,step512``, or a folder of ``stepN``
-    checkpoints), or a list of captures, one per checkpoint in training order, with
-    ``steps`` their training steps and ``names`` the series name.""",
+    ``source`` is a series spec (the shipped ``"bigram-backcopy"``,
+    ``owner/name@step0,step512``, or a folder of ``stepN`` checkpoints), or a list of
+    captures, one per checkpoint in training order, with ``steps`` their training steps and
+    ``names`` the series name.""",
 )
 def collapse(
     source: Source,

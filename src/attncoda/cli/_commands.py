@@ -336,7 +336,19 @@ def _models(args: argparse.Namespace) -> int:
         print(f"{r['name']}: {r['title']}; licence: {r['licence']}")
         if not r["installed"]:
             print(f"  install with: {r['install']}")
+    _shipped()
     return 0
+
+
+def _shipped() -> None:
+    from attncoda.models.shipped import shipped_table
+
+    rows = shipped_table()
+    width = max(len(r["spec"]) for r in rows)
+    print("\nshipped checkpoints (train-tiny on Bigram-Backcopy; name@stepN names one):")
+    print(f"{'spec':<{width}}  {'role':<6}  {'checkpoints':<23}  recipe")
+    for r in rows:
+        print(f"{r['spec']:<{width}}  {r['role']:<6}  {r['checkpoints']:<23}  {r['recipe']}")
 
 
 def _run_options_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -345,6 +357,7 @@ def _run_options_of(args: argparse.Namespace) -> dict[str, Any]:
     for dest, group, key in (
         ("rows_docs", "rows", "docs"),
         ("n_boot", "flips", "n_boot"),
+        ("retrain", "train", "retrain"),
         ("train_steps", "train", "steps"),
         ("train_task", "train", "task"),
     ):

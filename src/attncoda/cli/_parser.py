@@ -124,9 +124,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--series",
-        help="checkpoint series of collapse: owner/name@step0,step512,... or a folder of "
-        "stepN checkpoints (default: a train-tiny series trained into OUT/series, on "
-        "--train-task)",
+        help="checkpoint series of collapse: bigram-backcopy (shipped), "
+        "owner/name@step0,step512,... or a folder of stepN checkpoints (default: the shipped "
+        "bigram-backcopy series; with --retrain, one trained into OUT/series)",
     )
     p.add_argument(
         "--experiments",
@@ -144,12 +144,21 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-boot", type=int, help="bootstrap resamples of the flip-rate CI")
     bind_setting(p, "rows_docs", Rows, "docs")
     bind_setting(p, "n_boot", experiment("flips").settings, "n_boot")
-    p.add_argument("--train-steps", type=int, help="steps of the default train-tiny series")
+    p.add_argument(
+        "--retrain",
+        action="store_true",
+        default=None,
+        help="train the series and the unseen runs on this machine instead of reading the "
+        "shipped checkpoints; the run's retrain table says what that changed",
+    )
+    p.add_argument(
+        "--train-steps", type=int, help="steps of the retrained series (with --retrain)"
+    )
     p.add_argument(
         "--train-task",
         choices=("bigram-backcopy", "text"),
-        help="task of the default train-tiny series: bigram-backcopy (a sink grows; the "
-        "default) or text (the corpus; no sink grows)",
+        help="task of the retrained series (with --retrain): bigram-backcopy (a sink grows; "
+        "the default) or text (the corpus; no sink grows)",
     )
     p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     p.add_argument("--sink", default="first", help="sink spec, as for profile")
@@ -209,7 +218,11 @@ def _experiment_parsers(sub: Any) -> None:
     app.set_defaults(command_name="predictor apply")
 
     co = sub.add_parser("collapse", help="entropy change over checkpoints, split exactly")
-    co.add_argument("series", help="owner/name@step0,step512,... or a folder of stepN checkpoints")
+    co.add_argument(
+        "series",
+        help="bigram-backcopy (the shipped series), owner/name@step0,step512,... or a folder "
+        "of stepN checkpoints",
+    )
     _settings(co, "collapse")
     _corpus_options(co)
     co.set_defaults(command_name="collapse")
@@ -288,7 +301,7 @@ def _train_parser(sub: Any) -> None:
         "--threads",
         type=int,
         default=1,
-        help="recorded only: training runs on one pinned thread, bit-identical on any x86-64 CPU",
+        help="recorded only: training runs on one pinned thread, bit-identical on one machine",
     )
     tt.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     tt.add_argument("--overwrite", action="store_true")
@@ -316,7 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(command_name="demo")
 
     mo = sub.add_parser(
-        "models", help="the embedded models: family, shape, installed and cached, sink, capture"
+        "models",
+        help="the embedded models (family, shape, installed and cached, sink, capture) and "
+        "the shipped checkpoint series",
     )
     mo.set_defaults(command_name="models")
 

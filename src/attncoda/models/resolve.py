@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attncoda._errors import AttncodaError, MissingWheelError
+from attncoda.models.shipped import SHIPPED, checkpoint_folder
 from attncoda.models.spec import is_hub_id, parse_spec
 from attncoda.models.wheels import chunk_paths, join
 from attncoda.models.zoo import EMBEDDED
@@ -24,8 +25,10 @@ __all__ = ["FORMS", "Target", "check_spec", "hub_offline", "resolve"]
 FORMS = (
     "Accepted forms: an embedded model name ("
     + ", ".join(sorted(EMBEDDED))
-    + "); a Hugging Face hub id 'owner/name' with an optional '@revision' "
-    "(e.g. 'EleutherAI/pythia-70m@step512'); a local folder containing config.json; "
+    + "); a shipped checkpoint series ("
+    + ", ".join(SHIPPED)
+    + ") with an optional '@stepN'; a Hugging Face hub id 'owner/name' with an optional "
+    "'@revision' (e.g. 'EleutherAI/pythia-70m@step512'); a local folder containing config.json; "
     "a path to a .gguf file."
 )
 
@@ -37,7 +40,7 @@ class Target:
     Attributes
     ----------
     source : str
-        ``"embedded"``, ``"gguf"``, ``"local"`` or ``"hub"``.
+        ``"embedded"``, ``"shipped"``, ``"gguf"``, ``"local"`` or ``"hub"``.
     location : str
         The absolute path of the file or folder, or the hub id.
     name_or_path : str
@@ -48,7 +51,7 @@ class Target:
         Whether the weights are a GGUF file (dequantised on load).
     """
 
-    source: str  # embedded | gguf | local | hub
+    source: str  # embedded | shipped | gguf | local | hub
     location: str  # absolute path, or hub id
     name_or_path: str
     revision: str | None = None
@@ -57,7 +60,8 @@ class Target:
 
 def resolve(spec: str) -> Target:
     """Where the weights of ``spec`` are, in the order :func:`attncoda.models.load.load_model`
-    documents: an embedded name, an existing ``.gguf`` file or folder with ``config.json``,
+    documents: an embedded name, a shipped checkpoint (``bigram-backcopy@step512``), an
+    existing ``.gguf`` file or folder with ``config.json``,
     then a hub id (parsed by :func:`attncoda.models.spec.parse_spec`).
 
     Raises
@@ -71,6 +75,10 @@ def resolve(spec: str) -> Target:
     if spec in EMBEDDED:
         return _resolve_embedded(spec)
     path = Path(spec).expanduser()
+    parsed = parse_spec(spec)
+    if parsed.name in SHIPPED and not path.exists():
+        folder = checkpoint_folder(parsed.name, parsed.revision)
+        return Target("shipped", str(folder), f"{parsed.name}@{folder.name}", revision=None)
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise AttncodaError(f"model spec {spec!r} is a file but not a .gguf file. {FORMS}")
@@ -81,7 +89,6 @@ def resolve(spec: str) -> Target:
             raise AttncodaError(f"model spec {spec!r} is a folder without config.json. {FORMS}")
         resolved = str(path.resolve())
         return Target("local", resolved, resolved)
-    parsed = parse_spec(spec)
     if is_hub_id(parsed.name):
         repo, revision = parsed.name, parsed.revision
         if revision is not None and not revision.strip():

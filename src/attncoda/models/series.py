@@ -1,10 +1,13 @@
-"""Checkpoint series: Pythia-style hub revisions, or a local folder of ``step{N}`` checkpoints.
+"""Checkpoint series: Pythia-style hub revisions, the shipped series, or a local folder of
+``step{N}`` checkpoints.
 
-A *series spec* names at least two checkpoints of one model, in one of two forms:
+A *series spec* names at least two checkpoints of one model, in one of three forms:
 
 - ``"owner/name@rev,rev,..."``: hub revisions of one repository, each ``stepN``, e.g.
   ``"EleutherAI/pythia-70m@step0,step512,step143000"``; every point's spec is
   ``"owner/name@stepN"``, which :func:`attncoda.models.load.load_model` reads;
+- a shipped series (:mod:`attncoda.models.shipped`): ``"bigram-backcopy"`` is all its
+  checkpoints, ``"bigram-backcopy@step0,step2000"`` some of them, named as hub revisions;
 - a local folder holding ``step{N}`` checkpoint folders (what
   :func:`attncoda.training.train.train_tiny` writes).
 
@@ -19,14 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attncoda._errors import AttncodaError
+from attncoda.models.shipped import SHIPPED, is_shipped
 from attncoda.models.spec import is_hub_id, parse_spec
 
 __all__ = ["SeriesPoint", "parse_series", "pythia_revisions"]
 
 _STEP = re.compile(r"step(\d+)")
 _FORMS = (
-    "write 'owner/name@step0,step512,...' (hub revisions named stepN, at least two) or give a "
-    "local folder of step<N> checkpoint folders"
+    "write 'owner/name@step0,step512,...' (hub revisions named stepN, at least two), name a "
+    "shipped series ('bigram-backcopy', or 'bigram-backcopy@step0,step2000') or give a local "
+    "folder of step<N> checkpoint folders"
 )
 
 
@@ -107,6 +112,11 @@ def parse_series(spec: str | os.PathLike[str]) -> list[SeriesPoint]:
     path = Path(text).expanduser()
     if path.is_dir():
         return _local(text, path)
+    if "@" not in text and is_shipped(text):
+        steps = SHIPPED[text].steps
+        if len(steps) < 2:
+            raise _single(text)
+        return [SeriesPoint(s, f"step{s}", f"{text}@step{s}") for s in steps]
     if "@" not in text:
         from attncoda.models.load import embedded_models
 
@@ -117,7 +127,8 @@ def parse_series(spec: str | os.PathLike[str]) -> list[SeriesPoint]:
     if parsed.revision is None:
         repo = text.partition("@")[0]
         raise AttncodaError(
-            f"series spec {text!r}: {repo!r} before '@' is not a hub id 'owner/name'; {_FORMS}"
+            f"series spec {text!r}: {repo!r} before '@' is not a hub id 'owner/name' nor a "
+            f"shipped series; {_FORMS}"
         )
     repo, revisions = parsed.name, parsed.revision
     points: dict[int, SeriesPoint] = {}

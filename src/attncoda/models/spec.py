@@ -4,11 +4,13 @@ A model spec is one of:
 
 - an embedded model name (``smollm2``; ``attncoda models`` lists them);
 - a local folder with ``config.json``, or a ``.gguf`` file;
-- a hub id ``owner/name``, optionally at a revision: ``owner/name@step512``.
+- a hub id ``owner/name``, optionally at a revision: ``owner/name@step512``;
+- a shipped checkpoint series (:mod:`attncoda.models.shipped`), optionally at a checkpoint:
+  ``bigram-backcopy@step512``.
 
-Only a hub id takes a revision, and the revision is everything after the *first* ``@``
-(so ``a/b@x@y`` is ``a/b`` at revision ``x@y``, which the hub then refuses by name). A path
-that exists is never split, even when its name holds an ``@``.
+Only a hub id or a shipped series takes a revision, and the revision is everything after the
+*first* ``@`` (so ``a/b@x@y`` is ``a/b`` at revision ``x@y``, which the hub then refuses by
+name). A path that exists is never split, even when its name holds an ``@``.
 """
 
 from __future__ import annotations
@@ -69,11 +71,15 @@ def parse_spec(spec: str) -> ModelSpec:
     ModelSpec(name='smollm2', revision=None)
     >>> parse_spec("a/b@x@y").revision
     'x@y'
+    >>> parse_spec("bigram-backcopy@step512")
+    ModelSpec(name='bigram-backcopy', revision='step512')
     """
+    from attncoda.models.shipped import is_shipped
+
     if "@" not in spec or Path(spec).expanduser().exists():
         return ModelSpec(spec)
     name, _, revision = spec.partition("@")
-    if not is_hub_id(name):
+    if not (is_hub_id(name) or is_shipped(name)):
         return ModelSpec(spec)
     return ModelSpec(name, revision)
 

@@ -9,12 +9,13 @@ A run config is a JSON-able dict. Its keys:
 - ``settings``: ``{experiment: settings_dict(Settings)}`` for every experiment of the run;
 - ``rows``: the windows whose full rows every experiment that needs ``"rows"`` shares
   (:class:`Rows`), or ``None``;
-- ``train``: the train-tiny series a run trains for collapse (:class:`TrainSeries`), or
-  ``None`` when a series is given or collapse is not run;
+- ``train``: the train-tiny series a run trains for collapse (:class:`TrainSeries`, with
+  ``retrain``), or ``None`` when it reads a series: the shipped ``bigram-backcopy`` by
+  default (:mod:`attncoda.models.shipped`), or the one given;
 - ``series``: the checkpoint series of collapse (its points ``[step, label, spec]``; a spec
-  ``run:<path>`` is relative to the run folder), or ``None``; a trained Bigram-Backcopy
-  series also lists, under ``unseen``, the runs the predictor never saw that the train unit
-  trains beside it (:func:`attncoda.run.train.unseen_points`);
+  ``run:<path>`` is relative to the run folder), or ``None``; the shipped or a retrained
+  Bigram-Backcopy series also lists, under ``unseen``, the runs the predictor never saw, to
+  whose last checkpoints the run applies it (:func:`attncoda.run.train.unseen_points`);
 - ``attentions``: given attention files read instead of models, or ``None``;
 - ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast
   path's, resolved: ``triton`` or ``sdpa``) for ``method="fast"`` only;
@@ -74,9 +75,18 @@ class Rows:
 
 @dataclass(frozen=True)
 class TrainSeries:
-    """The train-tiny series a run trains for collapse when no series is given. ``None``: the
-    task's own default (``attncoda.training.train.TASK_DEFAULTS``)."""
+    """The collapse series of a run when none is given: the shipped Bigram-Backcopy
+    checkpoints (:mod:`attncoda.models.shipped`), or, with ``retrain``, a ``train-tiny``
+    series trained on this machine. The other fields apply to a retrained series; ``None``:
+    the task's own default (``attncoda.training.train.TASK_DEFAULTS``)."""
 
+    retrain: bool = field(
+        default=False,
+        metadata={
+            "help": "train the series and the unseen runs on this machine instead of reading "
+            "the shipped checkpoints, and report what that changed (minutes of one core)"
+        },
+    )
     task: str = field(
         default="bigram-backcopy",
         metadata={"help": "bigram-backcopy (a sink grows) or text (the corpus; none grows)"},
@@ -89,8 +99,8 @@ class TrainSeries:
     unseen: bool = field(
         default=True,
         metadata={
-            "help": "also train the Bigram-Backcopy runs the shipped predictor never saw and "
-            "apply it to them (attncoda.run.train.UNSEEN_SERIES)"
+            "help": "apply the predictor to the Bigram-Backcopy runs it never saw "
+            "(attncoda.models.shipped.UNSEEN)"
         },
     )
 
@@ -178,7 +188,8 @@ def run_config(
     models : sequence of str
         Model specs (``smollm2``, ``owner/name@rev``, a folder); empty with ``attentions``.
     series : str, optional
-        The checkpoint series of collapse; default: a train-tiny series the run trains.
+        The checkpoint series of collapse; default: the shipped ``bigram-backcopy`` series,
+        or, with the ``train`` setting ``retrain``, a train-tiny series the run trains.
     experiments : sequence of str
         Those asked for; the experiments they run after join them.
     scale : str
@@ -245,8 +256,15 @@ def run_config(
                 f"{loads[0]} runs a model: give a model spec, not attention files "
                 "(attention files serve experiments that read rows or statistics)"
             )
-    trains = "collapse" in planned and series is None
-    train = settings_dict(settings_from(TrainSeries, overrides.get("train"))) if trains else None
+    wanted = settings_from(TrainSeries, overrides.get("train"))
+    _check_retrain(wanted, series)
+    trains = "collapse" in planned and series is None and wanted.retrain
+    train = settings_dict(wanted) if trains else None
+    if "collapse" in planned and series is None and not trains:
+        from attncoda.models.shipped import SERIES
+
+        series = SERIES
+    unseen = "predictor" in planned and wanted.unseen and (trains or _shipped_default(series))
     return {
         "models": models,
         "experiments": planned,
@@ -259,11 +277,7 @@ def run_config(
             settings_dict(settings_from(Rows, overrides.get("rows"))) if "rows" in needs else None
         ),
         "train": train,
-        "series": (
-            _series_config(series, train, unseen="predictor" in planned and bool(train))
-            if "collapse" in planned
-            else None
-        ),
+        "series": _series_config(series, train, unseen=unseen) if "collapse" in planned else None,
         "attentions": (
             {"files": files, "tokens": tokens and str(Path(tokens).resolve()), "kind": kind}
             if files
@@ -303,6 +317,33 @@ def _kernel(kernel: str, method: str, device: str, dtype: str | None = None) -> 
     return resolve_kernel(kernel, where)
 
 
+def _check_retrain(wanted: TrainSeries, series: str | None) -> None:
+    """Refuse train settings that would be ignored: they shape a series the run trains."""
+    if wanted.retrain and series is not None:
+        raise AttncodaError(
+            f"retrain trains the default series, but the series {series!r} is given: drop "
+            "--series to retrain, or drop --retrain to read the series given"
+        )
+    if wanted.retrain:
+        return
+    defaults = TrainSeries()
+    for f in dataclasses.fields(TrainSeries):
+        if f.name not in ("retrain", "unseen") and getattr(wanted, f.name) != getattr(
+            defaults, f.name
+        ):
+            raise AttncodaError(
+                f"train setting {f.name}={getattr(wanted, f.name)!r} shapes a series the run "
+                "trains: add --retrain (retrain=True) to train one, or leave it out to read "
+                "the shipped checkpoints"
+            )
+
+
+def _shipped_default(series: str | None) -> bool:
+    from attncoda.models.shipped import SERIES
+
+    return series == SERIES
+
+
 def _series_config(
     series: str | None, train: Mapping[str, Any] | None, *, unseen: bool = False
 ) -> dict[str, Any]:
@@ -335,8 +376,13 @@ def _series_config(
     points = parse_series(series)
     first = parse_spec(points[0].spec)
     name = first.name if first.revision is not None else Path(series).name
-    return {
+    found = {
         "name": name,
         "spec": series,
         "points": [[p.step, p.label, p.spec] for p in points],
     }
+    if _shipped_default(series):
+        from attncoda.run.train import unseen_points
+
+        found["unseen"] = unseen_points(None) if unseen else []
+    return found

@@ -165,6 +165,15 @@ def finalise(store: RunStore, run: Plan, failed: Mapping[str, str] | None = None
             continue
         settings = settings_of(store.config, name)
         _write_combined(store, exp.combine([read_unit(store, u) for u in parts], settings))
+    if (store.config.get("train") or {}).get("retrain"):
+        from attncoda.run.train import retrain_table
+        from attncoda.store.files import read_table
+
+        paths = {
+            name: store.root / "tables" / f"{name}.parquet" for name in ("collapse", "predictor")
+        }
+        found = {name: read_table(p) if p.is_file() else None for name, p in paths.items()}
+        store.write_table("retrain", retrain_table(found))
     records = []
     infos: dict[str, Any] = {}
     for unit in units:

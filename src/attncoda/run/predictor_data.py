@@ -14,7 +14,8 @@ A model is named ``series@stepN`` for a checkpoint of a series below, or by its 
 it; but each is a checkpoint of a run that gave training models (between two of them, or
 step 0 before the first), so none is held out (:meth:`attncoda.experiments.predictor.
 Predictor.relation`): their verdicts are interpolation, listed apart, never counted as
-tests. The held-out models are those a run never fitted on (the demo trains three).
+tests. The held-out models are those no run of the fit shares a lineage with (the demo
+applies it to three shipped ones, :data:`attncoda.models.shipped.UNSEEN`).
 
 The predictor file records each training model's identity (``training_identity``: the
 weights hash and, for a checkpoint, the ``train-tiny`` recipe;

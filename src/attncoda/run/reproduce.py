@@ -143,9 +143,11 @@ def reproduce(
         files, is refused before anything is written.
     series : str, optional
         The checkpoint series of ``collapse`` (``owner/name@step0,step512`` or a folder of
-        ``stepN`` checkpoints); default: a ``train-tiny`` series trained into
-        ``out/series/train-tiny`` on the task of the ``train`` settings
-        (``"bigram-backcopy"``, where a sink grows; ``"text"`` for the corpus).
+        ``stepN`` checkpoints); default: the shipped ``bigram-backcopy`` series
+        (:mod:`attncoda.models.shipped`), or, with the ``train`` setting ``retrain``, a
+        ``train-tiny`` series trained into ``out/series/train-tiny`` on the task of the
+        ``train`` settings (``"bigram-backcopy"``, where a sink grows; ``"text"`` for the
+        corpus).
     experiments : sequence of str
         A subset of :data:`attncoda.experiments.contract.EXPERIMENTS` (those they run after
         join them).

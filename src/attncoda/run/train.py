@@ -1,15 +1,17 @@
-"""The train unit of a run: the train-tiny series collapse reads, and its training curves.
+"""The train unit of a run that retrains its series, and what retraining changed.
 
-When no series is given, a run trains one into ``DIR/series/train-tiny`` (its settings:
-``config["train"]``, :class:`attncoda.run.config.TrainSeries`). The unit's tables are the
-curves of the series: ``train`` (loss and first-token attention per layer and checkpoint)
-and, on Bigram-Backcopy, ``train_heads`` (attention on the BOS at trigger and non-trigger
-queries, per head).
+A run reads the shipped Bigram-Backcopy checkpoints by default (:mod:`attncoda.models.shipped`).
+With the ``train`` setting ``retrain`` (``reproduce --retrain``) it trains its series into
+``DIR/series/train-tiny`` instead (its settings: ``config["train"]``,
+:class:`attncoda.run.config.TrainSeries`). The unit's tables are the curves of the series:
+``train`` (loss and first-token attention per layer and checkpoint) and, on Bigram-Backcopy,
+``train_heads`` (attention on the BOS at trigger and non-trigger queries, per head).
 
-When the run also applies the predictor, the train unit trains the Bigram-Backcopy runs of
-:data:`UNSEEN_SERIES` into ``DIR/series/unseen/<name>``: models the shipped predictor never
-saw (by name, weights or recipe), to whose last checkpoints the run applies it, so that its
-report tests the predictor on genuinely unseen models.
+When the run also applies the predictor, the train unit trains the unseen runs of
+:data:`attncoda.models.shipped.UNSEEN` into ``DIR/series/unseen/<name>``: models the shipped
+predictor never saw (by name, weights, recipe or seed), to whose last checkpoints the run
+applies it. :func:`retrain_table` then sets what the retrained series and runs gave beside
+what the shipped checkpoints give: training is not bit-identical across CPU vendors.
 """
 
 from __future__ import annotations
@@ -18,34 +20,38 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attncoda.models.shipped import UNSEEN
+
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SERIES_FOLDER", "UNSEEN_FOLDER", "UNSEEN_SERIES", "train_unit", "unseen_points"]
+__all__ = ["SERIES_FOLDER", "UNSEEN_FOLDER", "retrain_table", "train_unit", "unseen_points"]
 
 #: Where a run trains its default series, under the run folder.
 SERIES_FOLDER = Path("series") / "train-tiny"
-#: Where a run trains the runs of :data:`UNSEEN_SERIES`, under the run folder.
+#: Where a run trains the unseen runs, under the run folder.
 UNSEEN_FOLDER = Path("series") / "unseen"
-#: Bigram-Backcopy runs the shipped predictor never saw, chosen before any fit and never in
-#: one: another seed, another trigger count, another size (TrainConfig fields besides
-#: ``task``; the steps are at most the run's own series', so a short run stays short). None
-#: shares a recipe with a training model of the shipped predictor
-#: (``experiments/data/PROVENANCE.md``): its training runs are seeds 0 and 1 of the defaults.
-UNSEEN_SERIES: dict[str, dict[str, Any]] = {
-    "bigram-backcopy-seed2": {"seed": 2, "steps": 1000},
-    "bigram-backcopy-triggers5": {"seed": 0, "triggers": 5, "steps": 1000},
-    "bigram-backcopy-small": {"seed": 0, "size": "small", "steps": 500},
-}
 
 
-def unseen_points(steps: int) -> list[list[Any]]:
-    """The run config's entries of :data:`UNSEEN_SERIES` for a series of ``steps`` steps:
-    ``[name, last step, spec under the run folder, TrainConfig fields]`` each."""
+def unseen_points(steps: int | None) -> list[list[Any]]:
+    """The run config's entries of the unseen runs: ``[name, last step, spec, TrainConfig
+    fields]`` each.
+
+    Parameters
+    ----------
+    steps : int or None
+        None: the shipped checkpoints (spec ``name@stepN``). Otherwise the steps of a series
+        the run trains: each unseen run is trained under the run folder (spec ``run:...``)
+        for at most that many steps, so a short run stays short.
+    """
     points = []
-    for name, fields in UNSEEN_SERIES.items():
-        recipe = {"task": "bigram-backcopy", **fields, "steps": min(fields["steps"], steps)}
-        spec = f"run:{(UNSEEN_FOLDER / name).as_posix()}/step{recipe['steps']}"
+    for name, fields in UNSEEN.items():
+        if steps is None:
+            recipe = dict(fields)
+            spec = f"{name}@step{recipe['steps']}"
+        else:
+            recipe = {**fields, "steps": min(fields["steps"], steps)}
+            spec = f"run:{(UNSEEN_FOLDER / name).as_posix()}/step{recipe['steps']}"
         points.append([name, recipe["steps"], spec, recipe])
     return points
 
@@ -107,3 +113,54 @@ def train_unit(config: Mapping[str, Any], root: str | Path) -> dict[str, pd.Data
     if heads:  # Bigram-Backcopy: active (trigger) versus dormant (non-trigger) heads
         tables["train_heads"] = pd.DataFrame(heads)
     return tables
+
+
+def retrain_table(tables: Mapping[str, pd.DataFrame | None]) -> pd.DataFrame:
+    """What retraining on this machine changed, beside the shipped checkpoints' figures.
+
+    Parameters
+    ----------
+    tables : mapping
+        The run's ``collapse`` and ``predictor`` tables (either may be None).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per quantity: ``quantity`` (``"collapse sink share"`` of the series, first to
+        last checkpoint, model level; ``"flip rate"`` of each unseen run's last checkpoint,
+        the predictor's target), ``model``, ``shipped`` (what the shipped checkpoints gave in
+        the reference run: :func:`attncoda.models.shipped.manifest`'s ``measured``),
+        ``retrained`` (this run) and ``change`` (retrained minus shipped). Fractions, not
+        percent.
+    """
+    import pandas as pd
+
+    from attncoda.models.shipped import SERIES, manifest
+
+    measured = manifest().get("measured", {})
+    rows = []
+    collapse = tables.get("collapse")
+    if collapse is not None and not collapse.empty:
+        model = collapse.query("pair_kind == 'first_last' and level == 'model'")
+        if not model.empty:
+            rows.append(
+                (
+                    "collapse sink share",
+                    SERIES,
+                    measured.get("collapse_sink_share"),
+                    float(model["sink_share"].iloc[0]),
+                )
+            )
+    predictor = tables.get("predictor")
+    if predictor is not None and not predictor.empty:
+        shipped_rates = measured.get("flip_rate", {})
+        for name in UNSEEN:
+            found = predictor[predictor["model"] == name]
+            if not found.empty:
+                rows.append(
+                    ("flip rate", name, shipped_rates.get(name), float(found["measured"].iloc[0]))
+                )
+    frame = pd.DataFrame(rows, columns=["quantity", "model", "shipped", "retrained"])
+    frame["shipped"] = frame["shipped"].astype(float)
+    frame["change"] = frame["retrained"] - frame["shipped"]
+    return frame

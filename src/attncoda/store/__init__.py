@@ -7,11 +7,12 @@ from attncoda.store.files import (
     read_table,
     write_table,
 )
-from attncoda.store.manifest import package_versions, run_manifest, write_manifest
+from attncoda.store.manifest import cpu_model, package_versions, run_manifest, write_manifest
 
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
+    "cpu_model",
     "package_versions",
     "read_json",
     "read_table",

@@ -34,6 +34,27 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def cpu_model() -> str:
+    """The processor's model name as the kernel reports it (``/proc/cpuinfo``), with its
+    family and model numbers where given: float rounding of trained weights depends on it
+    (docs/design.md, "Shipped checkpoints"). ``platform.processor()`` where there is none."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "cpu family", "model") and key not in fields:
+                fields[key] = value.strip()
+            if not line.strip() and fields:
+                break
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
+
+
 def run_manifest(command: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A manifest dict: the command, its config, package versions, Python and the time.
 
@@ -45,6 +66,7 @@ def run_manifest(command: str, config: dict[str, Any], **extra: Any) -> dict[str
         "config": config,
         "packages": package_versions(),
         "python": platform.python_version(),
+        "cpu": cpu_model(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }

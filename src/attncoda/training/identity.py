@@ -9,10 +9,10 @@ facts identify a model:
   does not depend on the file format, the folder or the name;
 - :func:`checkpoint_recipe`: what a ``train-tiny`` checkpoint's ``attncoda_train.json``
   records of the run that made it: the task, the full resolved training configuration (seed
-  included) and the step. Training is pinned to the same bits on every x86-64 CPU and
-  thread count (:mod:`attncoda.training.pinned`), so a checkpoint retrained with the same
-  library versions has the same hash; the recipe still identifies a checkpoint retrained
-  with other versions, or one the pinning did not make (a series trained before it).
+  included) and the step. Training is pinned to the same bits on one machine at any thread
+  count (:mod:`attncoda.training.pinned`), but not across CPU vendors, so a checkpoint
+  retrained elsewhere can have another hash; the recipe still identifies it, as it does one
+  retrained with other library versions.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""Training pinned to the same bits on every x86-64 CPU: the environment and its worker process.
+"""Training pinned to the same bits on one machine: the environment and its worker process.
 
 PyTorch picks CPU kernels at run time, and each choice can change the rounding of a training
 run from step 0 (the weight initialisation) on. :func:`run_pinned` therefore trains in a
 worker process whose environment fixes every choice before torch is imported
-(:data:`PINNED_ENV`), whatever the caller's process or environment holds:
+(:data:`PINNED_ENV`), whatever the caller's process or environment holds, so that a machine
+repeats a run bit for bit at any thread count and whatever its caller runs (a killed run
+resumes to the same tables). It does not make two CPU vendors agree: an Intel Xeon and an
+AMD EPYC part from step 1 (measured), which is why attncoda ships its training checkpoints
+(docs/design.md, "Shipped checkpoints"). The choices fixed:
 
 - **ATen's capability dispatch** (``ATEN_CPU_CAPABILITY=default``): the ``default`` kernels
   are compiled once for baseline x86-64, so every CPU runs the same instructions in the same

@@ -1,0 +1,419 @@
+"""The recorded reference run: the one source of every result the README and the site state.
+
+``docs/results/reference/`` holds a small copy of one ``make demo`` run: its
+``manifest.json`` (the config, the packages, the CPU, the date and the wall time) and its
+``tables/``. From them:
+
+- :func:`headline` is the README's results table (between ``<!-- attncoda:headline -->``
+  and ``<!-- /attncoda:headline -->``); ``python docs/hooks/results.py`` writes it there;
+- :func:`page` is the site's results page: a line ``<!-- attncoda:results -->`` of a page
+  becomes every table of the run and its figures (mkdocs hook, ``on_page_markdown``);
+- :func:`value` gives one figure by key. A figure in prose is followed by
+  ``<!-- ref KEY -->``; ``tests/test_results.py`` checks every such figure, and the
+  README's table, against the run at the digits shown.
+
+Percentages are of fractions in the tables; nats are the tables' own.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import sys
+from collections.abc import Callable
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "docs" / "results" / "reference"
+README = ROOT / "README.md"
+MARKER = re.compile(r"^<!-- attncoda:results -->$", re.M)
+HEADLINE = re.compile(r"(<!-- attncoda:headline -->\n)(.*?)(<!-- /attncoda:headline -->)", re.S)
+#: How models are named in prose, in the demo's order.
+NAMES = {"smollm2": "SmolLM2", "gemma3": "Gemma 3", "minilm": "MiniLM"}
+SERIES = "bigram-backcopy"
+METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
+
+
+@lru_cache(maxsize=1)
+def manifest() -> dict[str, Any]:
+    """The reference run's manifest."""
+    return json.loads((REFERENCE / "manifest.json").read_text(encoding="utf-8"))
+
+
+@cache
+def table(name: str) -> Any:
+    """Table ``name`` of the reference run (a pandas DataFrame)."""
+    import pandas as pd
+
+    return pd.read_parquet(REFERENCE / "tables" / f"{name}.parquet")
+
+
+# --------------------------------------------------------------------------- the figures
+
+
+def pct(x: float, digits: int = 1) -> str:
+    """A fraction as a percentage: ``pct(0.7944) == "79.4%"``."""
+    return f"{100 * x:.{digits}f}%"
+
+
+def times(x: float) -> str:
+    """A perplexity ratio as the report writes it: ``×1.72``, ``×460``, ``×4.4·10⁷``."""
+    if x >= 1000:
+        exponent = len(str(int(x))) - 1
+        sup = str(exponent).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+        return f"×{x / 10**exponent:.1f}·10{sup}"
+    return f"×{x:.3g}" if x >= 100 else f"×{x:.2f}" if x < 10 else f"×{x:.1f}"
+
+
+def flip_rates(model: str) -> Any:
+    """The flips rows of ``model``, by metric."""
+    flips = table("flips")
+    return flips[flips["model"] == model].set_index("metric")
+
+
+def collapse_row(level: str = "model") -> Any:
+    """The first-to-last change of the shipped series at ``level`` (one row)."""
+    found = table("collapse")
+    rows = found.query(f"pair_kind == 'first_last' and level == '{level}'")
+    return rows.iloc[0]
+
+
+def rho(model: str, variant: str) -> float:
+    """Spearman rho of MDS axis 1 with head sink mass, of ``variant``."""
+    found = table("cluster_summary")
+    row = found[(found["model"] == model) & (found["variant"] == variant)]
+    return float(row["spearman_axis1_vs_sink_mass"].iloc[0])
+
+
+def rand(model: str, a: str = "keep", b: str = "drop") -> float:
+    """Adjusted Rand index of the k-means clusters of two variants."""
+    found = table("cluster_agreement")
+    row = found[(found["model"] == model) & (found["variant_a"] == a) & (found["variant_b"] == b)]
+    return float(row["adjusted_rand"].iloc[0])
+
+
+def predictor_rows() -> Any:
+    """The predictor table, one row per (model, revision)."""
+    return table("predictor")
+
+
+def counted() -> Any:
+    """The predictor's counted verdicts: held-out models read on protocol."""
+    rows = predictor_rows()
+    return rows[rows["counted"]]
+
+
+def prune_ratio(model: str, channel: str, order: str, k: int) -> float:
+    found = table("prune")
+    row = found[
+        (found["model"] == model)
+        & (found["channel"] == channel)
+        & (found["order"] == order)
+        & (found["k"] == k)
+        & (found["ablation"] == "zero")
+    ]
+    return float(row["ratio"].iloc[0])
+
+
+def _values() -> dict[str, Callable[[], float]]:
+    return {
+        "collapse.sink_share": lambda: float(collapse_row()["sink_share"]),
+        "collapse.delta_entropy": lambda: float(collapse_row()["delta_entropy"]),
+        "collapse.delta_sink": lambda: float(collapse_row()["delta_sink"]),
+        "collapse.delta_content": lambda: float(collapse_row()["delta_content"]),
+        "collapse.sink_mass_from": lambda: float(collapse_row()["mean_sink_mass_from"]),
+        "collapse.sink_mass_to": lambda: float(collapse_row()["mean_sink_mass_to"]),
+        "demo.minutes": lambda: float(manifest()["wall_seconds"]) / 60,
+    }
+
+
+def _one(model: str, column: str) -> float:
+    rows = predictor_rows()
+    rows = rows[rows["model"] == model]
+    return float(rows[column].iloc[-1])
+
+
+def value(key: str) -> float:
+    """The reference run's figure ``key`` (``collapse.sink_share``, ``demo.minutes``,
+    ``predictor.<model>.measured``, ...)."""
+    if key.startswith("predictor."):
+        _, model, column = key.split(".", 2)
+        return _one(model, column)
+    values = _values()
+    if key not in values:
+        raise KeyError(f"no reference figure {key!r}: use one of {', '.join(sorted(values))}")
+    return values[key]()
+
+
+# --------------------------------------------------------------------------- the README
+
+
+def machine() -> str:
+    """The reference run's CPU, date and wall time, in one phrase."""
+    found = manifest()
+    minutes, seconds = divmod(round(float(found["wall_seconds"])), 60)
+    return (
+        f"`make demo` on {found['created'][:10]}, {found['cpu']}, 2 cores: "
+        f"{minutes} min {seconds} s"
+    )
+
+
+def _flips_cell() -> str:
+    parts = []
+    for model, name in NAMES.items():
+        rates = flip_rates(model)["flip_rate"]
+        parts.append(f"{name} {pct(rates.min())}–{pct(rates.max())}")
+    return ", ".join(parts) + " (5 metrics)"
+
+
+def _cluster_cell() -> str:
+    parts = []
+    for model, name in NAMES.items():
+        keep, drop = rho(model, "keep"), rho(model, "drop")
+        parts.append(f"{name} {keep:+.2f} / {drop:+.2f}")
+    return "ρ(axis 1, sink mass), keep / drop: " + ", ".join(parts)
+
+
+def _predictor_cell() -> str:
+    rows = counted()
+    tally = {
+        v: int((rows["verdict"].str.startswith(v)).sum())
+        for v in ("confirmed", "abstained", "failed")
+    }
+    each = []
+    for _, r in rows.iterrows():
+        if r["abstained"]:
+            each.append(f"{r['model']} abstained")
+        else:
+            each.append(
+                f"{r['model']} {r['verdict'].split()[0]} "
+                f"({pct(r['predicted'])} [{pct(r['predicted_low'])}, {pct(r['predicted_high'])}], "
+                f"measured {pct(r['measured'])})"
+            )
+    return (
+        f"{len(rows)} held-out verdicts: {tally['confirmed']} confirmed, "
+        f"{tally['abstained']} abstained, {tally['failed']} failed: " + "; ".join(each)
+    )
+
+
+def _collapse_cell() -> str:
+    row = collapse_row()
+    return (
+        f"{pct(row['sink_share'])} (Shapley): ΔH = {row['delta_entropy']:.3f} = sink "
+        f"{row['delta_sink']:.3f} + content {row['delta_content']:.3f} nats; mean sink mass "
+        f"{row['mean_sink_mass_from']:.3f} → {row['mean_sink_mass_to']:.3f}"
+    )
+
+
+def _prune_cell() -> str:
+    k = int(table("prune")[table("prune")["model"] == "smollm2"]["k"].max())
+    worst = max(
+        (prune_ratio("smollm2", c, o, k), c, o)
+        for c in ("sink_mass", "full_entropy")
+        for o in ("highest", "lowest")
+    )
+    best = prune_ratio("smollm2", "sink_mass", "highest", k)
+    return (
+        f"SmolLM2, k = {k} of 270 heads: {times(worst[0])} ({worst[1]}, {worst[2]} first), "
+        f"{times(best)} (sink_mass, highest first)"
+    )
+
+
+def headline() -> str:
+    """The README's results table: each experiment, the paper's figure, the run's."""
+    rows = [
+        ("flips (keep vs drop)", "17–47% of verdicts flip", _flips_cell()),
+        ("cluster (Clark et al.)", "the leading axis is the sink", _cluster_cell()),
+        (
+            "collapse (Bigram-Backcopy, step0 → step2000)",
+            "30% / 95% / 79% of the drop is the sink (Pythia)",
+            _collapse_cell(),
+        ),
+        ("predictor (frozen)", "1 confirmed, 1 abstained, 1 failed", _predictor_cell()),
+        ("prune (zero ablation)", "the wrong channel inflates perplexity > 100×", _prune_cell()),
+    ]
+    lines = [
+        f"{machine()}.",
+        "",
+        "| experiment | paper | reference run |",
+        "| --- | --- | --- |",
+        *(f"| {a} | {b} | {c} |" for a, b, c in rows),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def readme_with_headline(text: str) -> str:
+    """``text`` (the README) with its headline block rewritten from the reference run."""
+    if not HEADLINE.search(text):
+        raise ValueError("README.md has no <!-- attncoda:headline --> block")
+    return HEADLINE.sub(lambda m: m.group(1) + headline() + m.group(3), text)
+
+
+# --------------------------------------------------------------------------- the site
+
+
+def _markdown_table(frame: Any, formats: dict[str, Callable[[Any], str]]) -> str:
+    head = "| " + " | ".join(frame.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    body = [
+        "| " + " | ".join(formats.get(c, str)(v) for c, v in row.items()) + " |"
+        for _, row in frame.iterrows()
+    ]
+    return "\n".join([head, rule, *body])
+
+
+def _png(fig: Any) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img alt="figure" src="data:image/png;base64,{data}"/>'
+
+
+def _figure(name: str, model: str | None = None) -> str:
+    sys.path.insert(0, str(ROOT / "src"))
+    from attncoda.report.figures import FIGURE_TABLES, figure
+
+    tables = {}
+    for t in FIGURE_TABLES[name]:
+        frame = table(t)
+        tables[t] = frame if model is None else frame[frame["model"] == model]
+    return _png(figure(name, tables))
+
+
+def page() -> str:
+    """The site's results page: the run, the headline, then each experiment's tables and
+    figures."""
+    found = manifest()
+    out = [
+        f"The reference run is {machine()} (`attncoda demo`, the demo scale; "
+        f"torch {found['packages'].get('torch')}, transformers "
+        f"{found['packages'].get('transformers')}). Its manifest and tables are committed "
+        "under `docs/results/reference/`; this page is drawn from them when the site is "
+        "built, and `tests/test_results.py` checks every figure the README and these pages "
+        "state against them.",
+        "",
+        "## Headline",
+        "",
+        headline(),
+        "## Flips",
+        "",
+        "Flip rate of keep vs drop verdicts per model and metric, with the bootstrap "
+        "interval over documents (percentile, 95%).",
+        "",
+    ]
+    flips = table("flips")[["model", "metric", "n_triplets", "flip_rate", "ci_low", "ci_high"]]
+    out += [_markdown_table(flips, {"flip_rate": pct, "ci_low": pct, "ci_high": pct}), ""]
+    out += [_figure("flips"), "", "## Cluster", ""]
+    summary = table("cluster_summary")[
+        ["model", "variant", "spearman_axis1_vs_sink_mass", "mean_sink_share_of_aitchison_sq"]
+    ]
+    out += [
+        _markdown_table(
+            summary,
+            {
+                "spearman_axis1_vs_sink_mass": lambda v: f"{v:+.2f}",
+                "mean_sink_share_of_aitchison_sq": pct,
+            },
+        ),
+        "",
+    ]
+    agreement = table("cluster_agreement")[["model", "variant_a", "variant_b", "adjusted_rand"]]
+    out += [_markdown_table(agreement, {"adjusted_rand": lambda v: f"{v:.2f}"}), ""]
+    out += [_figure("cluster", "smollm2"), "", "## Predictor", ""]
+    predictor = predictor_rows()[
+        [
+            "model",
+            "revision",
+            "relation",
+            "predicted",
+            "predicted_low",
+            "predicted_high",
+            "measured",
+            "verdict",
+            "counted",
+        ]
+    ]
+    out += [
+        _markdown_table(
+            predictor,
+            {
+                c: (lambda v: "" if v != v else pct(v))
+                for c in ("predicted", "predicted_low", "predicted_high", "measured")
+            },
+        ),
+        "",
+        _figure("predictor"),
+        "",
+        "## Collapse",
+        "",
+    ]
+    collapse = table("collapse").query("pair_kind == 'first_last' and level != 'head'")[
+        ["level", "layer", "delta_entropy", "delta_sink", "delta_content", "sink_share"]
+    ]
+    nats = lambda v: f"{v:.3f}"  # noqa: E731
+    out += [
+        _markdown_table(
+            collapse,
+            {
+                "delta_entropy": nats,
+                "delta_sink": nats,
+                "delta_content": nats,
+                "sink_share": pct,
+                "layer": lambda v: "" if v != v or v < 0 else str(int(v)),
+            },
+        ),
+        "",
+        _figure("collapse", SERIES),
+        "",
+        "## Prune",
+        "",
+    ]
+    prune = table("prune")
+    for model in prune["model"].unique():
+        wide = (
+            prune[(prune["model"] == model) & (prune["ablation"] == "zero")]
+            .pivot_table(index=["channel", "order"], columns="k", values="ratio")
+            .reset_index()
+        )
+        wide.columns = [str(c) if not isinstance(c, str) else c for c in wide.columns]
+        wide.columns = [c if c in ("channel", "order") else f"k = {c}" for c in wide.columns]
+        out += [
+            f"**{NAMES.get(model, model)}**",
+            "",
+            _markdown_table(wide, {c: times for c in wide.columns if c.startswith("k =")}),
+            "",
+            _figure("prune", model),
+            "",
+        ]
+    out += ["## Profile", ""]
+    heads = table("profile_heads")
+    rows = heads.groupby("model", sort=False).agg(
+        heads=("sink_mass", "size"),
+        mean_sink_mass=("sink_mass", "mean"),
+        heads_over_half=("sink_mass", lambda s: int((s > 0.5).sum())),
+    )
+    out += [
+        _markdown_table(rows.reset_index(), {"mean_sink_mass": lambda v: f"{v:.2f}"}),
+        "",
+    ]
+    for model in heads["model"].unique():
+        out += [_figure("profile", model), ""]
+    return "\n".join(out)
+
+
+def on_page_markdown(markdown: str, page: Any, **kwargs: object) -> str:
+    return MARKER.sub(lambda m: page_text(), markdown) if MARKER.search(markdown) else markdown
+
+
+@lru_cache(maxsize=1)
+def page_text() -> str:
+    return page()
+
+
+if __name__ == "__main__":
+    README.write_text(readme_with_headline(README.read_text(encoding="utf-8")), encoding="utf-8")
+    print("README.md: headline rewritten from docs/results/reference/")
