@@ -177,3 +177,8 @@ def test_the_predictor_knows_every_shipped_training_checkpoint_by_weights(defaul
         step = name.partition("@")[2]
         identity = identity_of(load_model(f"bigram-backcopy@{step}"))
         assert predictor.training_match(["x"], identity) == (name, "weights")
+    # the others are checkpoints of that training run, by the recipe each folder records:
+    # never held out (step0 before its first training checkpoint, step1000 between two)
+    for step, relation in (("step0", "same run"), ("step1000", "interpolated")):
+        found = predictor.relation(["x"], identity_of(load_model(f"bigram-backcopy@{step}")))
+        assert (found.relation, found.held_out) == (relation, False)

@@ -9,9 +9,17 @@ __all__ = ["identity_of"]
 
 def identity_of(loaded: tuple) -> dict[str, Any]:
     """:func:`attncoda.training.identity.model_identity` of a loaded ``(model, tokenizer,
-    info)``: its weights hash and, for a local ``train-tiny`` checkpoint, its recipe."""
+    info)``: its weights hash and, for a local or shipped ``train-tiny`` checkpoint, its
+    recipe."""
     from attncoda.training.identity import model_identity
 
     model, _, info = loaded
-    folder = info.name_or_path if getattr(info, "source", None) == "local" else None
+    source = getattr(info, "source", None)
+    folder = info.name_or_path if source == "local" else None
+    if source == "shipped":  # recorded as name@stepN, as a hub revision is
+        from attncoda.models.shipped import checkpoint_folder
+        from attncoda.models.spec import parse_spec
+
+        spec = parse_spec(info.name_or_path)
+        folder = str(checkpoint_folder(spec.name, spec.revision))
     return model_identity(model, folder)
