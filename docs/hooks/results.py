@@ -213,13 +213,17 @@ def _prune_cell() -> str:
     k = int(table("prune")[table("prune")["model"] == "smollm2"]["k"].max())
     worst = max(
         (prune_ratio("smollm2", c, o, k), c, o)
-        for c in ("sink_mass", "full_entropy")
-        for o in ("highest", "lowest")
+        for c in ("sink_mass", "sink_balance", "content_entropy", "full_entropy")
+        for o in ("high", "low")
     )
-    best = prune_ratio("smollm2", "sink_mass", "highest", k)
+    best = min(
+        (prune_ratio("smollm2", c, o, k), c, o)
+        for c in ("sink_mass", "sink_balance", "content_entropy", "full_entropy")
+        for o in ("high", "low")
+    )
     return (
-        f"SmolLM2, k = {k} of 270 heads: {times(worst[0])} ({worst[1]}, {worst[2]} first), "
-        f"{times(best)} (sink_mass, highest first)"
+        f"SmolLM2, k = {k} of 270 heads: worst {times(worst[0])} ({worst[1]}, {worst[2]}est "
+        f"first), best {times(best[0])} ({best[1]}, {best[2]}est first)"
     )
 
 
@@ -264,6 +268,12 @@ def _markdown_table(frame: Any, formats: dict[str, Callable[[Any], str]]) -> str
         for _, row in frame.iterrows()
     ]
     return "\n".join([head, rule, *body])
+
+
+def _missing(v: Any) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))
 
 
 def _png(fig: Any) -> str:
@@ -341,7 +351,7 @@ def page() -> str:
         _markdown_table(
             predictor,
             {
-                c: (lambda v: "" if v != v else pct(v))
+                c: (lambda v: "" if _missing(v) else pct(v))
                 for c in ("predicted", "predicted_low", "predicted_high", "measured")
             },
         ),
@@ -363,7 +373,7 @@ def page() -> str:
                 "delta_sink": nats,
                 "delta_content": nats,
                 "sink_share": pct,
-                "layer": lambda v: "" if v != v or v < 0 else str(int(v)),
+                "layer": lambda v: "" if _missing(v) or v < 0 else str(int(v)),
             },
         ),
         "",
