@@ -352,7 +352,9 @@ def test_train_tiny_into_a_user_folder_is_refused_and_left_unchanged(user, tmp_p
 UNKNOWN = (
     "unknown model spec {spec!r}: not an embedded model name, an existing path or a hub id. "
     "Accepted forms: an embedded model name (gemma3, minilm, mpnet, qwen2.5-coder-1.5b, "
-    "smollm2); a Hugging Face hub id 'owner/name' with an optional '@revision' "
+    "smollm2); a shipped checkpoint series (bigram-backcopy, bigram-backcopy-seed2, "
+    "bigram-backcopy-triggers5, bigram-backcopy-small) with an optional '@stepN'; "
+    "a Hugging Face hub id 'owner/name' with an optional '@revision' "
     "(e.g. 'EleutherAI/pythia-70m@step512'); a local folder containing config.json; "
     "a path to a .gguf file."
 )

@@ -23,7 +23,9 @@ from attncoda.models.load import ModelInfo, cache_dir, embedded_models, load_mod
 
 FORMS = (
     "Accepted forms: an embedded model name (gemma3, minilm, mpnet, qwen2.5-coder-1.5b, "
-    "smollm2); a Hugging Face hub id 'owner/name' with an optional '@revision' "
+    "smollm2); a shipped checkpoint series (bigram-backcopy, bigram-backcopy-seed2, "
+    "bigram-backcopy-triggers5, bigram-backcopy-small) with an optional '@stepN'; "
+    "a Hugging Face hub id 'owner/name' with an optional '@revision' "
     "(e.g. 'EleutherAI/pythia-70m@step512'); a local folder containing config.json; "
     "a path to a .gguf file."
 )
