@@ -456,9 +456,7 @@ def test_the_predictor_unit_reads_the_fitted_protocol_and_gives_no_verdict_off_i
     assert (row["read_windows"], row["read_window_tokens"]) == (16, 128)
     assert row["on_protocol"] and row["off_protocol"] == "" and row["verdict"] != OFF_PROTOCOL
     assert row["relation"] == "held out" and row["counted"]
-    reference = measured_row(
-        models[0], rows={"docs": protocol.windows, "max_tokens": protocol.window_tokens}
-    )
+    reference = measured_row(models[0], rows=protocol.rows_at())
     assert Predictor.from_json(shipped_predictor()).off_protocol(reference["protocol"]) == []
     for name, value in reference["features"].items():
         assert row[f"feature_{name}"] == pytest.approx(value, rel=1e-12, abs=1e-15)
