@@ -262,3 +262,23 @@ def test_an_nnsight_model_has_the_hash_and_sketch_of_its_module(series: Path) ->
     wrapped = nnsight.LanguageModel(hf, tokenizer=AutoTokenizer.from_pretrained(folder))
     assert weights_sha256(wrapped) == weights_sha256(_load(folder))
     assert weights_sketch(wrapped) == weights_sketch(_load(folder))
+
+
+@pytest.mark.parametrize(("quant", "near"), [("Q8_0", True), ("Q4_0", False)])
+def test_a_q8_0_copy_is_a_near_copy_and_a_q4_0_copy_is_not(series: Path, quant, near) -> None:
+    """GGUF's quantisations (gguf's own reference code), applied to every matrix as a GGUF
+    file holds them: 8 bits move the weights by less than NEAR_COPY, 4 bits by more."""
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import dequantize, quantize
+
+    kind = getattr(gguf.GGMLQuantizationType, quant)
+    full = _load(series / "step2")
+    copy = _load(series / "step2")
+    with torch.no_grad():
+        for _, param in copy.named_parameters():
+            values = param.detach().numpy()
+            if values.ndim == 2 and values.shape[-1] % 32 == 0:
+                back = dequantize(quantize(values, kind), kind).reshape(values.shape)
+                param.copy_(torch.from_numpy(back.copy()))
+    distance = sketch_distance(weights_sketch(copy), weights_sketch(full))
+    assert (distance <= NEAR_COPY) == near, distance
