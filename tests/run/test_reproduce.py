@@ -420,6 +420,8 @@ def test_a_run_trains_the_unseen_runs_and_reports_them_unseen(tmp_path):
         assert recipe["config"]["task_config"]["n_triggers"] == fields.get("triggers", 3)
         assert not rows.loc[name, "in_training_set"]
         assert rows.loc[name, "matched_training_model"] == rows.loc[name, "matched_by"] == ""
+        # what it read is recorded as read: its task's sequences, not the text corpus
+        assert rows.loc[name, "read_corpus"] == "bigram-backcopy"
     assert set(table["model"]) == {"train-tiny", *UNSEEN_SERIES}
     # what retraining changed, beside the shipped checkpoints' figures (the reference run's)
     from attncoda.models.shipped import manifest

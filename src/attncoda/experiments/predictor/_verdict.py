@@ -115,7 +115,7 @@ def interval_score(low: float, high: float, measured: float, alpha: float) -> fl
     if not 0 < alpha < 1:
         raise AttncodaError(f"alpha must lie strictly between 0 and 1; got {alpha!r}")
     if not low <= high:
-        raise AttncodaError(f"the interval [{low!r}, {high!r}] has low > high")
+        raise AttncodaError(f"the interval [{low!r}, {high!r}] has low > high: give low <= high")
     return (
         (high - low)
         + (2 / alpha) * (low - y) * (y < low)
