@@ -108,12 +108,18 @@ def test_cluster_and_safety_are_runs_of_their_experiment(tmp_path, capsys):
 
 def test_predictor_fit_and_apply(tmp_path, capsys, tiny_llama):
     path = tmp_path / "predictor.json"
-    # The leave-one-out interval needs at least 4 models: two task checkpoints join in.
+    # The CV+ interval needs at least 3 runs and, at alpha 0.2, 4 models: two checkpoints
+    # of one task run join in (one run, 64-token task sequences read).
     series = tmp_path / "task"
     assert main(["train-tiny", str(series), "--task", "bigram-backcopy", "--steps", "4"]) == 0
     models = ["minilm", tiny_llama, str(series / "step0"), str(series / "step4")]
-    assert main(["predictor", "fit", *models, "--docs", "2", "--out", str(path)]) == 0
-    assert json.loads(path.read_text())["training_models"]
+    fit = ["predictor", "fit", *models, "--docs", "2", "--alpha", "0.2", "--out", str(path)]
+    assert main(fit) == 0
+    fitted = json.loads(path.read_text())
+    assert fitted["training_models"] and fitted["interval"]["alpha"] == 0.2
+    assert fitted["interval"]["runs"] == ["minilm", tiny_llama, str(series), str(series)]
+    assert [r["window_tokens"] for r in fitted["protocol"]["readings"]] == [128, 64]
+    assert "CV+ over 3 runs" in capsys.readouterr().out
     out = tmp_path / "applied"
     assert main(["predictor", "apply", str(path), "minilm", "--docs", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -130,7 +136,7 @@ def test_predictor_fit_and_apply(tmp_path, capsys, tiny_llama):
         "protocol": "fitted",
     }
     # fitted on 2 windows of 128 tokens, applied to the same: on protocol
-    assert json.loads(path.read_text())["protocol"]["windows"] == 2 and row.on_protocol
+    assert fitted["protocol"]["readings"][0]["windows"] == 2 and row.on_protocol
 
 
 def test_errors_are_one_line(capsys, tmp_path, monkeypatch):
@@ -205,11 +211,12 @@ def test_shipped_predictor_loads_and_abstains_outside_its_range():
 
     predictor = Predictor.from_json(shipped_predictor())
     assert "smollm2" in predictor.training_models and "minilm" in predictor.training_models
-    inside = dict(zip(predictor.features, (lo for lo, _ in predictor.training_range), strict=True))
+    inside = dict(zip(predictor.features, predictor.support.mean, strict=True))
     assert not predictor.apply(inside).abstained
     outside = {**inside, "mean_sink_mass": 0.99}
     result = predictor.apply(outside)
     assert result.abstained and "mean_sink_mass" in result.reason
+    assert "outside the training set's joint support" in result.reason
 
 
 def test_profile_and_flips_read_saved_attention(tmp_path, capsys):

@@ -295,28 +295,38 @@ def test_safety_follows_the_metrics_flips_measured(captured):
 def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_path):
     _, rows = captured
     result = flips(rows, n_boot=10, tol=1e-6)
-    # The rows record how they were read (a predictor is frozen only with its protocol):
-    # here, as the runner below says it read them (``read``: 4 windows of 16 tokens).
-    read = {"windows": 4, "window_tokens": 16, "corpus": None, "shared": True}
+    # The rows record what they read (a predictor is frozen only with its protocol): here,
+    # as the runner below says they read it (``read``: 4 windows of 16 tokens of a corpus).
+    read = {
+        "windows": 4,
+        "window_tokens": 16,
+        "corpus": "embedded",
+        "corpus_sha256": "c" * 64,
+        "shared": True,
+    }
     protocol = protocol_of(
         windows=4,
         window_tokens=16,
         corpus=None,
+        corpus_sha256="c" * 64,
         sink="first",
         seed=0,
         metrics=result.table["metric"],
         tol=1e-6,
     )
     row = predictor_row(rows, result, protocol=protocol)
-    # three more models around this one, so that it lies inside the training range
+    # four more models around this one (scaled apart feature by feature, so that the five
+    # span the features' joint support), so that it lies inside it
     others = []
-    for i, scale in enumerate((0.9, 1.1, 1.2)):
-        features = {k: v * scale for k, v in row["features"].items()}
-        rates = {m: r * scale for m, r in row["flip_rates"].items()}
+    for i, scales in enumerate(
+        ((0.9, 1.1, 1.0), (1.1, 0.9, 1.2), (1.2, 1.15, 0.85), (0.8, 1.0, 1.1))
+    ):
+        features = {k: v * c for (k, v), c in zip(row["features"].items(), scales, strict=True)}
+        rates = {m: r * scales[0] for m, r in row["flip_rates"].items()}
         others.append(
             {"model": f"other {i}", "features": features, "flip_rates": rates, "protocol": protocol}
         )
-    fitted = fit_predictor([*others, {**row, "model": "tiny step4"}])
+    fitted = fit_predictor([*others, {**row, "model": "tiny step4"}], alpha=0.2)
     path = atomic_write_json(tmp_path / "predictor.json", fitted.to_dict())
     e = experiment("predictor")
     inputs = Inputs(
@@ -335,13 +345,28 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
         "predicted",
         "predicted_low",
         "predicted_high",
+        "width",
+        "abs_error",
+        "interval_score",
+        "baseline_predicted",
+        "baseline_predicted_low",
+        "baseline_predicted_high",
+        "baseline_width",
+        "baseline_abs_error",
+        "baseline_interval_score",
         "measured",
         "verdict",
+        "baseline_verdict",
+        "interval_method",
+        "alpha",
+        "n_training_models",
+        "n_training_runs",
         "in_training_set",
         "matched_training_model",
         "matched_by",
         "relation",
         "run_training_models",
+        "read_corpus",
         "read_windows",
         "read_window_tokens",
         "on_protocol",
@@ -359,6 +384,14 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
         prediction.high,
     )
     assert got["measured"] == measured and got["verdict"] == verdict(prediction, measured)
+    baseline = Predictor.from_json(path).apply_baseline()
+    assert (got["baseline_predicted_low"], got["baseline_predicted_high"]) == (
+        baseline.low,
+        baseline.high,
+    )
+    assert got["baseline_verdict"] == verdict(baseline, measured)
+    assert got["width"] == pytest.approx(prediction.high - prediction.low)
+    assert (got["alpha"], got["n_training_models"], got["n_training_runs"]) == (0.2, 5, 5)
     assert bool(got["in_training_set"])  # fitted on "tiny step4"
     other = e.run(
         Inputs(model="tiny", revision="step8", rows=rows, after={"flips": flips_tables}, read=read),
@@ -375,17 +408,21 @@ def test_predictor_run_with_the_shipped_predictor_abstains_outside_its_range(
     # Rows read as the shipped predictor's protocol reads them (its own windows, not the
     # run's), so that the verdict is the range's, not "off protocol".
     shipped = Predictor.from_json(shipped_predictor()).protocol
+    text = shipped.readings[0]
     read = {
-        "windows": shipped.windows,
-        "window_tokens": shipped.window_tokens,
-        "corpus": None,
+        "windows": text.windows,
+        "window_tokens": text.window_tokens,
+        "corpus": text.corpus,
+        "corpus_sha256": text.corpus_sha256,
         "shared": False,
     }
     frame = e.run(Inputs(model="tiny", rows=rows, read=read), e.settings())
     frame = frame.frames["predictor"]
     got = frame.iloc[0]
-    assert bool(got["abstained"]) and got["verdict"] == "abstained"
-    assert "outside the training range" in got["reason"]
+    assert bool(got["on_protocol"]) and bool(got["abstained"]) and got["verdict"] == "abstained"
+    assert "outside the training" in got["reason"]
+    # the baseline still predicts
+    assert got["baseline_verdict"] in ("confirmed", "failed")
     assert math.isnan(got["predicted"]) and frame["predicted"].dtype == np.float64
 
 

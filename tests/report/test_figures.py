@@ -69,12 +69,22 @@ def test_the_predictor_figure_marks_each_verdict(tiny_run):
     three["counted"] = [True, False, False]
     three["off_protocol"] = ""
     three["verdict"] = ["failed", "confirmed", "confirmed"]
+    three["baseline_verdict"] = ["confirmed", "confirmed", "failed"]
     marked = figure("predictor", {"predictor": three})
     said = [t.get_text().rsplit(": ", 1)[1] for t in marked.axes[0].get_yticklabels()]
-    assert said == ["failed", "training model (no test)", "interpolated (no test)"]
-    # an abstention has no interval: one line (the measured cross) instead of three
+    assert said == [
+        "failed (baseline confirmed)",
+        "training model (no test)",
+        "interpolated (no test)",
+    ]
+    # per model: the predictor's bar and point (none when it abstains), the baseline's bar and
+    # point, the measured cross
     abstained = int(table["abstained"].sum())
-    assert len(ax.lines) == 3 * (len(table) - abstained) + abstained
+    assert len(ax.lines) == 2 * (len(table) - abstained) + 2 * len(table) + len(table)
+    # a table from before the baseline was stored draws none
+    old = table.drop(columns=[c for c in table.columns if c.startswith("baseline_")])
+    bare = figure("predictor", {"predictor": old})
+    assert len(bare.axes[0].lines) == 3 * (len(table) - abstained) + abstained
 
 
 @pytest.mark.parametrize(

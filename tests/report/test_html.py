@@ -189,6 +189,13 @@ def test_measured_numbers_are_the_tables(tiny_run, page):
     text = page.text_of("predictor")
     expected = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("confirmed", "abstained", "failed"))
     assert f"{expected} over {len(tested)} held-out model(s)" in text
+    # the predictor and the baseline side by side, the interval named with its method and n
+    for header in ("interval score", "baseline [interval]", "baseline interval score"):
+        assert header in text
+    (method,) = set(predictor["interval_method"])
+    assert f"interval: {method}, alpha = 0.10, n = 12 training models of 6 runs" in text
+    for r in predictor.itertuples(index=False):
+        assert fmt_pct(r.baseline_predicted) in text and fmt_pct(r.baseline_width) in text
 
 
 def test_self_contained_no_script_no_external_url(report, page):
@@ -234,17 +241,21 @@ def test_the_predictor_counts_only_held_out_models_read_on_protocol(tiny_run, tm
     table["off_protocol"] = ["", "", "", "windows 4, not 16"]
     table["counted"] = [False, False, True, False]
     table["verdict"] = ["confirmed", "confirmed", "failed", OFF_PROTOCOL]
+    table["baseline_verdict"] = ["confirmed", "failed", "confirmed", OFF_PROTOCOL]
     table.to_parquet(path)
     page = Page(render_report(copy).read_text(encoding="utf-8"))
     text = page.text_of("predictor")
     assert "0 confirmed, 0 abstained, 1 failed over 1 held-out model(s)" in text
+    # the constant baseline's verdict on the same held-out model, beside it
+    assert "1 confirmed, 0 failed over 1 held-out model(s)" in text
     assert "1 (no test: listed apart, never counted as confirmations)" in text
     assert "1 (no test: listed apart, never counted)" in text
     assert "1 (off protocol: no test, never counted)" in text
     assert "training model: bb-seed0@step2000 (recipe)" in text
     assert "interpolated: a checkpoint of the run of bb-seed0@step512, bb-seed0@step2000" in text
     assert f"{OFF_PROTOCOL} (windows 4, not 16); held out" in text
-    assert text.count("confirmed (no test)") == 2
+    assert text.count("confirmed (no test)") == 3  # two of the predictor, one of the baseline
+    assert "off protocol: no test (no test)" not in text
 
 
 def test_a_folder_without_tables_is_refused_by_name(tmp_path):

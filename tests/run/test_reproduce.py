@@ -424,6 +424,8 @@ def test_a_run_trains_the_unseen_runs_and_reports_them_unseen(tmp_path):
         assert recipe["config"]["task_config"]["n_triggers"] == fields.get("triggers", 3)
         assert not rows.loc[name, "in_training_set"]
         assert rows.loc[name, "matched_training_model"] == rows.loc[name, "matched_by"] == ""
+        # what it read is recorded as read: its task's sequences, not the text corpus
+        assert rows.loc[name, "read_corpus"] == "bigram-backcopy"
     assert set(table["model"]) == {"train-tiny", *UNSEEN_SERIES}
     # what retraining changed, beside the shipped checkpoints' figures (the reference run's)
     from attncoda.models.shipped import manifest
@@ -460,9 +462,7 @@ def test_the_predictor_unit_reads_the_fitted_protocol_and_gives_no_verdict_off_i
     assert (row["read_windows"], row["read_window_tokens"]) == (16, 128)
     assert row["on_protocol"] and row["off_protocol"] == "" and row["verdict"] != OFF_PROTOCOL
     assert row["relation"] == "held out" and row["counted"]
-    reference = measured_row(
-        models[0], rows={"docs": protocol.windows, "max_tokens": protocol.window_tokens}
-    )
+    reference = measured_row(models[0], rows=protocol.rows_at())
     assert Predictor.from_json(shipped_predictor()).off_protocol(reference["protocol"]) == []
     for name, value in reference["features"].items():
         assert row[f"feature_{name}"] == pytest.approx(value, rel=1e-12, abs=1e-15)

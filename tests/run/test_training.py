@@ -177,8 +177,11 @@ def test_the_predictor_knows_every_shipped_training_checkpoint_by_weights(defaul
         step = name.partition("@")[2]
         identity = identity_of(load_model(f"bigram-backcopy@{step}"))
         assert predictor.training_match(["x"], identity) == (name, "weights")
-    # the others are checkpoints of that training run, by the recipe each folder records:
-    # never held out (step0 before its first training checkpoint, step1000 between two)
-    for step, relation in (("step0", "same run"), ("step1000", "interpolated")):
-        found = predictor.relation(["x"], identity_of(load_model(f"bigram-backcopy@{step}")))
-        assert (found.relation, found.held_out) == (relation, False)
+    # a shipped checkpoint of that run that was not fitted on is known as one by its recipe
+    # (the folder's record), so it is never taken for a held-out model
+    sister = identity_of(load_model("bigram-backcopy@step1000"))
+    assert sister["recipe"] is not None and sister["recipe"]["step"] == 1000
+    relation = predictor.relation(["bigram-backcopy step1000", "bigram-backcopy"], sister)
+    assert (relation.relation, relation.how) == ("interpolated", "recipe")
+    before = identity_of(load_model("bigram-backcopy@step16"))
+    assert predictor.relation(["bigram-backcopy step16"], before).relation == "same run"

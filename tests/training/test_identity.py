@@ -15,10 +15,14 @@ pytest.importorskip("transformers")
 from attncoda.training.checkpoints import CHECKPOINT_META  # noqa: E402
 from attncoda.training.config import TrainConfig  # noqa: E402
 from attncoda.training.identity import (  # noqa: E402
+    NEAR_COPY,
+    SKETCH_SIZE,
     checkpoint_recipe,
     model_identity,
     recipe_key,
+    sketch_distance,
     weights_sha256,
+    weights_sketch,
 )
 from attncoda.training.train import train_tiny  # noqa: E402
 
@@ -93,6 +97,7 @@ def test_no_recipe_where_no_train_tiny_record_is(series: Path, tmp_path: Path) -
     identity = model_identity(_load(series / "step2"), series / "step2")
     assert identity == {
         "weights_sha256": weights_sha256(_load(series / "step2")),
+        "weights_sketch": list(weights_sketch(_load(series / "step2"))),
         "recipe": checkpoint_recipe(series / "step2"),
     }
 
@@ -163,3 +168,117 @@ def test_a_bridge_is_hashed_as_the_model_it_wraps(series: Path) -> None:
     assert {n for n, _ in bridge.named_parameters()} != {n for n, _ in fresh.named_parameters()}
     assert weights_sha256(bridge) == weights_sha256(fresh)
     assert model_identity(bridge, folder)["weights_sha256"] == weights_sha256(fresh)
+
+
+# ----------------------------------------------------------- the canonical form, near copies
+
+MASK = (1 << 64) - 1
+
+
+def _splitmix_sketch(named_values: dict[str, list[float]]) -> list[float]:
+    """The sketch written out from its docstring with Python integers: for the weight at flat
+    index i of the parameter named n, z = splitmix64(i * golden + salt(n)); it goes, with
+    the sign of z's top bit, to the bucket of z's low bits."""
+    out = [0.0] * SKETCH_SIZE
+    for name, values in named_values.items():
+        salt = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
+        for i, v in enumerate(values):
+            z = (i * 0x9E3779B97F4A7C15 + salt) & MASK
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+            z ^= z >> 31
+            out[z & (SKETCH_SIZE - 1)] += -float(v) if z >> 63 else float(v)
+    return out
+
+
+def test_the_sketch_is_the_documented_count_sketch() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.LayerNorm(3))
+    params = {n: p.detach().reshape(-1).tolist() for n, p in model.named_parameters()}
+    expected = _splitmix_sketch(params)
+    assert weights_sketch(model) == pytest.approx(expected, rel=0, abs=1e-12)
+    assert len(weights_sketch(model)) == SKETCH_SIZE
+
+
+def test_a_bfloat16_copy_has_another_hash_but_is_a_near_copy(series: Path) -> None:
+    full = _load(series / "step2")
+    half = _load(series / "step2").to(torch.bfloat16)
+    # the canonical form is float32: the bfloat16 values, cast (exactly) to float32
+    digest = hashlib.sha256()
+    for name, param in sorted(half.named_parameters()):
+        tensor = param.detach().to(torch.float32).contiguous()
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.numpy().tobytes())
+    assert weights_sha256(half) == f"sha256:{digest.hexdigest()}" != weights_sha256(full)
+    # Rounding to bfloat16 moves each weight by at most 2**-8 of itself: the distance of the
+    # sketches is about that, below the near-copy threshold (twice it).
+    near = sketch_distance(weights_sketch(half), weights_sketch(full))
+    assert 0 < near < 2.0**-8 < NEAR_COPY
+    # another checkpoint of the run is no near copy
+    assert sketch_distance(weights_sketch(_load(series / "step0")), weights_sketch(full)) > 0.05
+    assert sketch_distance([1.0], weights_sketch(full)) == float("inf")
+
+
+def test_known_name_aliases_wrappers_and_shared_storage_are_canonical(series: Path) -> None:
+    model = _load(series / "step2")
+    reference = weights_sha256(model)
+
+    class OldNames(torch.nn.Module):
+        """GPT-NeoX as loaders before transformers 5 name it: the unembedding `embed_out`."""
+
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.gpt_neox = inner.gpt_neox
+            self.embed_out = inner.lm_head
+
+    class Compiled(torch.nn.Module):
+        """The prefix torch.compile's wrapper puts before every name."""
+
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self._orig_mod = inner
+
+    assert {n for n, _ in OldNames(model).named_parameters()} != {
+        n for n, _ in model.named_parameters()
+    }
+    assert weights_sha256(OldNames(model)) == reference
+    assert weights_sha256(Compiled(model)) == reference
+    assert weights_sha256(torch.nn.DataParallel(model)) == reference
+    # a parameter that shares another's storage (tied without being the same object) counts once
+    tied = torch.nn.Module()
+    tied.a = torch.nn.Parameter(torch.arange(4.0))
+    tied.b = torch.nn.Parameter(tied.a.data)
+    single = torch.nn.Module()
+    single.a = torch.nn.Parameter(torch.arange(4.0))
+    assert tied.b is not tied.a and weights_sha256(tied) == weights_sha256(single)
+
+
+def test_an_nnsight_model_has_the_hash_and_sketch_of_its_module(series: Path) -> None:
+    nnsight = pytest.importorskip("nnsight")
+    from transformers import AutoTokenizer
+
+    folder = series / "step2"
+    hf = _load(folder)
+    wrapped = nnsight.LanguageModel(hf, tokenizer=AutoTokenizer.from_pretrained(folder))
+    assert weights_sha256(wrapped) == weights_sha256(_load(folder))
+    assert weights_sketch(wrapped) == weights_sketch(_load(folder))
+
+
+@pytest.mark.parametrize(("quant", "near"), [("Q8_0", True), ("Q4_0", False)])
+def test_a_q8_0_copy_is_a_near_copy_and_a_q4_0_copy_is_not(series: Path, quant, near) -> None:
+    """GGUF's quantisations (gguf's own reference code), applied to every matrix as a GGUF
+    file holds them: 8 bits move the weights by less than NEAR_COPY, 4 bits by more."""
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import dequantize, quantize
+
+    kind = getattr(gguf.GGMLQuantizationType, quant)
+    full = _load(series / "step2")
+    copy = _load(series / "step2")
+    with torch.no_grad():
+        for _, param in copy.named_parameters():
+            values = param.detach().numpy()
+            if values.ndim == 2 and values.shape[-1] % 32 == 0:
+                back = dequantize(quantize(values, kind), kind).reshape(values.shape)
+                param.copy_(torch.from_numpy(back.copy()))
+    distance = sketch_distance(weights_sketch(copy), weights_sketch(full))
+    assert (distance <= NEAR_COPY) == near, distance

@@ -195,8 +195,14 @@ def _predictor_fit(args: argparse.Namespace) -> int:
         text=args.text,
         **capture_options(args),
     )
-    predictor = fit_and_freeze(rows, args.out, overwrite=args.overwrite)
+    predictor = fit_and_freeze(rows, args.out, overwrite=args.overwrite, alpha=args.alpha)
     print(f"fitted on {', '.join(r['model'] for r in rows)}; wrote {args.out}")
+    runs = dict.fromkeys(predictor.training_runs)
+    print(
+        f"  CV+ over {len(runs)} runs ({', '.join(runs)}), alpha {predictor.alpha:g}; "
+        f"leave-one-run-out RMSE {predictor.interval.rmse:.4f}, constant baseline "
+        f"{predictor.baseline.interval.rmse:.4f}"
+    )
     for name, (low, high) in zip(predictor.features, predictor.training_range, strict=True):
         print(f"  {name}: training range [{low:.4g}, {high:.4g}]")
     return 0
@@ -213,12 +219,19 @@ def _predictor_apply(args: argparse.Namespace) -> int:
             f"ABSTAIN ({row.reason})"
             if row.abstained
             else f"predicted {row.predicted:.1%} "
-            f"[{row.predicted_low:.1%}, {row.predicted_high:.1%}]"
+            f"[{row.predicted_low:.1%}, {row.predicted_high:.1%}] "
+            f"(interval score {row.interval_score:.3f})"
         )
+        if hasattr(row, "baseline_predicted"):
+            said += (
+                f"; baseline {row.baseline_predicted:.1%} [{row.baseline_predicted_low:.1%}, "
+                f"{row.baseline_predicted_high:.1%}] (interval score "
+                f"{row.baseline_interval_score:.3f})"
+            )
         counted, standing = predictor_standing(row._asdict())
         seen = getattr(row, "matched_training_model", "")
         if counted:
-            verdict = f"{row.verdict} (held out)"
+            verdict = f"{row.verdict} (held out; baseline {row.baseline_verdict})"
         elif row.relation == "training" and seen and row.on_protocol:
             verdict = f"training model {seen} (matched by {row.matched_by}): no test"
         else:

@@ -167,6 +167,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _experiment_parsers(sub: Any) -> None:
+    from attncoda.experiments.predictor import DEFAULT_ALPHA
+
     prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
     prof.add_argument(
         "model",
@@ -208,6 +210,13 @@ def _experiment_parsers(sub: Any) -> None:
     _rows(fit)
     _corpus_options(fit)
     fit.add_argument("--overwrite", action="store_true")
+    fit.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help="miscoverage of the CV+ interval over runs (the jackknife+ guarantee is "
+        "1 - 2 alpha); needs at least 1/alpha - 1 models",
+    )
     fit.set_defaults(command_name="predictor fit")
     app = prs.add_parser("apply", help="predict, measure and give the verdict")
     app.add_argument("predictor", help="a predictor JSON file, or 'shipped' for the built-in one")

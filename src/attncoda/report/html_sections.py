@@ -3,8 +3,9 @@
 Each ``*_section(ctx)`` returns the inner HTML of one ``<section>``: a paper-vs-measured
 table, the measured tables and the figures, every one captioned with its convention. They
 read only the run folder's tables (``ctx.tables``); a section whose table is absent is not
-called (:mod:`attncoda.report.html` says it was not run). The training-side sections
-(predictor, collapse, prune) are in :mod:`attncoda.report.html_training`.
+called (:mod:`attncoda.report.html` says it was not run). The predictor's section is in
+:mod:`attncoda.report.html_predictor`, the training-side ones (collapse, prune) in
+:mod:`attncoda.report.html_training`.
 """
 
 from __future__ import annotations

@@ -42,16 +42,17 @@ def model_rows(
 
 
 def measured_row(spec: str, **kwargs: Any) -> dict[str, Any]:
-    """The predictor's row of ``spec`` (:func:`predictor_row_of`) with the protocol its rows
-    were read with (windows read, window length, corpus, sink, seed, metrics, tie
-    tolerance); ``kwargs`` as for :func:`model_rows`."""
+    """The predictor's row of ``spec`` (:func:`predictor_row_of`) with the protocol of what
+    its rows read (the windows read, their length as read, the corpus by name and sha256:
+    a Bigram-Backcopy checkpoint's task sequences as they are) and how they were measured
+    (sink, seed, metrics, tie tolerance); ``kwargs`` as for :func:`model_rows`."""
     rows, corpus = _read_rows(spec, **kwargs)
-    windows = settings_from(Rows, kwargs.get("rows"))
     options = kwargs.get("options") or CaptureOptions()
     read = {
         "windows": corpus["windows"],
-        "window_tokens": windows.max_tokens,
-        "corpus": kwargs.get("text"),
+        "window_tokens": corpus["max_tokens"],
+        "corpus": corpus["spec"],
+        "corpus_sha256": corpus["sha256"],
     }
     return predictor_row_of(rows, read=read, sink=options.sink, seed=options.seed)
 
@@ -97,8 +98,8 @@ def predictor_row_of(
     """The predictor's row of one model's recorded rows: its sink features and the flip rate
     of each metric (the flips experiment's metrics and tie tolerance, one bootstrap
     resample: the interval is not used). With ``read`` (``windows``, ``window_tokens``,
-    ``corpus``: what the rows were read from), the row records its ``protocol``, with
-    ``sink`` and ``seed``."""
+    ``corpus``, ``corpus_sha256``: what the rows read), the row records its ``protocol``,
+    with ``sink`` and ``seed``."""
     from attncoda.experiments.contract import experiment
     from attncoda.experiments.flips import flips
     from attncoda.experiments.predictor import predictor_row, protocol_of
@@ -111,6 +112,7 @@ def predictor_row_of(
             windows=read["windows"],
             window_tokens=read["window_tokens"],
             corpus=read.get("corpus"),
+            corpus_sha256=read.get("corpus_sha256"),
             sink=sink,
             seed=seed,
             metrics=settings.metrics,
@@ -140,12 +142,17 @@ def freeze_predictor(predictor: Any, path: str | Path, *, overwrite: bool = Fals
     return atomic_write_json(target, predictor.to_dict())
 
 
-def fit_and_freeze(rows: list[dict[str, Any]], path: str | Path, *, overwrite: bool = False) -> Any:
-    """Fit the flip-rate predictor on ``rows`` and write it, frozen, to ``path``."""
-    from attncoda.experiments.predictor import fit_predictor
+def fit_and_freeze(
+    rows: list[dict[str, Any]],
+    path: str | Path,
+    *,
+    overwrite: bool = False,
+    alpha: float | None = None,
+) -> Any:
+    """Fit the flip-rate predictor on ``rows`` (CV+ at miscoverage ``alpha``, default
+    :data:`attncoda.experiments.predictor.DEFAULT_ALPHA`) and write it, frozen, to ``path``."""
+    from attncoda.experiments.predictor import DEFAULT_ALPHA, fit_predictor
 
-    if len(rows) < 2:
-        raise AttncodaError(f"the predictor needs at least 2 training models; got {len(rows)}")
-    predictor = fit_predictor(rows)
+    predictor = fit_predictor(rows, alpha=DEFAULT_ALPHA if alpha is None else alpha)
     freeze_predictor(predictor, path, overwrite=overwrite)
     return predictor

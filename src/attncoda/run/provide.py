@@ -216,8 +216,12 @@ def _rows(
             src, config, docs=rows.docs, max_tokens=rows.max_tokens, record_rows="auto"
         )
         found = head_rows(captured)
+        read = _read_from(captured)
+        if "windows" in read:  # what was read, by name and content (the predictor's protocol)
+            corpus = captured.config["corpus"]
+            read |= {"corpus": corpus.get("spec"), "corpus_sha256": corpus.get("sha256")}
         # Tables name the model as the run does (a series checkpoint by its series name).
-        return replace(found, model=name), _read_from(captured)
+        return replace(found, model=name), read
 
     key = ("rows", src.spec, _key(name, rows, config["corpus"], config["sink"], config["seed"]))
     return cached(key, make)
@@ -235,7 +239,9 @@ def _rows_read(
     src: Source, config: Mapping[str, Any], at: Mapping[str, int] | None, facts: Mapping
 ) -> dict[str, Any] | None:
     """What :attr:`Inputs.read` says of rows read with the windows ``at`` (``None``: the
-    run's): ``None`` for attention handed in."""
+    run's): the windows read, their length as read (a Bigram-Backcopy checkpoint's task
+    sequences are shorter than the windows asked for), the corpus by name and sha256, and
+    whether they are the run's own rows; ``None`` for attention handed in."""
     if src.given:
         return None
     rows = settings_of(config, "rows")
@@ -243,8 +249,9 @@ def _rows_read(
     shared = at is None or (int(at["docs"]), tokens) == (rows.docs, rows.max_tokens)
     return {
         "windows": facts.get("windows"),
-        "window_tokens": tokens,
-        "corpus": config["corpus"]["text"],
+        "window_tokens": facts.get("max_tokens", tokens),
+        "corpus": facts.get("corpus"),
+        "corpus_sha256": facts.get("corpus_sha256"),
         "shared": shared,
     }
 

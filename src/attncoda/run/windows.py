@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from typing import Any
 
-__all__ = ["corpus_windows"]
+__all__ = ["TASK_CORPUS", "corpus_windows", "task_sha256"]
+
+#: The corpus name of a Bigram-Backcopy checkpoint's task sequences, in facts and protocols.
+TASK_CORPUS = "bigram-backcopy"
+
+
+def task_sha256(task: Any) -> str:
+    """The sha256 of a Bigram-Backcopy task's definition (its ``to_dict()`` as canonical
+    JSON: sorted keys, no spaces), 64 hex digits: what its sequences are read from."""
+    text = json.dumps(task.to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: int) -> tuple:
@@ -14,7 +26,9 @@ def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: i
     When ``max_tokens`` is longer than every document, the documents are joined (in order,
     separated by blank lines) before cutting, so long-context runs get full windows. A
     tokenizer saved with a Bigram-Backcopy checkpoint gets the task's held-out sequences
-    instead (``text`` is ignored): the corpus facts then name the task.
+    instead (``text`` is ignored): the corpus facts then name the task (``spec``
+    :data:`TASK_CORPUS`, ``sha256`` :func:`task_sha256`) and record the sequences' length as
+    read (``max_tokens``: 64 for the default task, whatever longer length was asked).
     """
     from attncoda.data import corpus
     from attncoda.data.tasks import task_windows
@@ -24,7 +38,13 @@ def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: i
     task = checkpoint_task(getattr(tokenizer, "name_or_path", None))
     if task is not None:
         found = task_windows(task, docs, max_tokens)
-        facts = {"source": "bigram-backcopy", **task.to_dict(), "windows": docs}
+        facts = {
+            "spec": TASK_CORPUS,
+            "source": "bigram-backcopy",
+            "sha256": task_sha256(task),
+            **task.to_dict(),
+            "windows": docs,
+        }
         return found, {**facts, "max_tokens": len(found[0].input_ids), "joined": False}
     documents = corpus.load_corpus(text)
     source = corpus.corpus_source(text)

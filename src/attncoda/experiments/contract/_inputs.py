@@ -48,8 +48,9 @@ class HeadRows:
         Mean sink mass of each head over the rows that have content.
     identity : mapping or None
         What identifies the model the rows were read from, by content
-        (:func:`attncoda.training.identity.model_identity`: ``weights_sha256`` and, for a
-        ``train-tiny`` checkpoint, its ``recipe``); ``None`` for attention handed in.
+        (:func:`attncoda.training.identity.model_identity`: ``weights_sha256``,
+        ``weights_sketch`` and, for a ``train-tiny`` checkpoint, its ``recipe``); ``None``
+        for attention handed in.
     """
 
     model: str

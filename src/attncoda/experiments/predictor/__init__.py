@@ -1,17 +1,22 @@
 """predictor: a flip-rate predictor from sink statistics, fitted, frozen to a file and
-applied to new models (docs/design.md, "The experiments").
+applied to new models beside a constant baseline (docs/design.md, "The experiments").
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`fit_predictor`,
-:class:`Predictor` and its :class:`Prediction`, :func:`verdict`, the file
-(:data:`FILE_KIND`, :data:`FILE_FORMAT`), the match to a training model
-(:class:`TrainingIdentity`, :data:`MATCHES`), how a model stands to them (:class:`Relation`,
-:data:`RELATIONS`), the protocol a verdict needs (:class:`Protocol`, :func:`protocol_of`,
+:class:`Predictor` and its :class:`Baseline`, its interval (:class:`CVPlus`,
+:class:`LeftOutFit`, :data:`INTERVAL_METHOD`, :data:`DEFAULT_ALPHA`) and its joint support
+(:class:`Support`), :class:`Prediction`, :func:`verdict`, :func:`interval_score` and
+:func:`verdict_columns` (:data:`SCORE_COLUMNS`), the file (:data:`FILE_KIND`,
+:data:`FILE_FORMAT`), the match to a training model (:class:`TrainingIdentity`,
+:data:`MATCHES`), the run a model belongs to (:func:`run_of`, :func:`training_runs`), how a
+model stands to the training models (:class:`Relation`, :data:`RELATIONS`), the protocol a
+verdict needs (:class:`Protocol`, :class:`Reading`, :func:`protocol_of`,
 :data:`OFF_PROTOCOL`) and the features (:func:`sink_features`).
 
-Modules, one concern each: ``_model`` (the linear prediction or abstention), ``_fit`` (the
-least-squares fit and its leave-one-out interval), ``_file`` (the frozen JSON file),
-``_identity`` (which training model a model is, or which run), ``_protocol`` (how rows are
-read for a verdict), ``_verdict`` (confirmed, abstained, failed),
+Modules, one concern each: ``_model`` (the prediction or abstention, and the baseline),
+``_fit`` (the least-squares fit), ``_cvplus`` (the CV+ interval over runs), ``_support``
+(the joint support, by leverage), ``_file`` (the frozen JSON file), ``_identity`` (which
+training model a model is, or which run), ``_protocol`` (what rows read for a verdict),
+``_verdict`` (confirmed, abstained, failed; widths, errors, interval scores),
 ``_experiment`` (the declaration and its run). They may import :mod:`attncoda.coda`,
 :mod:`attncoda.experiments.contract`, the flips and safety packages, :mod:`attncoda.store`'s
 JSON reading and :mod:`attncoda.training.identity`; nothing above the experiments.
@@ -19,6 +24,11 @@ JSON reading and :mod:`attncoda.training.identity`; nothing above the experiment
 
 from __future__ import annotations
 
+from attncoda.experiments.predictor._cvplus import (
+    INTERVAL_METHOD,
+    CVPlus,
+    LeftOutFit,
+)
 from attncoda.experiments.predictor._experiment import (
     EXPERIMENT,
     Settings,
@@ -41,46 +51,67 @@ from attncoda.experiments.predictor._identity import (
     RELATIONS,
     Relation,
     TrainingIdentity,
+    run_of,
+    training_runs,
 )
 from attncoda.experiments.predictor._model import (
-    DEFAULT_COVERAGE,
+    DEFAULT_ALPHA,
     FEATURES,
+    Baseline,
     Predictor,
 )
 from attncoda.experiments.predictor._protocol import (
     OFF_PROTOCOL,
     Protocol,
+    Reading,
     protocol_of,
 )
+from attncoda.experiments.predictor._support import (
+    Support,
+)
 from attncoda.experiments.predictor._verdict import (
+    SCORE_COLUMNS,
     VERDICTS,
     Prediction,
+    interval_score,
     verdict,
+    verdict_columns,
 )
 
 __all__ = [
-    "DEFAULT_COVERAGE",
+    "DEFAULT_ALPHA",
     "EXPERIMENT",
     "FEATURES",
     "FILE_FORMAT",
     "FILE_KIND",
+    "INTERVAL_METHOD",
     "MATCHES",
     "OFF_PROTOCOL",
+    "RELATIONS",
+    "SCORE_COLUMNS",
+    "VERDICTS",
+    "Baseline",
+    "CVPlus",
+    "LeftOutFit",
     "Prediction",
     "Predictor",
     "Protocol",
-    "RELATIONS",
+    "Reading",
     "Relation",
     "Settings",
+    "Support",
     "TrainingIdentity",
-    "VERDICTS",
     "apply_predictor",
     "check_predictor_file",
     "fit_predictor",
+    "interval_score",
     "predictor_row",
     "protocol_of",
+    "run_of",
     "shipped_predictor",
     "sink_features",
     "standing",
+    "training_runs",
     "verdict",
+    "verdict_columns",
 ]

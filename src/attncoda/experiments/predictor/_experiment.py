@@ -13,17 +13,22 @@ Features of a model (all from :class:`~attncoda.experiments.contract.HeadRows`):
 The target is, by default, the model's flip rate averaged over the metrics measured (one
 number per model: with a handful of training models a per-metric fit would have as many
 parameters as points); a single metric can be chosen instead. The fit is ordinary least
-squares on standardised features, minimum-norm when there are fewer models than parameters.
+squares on standardised features.
 
-The prediction interval comes from **leave-one-out residuals**, never from a width set by
-hand: each training model is left out in turn, the others are refitted, and ``e_i`` is the
-left-out model's measured rate minus the refit's prediction. The half-width is the
-``k``-th smallest ``|e_i|`` with ``k = ceil((n + 1) * coverage)`` (the jackknife interval;
-for exchangeable models it covers a new model's rate about ``coverage`` of the time, and at
-least ``2 * coverage - 1`` by the jackknife+ bound of Barber et al. 2021). The interval is
-``point ± half_width``, clipped to ``[0, 1]``, and so is the point (a linear value below 0
-predicts a rate of 0). A model whose features fall outside the
-training range gets an abstention that names the feature, never an extrapolation.
+The unit of the fit is a **run**: a ``train-tiny`` run and all its checkpoints are one run,
+a pretrained model a run of its own. The prediction interval is **CV+ over runs** (Barber,
+Candès, Ramdas and Tibshirani 2021; the jackknife+ when each run gives one model), never a
+width set by hand: each run is left out in turn, the others refitted, and each training
+model's residual is taken against the fit without its run
+(:mod:`~attncoda.experiments.predictor._cvplus`, which states the coverage the paper
+guarantees: at least ``1 - 2 alpha`` for the jackknife+, exchangeability being over runs).
+The point and both ends are clipped to ``[0, 1]``. A **constant baseline** (the mean flip
+rate of the training models, with the same CV+ interval) is stored beside it, and every
+verdict shows both, with widths, absolute errors and interval scores
+(:mod:`~attncoda.experiments.predictor._verdict`): a count of confirmations alone rewards
+wide intervals. A model outside the training set's joint support (its leverage above every
+training model's, :mod:`~attncoda.experiments.predictor._support`), or with a feature
+outside its training range, gets an abstention that says why, never an extrapolation.
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ import numpy as np
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
 from attncoda.experiments.flips import FlipsResult, flips
+from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD
 from attncoda.experiments.predictor._model import Predictor
 from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
-from attncoda.experiments.predictor._verdict import verdict
+from attncoda.experiments.predictor._verdict import SCORE_COLUMNS, verdict_columns
 from attncoda.experiments.safety import SquaredSplit, mean_squared_split
 from attncoda.models.spec import NO_REVISION
 
@@ -122,7 +128,8 @@ def shipped_predictor() -> Path:
 def apply_predictor(
     predictor: Predictor | str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Apply a frozen predictor to measured models: prediction, measurement and verdict.
+    """Apply a frozen predictor and its baseline to measured models: predictions,
+    measurement, scores and verdicts side by side.
 
     Parameters
     ----------
@@ -134,15 +141,18 @@ def apply_predictor(
     Returns
     -------
     list of dict
-        Per row: ``model``, ``features``, ``prediction`` (a :class:`Prediction`),
-        ``measured`` (the flip rate of the predictor's target: the mean over the row's
-        metrics, or one metric), ``verdict`` (:func:`verdict`; ``"off protocol: no test"``
-        for a row whose ``protocol`` is not the predictor's, or that records none),
-        ``off_protocol`` (how its protocol differs, ``[]`` when on protocol), ``matched``
-        (``None`` for a model the predictor has not seen, else ``(training model, how)``:
-        :meth:`Predictor.training_match` on the row's name and ``identity``), ``relation``
-        (:meth:`Predictor.relation`) and ``counted``: whether the verdict tests the
-        predictor (held out and on protocol).
+        Per row: ``model``, ``features``, ``prediction`` and ``baseline`` (each a
+        :class:`Prediction`), ``measured`` (the flip rate of the predictor's target: the
+        mean over the row's metrics, or one metric); the predictor's ``predicted``,
+        ``predicted_low``, ``predicted_high``, ``width``, ``abs_error``,
+        ``interval_score`` and ``verdict``, and the baseline's, prefixed ``baseline_``
+        (:func:`~attncoda.experiments.predictor._verdict.verdict_columns`; both verdicts
+        ``"off protocol: no test"`` for a row whose ``protocol`` is not the predictor's, or
+        that records none); ``off_protocol`` (how its protocol differs, ``[]`` when on
+        protocol), ``matched`` (``None`` for a model the predictor has not seen, else
+        ``(training model, how)``: :meth:`Predictor.training_match` on the row's name and
+        ``identity``), ``relation`` (:meth:`Predictor.relation`) and ``counted``: whether
+        the verdicts test the predictor (held out and on protocol).
     """
     if not isinstance(predictor, Predictor):
         predictor = Predictor.from_json(
@@ -150,7 +160,7 @@ def apply_predictor(
         )
     outcomes = []
     for row in rows:
-        prediction = predictor.apply(row["features"])
+        prediction, baseline = predictor.apply(row["features"]), predictor.apply_baseline()
         rates = row["flip_rates"]
         measured = (
             float(np.mean(list(rates.values())))
@@ -159,13 +169,17 @@ def apply_predictor(
         )
         off = predictor.off_protocol(row.get("protocol"))
         relation = predictor.relation([row["model"]], row.get("identity"))
+        scored = verdict_columns(prediction, baseline, measured, predictor.alpha)
+        if off:
+            scored |= {"verdict": OFF_PROTOCOL, "baseline_verdict": OFF_PROTOCOL}
         outcomes.append(
             {
                 "model": row["model"],
                 "features": row["features"],
                 "prediction": prediction,
+                "baseline": baseline,
                 "measured": measured,
-                "verdict": OFF_PROTOCOL if off else verdict(prediction, measured),
+                **scored,
                 "off_protocol": off,
                 "matched": predictor.training_match([row["model"]], row.get("identity")),
                 "relation": relation,
@@ -248,13 +262,14 @@ def _predictor(settings: Settings) -> Predictor:
 
 
 def rows_at(settings: Settings) -> dict[str, int] | None:
-    """The windows the predictor unit reads: its fitted protocol's (``protocol="fitted"``),
-    or the run's (``None``)."""
+    """The windows the predictor unit reads: its fitted protocol's (``protocol="fitted"``,
+    :meth:`~attncoda.experiments.predictor._protocol.Protocol.rows_at`), or the run's
+    (``None``)."""
     if settings.protocol != "fitted":
         return None
     protocol = _predictor(settings).protocol
     assert protocol is not None  # a frozen file records it
-    return {"docs": protocol.windows, "max_tokens": protocol.window_tokens}
+    return protocol.rows_at()
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:
@@ -263,10 +278,17 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
 
     The rows are read with the predictor's fitted protocol (``protocol="fitted"``: the
     runner reads its windows, :func:`rows_at`; the flip rates are counted here on them
-    unless the run's own rows are those) or are the run's (``"run"``). A row read with
-    any other protocol (windows, window length, corpus, sink, seed, metrics, tie
-    tolerance; attention handed in) gets no verdict: ``verdict`` is
+    unless the run's own rows are those) or are the run's (``"run"``). What was read is
+    recorded (``read_corpus``, ``read_windows``, ``read_window_tokens``: a Bigram-Backcopy
+    checkpoint's task sequences as they are). A row that read anything else than one of
+    the fit's readings, or was measured otherwise (sink, seed, metrics, tie tolerance;
+    attention handed in), gets no verdict: ``verdict`` and ``baseline_verdict`` are
     ``"off protocol: no test"`` and ``off_protocol`` says how it differs.
+
+    The predictor's and the constant baseline's predictions stand side by side:
+    ``predicted``, ``predicted_low``, ``predicted_high``, ``width``, ``abs_error``,
+    ``interval_score``, ``verdict``, and the same prefixed ``baseline_``; the interval is
+    named by ``interval_method``, ``alpha``, ``n_training_models`` and ``n_training_runs``.
 
     ``relation`` says how the model stands to the training models
     (:meth:`Predictor.relation`): ``training`` (``in_training_set``, with
@@ -298,6 +320,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         windows=None if read is None else read.get("windows"),
         window_tokens=None if read is None else read.get("window_tokens"),
         corpus="given attention" if read is None else read.get("corpus"),
+        corpus_sha256=None if read is None else read.get("corpus_sha256"),
         sink=inputs.sink,
         seed=inputs.seed,
         metrics=[str(m) for m in flips_result.table["metric"]],
@@ -311,15 +334,19 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     relation = predictor.relation([label, model], rows.identity)
     off = predictor.off_protocol(measured_with)
     p = outcome["prediction"]
+    scores = [f"{prefix}{c}" for prefix in ("", "baseline_") for c in SCORE_COLUMNS]
     record = {
         **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
         "abstained": bool(p.abstained),
         "reason": p.reason,
-        "predicted": p.point,
-        "predicted_low": p.low,
-        "predicted_high": p.high,
+        **{c: outcome[c] for c in scores if not c.endswith("verdict")},
         "measured": outcome["measured"],
         "verdict": OFF_PROTOCOL if off else outcome["verdict"],
+        "baseline_verdict": OFF_PROTOCOL if off else outcome["baseline_verdict"],
+        "interval_method": INTERVAL_METHOD,
+        "alpha": predictor.alpha,
+        "n_training_models": len(predictor.training_models),
+        "n_training_runs": predictor.interval.n_runs,
         "in_training_set": matched is not None,
         "matched_training_model": "" if matched is None else matched[0],
         "matched_by": "" if matched is None else matched[1],
@@ -327,6 +354,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         "run_training_models": (
             ", ".join(relation.models) if relation.relation in ("interpolated", "same run") else ""
         ),
+        "read_corpus": measured_with["corpus"],
         "read_windows": measured_with["windows"],
         "read_window_tokens": measured_with["window_tokens"],
         "on_protocol": not off,
@@ -334,8 +362,9 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         "counted": relation.held_out and not off,
     }
     frame = pd.DataFrame([record])
-    for column in ("predicted", "predicted_low", "predicted_high"):
-        frame[column] = frame[column].astype("float64")
+    for column in scores:
+        if not column.endswith("verdict"):
+            frame[column] = frame[column].astype("float64")
     for column in ("read_windows", "read_window_tokens"):
         frame[column] = frame[column].astype("Int64")
     return Tables(frames={"predictor": frame})

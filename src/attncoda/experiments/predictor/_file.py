@@ -8,14 +8,48 @@ from collections.abc import Mapping
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.predictor._cvplus import (
+    INTERVAL_METHOD,
+    CVPlus,
+    LeftOutFit,
+    cv_plus_ranks,
+)
 from attncoda.experiments.predictor._identity import identities_from_file, identities_to_file
 from attncoda.experiments.predictor._protocol import Protocol
+from attncoda.experiments.predictor._support import Support
 
 __all__ = ["FILE_FORMAT", "FILE_KIND", "fields_from_file", "to_file"]
 
 FILE_KIND = "attncoda.flip_rate_predictor"
-#: 3: the file records the protocol its training rows were read with (``protocol``).
-FILE_FORMAT = 3
+#: 4: the CV+ interval over runs with its left-out fits, the constant baseline, the joint
+#: support, the weights sketches, and the protocol as read (one reading per corpus).
+FILE_FORMAT = 4
+_KEYS = (
+    "kind",
+    "format",
+    "target",
+    "metrics",
+    "features",
+    "coefficients",
+    "intercept",
+    "training_range",
+    "support",
+    "residual_std",
+    "interval",
+    "baseline",
+    "training_models",
+    "training_identity",
+    "protocol",
+    "attncoda_version",
+    "created",
+)
+_OLD = {
+    1: "format 1 (an interval floor set by hand) is no longer read",
+    2: "format 2 records no protocol, so no verdict of it could be checked against its fit",
+    3: "format 3 (a leave-one-out interval that kept a left-out checkpoint's sister "
+    "checkpoints in the fit, abstention feature by feature, the protocol as asked, not as "
+    "read) is no longer read",
+}
 
 
 def to_file(predictor: Any) -> dict[str, Any]:
@@ -27,6 +61,7 @@ def to_file(predictor: Any) -> dict[str, Any]:
             "this predictor records no protocol, so it cannot be frozen: fit it on rows that "
             "record theirs (attncoda.run.fit.predictor_rows, or 'attncoda predictor fit')"
         )
+    support, interval, baseline = predictor.support, predictor.interval, predictor.baseline
     return {
         "kind": FILE_KIND,
         "format": FILE_FORMAT,
@@ -38,11 +73,29 @@ def to_file(predictor: Any) -> dict[str, Any]:
         "training_range": {
             f: list(r) for f, r in zip(predictor.features, predictor.training_range, strict=True)
         },
+        "support": {
+            "rule": "leverage of [1, standardised features] above the largest training one",
+            "mean": list(support.mean),
+            "scale": list(support.scale),
+            "gram_inverse": [list(row) for row in support.gram_inverse],
+            "max_leverage": support.max_leverage,
+        },
         "residual_std": predictor.residual_std,
-        "interval_half_width": predictor.half_width,
-        "interval": "leave-one-out: the ceil((n+1)*coverage)-th smallest |residual|",
-        "coverage": predictor.coverage,
-        "loo_residuals": list(predictor.loo_residuals),
+        "interval": {
+            "method": INTERVAL_METHOD,
+            "alpha": interval.alpha,
+            "runs": list(interval.runs),
+            "residuals": list(interval.residuals),
+            "left_out_fits": [
+                {"run": f.run, "coefficients": list(f.coefficients), "intercept": f.intercept}
+                for f in interval.fits
+            ],
+        },
+        "baseline": {
+            "value": baseline.value,
+            "residuals": list(baseline.interval.residuals),
+            "left_out_means": {f.run: f.intercept for f in baseline.interval.fits},
+        },
         "training_models": list(predictor.training_models),
         "training_identity": identities_to_file(predictor.identities),
         "protocol": predictor.protocol.to_dict(),
@@ -53,42 +106,17 @@ def to_file(predictor: Any) -> dict[str, Any]:
 
 def fields_from_file(data: Any, where: str) -> dict[str, Any]:
     """The :class:`~attncoda.experiments.predictor.Predictor` fields of a file's JSON object,
-    each checked; an error starts with ``where``."""
+    each checked; an error starts with ``where``. The baseline is ``(value, CVPlus)``."""
     if not isinstance(data, dict):
         raise AttncodaError(f"{where}: expected a JSON object; got {type(data).__name__}")
-    for key in (
-        "kind",
-        "format",
-        "target",
-        "metrics",
-        "features",
-        "coefficients",
-        "intercept",
-        "training_range",
-        "residual_std",
-        "interval_half_width",
-        "coverage",
-        "loo_residuals",
-        "training_models",
-        "attncoda_version",
-        "created",
-        "protocol",
-    ):
-        if key not in data and not (
-            key in ("coverage", "loo_residuals", "protocol") and data.get("format") in (1, 2)
-        ):
+    if data.get("kind") == FILE_KIND and data.get("format") in _OLD:
+        raise AttncodaError(
+            f"{where}: {_OLD[data['format']]}; refit it with 'attncoda predictor fit' "
+            "(CV+ interval over runs)"
+        )
+    for key in _KEYS:
+        if key not in data:
             raise AttncodaError(f"{where}: missing key {key!r}")
-    if data["kind"] == FILE_KIND and data["format"] == 1:
-        raise AttncodaError(
-            f"{where}: format 1 (an interval floor set by hand) is no longer read; "
-            "refit it with 'attncoda predictor fit' (leave-one-out interval)"
-        )
-    if data["kind"] == FILE_KIND and data["format"] == 2:
-        raise AttncodaError(
-            f"{where}: format 2 records no protocol (windows, window length, seed, metrics), "
-            "so no verdict of it could be checked against its fit; refit it with "
-            "'attncoda predictor fit'"
-        )
     if data["kind"] != FILE_KIND or data["format"] != FILE_FORMAT:
         raise AttncodaError(
             f"{where}: key 'kind'/'format' must be {FILE_KIND!r}/{FILE_FORMAT}; "
@@ -108,18 +136,9 @@ def fields_from_file(data: Any, where: str) -> dict[str, Any]:
     residual = data["residual_std"]
     if residual is not None:
         residual = _number(data, "residual_std", where)
-    half_width = _number(data, "interval_half_width", where)
-    if half_width < 0:
-        raise AttncodaError(
-            f"{where}: key 'interval_half_width' must be at least 0; got {half_width!r}"
-        )
-    coverage = _number(data, "coverage", where)
-    if not 0 < coverage < 1:
-        raise AttncodaError(
-            f"{where}: key 'coverage' must lie strictly between 0 and 1; got {coverage!r}"
-        )
     training_models = _strings(data, "training_models", where)
-    loo = _numbers(data, "loo_residuals", where, len(training_models))
+    interval = _interval(data["interval"], n, training_models, f"{where}: key 'interval'")
+    baseline = _baseline(data["baseline"], interval, f"{where}: key 'baseline'")
     for key in ("target", "attncoda_version", "created"):
         if not isinstance(data[key], str):
             raise AttncodaError(f"{where}: key {key!r} must be a string; got {data[key]!r}")
@@ -130,16 +149,87 @@ def fields_from_file(data: Any, where: str) -> dict[str, Any]:
         coefficients=coefficients,
         intercept=_number(data, "intercept", where),
         training_range=tuple((lo, hi) for lo, hi in training_range),
+        support=_support(data["support"], n, f"{where}: key 'support'"),
         residual_std=residual,
-        half_width=half_width,
+        interval=interval,
+        baseline=baseline,
         training_models=training_models,
         version=data["attncoda_version"],
         created=data["created"],
-        loo_residuals=loo,
-        coverage=coverage,
-        identities=identities_from_file(data.get("training_identity", {}), training_models, where),
+        identities=identities_from_file(data["training_identity"], training_models, where),
         protocol=Protocol.from_dict(data["protocol"], f"{where}: key 'protocol'"),
     )
+
+
+def _object(value: Any, keys: tuple[str, ...], where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not set(keys) <= set(value):
+        raise AttncodaError(f"{where} must be an object with {', '.join(keys)}; got {value!r}")
+    return value
+
+
+def _support(value: Any, n: int, where: str) -> Support:
+    value = _object(value, ("mean", "scale", "gram_inverse", "max_leverage"), where)
+    inverse = value["gram_inverse"]
+    if not isinstance(inverse, list) or len(inverse) != n + 1:
+        raise AttncodaError(f"{where}: gram_inverse must be {n + 1} rows of {n + 1} numbers")
+    rows = tuple(_numbers({"row": r}, "row", f"{where} (gram_inverse)", n + 1) for r in inverse)
+    scale = _numbers(value, "scale", where, n)
+    if any(s <= 0 for s in scale):
+        raise AttncodaError(f"{where}: scale must be positive; got {list(scale)}")
+    top = _number(value, "max_leverage", where)
+    if not 0 < top <= 1 + 1e-9:
+        raise AttncodaError(f"{where}: max_leverage must lie in (0, 1]; got {top!r}")
+    return Support(_numbers(value, "mean", where, n), scale, rows, top)
+
+
+def _interval(value: Any, n: int, models: tuple[str, ...], where: str) -> CVPlus:
+    value = _object(value, ("alpha", "runs", "residuals", "left_out_fits"), where)
+    alpha = _number(value, "alpha", where)
+    if not 0 < alpha < 0.5:
+        raise AttncodaError(f"{where}: alpha must lie strictly between 0 and 0.5; got {alpha!r}")
+    runs = _strings(value, "runs", where)
+    if len(runs) != len(models):
+        raise AttncodaError(
+            f"{where}: runs must name the run of each of the {len(models)} training models; "
+            f"got {len(runs)}"
+        )
+    try:
+        cv_plus_ranks(len(runs), alpha)
+    except AttncodaError as err:
+        raise AttncodaError(f"{where}: {err}") from None
+    residuals = _numbers(value, "residuals", where, len(models))
+    fits = value["left_out_fits"]
+    if not isinstance(fits, list) or [
+        f.get("run") if isinstance(f, Mapping) else None for f in fits
+    ] != list(dict.fromkeys(runs)):
+        raise AttncodaError(
+            f"{where}: left_out_fits must be one {{run, coefficients, intercept}} per run, in "
+            f"the order of runs ({', '.join(dict.fromkeys(runs))})"
+        )
+    found = tuple(
+        LeftOutFit(
+            f["run"],
+            _numbers(f, "coefficients", f"{where} (fit without {f['run']!r})", n),
+            _number(f, "intercept", f"{where} (fit without {f['run']!r})"),
+        )
+        for f in fits
+    )
+    return CVPlus(alpha, runs, residuals, found)
+
+
+def _baseline(value: Any, interval: CVPlus, where: str) -> tuple[float, CVPlus]:
+    value = _object(value, ("value", "residuals", "left_out_means"), where)
+    residuals = _numbers(value, "residuals", where, len(interval.runs))
+    means = value["left_out_means"]
+    order = [f.run for f in interval.fits]
+    if not isinstance(means, Mapping) or set(means) != set(order):
+        raise AttncodaError(
+            f"{where}: left_out_means must map each run ({', '.join(order)}) to the mean "
+            f"without it; got {means!r}"
+        )
+    fits = tuple(LeftOutFit(r, (), _number(means, r, f"{where} (left_out_means)")) for r in order)
+    cv = CVPlus(interval.alpha, interval.runs, residuals, fits)
+    return _number(value, "value", where), cv
 
 
 def _number(data: Mapping[str, Any], key: str, where: str) -> float:
@@ -150,7 +240,7 @@ def _number(data: Mapping[str, Any], key: str, where: str) -> float:
 
 
 def _numbers(data: Mapping[str, Any], key: str, where: str, n: int) -> tuple[float, ...]:
-    value = data[key]
+    value: Any = data.get(key)
     ok = (
         isinstance(value, list)
         and len(value) == n

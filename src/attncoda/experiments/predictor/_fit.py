@@ -1,5 +1,6 @@
-"""Fitting the flip-rate predictor: least squares on standardised sink features, and its
-interval from leave-one-out residuals (docs/design.md, "The experiments", predictor).
+"""Fitting the flip-rate predictor: least squares on standardised sink features, its CV+
+interval over runs, its constant baseline and its joint support (docs/design.md, "The
+experiments", predictor).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import numpy as np
 
 from attncoda import __version__
 from attncoda._errors import AttncodaError
-from attncoda.experiments.predictor._identity import TrainingIdentity
-from attncoda.experiments.predictor._model import DEFAULT_COVERAGE, FEATURES, Predictor
+from attncoda.experiments.predictor._cvplus import cv_plus_ranks, fit_cv_plus
+from attncoda.experiments.predictor._identity import TrainingIdentity, training_runs
+from attncoda.experiments.predictor._model import DEFAULT_ALPHA, FEATURES, Baseline, Predictor
 from attncoda.experiments.predictor._protocol import Protocol
+from attncoda.experiments.predictor._support import fit_support
 from attncoda.training.identity import recipe_key
 
 __all__ = ["fit_predictor"]
@@ -26,28 +29,32 @@ def fit_predictor(
     *,
     features: Sequence[str] = FEATURES,
     target: str = "mean",
-    coverage: float = DEFAULT_COVERAGE,
+    alpha: float = DEFAULT_ALPHA,
 ) -> Predictor:
-    """Fit the flip-rate predictor on several models.
+    """Fit the flip-rate predictor and its constant baseline on several models.
 
     Parameters
     ----------
     rows : sequence of mapping
         One per training model: ``{"model": str, "features": {name: float},
         "flip_rates": {metric: float}}`` (see :func:`predictor_row`), and optionally
-        ``"identity"`` (``{"weights_sha256", "recipe"}``,
+        ``"identity"`` (``{"weights_sha256", "weights_sketch", "recipe"}``,
         :func:`attncoda.training.identity.model_identity`), which the predictor records to
-        recognise its training models by content, and ``"protocol"`` (how its rows were
-        read: :func:`~attncoda.experiments.predictor._protocol.protocol_of`), which must be
-        the same for every row. Every row must hold the same metrics.
+        recognise its training models by content, and ``"protocol"`` (what its rows read:
+        :func:`~attncoda.experiments.predictor._protocol.protocol_of`). Every row must hold
+        the same metrics. The run of each model (:func:`~attncoda.experiments.predictor.
+        _identity.training_runs`: its name ``series@stepN``, or its ``train-tiny`` recipe)
+        is the unit the interval leaves out.
     features : sequence of str
         Which features to regress on.
     target : str
         ``"mean"`` (the flip rate averaged over the metrics) or a metric name.
-    coverage : float
-        Share of new models the interval aims to cover, strictly between 0 and 1; the
-        half-width is the ``ceil((n + 1) * coverage)``-th smallest absolute leave-one-out
-        residual, so ``n`` must be at least ``coverage / (1 - coverage)`` (4 models for 0.8).
+    alpha : float
+        Miscoverage level of the CV+ interval, strictly between 0 and 0.5; the
+        jackknife+ guarantee is ``1 - 2 alpha`` (:mod:`~attncoda.experiments.predictor.
+        _cvplus` states CV+'s). The ends are the ``floor(alpha (n + 1))``-th and
+        ``ceil((1 - alpha)(n + 1))``-th of ``n`` values, so ``n`` must be at least
+        ``1 / alpha - 1`` (9 models for 0.1).
 
     Returns
     -------
@@ -58,8 +65,9 @@ def fit_predictor(
     Raises
     ------
     AttncodaError
-        Fewer than 3 training models, too few for ``coverage``, malformed rows, or rows
-        read with different protocols.
+        Fewer than 3 training runs, too few models for ``alpha``, features that are
+        constant or collinear over the training models, malformed rows, or rows read with
+        different protocols.
     """
     features = tuple(features)
     if not features or len(set(features)) != len(features):
@@ -67,31 +75,34 @@ def fit_predictor(
     if isinstance(rows, (str, Mapping)) or not isinstance(rows, Sequence) or len(rows) < 3:
         n = len(rows) if isinstance(rows, Sequence) and not isinstance(rows, str) else rows
         raise AttncodaError(
-            f"a predictor needs at least 3 training models (each is left out in turn to size "
-            f"the interval); got {n!r}"
+            f"a predictor needs at least 3 training models (each run is left out in turn to "
+            f"size the interval); got {n!r}"
         )
-    ok = isinstance(coverage, (int, float)) and not isinstance(coverage, bool)
-    if not (ok and 0 < coverage < 1):
-        raise AttncodaError(f"coverage must lie strictly between 0 and 1; got {coverage!r}")
-    k = math.ceil((len(rows) + 1) * coverage)
-    if k > len(rows):
-        least = next(n for n in range(3, 10**6) if math.ceil((n + 1) * coverage) <= n)
-        raise AttncodaError(
-            f"coverage={coverage} needs at least {least} training models; got {len(rows)}: "
-            "add models or lower coverage"
-        )
+    ok = isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
+    if not (ok and 0 < alpha < 0.5):
+        raise AttncodaError(f"alpha must lie strictly between 0 and 0.5; got {alpha!r}")
+    cv_plus_ranks(len(rows), alpha)
     models, x, y, metrics = _training_table(rows, features, target)
-    protocol = _protocol(rows, metrics)
+    recipes = [_identity(row).get("recipe") for row in rows]
+    runs = training_runs(models, recipes)
+    if len(set(runs)) < 3:
+        raise AttncodaError(
+            f"a predictor needs at least 3 training runs (each is left out in turn to size "
+            f"the interval); got {len(set(runs))}: {', '.join(dict.fromkeys(runs))}"
+        )
+    protocol = Protocol.of_rows(rows)
+    if protocol is not None and sorted(protocol.metrics) != sorted(metrics):
+        raise AttncodaError(
+            f"the rows' protocol names the metrics {list(protocol.metrics)}, their flip rates "
+            f"{list(metrics)}: give rows whose flip rates are the protocol's"
+        )
+    support = fit_support(x, features)
+    interval = fit_cv_plus(x, y, runs, alpha=alpha, fit=_fit_linear)
     coef, intercept, rank = _least_squares(x, y)
     residuals = y - (intercept + x @ coef)
     dof = len(y) - rank - 1
     residual_std = float(np.sqrt(residuals @ residuals / dof)) if dof > 0 else None
-    loo = []
-    for i in range(len(y)):
-        others = np.arange(len(y)) != i
-        c, b, _ = _least_squares(x[others], y[others])
-        loo.append(float(y[i] - (b + x[i] @ c)))
-    half_width = float(np.sort(np.abs(loo))[k - 1])
+    constant = fit_cv_plus(x[:, :0], y, runs, alpha=alpha, fit=_fit_mean)
     return Predictor(
         target=target,
         metrics=metrics,
@@ -101,18 +112,19 @@ def fit_predictor(
         training_range=tuple(
             (float(lo), float(hi)) for lo, hi in zip(x.min(0), x.max(0), strict=True)
         ),
+        support=support,
         residual_std=residual_std,
-        half_width=float(half_width),
+        interval=interval,
+        baseline=Baseline(float(y.mean()), constant),
         training_models=models,
         version=__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        loo_residuals=tuple(loo),
-        coverage=float(coverage),
         identities=tuple(
             TrainingIdentity(
                 str(row["model"]),
-                row["identity"].get("weights_sha256"),
-                recipe_key(row["identity"].get("recipe")),
+                _identity(row).get("weights_sha256"),
+                recipe_key(_identity(row).get("recipe")),
+                _sketch(_identity(row).get("weights_sketch")),
             )
             for row in rows
             if isinstance(row.get("identity"), Mapping)
@@ -121,25 +133,23 @@ def fit_predictor(
     )
 
 
-def _protocol(rows: Sequence[Mapping[str, Any]], metrics: tuple[str, ...]) -> Protocol | None:
-    """The one protocol every training row records (``None`` when none records one)."""
-    found = [row.get("protocol") for row in rows]
-    if all(p is None for p in found):
-        return None
-    first = Protocol.from_dict(found[0], f"training row 0 ({rows[0]['model']!r})")
-    for row, value in zip(rows, found, strict=True):
-        differs = first.differences(value)
-        if differs:
-            raise AttncodaError(
-                f"model {row['model']!r} was read with another protocol than "
-                f"{rows[0]['model']!r} ({'; '.join(differs)}): fit on rows read one way"
-            )
-    if sorted(first.metrics) != sorted(metrics):
-        raise AttncodaError(
-            f"the rows' protocol names the metrics {list(first.metrics)}, their flip rates "
-            f"{list(metrics)}: give rows whose flip rates are the protocol's"
-        )
-    return first
+def _identity(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    found = row.get("identity")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _sketch(value: Any) -> tuple[float, ...] | None:
+    return None if value is None else tuple(float(v) for v in value)
+
+
+def _fit_linear(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    coef, intercept, _ = _least_squares(x, y)
+    return coef, intercept
+
+
+def _fit_mean(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """The constant baseline's fit: no coefficients, the mean of ``y``."""
+    return np.zeros(0), float(y.mean())
 
 
 def _least_squares(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, int]:

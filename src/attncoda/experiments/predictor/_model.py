@@ -1,6 +1,8 @@
-"""The frozen flip-rate predictor: a linear prediction or an abstention outside its training
-range (docs/design.md, "The experiments", predictor). Its file is :mod:`._file`, how a model is
-matched to a training model :mod:`._identity`, the verdict on a measured model :mod:`._verdict`.
+"""The frozen flip-rate predictor and its constant baseline: a linear prediction with a CV+
+interval over runs, or an abstention outside the training set's joint support
+(docs/design.md, "The experiments", predictor). Its file is :mod:`._file`, its interval
+:mod:`._cvplus`, its support :mod:`._support`, how a model is matched to a training model
+:mod:`._identity`, the verdict on a measured model :mod:`._verdict`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD, CVPlus
 from attncoda.experiments.predictor._file import fields_from_file, to_file
 from attncoda.experiments.predictor._identity import (
     Relation,
@@ -20,23 +23,52 @@ from attncoda.experiments.predictor._identity import (
     training_match,
 )
 from attncoda.experiments.predictor._protocol import Protocol
+from attncoda.experiments.predictor._support import Support
 from attncoda.experiments.predictor._verdict import Prediction
 from attncoda.store import read_json
 
-__all__ = ["DEFAULT_COVERAGE", "FEATURES", "Predictor"]
+__all__ = ["DEFAULT_ALPHA", "FEATURES", "INTERVAL_METHOD", "Baseline", "Predictor"]
 
 FEATURES = ("mean_sink_mass", "std_sink_mass", "mean_sink_share")
-#: Default share of new models the interval aims to cover.
-DEFAULT_COVERAGE = 0.8
+#: Default miscoverage level: the paper's jackknife+ guarantee ``1 - 2 alpha`` is then 80%.
+DEFAULT_ALPHA = 0.1
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The constant baseline: the mean flip rate of the training models, with the same CV+
+    interval over runs as the predictor (each left-out fit is the mean over the other runs'
+    models).
+
+    Attributes
+    ----------
+    value : float
+        The mean of the training targets (a flip rate).
+    interval : CVPlus
+        Its left-out means (fits without coefficients) and residuals.
+    """
+
+    value: float
+    interval: CVPlus
+
+    def apply(self) -> Prediction:
+        """The baseline's prediction, the same for every model: its value and CV+
+        interval, each clipped to ``[0, 1]``. It never abstains."""
+        low, high = self.interval.bounds(())
+        return Prediction(
+            abstained=False, point=_rate(self.value), low=_rate(low), high=_rate(high)
+        )
 
 
 @dataclass(frozen=True)
 class Predictor:
-    """A frozen linear predictor of the keep vs drop flip rate.
+    """A frozen linear predictor of the keep vs drop flip rate, and its baseline.
 
-    ``flip rate = intercept + sum_i coefficients[i] * features[i]``, with the interval
-    ``± half_width``. Build it with :func:`fit_predictor`; store it with :meth:`to_json`
-    before applying it to models it has not seen.
+    ``flip rate = intercept + sum_i coefficients[i] * features[i]`` (least squares on
+    standardised features, minimum-norm), with a CV+ interval over runs
+    (:mod:`~attncoda.experiments.predictor._cvplus`: the paper's coverage guarantee, and
+    its hypotheses, are stated there). Build it with :func:`fit_predictor`; store it with
+    :meth:`to_dict` before applying it to models it has not seen.
 
     Attributes
     ----------
@@ -51,25 +83,24 @@ class Predictor:
     intercept : float
     training_range : tuple of (float, float)
         ``(min, max)`` of each feature over the training models.
+    support : Support
+        The joint support of the training features (leverage).
     residual_std : float or None
-        ``sqrt(RSS / (n - rank - 1))`` of the full fit; ``None`` when it interpolates.
+        ``sqrt(RSS / (n - p - 1))`` of the full fit; ``None`` when it interpolates.
         Reported only: the interval does not use it.
-    half_width : float
-        Half the width of the prediction interval: the ``ceil((n + 1) * coverage)``-th
-        smallest absolute leave-one-out residual.
-    loo_residuals : tuple of float
-        Leave-one-out residual (measured minus predicted flip rate) of each training model,
-        in the order of ``training_models``.
-    coverage : float
-        The share of new models the interval aims to cover.
+    interval : CVPlus
+        The CV+ interval over runs: ``alpha``, each training model's run and
+        leave-one-run-out residual, and each left-out fit.
+    baseline : Baseline
+        The constant baseline, fitted the same way.
     training_models : tuple of str
     identities : tuple of TrainingIdentity
-        What identifies training models by content (empty in a file that records none:
-        then a model is matched by name only).
+        What identifies training models by content (empty: then a model is matched by name
+        only).
     protocol : Protocol or None
-        How the training rows were read and measured (windows, window length, corpus, sink,
-        seed, metrics, tie tolerance): a verdict is given only on a row read the same way.
-        A frozen file always records it; ``None`` only for a predictor built by hand.
+        What the training rows read and how they were measured: a verdict is given only on
+        a row read the same way. A frozen file always records it; ``None`` only for a
+        predictor built from rows that record none.
     version : str
         ``attncoda.__version__`` at fit time.
     created : str
@@ -82,15 +113,25 @@ class Predictor:
     coefficients: tuple[float, ...]
     intercept: float
     training_range: tuple[tuple[float, float], ...]
+    support: Support
     residual_std: float | None
-    half_width: float
+    interval: CVPlus
+    baseline: Baseline
     training_models: tuple[str, ...]
     version: str
     created: str
-    loo_residuals: tuple[float, ...] = ()
-    coverage: float = DEFAULT_COVERAGE
     identities: tuple[TrainingIdentity, ...] = ()
     protocol: Protocol | None = None
+
+    @property
+    def alpha(self) -> float:
+        """The miscoverage level of the interval (and of the interval score)."""
+        return self.interval.alpha
+
+    @property
+    def training_runs(self) -> tuple[str, ...]:
+        """The run of each training model (the unit the interval leaves out)."""
+        return self.interval.runs
 
     def training_match(
         self, names: Sequence[str], identity: Mapping[str, Any] | None = None
@@ -103,15 +144,18 @@ class Predictor:
             The model's names (e.g. ``"train-tiny step2000"`` and ``"train-tiny"``).
         identity : mapping, optional
             :func:`attncoda.training.identity.model_identity` of the model:
-            ``weights_sha256`` and ``recipe``.
+            ``weights_sha256``, ``weights_sketch`` and ``recipe``.
 
         Returns
         -------
         (str, str) or None
-            ``(training model, how)``, ``how`` in :data:`MATCHES`: equal weights hashes
-            first, then equal ``train-tiny`` recipes (task, full config, seed, step: a
-            retrained checkpoint whose weights differ in rounding on another CPU or thread
-            count), then equal names.
+            ``(training model, how)``, ``how`` in :data:`MATCHES`: equal canonical weights
+            hashes first; then a near copy (the nearest training model whose weights sketch
+            lies within :data:`attncoda.training.identity.NEAR_COPY`, relative, of the
+            model's: the same weights rounded to bfloat16, float16 or a quantisation at
+            least as fine); then equal ``train-tiny`` recipes (task, full config, seed,
+            step: a retrained checkpoint whose weights differ on another CPU); then equal
+            names.
         """
         return training_match(self.identities, self.training_models, names, identity)
 
@@ -124,8 +168,8 @@ class Predictor:
         return relation_to_training(self.identities, self.training_models, names, identity)
 
     def off_protocol(self, read: Mapping[str, Any] | None) -> list[str]:
-        """How the protocol a row was read with (its ``protocol``) differs from the fit's;
-        ``[]`` when it is the same. A predictor without a protocol takes no row."""
+        """How what a row read (its ``protocol``) differs from the fit's; ``[]`` when it is
+        on protocol. A predictor without a protocol takes no row."""
         if self.protocol is None:
             return ["the predictor records no protocol"]
         return self.protocol.differences(read)
@@ -141,11 +185,15 @@ class Predictor:
         Returns
         -------
         Prediction
-            The linear prediction and its interval ``linear ± half_width``, each clipped to
-            ``[0, 1]`` (a flip rate; a linear value below 0 predicts 0), or an abstention
-            naming each feature outside the training range (or not finite). The half-width
-            comes from the unclipped leave-one-out residuals; for a measured rate in
-            ``[0, 1]`` clipping only shrinks a residual, so the interval stays conservative.
+            The full fit's linear value and the CV+ interval at the features, each clipped
+            to ``[0, 1]``: a rate in ``[0, 1]`` inside the unclipped interval is inside the
+            clipped one, so clipping loses no coverage (a linear value below 0 predicts 0).
+            Or an abstention, when a feature is not finite, when the point's leverage
+            exceeds the largest training leverage (outside the joint support,
+            :mod:`~attncoda.experiments.predictor._support`), or when a feature lies outside
+            its training range: the leverage ellipsoid holds the training points but reaches
+            past the extremes a single feature took, where the fit has never seen its value.
+            The reason names each rule the point breaks.
         """
         missing = [f for f in self.features if f not in features]
         if missing:
@@ -153,23 +201,31 @@ class Predictor:
                 f"features lack {missing[0]!r}; this predictor uses {', '.join(self.features)}"
             )
         values = [float(features[f]) for f in self.features]
-        reasons = []
-        for name, value, (lo, hi) in zip(self.features, values, self.training_range, strict=True):
-            if not math.isfinite(value):
-                reasons.append(f"feature {name}={value} is not finite")
-            elif not lo <= value <= hi:
-                reasons.append(
-                    f"feature {name}={value:.6g} is outside the training range [{lo:.6g}, {hi:.6g}]"
-                )
+        reasons = [
+            f"feature {name}={value} is not finite"
+            for name, value in zip(self.features, values, strict=True)
+            if not math.isfinite(value)
+        ]
+        if not reasons:
+            joint = self.support.outside(values)
+            reasons += [joint] if joint else []
+            for name, value, (lo, hi) in zip(
+                self.features, values, self.training_range, strict=True
+            ):
+                if not lo <= value <= hi:
+                    reasons.append(
+                        f"feature {name}={value:.6g} is outside the training range "
+                        f"[{lo:.6g}, {hi:.6g}]"
+                    )
         if reasons:
             return Prediction(abstained=True, reason="; ".join(reasons))
         linear = self.intercept + sum(c * v for c, v in zip(self.coefficients, values, strict=True))
-        return Prediction(
-            abstained=False,
-            point=_rate(linear),
-            low=_rate(linear - self.half_width),
-            high=_rate(linear + self.half_width),
-        )
+        low, high = self.interval.bounds(values)
+        return Prediction(abstained=False, point=_rate(linear), low=_rate(low), high=_rate(high))
+
+    def apply_baseline(self) -> Prediction:
+        """The constant baseline's prediction (:meth:`Baseline.apply`)."""
+        return self.baseline.apply()
 
     def to_dict(self) -> dict[str, Any]:
         """The predictor as the JSON object of its frozen file (:meth:`from_json` reads it
@@ -184,10 +240,11 @@ class Predictor:
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "invalid predictor") -> Predictor:
         """The predictor of :meth:`to_dict`'s object; an error starts with ``where``."""
-
-        return cls(**fields_from_file(data, where))
+        fields = fields_from_file(data, where)
+        fields["baseline"] = Baseline(*fields["baseline"])
+        return cls(**fields)
 
 
 def _rate(value: float) -> float:
-    """``value`` clipped to ``[0, 1]``: a flip rate."""
+    """``value`` clipped to ``[0, 1]``: a flip rate (an infinite end is 0 or 1)."""
     return min(1.0, max(0.0, value))

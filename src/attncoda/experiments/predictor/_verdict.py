@@ -1,18 +1,43 @@
-"""The verdict of a prediction on a measured model: confirmed, abstained or failed
-(docs/design.md, "The experiments", predictor)."""
+"""The verdict of a prediction on a measured model, and the scores that compare it with the
+baseline's (docs/design.md, "The experiments", predictor).
+
+A count of confirmations alone rewards wide intervals: every verdict is shown with the
+interval's width, the point's absolute error and the interval score of Gneiting and
+Raftery (2007, "Strictly proper scoring rules, prediction, and estimation", JASA 102(477),
+eq. 43), for the predictor and the constant baseline side by side.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
 
-__all__ = ["VERDICTS", "Prediction", "verdict"]
+__all__ = [
+    "SCORE_COLUMNS",
+    "VERDICTS",
+    "Prediction",
+    "interval_score",
+    "verdict",
+    "verdict_columns",
+]
 
 VERDICTS = ("confirmed", "abstained", "failed")
+#: The columns :func:`verdict_columns` gives for each of the predictor and the baseline
+#: (the baseline's prefixed ``baseline_``).
+SCORE_COLUMNS = (
+    "predicted",
+    "predicted_low",
+    "predicted_high",
+    "width",
+    "abs_error",
+    "interval_score",
+    "verdict",
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +61,16 @@ class Prediction:
     high: float | None = None
 
 
+def _finite(measured: Any) -> float:
+    if (
+        isinstance(measured, bool)
+        or not isinstance(measured, (int, float, np.floating))
+        or not (math.isfinite(measured))
+    ):
+        raise AttncodaError(f"measured flip rate must be a finite number; got {measured!r}")
+    return float(measured)
+
+
 def verdict(prediction: Prediction, measured: float) -> str:
     """``"confirmed"`` (measured inside the interval), ``"failed"`` or ``"abstained"``.
 
@@ -47,12 +82,84 @@ def verdict(prediction: Prediction, measured: float) -> str:
         The flip rate measured on the model (the same target: the mean over metrics by
         default).
     """
-    if (
-        isinstance(measured, bool)
-        or not isinstance(measured, (int, float, np.floating))
-        or not (math.isfinite(measured))
-    ):
-        raise AttncodaError(f"measured flip rate must be a finite number; got {measured!r}")
+    measured = _finite(measured)
     if prediction.abstained or prediction.low is None or prediction.high is None:
         return "abstained"
     return "confirmed" if prediction.low <= measured <= prediction.high else "failed"
+
+
+def interval_score(low: float, high: float, measured: float, alpha: float) -> float:
+    """The interval score of Gneiting and Raftery (2007, eq. 43) of a central
+    ``(1 - alpha)`` interval ``[low, high]`` for the value ``measured``.
+
+    .. math::
+
+        S = (u - l) + \\frac{2}{\\alpha}(l - y)\\,[y < l] + \\frac{2}{\\alpha}(y - u)\\,[y > u]
+
+    Parameters
+    ----------
+    low, high : float
+        The interval's ends (a flip rate, fractions).
+    measured : float
+        The measured value ``y``.
+    alpha : float
+        The interval's miscoverage level, in ``(0, 1)``.
+
+    Returns
+    -------
+    float
+        In the units of the rates; lower is better: the width, plus ``2 / alpha`` times the
+        distance by which the interval misses ``y``.
+    """
+    y = _finite(measured)
+    if not 0 < alpha < 1:
+        raise AttncodaError(f"alpha must lie strictly between 0 and 1; got {alpha!r}")
+    if not low <= high:
+        raise AttncodaError(f"the interval [{low!r}, {high!r}] has low > high: give low <= high")
+    return (
+        (high - low)
+        + (2 / alpha) * (low - y) * (y < low)
+        + (2 / alpha) * (y - high) * (y > high)
+    )
+
+
+def verdict_columns(
+    prediction: Prediction, baseline: Prediction, measured: float, alpha: float
+) -> dict[str, Any]:
+    """The predictor's and the baseline's verdicts and scores side by side.
+
+    Parameters
+    ----------
+    prediction, baseline : Prediction
+        :meth:`Predictor.apply` and :meth:`Predictor.apply_baseline` of one model.
+    measured : float
+        Its measured flip rate (the predictor's target).
+    alpha : float
+        The intervals' miscoverage level (:attr:`Predictor.alpha`).
+
+    Returns
+    -------
+    dict
+        For the predictor, then the baseline (prefixed ``baseline_``), the keys of
+        :data:`SCORE_COLUMNS`: ``predicted``, ``predicted_low``, ``predicted_high`` (the
+        point and the interval, ``None`` when abstaining), ``width`` (``high - low``),
+        ``abs_error`` (``|measured - point|``), ``interval_score``
+        (:func:`interval_score`), each in flip-rate units, ``None`` when abstaining; and
+        ``verdict`` (:func:`verdict`).
+    """
+    out: dict[str, Any] = {}
+    for prefix, p in (("", prediction), ("baseline_", baseline)):
+        given = not p.abstained and None not in (p.point, p.low, p.high)
+        low, high, point = p.low or 0.0, p.high or 0.0, p.point or 0.0
+        out |= {
+            f"{prefix}predicted": p.point if given else None,
+            f"{prefix}predicted_low": p.low if given else None,
+            f"{prefix}predicted_high": p.high if given else None,
+            f"{prefix}width": high - low if given else None,
+            f"{prefix}abs_error": abs(measured - point) if given else None,
+            f"{prefix}interval_score": (
+                interval_score(low, high, measured, alpha) if given else None
+            ),
+            f"{prefix}verdict": verdict(p, measured),
+        }
+    return out
