@@ -107,16 +107,29 @@ def counted() -> Any:
     return rows[rows["counted"]]
 
 
-def prune_ratio(model: str, channel: str, order: str, k: int) -> float:
+def prune_row(model: str, channel: str, order: str, k: int) -> Any:
     found = table("prune")
-    row = found[
+    rows = found[
         (found["model"] == model)
         & (found["channel"] == channel)
         & (found["order"] == order)
         & (found["k"] == k)
         & (found["ablation"] == "zero")
     ]
-    return float(row["ratio"].iloc[0])
+    return rows.iloc[0]
+
+
+def prune_ratio(model: str, channel: str, order: str, k: int) -> float:
+    return float(prune_row(model, channel, order, k)["ratio"])
+
+
+def _ratio(model: str, channel: str, order: str, k: int) -> str:
+    """A ratio with its paired interval: ``×460 [391, 540]``."""
+    row = prune_row(model, channel, order, k)
+    if _missing(row["ratio_ci_low"]):
+        return times(row["ratio"])
+    low, high = times(row["ratio_ci_low"]), times(row["ratio_ci_high"])
+    return f"{times(row['ratio'])} [{low.lstrip('×')}, {high.lstrip('×')}]"
 
 
 def _values() -> dict[str, Callable[[], float]]:
@@ -167,7 +180,14 @@ def _flips_cell() -> str:
     for model, name in NAMES.items():
         rates = flip_rates(model)["flip_rate"]
         parts.append(f"{name} {pct(rates.min())}–{pct(rates.max())}")
-    return ", ".join(parts) + " (5 metrics)"
+    first = table("flips").iloc[0]
+    interval = (
+        f"{first['ci_method']}, {int(first['n_docs'])} documents, {int(first['n_boot'])} "
+        "resamples, on the results page"
+        if not _missing(first["ci_low"])
+        else str(first["ci_note"])
+    )
+    return ", ".join(parts) + f" (5 metrics; 95% intervals: {interval})"
 
 
 def _cluster_cell() -> str:
@@ -178,32 +198,71 @@ def _cluster_cell() -> str:
     return "ρ(axis 1, sink mass), keep / drop: " + ", ".join(parts)
 
 
+def _tally(rows: Any, column: str) -> str:
+    found = {
+        v: int(rows[column].str.startswith(v).sum()) for v in ("confirmed", "abstained", "failed")
+    }
+    return (
+        f"{found['confirmed']} confirmed, {found['abstained']} abstained, {found['failed']} failed"
+    )
+
+
 def _predictor_cell() -> str:
     rows = counted()
-    tally = {
-        v: int((rows["verdict"].str.startswith(v)).sum())
-        for v in ("confirmed", "abstained", "failed")
-    }
-    each = []
-    for _, r in rows.iterrows():
-        if r["abstained"]:
-            each.append(f"{r['model']} abstained")
-        else:
-            each.append(
-                f"{r['model']} {r['verdict'].split()[0]} "
-                f"({pct(r['predicted'])} [{pct(r['predicted_low'])}, {pct(r['predicted_high'])}], "
-                f"measured {pct(r['measured'])})"
-            )
     return (
-        f"{len(rows)} held-out verdicts: {tally['confirmed']} confirmed, "
-        f"{tally['abstained']} abstained, {tally['failed']} failed: " + "; ".join(each)
+        f"{len(rows)} held-out verdicts: predictor {_tally(rows, 'verdict')}; constant "
+        f"baseline {_tally(rows, 'baseline_verdict')} (below)"
     )
+
+
+def _interval(row: Any, prefix: str = "") -> str:
+    if row[f"{prefix}verdict"].startswith("abstained"):
+        return "abstained"
+    return (
+        f"{pct(row[f'{prefix}predicted'])} [{pct(row[f'{prefix}predicted_low'])}, "
+        f"{pct(row[f'{prefix}predicted_high'])}]"
+    )
+
+
+def held_out() -> str:
+    """The predictor's held-out verdicts beside the constant baseline's, and which scores
+    better (the mean interval score over the verdicts both give; lower is better)."""
+    rows = counted()
+    lines = [
+        "| held out | measured | predictor | verdict | score | baseline | verdict | score |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for _, r in rows.iterrows():
+        scores = [
+            "" if _missing(r[f"{p}interval_score"]) else f"{r[f'{p}interval_score']:.3f}"
+            for p in ("", "baseline_")
+        ]
+        lines.append(
+            f"| {r['model']}@{r['revision']} | {pct(r['measured'])} | {_interval(r)} | "
+            f"{r['verdict']} | {scores[0]} | {_interval(r, 'baseline_')} | "
+            f"{r['baseline_verdict']} | {scores[1]} |"
+        )
+    both = rows.dropna(subset=["interval_score", "baseline_interval_score"])
+    mine, theirs = both["interval_score"].mean(), both["baseline_interval_score"].mean()
+    better = "beats" if mine < theirs else "does not beat"
+    first = rows.iloc[0]
+    lines += [
+        "",
+        f"On the {len(both)} held-out models both score, the predictor {better} the constant "
+        f"baseline: mean interval score {mine:.3f} against {theirs:.3f} (Gneiting and Raftery "
+        f"2007; lower is better). Intervals: {first['interval_method']}, alpha "
+        f"{first['alpha']:g}, {int(first['n_training_models'])} training models in "
+        f"{int(first['n_training_runs'])} runs.",
+    ]
+    return "\n".join(lines)
 
 
 def _collapse_cell() -> str:
     row = collapse_row()
     return (
-        f"{pct(row['sink_share'])} (Shapley): ΔH = {row['delta_entropy']:.3f} = sink "
+        f"{pct(row['sink_share'])} (Shapley attribution; {pct(row['sink_share_low'])}–"
+        f"{pct(row['sink_share_high'])} over the two orderings): ΔH = "
+        f"{row['delta_entropy']:.3f} = sink "
         f"{row['delta_sink']:.3f} + content {row['delta_content']:.3f} nats; mean sink mass "
         f"{row['mean_sink_mass_from']:.3f} → {row['mean_sink_mass_to']:.3f}"
     )
@@ -221,9 +280,12 @@ def _prune_cell() -> str:
         for c in ("sink_mass", "sink_balance", "content_entropy", "full_entropy")
         for o in ("high", "low")
     )
+    row = prune_row("smollm2", worst[1], worst[2], k)
     return (
-        f"SmolLM2, k = {k} of 270 heads: worst {times(worst[0])} ({worst[1]}, {worst[2]}est "
-        f"first), best {times(best[0])} ({best[1]}, {best[2]}est first)"
+        f"SmolLM2, k = {k} of 270 heads: worst {_ratio('smollm2', worst[1], worst[2], k)} "
+        f"({worst[1]}, {worst[2]}est first), best {_ratio('smollm2', best[1], best[2], k)} "
+        f"({best[1]}, {best[2]}est first); 95% intervals: {row['ci_method']} over "
+        f"{int(row['n_windows'])} windows"
     )
 
 
@@ -246,6 +308,8 @@ def headline() -> str:
         "| experiment | paper | reference run |",
         "| --- | --- | --- |",
         *(f"| {a} | {b} | {c} |" for a, b, c in rows),
+        "",
+        held_out(),
     ]
     return "\n".join(lines) + "\n"
 
@@ -311,12 +375,15 @@ def page() -> str:
         headline(),
         "## Flips",
         "",
-        "Flip rate of keep vs drop verdicts per model and metric, with the bootstrap "
-        "interval over documents (percentile, 95%).",
+        "Flip rate of keep vs drop verdicts per model and metric, with its 95% interval "
+        "(its method and the documents behind it in the last columns).",
         "",
     ]
-    flips = table("flips")[["model", "metric", "n_triplets", "flip_rate", "ci_low", "ci_high"]]
-    out += [_markdown_table(flips, {"flip_rate": pct, "ci_low": pct, "ci_high": pct}), ""]
+    flips = table("flips")[
+        ["model", "metric", "n_triplets", "flip_rate", "ci_low", "ci_high", "n_docs", "ci_method"]
+    ]
+    ci = {c: (lambda v: "" if _missing(v) else pct(v)) for c in ("flip_rate", "ci_low", "ci_high")}
+    out += [_markdown_table(flips, ci), ""]
     out += [_figure("flips"), "", "## Cluster", ""]
     summary = table("cluster_summary")[
         ["model", "variant", "spearman_axis1_vs_sink_mass", "mean_sink_share_of_aitchison_sq"]
@@ -339,11 +406,15 @@ def page() -> str:
             "model",
             "revision",
             "relation",
+            "measured",
             "predicted",
             "predicted_low",
             "predicted_high",
-            "measured",
             "verdict",
+            "baseline_predicted",
+            "baseline_predicted_low",
+            "baseline_predicted_high",
+            "baseline_verdict",
             "counted",
         ]
     ]
@@ -352,9 +423,12 @@ def page() -> str:
             predictor,
             {
                 c: (lambda v: "" if _missing(v) else pct(v))
-                for c in ("predicted", "predicted_low", "predicted_high", "measured")
+                for c in predictor.columns
+                if c.endswith(("predicted", "predicted_low", "predicted_high", "measured"))
             },
         ),
+        "",
+        held_out(),
         "",
         _figure("predictor"),
         "",
@@ -362,7 +436,16 @@ def page() -> str:
         "",
     ]
     collapse = table("collapse").query("pair_kind == 'first_last' and level != 'head'")[
-        ["level", "layer", "delta_entropy", "delta_sink", "delta_content", "sink_share"]
+        [
+            "level",
+            "layer",
+            "delta_entropy",
+            "delta_sink",
+            "delta_content",
+            "sink_share",
+            "sink_share_low",
+            "sink_share_high",
+        ]
     ]
     nats = lambda v: f"{v:.3f}"  # noqa: E731
     out += [
@@ -373,6 +456,8 @@ def page() -> str:
                 "delta_sink": nats,
                 "delta_content": nats,
                 "sink_share": pct,
+                "sink_share_low": pct,
+                "sink_share_high": pct,
                 "layer": lambda v: "" if _missing(v) or v < 0 else str(int(v)),
             },
         ),
@@ -384,17 +469,22 @@ def page() -> str:
     ]
     prune = table("prune")
     for model in prune["model"].unique():
-        wide = (
-            prune[(prune["model"] == model) & (prune["ablation"] == "zero")]
-            .pivot_table(index=["channel", "order"], columns="k", values="ratio")
-            .reset_index()
-        )
-        wide.columns = [str(c) if not isinstance(c, str) else c for c in wide.columns]
+        rows = prune[(prune["model"] == model) & (prune["ablation"] == "zero")].copy()
+        rows["cell"] = [
+            _ratio(model, r["channel"], r["order"], int(r["k"])) for _, r in rows.iterrows()
+        ]
+        wide = rows.pivot_table(
+            index=["channel", "order"], columns="k", values="cell", aggfunc="first"
+        ).reset_index()
         wide.columns = [c if c in ("channel", "order") else f"k = {c}" for c in wide.columns]
+        first = rows.iloc[0]
+        unpruned = prune[(prune["model"] == model) & (prune["k"] == 0)]["perplexity"].iloc[0]
         out += [
-            f"**{NAMES.get(model, model)}**",
+            f"**{NAMES.get(model, model)}** (unpruned perplexity {unpruned:.2f}; "
+            f"ratio to it, with its 95% interval: {first['ci_method']} over "
+            f"{int(first['n_windows'])} windows)",
             "",
-            _markdown_table(wide, {c: times for c in wide.columns if c.startswith("k =")}),
+            _markdown_table(wide, {}),
             "",
             _figure("prune", model),
             "",
