@@ -133,12 +133,15 @@ def _profile(args: argparse.Namespace) -> int:
 def _flips(args: argparse.Namespace) -> int:
     _one_source(args.models, args.attentions, "flips")
     out = _run(args, "flips", args.models, attentions=args.attentions)
-    print("flip rate of 'which head is closer' verdicts, keep vs drop (95% bootstrap CI):")
+    print(
+        "flip rate of 'which head is closer' verdicts, keep vs drop (95% percentile bootstrap "
+        "interval over documents, or why there is none):"
+    )
     for row in _tables(out)["flips"].itertuples(index=False):
+        ci = row.ci_note or f"[{row.ci_low:6.1%}, {row.ci_high:6.1%}] of {row.n_boot} resamples"
         print(
-            f"  {row.model:<24} {row.metric:<12} {row.flip_rate:6.1%}  "
-            f"[{row.ci_low:6.1%}, {row.ci_high:6.1%}]  of {row.n_triplets - row.n_ties} "
-            f"decided triplets ({row.n_ties} ties)"
+            f"  {row.model:<24} {row.metric:<12} {row.flip_rate:6.1%}  {ci}, {row.n_docs} "
+            f"documents; {row.n_triplets - row.n_ties} decided triplets ({row.n_ties} ties)"
         )
     return _finish(out)
 
@@ -169,11 +172,16 @@ def _safety(args: argparse.Namespace) -> int:
 
     out = _run(args, "safety", args.models)
     table = _tables(out)["safety"]
+    print(
+        "flip rate per bin (upper end of its 95% Clopper-Pearson interval over the decided "
+        "triplets, and their number):"
+    )
     for row in table.itertuples(index=False):
         print(
             f"  {row.model:<20} {row.metric:<12} {row.bin_kind:<10} "
             f"[{row.bin_low:.3g}, {row.bin_high:.3g})  flip rate {row.flip_rate:6.1%} "
-            f"(95% bound {row.flip_rate_high:6.1%}){'  SAFE' if row.safe else ''}"
+            f"(95% bound {row.flip_rate_high:6.1%} of {row.n_decided})"
+            + ("  SAFE" if row.safe else "")
         )
     regions = safe_regions(table)
     for row in regions[regions["metric"] == "all"].itertuples(index=False):
