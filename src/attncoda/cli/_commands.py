@@ -262,15 +262,23 @@ def _prune(args: argparse.Namespace) -> int:
         note = units[units["experiment"] == "prune"]["note"].iloc[0]
         raise AttncodaError(note)
     for _, table in tables["prune"].groupby(["model", "revision"], sort=False):
-        base = table[table["k"] == 0]["perplexity"]
+        base = table[table["k"] == 0]
         if len(base):
-            print(f"unpruned perplexity: {float(base.iloc[0]):.3f}")
+            print(
+                f"unpruned perplexity: {float(base['perplexity'].iloc[0]):.3f} on "
+                f"{int(base['n_windows'].iloc[0])} windows; each ratio's 95% interval is a "
+                "paired percentile bootstrap over them"
+            )
         pruned = table[table["k"] > 0]
         for key, group in pruned.groupby(["ablation", "channel", "order"], sort=True):
             worst = group.loc[group["ratio"].idxmax()]
+            ci = worst["ci_note"] or (
+                f"[{worst['ratio_ci_low']:.2f}, {worst['ratio_ci_high']:.2f}] of "
+                f"{int(worst['n_boot'])} resamples"
+            )
             print(
                 f"  {key[0]:<8} {key[1]:<16} {key[2]:<5} worst ratio {worst['ratio']:9.2f} "
-                f"at k={int(worst['k'])}"
+                f"at k={int(worst['k'])}  {ci}"
             )
     return _finish(out)
 

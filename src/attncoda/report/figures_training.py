@@ -115,7 +115,8 @@ def collapse_split_figure(table: pd.DataFrame, *, model: str, sink: str = "first
 
 def prune_figure(table: pd.DataFrame, path: str | os.PathLike[str], *, model: str) -> Path:
     """Perplexity ratio against heads pruned: one line per channel and order, one panel per
-    ablation, log y.
+    ablation, log y; a band around each line is the ratio's paired bootstrap 95% interval
+    over the evaluation windows, where the table gives one (none below 10 windows).
 
     Parameters
     ----------
@@ -156,6 +157,11 @@ def prune_curve_figure(table: pd.DataFrame, *, model: str) -> Figure:
                 ratio = np.concatenate([[1.0], line["ratio"].to_numpy(np.float64)])
                 label = f"{CHANNEL_LABELS.get(channel, channel)}, {order} first"
                 ax.plot(xs, ratio, style, marker="o", ms=3, color=cmap(index % 10), label=label)
+                if "ratio_ci_low" in line:  # the paired bootstrap interval, where there is one
+                    low = line["ratio_ci_low"].to_numpy(np.float64)
+                    high = line["ratio_ci_high"].to_numpy(np.float64)
+                    ks_line = line["k"].to_numpy(np.float64)
+                    ax.fill_between(ks_line, low, high, color=cmap(index % 10), alpha=0.15, lw=0)
         ax.set_yscale("log")
         ax.set_xscale("symlog", linthresh=1.0)
         ax.set_xlim(0, ks[-1] * 1.15)

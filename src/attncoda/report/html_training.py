@@ -1,4 +1,5 @@
-"""The sections of the HTML report on predictions and training: predictor, collapse, prune.
+"""The sections of the HTML report on predictions and training: predictor and collapse (prune's
+is :mod:`attncoda.report.html_prune`).
 
 Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
 Context` they take), each ``*_section(ctx)`` returns the inner HTML of one ``<section>``
@@ -16,7 +17,6 @@ from attncoda.report.html_parts import (
     fmt_nats,
     fmt_num,
     fmt_pct,
-    fmt_ratio,
     groups,
     is_missing,
     note,
@@ -25,7 +25,7 @@ from attncoda.report.html_parts import (
 )
 from attncoda.report.html_sections import Context
 
-__all__ = ["collapse_section", "predictor_section", "prune_section"]
+__all__ = ["collapse_section", "predictor_section"]
 
 _VERDICTS = ("confirmed", "abstained", "failed")
 
@@ -385,95 +385,3 @@ def _training(ctx: Context) -> str:
             + "</details>\n"
         )
     return "".join(out)
-
-
-# prune ---------------------------------------------------------------------------------------
-
-
-def prune_section(ctx: Context) -> str:
-    """Per model: the worst and the best perplexity ratio over channels and orders."""
-    from attncoda.report.figures import figure
-    from attncoda.report.figures_training import CHANNEL_LABELS
-
-    prune = ctx.need("prune")
-    convention = (
-        "ranking channels — full entropy H(p) = keep sink, content entropy H(q) = drop sink; "
-        f"sink mass and sink balance need no convention; sink = {ctx.sink}"
-    )
-    claims, body, figures = [], [], []
-    for label, g in groups(prune):
-        curves = g[g["k"] > 0]
-        base = g[g["k"] == 0]
-        baseline = fmt_num(base["perplexity"].iloc[0], 2) if len(base) else NA
-        if not len(curves):
-            claims.append((f"Perplexity ratio, {label}", "more than 100×", "no pruned rows"))
-            continue
-        k_max = int(curves["k"].max())
-        worst = curves.loc[curves["ratio"].astype(float).idxmax()]
-        at_max = curves[curves["k"] == k_max]
-        best = at_max.loc[at_max["ratio"].astype(float).idxmin()]
-        claims.append(
-            (
-                f"Worst perplexity ratio when pruning by a channel, {label}",
-                "more than 100× (pruning by the wrong channel)",
-                f"{fmt_ratio(worst['ratio'])} ({_line(worst, CHANNEL_LABELS)}, k = "
-                f"{int(worst['k'])})",
-            )
-        )
-        claims.append(
-            (
-                f"Best channel at the largest k = {k_max}, {label}",
-                "—",
-                f"{fmt_ratio(best['ratio'])} ({_line(best, CHANNEL_LABELS)})",
-            )
-        )
-        keys = ["channel", "order", "ablation"]
-        for key, line in curves.groupby(keys, sort=False):
-            top = line.loc[line["ratio"].astype(float).idxmax()]
-            last = line[line["k"] == line["k"].max()].iloc[0]
-            body.append(
-                (
-                    label,
-                    CHANNEL_LABELS.get(str(key[0]), str(key[0])),
-                    f"{key[1]} first",
-                    str(key[2]),
-                    baseline,
-                    fmt_ratio(top["ratio"]),
-                    str(int(top["k"])),
-                    f"{fmt_ratio(last['ratio'])} (k = {int(last['k'])})",
-                )
-            )
-        figures.append(
-            figure_or_note(
-                lambda g=g: figure("prune", {"prune": g}),
-                alt=f"Perplexity ratio against the number of heads pruned for {label}, one line "
-                "per ranking channel and order, log scale",
-                caption=f"{label}: perplexity ratio to the unpruned model on held-out text.",
-                convention=convention,
-            )
-        )
-    return (
-        paper_vs_measured(convention, claims)
-        + table(
-            "Pruning heads ranked by each channel: the worst ratio and the ratio at the largest "
-            "k, per model",
-            convention,
-            (
-                "model",
-                "channel",
-                "order",
-                "ablation",
-                "unpruned perplexity",
-                "worst ratio",
-                "at k",
-                "ratio at largest k",
-            ),
-            body,
-        )
-        + "".join(figures)
-    )
-
-
-def _line(row: Any, labels: dict[str, str]) -> str:
-    channel = labels.get(str(row["channel"]), str(row["channel"]))
-    return f"{channel}, {row['order']} first, {row['ablation']}"

@@ -8,7 +8,7 @@ Public names: the declaration (:class:`Experiment`, :func:`experiment`,
 :class:`DocRows`, :func:`head_rows`), the shared verdict helpers (:data:`CONVENTIONS`,
 :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`), and what every interval
 shares (:data:`MIN_BOOTSTRAP_N`, the method names, :func:`no_interval_note`,
-:func:`percentile_interval`, :func:`check_n_boot`).
+:func:`percentile_interval`, :func:`resample_weights`, :func:`check_n_boot`).
 
 Modules: ``_experiment`` (the declaration, inputs and tables), ``_settings`` (setting fields
 and their checks), ``_inputs`` (recorded rows), ``_verdicts`` (metrics, tolerances and flip
@@ -43,6 +43,7 @@ from attncoda.experiments.contract._intervals import (
     check_n_boot,
     no_interval_note,
     percentile_interval,
+    resample_weights,
 )
 from attncoda.experiments.contract._settings import (
     RENAMED,
@@ -93,6 +94,7 @@ __all__ = [
     "head_rows",
     "no_interval_note",
     "percentile_interval",
+    "resample_weights",
     "renamed_settings",
     "setting",
     "settings_dict",

@@ -23,6 +23,7 @@ __all__ = [
     "check_n_boot",
     "no_interval_note",
     "percentile_interval",
+    "resample_weights",
 ]
 
 #: The fewest independent observations (documents, evaluation windows) a bootstrap interval
@@ -74,6 +75,24 @@ def no_interval_note(n: int, unit: str) -> str:
     if n >= MIN_BOOTSTRAP_N:
         return ""
     return f"no interval: {n} {unit}, fewer than {MIN_BOOTSTRAP_N}"
+
+
+def resample_weights(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """How often each of ``n`` observations is drawn in each bootstrap resample.
+
+    Resample ``r`` draws ``n`` indices with replacement,
+    ``numpy.random.default_rng(seed).integers(0, n, size=(n_boot, n))[r]``, and counts them.
+
+    Returns
+    -------
+    ndarray of float64, shape (n_boot, n)
+        Counts; each row sums to ``n``.
+    """
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(n_boot, n))
+    offsets = (np.arange(n_boot) * n)[:, None]
+    counts = np.bincount((draws + offsets).ravel(), minlength=n_boot * n)
+    return counts.reshape(n_boot, n).astype(np.float64)
 
 
 def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
