@@ -179,7 +179,11 @@ def test_measured_numbers_are_the_tables(tiny_run, page):
     row = collapse[(collapse["pair_kind"] == "first_last") & (collapse["level"] == "model")]
     (r,) = row.to_dict("records")
     text = page.text_of("collapse")
-    assert f"{fmt_pct(r['sink_share'])}: ΔH = {fmt_nats(r['delta_entropy'])}" in text
+    assert (
+        f"{fmt_pct(r['sink_share'])} (Shapley attribution; {fmt_pct(r['sink_share_low'])}–"
+        f"{fmt_pct(r['sink_share_high'])} over the two orderings): ΔH = "
+        f"{fmt_nats(r['delta_entropy'])}"
+    ) in text
 
     prune = pd.read_parquet(tiny_run / "tables" / "prune.parquet")
     text = page.text_of("prune")

@@ -236,15 +236,20 @@ def _predictor_apply(args: argparse.Namespace) -> int:
 
 
 def _collapse(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     out = _run(args, "collapse", [], series=args.series)
     table = _tables(out)["collapse"]
     model = table[table["level"] == "model"]
-    print("model-level mean entropy change and its exact split (nats):")
+    print(
+        "model-level mean entropy change and its two-factor Shapley split (nats); the sink "
+        "share's range over the two one-sided orderings in brackets:"
+    )
     for row in model.itertuples(index=False):
         share = (
             "n/a"
-            if row.sink_share is None or row.sink_share != row.sink_share
-            else (f"{row.sink_share:.1%}")
+            if pd.isna(row.sink_share)
+            else f"{row.sink_share:.1%} ({row.sink_share_low:.1%}-{row.sink_share_high:.1%})"
         )
         print(
             f"  {row.pair_kind:<11} {row.label_from:>8} -> {row.label_to:<8} "
