@@ -104,7 +104,10 @@ def test_a_single_model_is_not_a_series(spec):
 
 def test_bad_repository_before_the_at_sign():
     spec = "not a repo@step1,step2"
-    message = f"series spec {spec!r}: 'not a repo' before '@' is not a hub id 'owner/name' nor a shipped series; {FORMS}"
+    message = (
+        f"series spec {spec!r}: 'not a repo' before '@' is not a hub id 'owner/name' nor a "
+        f"shipped series; {FORMS}"
+    )
     with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
         parse_series(spec)
 
