@@ -1,4 +1,5 @@
-"""collapse: the exact sink/content split of entropy changes across checkpoints."""
+"""collapse: the exact sink/content split of entropy changes across checkpoints, its Shapley
+share and the range of the two one-sided orderings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+import scipy.stats
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -19,10 +21,13 @@ from attncoda.coda import entropy_change_split  # noqa: E402
 from attncoda.experiments.collapse import (  # noqa: E402
     CHECKPOINT_COLUMNS,
     COLUMNS,
+    DEFAULT_SHARE_ATOL,
+    SHARE_METHOD,
     CheckpointStats,
     check_same_layout,  # noqa: E402
     checkpoint_stats,
     collapse_from_stats,
+    series_tables,
 )
 from attncoda.models.series import SeriesPoint  # noqa: E402
 
@@ -82,20 +87,11 @@ def test_tables_have_the_documented_columns_and_levels(series):
     model_rows = result.table[result.table["level"] == "model"]
     assert model_rows["layer"].isna().all() and model_rows["head"].isna().all()
     assert str(result.table["layer"].dtype) == "Int64"
-    assert str(result.table["sink_share"].dtype) == "Float64"
+    for name in ("sink_share", "sink_share_low", "sink_share_high"):
+        assert str(result.table[name].dtype) == "Float64"
+    assert (result.table["sink_share_method"] == SHARE_METHOD).all()
     assert (result.table["model"] == "tiny").all()
     assert [p["step"] for p in result.summary["points"]] == [0, 16, 512]
-
-
-def test_parts_sum_to_the_entropy_change_at_every_level(series):
-    _, _, result = series
-    table = result.table
-    gap = (table["delta_sink"] + table["delta_content"] - table["delta_entropy"]).abs()
-    assert float(gap.max()) < 1e-10
-    change = (table["entropy_to"] - table["entropy_from"] - table["delta_entropy"]).abs()
-    assert float(change.max()) < 1e-10
-    shares = table["sink_share"].astype(float)
-    assert np.allclose(shares, table["delta_sink"] / table["delta_entropy"], rtol=1e-12)
 
 
 def test_pair_numbers_match_a_direct_computation_from_the_captures(series):
@@ -169,6 +165,112 @@ def test_head_means_match_entropy_change_split_on_eager_rows(series):
         np.testing.assert_allclose(heads[column].to_numpy(), expected, rtol=0, atol=2e-6)
 
 
+# --- the Shapley share and the range of the one-sided orderings ----------------------------
+
+SINK = [0, 1]  # two sink keys: the within-sink entropy moves too
+
+
+def rows_of_state(rng, shape, n_keys, sink_alpha):
+    """Probability rows ``shape + (key,)``: a Dirichlet draw, the sink keys weighted."""
+    alpha = np.full(n_keys, 0.8)
+    alpha[SINK] = sink_alpha
+    return rng.dirichlet(alpha, size=shape)
+
+
+def stats_of(p, step, has_content):
+    """A checkpoint's statistics computed here from its rows with scipy: ``s``, ``H(p)``,
+    ``H(q)`` (``q`` the content keys renormalised)."""
+    content = [j for j in range(p.shape[-1]) if j not in SINK]
+    s = p[..., SINK].sum(-1)
+    q = p[..., content] / (1.0 - s)[..., None]
+    positions = tuple(np.asarray(SINK) for _ in range(p.shape[0]))
+    return CheckpointStats(
+        step,
+        f"step{step}",
+        s,
+        scipy.stats.entropy(p, axis=-1),
+        scipy.stats.entropy(q, axis=-1),
+        np.zeros(p.shape[:-1]),
+        has_content,
+        positions,
+    )
+
+
+def mixed(sink_of, content_of):
+    """The row with ``sink_of``'s sink keys and ``content_of``'s content composition."""
+    content = [j for j in range(sink_of.shape[-1]) if j not in SINK]
+    out = np.empty_like(sink_of)
+    out[..., SINK] = sink_of[..., SINK]
+    q = content_of[..., content] / content_of[..., content].sum(-1, keepdims=True)
+    out[..., content] = (1.0 - sink_of[..., SINK].sum(-1))[..., None] * q
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_orderings_are_the_entropies_of_the_mixed_states(seed):
+    rng = np.random.default_rng(seed)
+    shape = (2, 2, 3, 5)  # (doc, layer, head, query)
+    p0 = rows_of_state(rng, shape, 7, 1.0)
+    p1 = rows_of_state(rng, shape, 7, 4.0)  # a sink grows, on average
+    has = rng.random(shape) > 0.15  # some rows left out
+    table, *_ = series_tables(
+        [stats_of(p0, 0, has), stats_of(p1, 8, has)], "synthetic", DEFAULT_SHARE_ATOL
+    )
+    h = lambda p: scipy.stats.entropy(p, axis=-1)  # noqa: E731
+    h00, h11 = h(p0), h(p1)
+    h10, h01 = h(mixed(p1, p0)), h(mixed(p0, p1))  # (sink of, content of)
+    # Independent of the module: each ordering's sink part is an entropy difference of states.
+    parts = {
+        "delta_entropy": h11 - h00,
+        "delta_sink_sink_first": h10 - h00,  # move the sink, then the content
+        "delta_sink_content_first": h11 - h01,  # move the content, then the sink
+        "delta_sink": ((h10 - h00) + (h11 - h01)) / 2,  # the Shapley value of the sink
+    }
+    pairs = table[table["pair_kind"] == "consecutive"]
+    selections = [("model", None, None, np.ones((2, 3), bool))]
+    selections += [
+        ("layer", layer, None, np.eye(2, dtype=bool)[layer][:, None].repeat(3, 1))
+        for layer in range(2)
+    ]
+    selections += [
+        ("head", layer, head, np.outer(np.eye(2, dtype=bool)[layer], np.eye(3, dtype=bool)[head]))
+        for layer in range(2)
+        for head in range(3)
+    ]
+    for level, layer, head, heads in selections:
+        row = pairs[
+            (pairs["level"] == level)
+            & (pairs["layer"].isna() if layer is None else pairs["layer"] == layer)
+            & (pairs["head"].isna() if head is None else pairs["head"] == head)
+        ].iloc[0]
+        used = has & heads[None, :, :, None]
+        assert row["n_rows"] == int(used.sum())
+        sums = {name: float(value[used].sum()) for name, value in parts.items()}
+        for name, total in sums.items():
+            assert row[name] == pytest.approx(total / used.sum(), rel=1e-9, abs=1e-13), name
+        shares = sorted(
+            [
+                sums["delta_sink_sink_first"] / sums["delta_entropy"],
+                sums["delta_sink_content_first"] / sums["delta_entropy"],
+            ]
+        )
+        assert float(row["sink_share_low"]) == pytest.approx(shares[0], rel=1e-9)
+        assert float(row["sink_share_high"]) == pytest.approx(shares[1], rel=1e-9)
+        shapley = sums["delta_sink"] / sums["delta_entropy"]
+        assert float(row["sink_share"]) == pytest.approx(shapley, rel=1e-9)
+        assert shares[0] - 1e-12 <= float(row["sink_share"]) <= shares[1] + 1e-12
+
+
+def test_the_shapley_share_lies_in_its_range_on_a_model_series(series):
+    _, _, result = series
+    shares = result.table.dropna(subset=["sink_share"])
+    assert len(shares)
+    low, high = shares["sink_share_low"].astype(float), shares["sink_share_high"].astype(float)
+    share = shares["sink_share"].astype(float)
+    assert (low <= share + 1e-12).all() and (share <= high + 1e-12).all()
+    assert (low < high).any()  # the orderings differ: the range says something
+
+
 def test_an_unchanged_model_has_an_undefined_share():
     pts = points(2)
     model = neox(0)
@@ -176,6 +278,7 @@ def test_an_unchanged_model_has_an_undefined_share():
     model_row = result.table[result.table["level"] == "model"].iloc[0]
     assert model_row["delta_entropy"] == 0.0
     assert model_row["sink_share"] is pd.NA
+    assert model_row["sink_share_low"] is pd.NA and model_row["sink_share_high"] is pd.NA
     assert model_row["sink_share_note"] == (
         "|delta_entropy| = 0 nats <= share_atol 1e-09: undefined"
     )

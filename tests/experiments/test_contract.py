@@ -70,8 +70,9 @@ DEFAULTS = {
         "ablations": ["zero"],
         "ks": [4, 16, 64],
         "profile_docs": 8,
-        "eval_docs": 4,
+        "eval_docs": 16,
         "max_tokens": 128,
+        "n_boot": 1000,
     },
     "collapse": {"docs": 16, "max_tokens": 128},
 }

@@ -234,7 +234,9 @@ def test_flips_table_equals_plain_loop_reference_for_every_metric(synthetic):
         assert row["n_triplets"] == n * math.comb(n - 1, 2)
         assert (row["n_ties"], row["flips"]) == (sum(ties), sum(flip))
         assert row["flip_rate"] == sum(flip) / (row["n_triplets"] - sum(ties))
-        assert row["ci_low"] <= row["ci_high"]
+        # 3 documents: too few for an interval (tests of the bootstrap below)
+        assert row["n_docs"] == 3 and row["n_boot"] == 0
+        assert math.isnan(row["ci_low"]) and math.isnan(row["ci_high"])
 
 
 def test_flips_distances_are_means_over_every_used_row_of_every_document(synthetic):
@@ -274,13 +276,13 @@ def test_equal_sink_mass_gives_no_flips_where_keep_is_a_multiple_of_drop():
     #   entropy_gap: |H(p) - H(p')| = (1 - s) |H(q) - H(q')|   (H(p) = h(s) + (1 - s) H(q))
     # so D_keep = c * D_drop with one constant c, and every verdict agrees. Cosine has no
     # such identity (it mixes s with |q|), so it is not asserted.
-    head_rows = random_head_rows(sink_mass=0.6, seed=3)
+    head_rows = random_head_rows(sink_mass=0.6, seed=3, n_docs=10)
     result = flips(head_rows, ("tv", "hellinger", "jsd", "entropy_gap", "cosine"), n_boot=5)
     table = result.table.set_index("metric")
     for metric in ("tv", "hellinger", "jsd", "entropy_gap"):
         assert table.loc[metric, "flips"] == 0, metric
         assert table.loc[metric, "n_ties"] == 0, metric
-        assert table.loc[metric, "ci_high"] == 0.0
+        assert table.loc[metric, "ci_high"] == 0.0  # no resample of 10 documents flips
     assert table.loc["cosine", "flips"] > 0  # not vacuous: the data do separate the heads
 
 
@@ -344,7 +346,7 @@ def test_sink_dominated_heads_flip_where_sink_and_content_terms_disagree(seed):
 
 
 def test_bootstrap_is_seeded():
-    head_rows = random_head_rows(n_docs=4, seed=2)
+    head_rows = random_head_rows(n_docs=10, seed=2)
     first = flips(head_rows, ("tv", "jsd"), n_boot=40, seed=7)
     second = flips(head_rows, ("tv", "jsd"), n_boot=40, seed=7, n_threads=1)
     other = flips(head_rows, ("tv", "jsd"), n_boot=40, seed=8)
@@ -359,9 +361,9 @@ def test_bootstrap_recounts_every_triplet_of_each_resample():
     # Independent of the implementation: draw the same documents, pool their rows, count by
     # the plain loops. (Summation order differs, so this relies on no verdict being within
     # rounding of a tie, which holds for random data.)
-    head_rows = random_head_rows(n_layers=2, n_heads=3, n_docs=4, seed=11)
+    head_rows = random_head_rows(n_layers=2, n_heads=3, n_docs=10, seed=11)
     result = flips(head_rows, ("jsd", "hellinger"), n_boot=6, seed=3)
-    draws = np.random.default_rng(3).integers(0, 4, size=(6, 4))
+    draws = np.random.default_rng(3).integers(0, 10, size=(6, 10))
     n_triplets = 6 * math.comb(5, 2)
     for metric in ("jsd", "hellinger"):
         for r, docs in enumerate(draws):
@@ -400,11 +402,33 @@ def test_bootstrap_ci_contains_the_point_estimate_on_stable_data():
         assert row.ci_high - row.ci_low < 0.3
 
 
-def test_bootstrap_with_one_document_repeats_the_point_estimate():
-    head_rows = random_head_rows(n_docs=1, seed=6)
-    result = flips(head_rows, ("tv",), n_boot=10)
-    row = result.table.iloc[0]
-    assert row["ci_low"] == row["flip_rate"] == row["ci_high"]
+@pytest.mark.parametrize("n_docs", [1, 4, 9])
+def test_too_few_documents_give_no_interval_and_say_why(n_docs):
+    # n documents give C(2n - 1, n) distinct resamples (1, 35, 24310): no 95% interval.
+    head_rows = random_head_rows(n_layers=2, n_heads=3, n_docs=n_docs, seed=6)
+    result = flips(head_rows, ("tv", "jsd"), n_boot=50)
+    for row in result.table.to_dict("records"):
+        assert math.isnan(row["ci_low"]) and math.isnan(row["ci_high"])  # never zero width
+        assert (row["n_docs"], row["n_boot"], row["ci_method"]) == (n_docs, 0, "")
+        assert row["ci_note"] == f"no interval: {n_docs} documents, fewer than 10"
+        assert 0.0 <= row["flip_rate"] <= 1.0  # the point estimate stands
+    assert all(b.shape == (0,) for b in result.bootstrap.values())
+
+
+@pytest.mark.parametrize("n_docs", [10, 16])
+def test_ten_documents_or_more_give_a_named_percentile_interval(n_docs):
+    head_rows = random_head_rows(n_layers=2, n_heads=3, n_docs=n_docs, seed=6)
+    result = flips(head_rows, ("tv", "jsd"), n_boot=50, seed=4)
+    for row in result.table.to_dict("records"):
+        rates = result.bootstrap[row["metric"]]
+        assert rates.shape == (50,)
+        # the 2.5 and 97.5 percentiles of the resampled rates, as numpy computes them
+        assert (row["ci_low"], row["ci_high"]) == tuple(np.percentile(rates, [2.5, 97.5]))
+        assert row["ci_low"] < row["ci_high"]
+        assert (row["n_docs"], row["n_boot"], row["ci_note"]) == (n_docs, 50, "")
+        assert row["ci_method"] == "percentile bootstrap over documents"
+    assert result.table["ci_low"].dtype == np.float64
+    assert str(result.table["n_docs"].dtype) == "int64"
 
 
 def test_documents_without_a_used_row_are_left_out():
@@ -503,7 +527,9 @@ def test_flip_rate_bars_name_the_conventions_and_are_a_png(synthetic, tmp_path):
     fig = flip_rate_figure(result.table)
     ax = fig.axes[0]
     assert ax.get_title() == "Flip rate of head-similarity verdicts, keep vs drop\nsynthetic"
-    assert ax.get_ylabel() == "flip rate (keep vs drop), bootstrap 95% CI"
+    assert ax.get_ylabel() == "flip rate (keep vs drop); whiskers: bootstrap 95% CI over documents"
+    # 3 documents: no interval, so no whisker and a label that says so
+    assert all(t.get_text().endswith("\nno CI") for t in ax.texts)
     assert [t.get_text() for t in ax.get_xticklabels()] == list(FLIP_METRICS)
     heights = [round(p.get_height(), 12) for p in ax.patches]
     assert heights == [round(r, 12) for r in result.table["flip_rate"]]

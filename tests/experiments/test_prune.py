@@ -16,12 +16,15 @@ pd = pytest.importorskip("pandas")
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.ablation import ablate, head_gates  # noqa: E402
 from attncoda.experiments.prune import (  # noqa: E402
+    BASELINE_NOTE,
     COLUMNS,
     gradient_importance,
     head_ranking,
     prune,
+    ratio_interval,
     split_windows,
     window_losses,
+    window_resamples,
 )
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
@@ -33,7 +36,7 @@ def tiny(family: str, seed: int = 0):
 
 def windows(n: int = 6, seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
-    lengths = [12, 9, 14, 10, 11, 13, 8, 15][:n]
+    lengths = ([12, 9, 14, 10, 11, 13, 8, 15] * 2)[:n]
     return [rng.integers(0, VOCAB, size=length).tolist() for length in lengths]
 
 
@@ -169,6 +172,14 @@ def test_prune_table(grid):
     assert np.allclose(table["ratio"], table["perplexity"] / base["perplexity"], rtol=1e-12)
     assert np.allclose(np.exp(table["mean_nll"]), table["perplexity"], rtol=1e-12)
     assert sorted(table["k"].unique().tolist()) == [0, 1, 2, 4]
+    # 4 evaluation windows: too few for a ratio's interval, and every row says why
+    assert table["ratio_ci_low"].isna().all() and table["ratio_ci_high"].isna().all()
+    assert (table["n_windows"] == 4).all() and (table["n_boot"] == 0).all()
+    assert (table["ci_method"] == "").all()
+    assert table["ci_note"].tolist() == [BASELINE_NOTE] + [
+        "no interval: 4 windows, fewer than 10"
+    ] * (len(table) - 1)
+    assert result.summary["n_windows"] == 4 and result.summary["n_boot"] == 0
     assert "gradient_importance" in result.heads.columns
     assert result.summary["eval_windows"] == ["#0", "#1", "#2", "#3"]
     assert result.summary["ks"] == [1, 2, 4]
@@ -274,3 +285,99 @@ def test_split_windows():
         split_windows(wins, 5, 4)
     with raises("n_eval must be a positive integer, got 0"):
         split_windows(wins, 5, 0)
+
+
+# --- the paired bootstrap interval of a ratio -------------------------------------------------
+
+
+def bootstrap_reference(pruned, unpruned, n_boot, seed):
+    """The interval by a plain loop: draw window indices, recompute both mean losses, take
+    the ratio of perplexities and its 2.5 and 97.5 percentiles."""
+    n = len(pruned)
+    draws = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    ratios = []
+    for d in draws:
+        perplexity_pruned = math.exp(sum(pruned[i] for i in d) / n)
+        perplexity_unpruned = math.exp(sum(unpruned[i] for i in d) / n)
+        ratios.append(perplexity_pruned / perplexity_unpruned)
+    return np.percentile(ratios, [2.5, 97.5])
+
+
+@pytest.mark.parametrize("n_windows", [10, 16, 40])
+def test_ratio_interval_equals_a_plain_bootstrap_loop(n_windows):
+    rng = np.random.default_rng(n_windows)
+    unpruned = rng.gamma(4.0, 0.8, size=n_windows)  # window losses of 1-6 nats
+    pruned = unpruned + rng.normal(0.3, 0.2, size=n_windows)
+    weights = window_resamples(n_windows, 500, seed=7)
+    low, high, method, n, n_boot, note = ratio_interval(pruned, unpruned, weights)
+    want = bootstrap_reference(pruned.tolist(), unpruned.tolist(), 500, 7)
+    # Summation order differs (a matrix product against a Python loop): rounding only.
+    np.testing.assert_allclose([low, high], want, rtol=1e-12)
+    assert low < math.exp(pruned.mean() - unpruned.mean()) < high
+    assert (method, n, n_boot, note) == (
+        "paired percentile bootstrap over windows",
+        n_windows,
+        500,
+        "",
+    )
+
+
+def test_ratio_interval_is_paired():
+    # Every window loses c = 0.25 nats more when pruned: every resample's ratio is exp(c),
+    # however different the windows are. An unpaired bootstrap would be wide here.
+    unpruned = np.random.default_rng(0).uniform(1.0, 8.0, size=16)
+    pruned = unpruned + 0.25
+    low, high, *_ = ratio_interval(pruned, unpruned, window_resamples(16, 300, seed=1))
+    assert low == pytest.approx(math.exp(0.25), rel=1e-12)
+    assert high == pytest.approx(math.exp(0.25), rel=1e-12)
+    assert high - low < 1e-12
+
+
+def test_too_few_windows_give_no_interval_and_say_why():
+    weights = window_resamples(9, 300, seed=1)
+    assert weights.shape == (0, 9)
+    low, high, method, n, n_boot, note = ratio_interval(np.ones(9), np.zeros(9), weights)
+    assert math.isnan(low) and math.isnan(high)
+    assert (method, n, n_boot, note) == ("", 9, 0, "no interval: 9 windows, fewer than 10")
+    with raises(
+        "the window losses of the pruned and the unpruned model must be two vectors over the "
+        "same windows; got shapes (10,), (9,) and resamples of (10,): evaluate both on the "
+        "same windows"
+    ):
+        ratio_interval(np.ones(10), np.zeros(9), window_resamples(10, 5, seed=0))
+
+
+def test_prune_gives_each_ratio_the_paired_interval_of_its_window_losses():
+    model = tiny("llama")
+    profile, evaluation = split_windows(windows(12), 2, 10)
+    result = prune(
+        model,
+        None,
+        profile,
+        evaluation,
+        channels=["random"],
+        orders=["high"],
+        ks=[2],
+        seed=5,
+        n_boot=200,
+    )
+    base, row = result.table.iloc[0], result.table.iloc[1]
+    assert math.isnan(base["ratio_ci_low"]) and base["ci_note"] == BASELINE_NOTE
+    plan: dict[int, list[int]] = {}
+    for label in row["heads"].split(","):
+        layer, head = map(int, label.split("."))
+        plan.setdefault(layer, []).append(head)
+    unpruned = window_losses(model, evaluation)
+    with ablate(model, plan, "zero"):
+        pruned = window_losses(model, evaluation)
+    want = bootstrap_reference(pruned.tolist(), unpruned.tolist(), 200, 5)
+    np.testing.assert_allclose([row["ratio_ci_low"], row["ratio_ci_high"]], want, rtol=1e-12)
+    assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
+    assert (row["ci_method"], row["n_windows"], row["n_boot"], row["ci_note"]) == (
+        "paired percentile bootstrap over windows",
+        10,
+        200,
+        "",
+    )
+    with raises("n_boot must be a positive int (bootstrap resamples over windows); got 0"):
+        prune(model, None, profile, evaluation, channels=["random"], ks=[1], n_boot=0)

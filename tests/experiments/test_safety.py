@@ -286,9 +286,14 @@ def test_bins_are_marked_safe_by_their_upper_bound(mapped):
     for r in t.itertuples(index=False):
         low, high = flip_rate_interval(r.flips, r.n_triplets - r.n_ties)
         assert (r.flip_rate_low, r.flip_rate_high) == (low, high)
+        # the interval names its method and its n
+        assert r.ci_method == "Clopper-Pearson over triplets"
+        assert r.n_decided == r.n_triplets - r.n_ties
         assert r.safe == (r.n_triplets > r.n_ties and high < 0.05)
         assert r.safe_threshold == 0.05
     assert t["safe"].dtype == bool and safety.grid["safe"].dtype == bool
+    assert (safety.grid["n_decided"] == safety.grid["n_triplets"] - safety.grid["n_ties"]).all()
+    assert (safety.grid["ci_method"] == "Clopper-Pearson over triplets").all()
 
 
 def _table(rates_by_metric, n=1000, kind="sink_gap"):
@@ -333,14 +338,15 @@ def test_safe_region_is_the_run_of_safe_bins_from_the_lowest():
     assert regions.loc["tv", "n_safe_bins"] == 2
     assert regions.loc["tv", "safe_below"] == pytest.approx(0.2)
     assert regions.loc["tv", "n_decided"] == 2000 and regions.loc["tv", "flips"] == 30
+    assert (regions["ci_method"] == "Clopper-Pearson over triplets").all()
     assert regions.loc["jsd", "n_safe_bins"] == 1
     assert regions.loc["all", "n_safe_bins"] == 1
     assert regions.loc["all", "safe_below"] == pytest.approx(0.1)
     statement = regions.loc["all", "statement"]
     assert statement.startswith(
         "when the sink-mass gap |s_B - s_C| between the two heads is below 0.1, keep and drop "
-        "agree on >= 95% of verdicts for every metric (flip rate 1.0%, upper 95% bound 1.8%, "
-        "1,000 decided triplets)"
+        "agree on >= 95% of verdicts for every metric (flip rate 1.0%, upper 95% "
+        "Clopper-Pearson bound 1.8% over 1,000 decided triplets)"
     )
 
 
@@ -352,7 +358,7 @@ def test_no_safe_region_is_said_so():
     assert np.isnan(regions.loc["all", "safe_below"])
     assert regions.loc["all", "statement"] == (
         "no region of the sink share of d_A^2 of the triplet is safe for every metric: in its "
-        "lowest bin the upper 95% bound of the flip rate is 7.7%, not below 5%"
+        "lowest bin the upper 95% Clopper-Pearson bound of the flip rate is 7.7%, not below 5%"
     )
     whole = safe_regions(_table({"tv": [1, 2]})).set_index("metric")
     assert whole.loc["all", "statement"].startswith("at every value of the sink-mass gap")

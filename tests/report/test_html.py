@@ -171,17 +171,27 @@ def test_measured_numbers_are_the_tables(tiny_run, page):
     assert f"{fmt_pct(low)}–{fmt_pct(high)} over 2 model(s) × 5 metric(s)" in text
     for rate in flips["flip_rate"]:
         assert fmt_pct(rate) in text
+    # 3 documents a model: no interval, and the note says why in its place
+    assert set(flips["ci_note"]) == {"no interval: 3 documents, fewer than 10"}
+    assert "no interval: 3 documents, fewer than 10" in text
 
     collapse = pd.read_parquet(tiny_run / "tables" / "collapse.parquet")
     row = collapse[(collapse["pair_kind"] == "first_last") & (collapse["level"] == "model")]
     (r,) = row.to_dict("records")
     text = page.text_of("collapse")
-    assert f"{fmt_pct(r['sink_share'])}: ΔH = {fmt_nats(r['delta_entropy'])}" in text
+    assert (
+        f"{fmt_pct(r['sink_share'])} (Shapley attribution; {fmt_pct(r['sink_share_low'])}–"
+        f"{fmt_pct(r['sink_share_high'])} over the two orderings): ΔH = "
+        f"{fmt_nats(r['delta_entropy'])}"
+    ) in text
 
     prune = pd.read_parquet(tiny_run / "tables" / "prune.parquet")
     text = page.text_of("prune")
     for _, g in prune.groupby("model"):
         assert fmt_ratio(g["ratio"].max()) in text
+    assert "no interval: 2 windows, fewer than 10" in text  # 2 evaluation windows
+    # safety's bounds name their method and n
+    assert "upper 95% Clopper-Pearson bound over the decided triplets" in page.text_of("safety")
 
     predictor = pd.read_parquet(tiny_run / "tables" / "predictor.parquet")
     tested = predictor[predictor["counted"]]
@@ -347,3 +357,43 @@ def test_collapse_section_shows_the_task_series_heads_and_what_it_stands_in_for(
     assert "at trigger and at non-trigger queries (Bigram-Backcopy)" in text
     assert "It cannot stand in for the paper's numbers" in text
     assert "First → last checkpoint, per head" in text
+
+
+def test_intervals_name_their_method_and_n_where_a_table_gives_them(tiny_run, tmp_path):
+    # The tiny run reads too few documents and windows for an interval; give its flips and
+    # prune tables intervals, as 16 documents and 16 windows would, and render them.
+    copy = copy_run(tiny_run, tmp_path / "copy")
+    for name in ("safety", "safety_grid", "cluster", "profile_heads"):
+        (copy / "tables" / f"{name}.parquet").unlink()  # faster; not what is tested
+    path = copy / "tables" / "flips.parquet"
+    flips = pd.read_parquet(path)
+    flips = flips.assign(
+        n_docs=16,
+        ci_low=flips["flip_rate"] - 0.01,
+        ci_high=flips["flip_rate"] + 0.02,
+        ci_method="percentile bootstrap over documents",
+        n_boot=200,
+        ci_note="",
+    )
+    flips.to_parquet(path, index=False)
+    path = copy / "tables" / "prune.parquet"
+    prune = pd.read_parquet(path)
+    pruned = prune["k"] > 0
+    prune.loc[pruned, "ratio_ci_low"] = prune.loc[pruned, "ratio"] * 0.9
+    prune.loc[pruned, "ratio_ci_high"] = prune.loc[pruned, "ratio"] * 1.2
+    prune.loc[pruned, "ci_method"] = "paired percentile bootstrap over windows"
+    prune.loc[pruned, ["n_windows", "n_boot"]] = (16, 1000)
+    prune.loc[pruned, "ci_note"] = ""
+    prune.to_parquet(path, index=False)
+    page = Page(render_report(copy).read_text(encoding="utf-8"))
+
+    text = page.text_of("flips")
+    r = flips.iloc[0]
+    assert f"{fmt_pct(r['ci_low'])} – {fmt_pct(r['ci_high'])}" in text
+    assert "percentile bootstrap over documents, 16 documents, 200 resamples" in text
+    assert "no interval" not in text
+    text = page.text_of("prune")
+    worst = prune[pruned].loc[prune[pruned]["ratio"].idxmax()]
+    interval = f"{fmt_ratio(worst['ratio_ci_low'])} – {fmt_ratio(worst['ratio_ci_high'])}"
+    assert f"{fmt_ratio(worst['ratio'])} ({interval})" in text
+    assert "paired percentile bootstrap over windows, 16 windows, 1,000 resamples" in text

@@ -200,7 +200,10 @@ def test_the_scales_are_overrides_of_the_settings_defaults():
     demo = run_config(["x"])
     assert demo["settings"]["flips"]["n_boot"] == FlipsSettings().n_boot == 200
     assert demo["settings"]["prune"]["ks"] == list(PruneSettings().ks) == [4, 16, 64]
-    assert demo["rows"] == {"docs": 4, "max_tokens": 128}
+    # 16 held-out windows: each perplexity ratio gets its paired interval (10 at least)
+    assert demo["settings"]["prune"]["eval_docs"] == PruneSettings().eval_docs == 16
+    # 16 windows: flips' interval needs 10 documents, and the predictor's protocol reads 16
+    assert demo["rows"] == {"docs": 16, "max_tokens": 128}
     full = run_config(["x"], scale="full", settings={"flips": {"n_boot": 7}})
     assert full["rows"] == {"docs": 16, "max_tokens": 128}
     assert full["settings"]["flips"]["n_boot"] == 7  # a setting given wins over the scale

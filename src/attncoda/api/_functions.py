@@ -170,6 +170,7 @@ def prune(
     profile_docs: int = _prune.Settings.profile_docs,
     eval_docs: int = _prune.Settings.eval_docs,
     max_tokens: int = _prune.Settings.max_tokens,
+    n_boot: int = _prune.Settings.n_boot,
 ) -> Result:
     return run_function("prune", locals())
 

@@ -133,12 +133,15 @@ def _profile(args: argparse.Namespace) -> int:
 def _flips(args: argparse.Namespace) -> int:
     _one_source(args.models, args.attentions, "flips")
     out = _run(args, "flips", args.models, attentions=args.attentions)
-    print("flip rate of 'which head is closer' verdicts, keep vs drop (95% bootstrap CI):")
+    print(
+        "flip rate of 'which head is closer' verdicts, keep vs drop (95% percentile bootstrap "
+        "interval over documents, or why there is none):"
+    )
     for row in _tables(out)["flips"].itertuples(index=False):
+        ci = row.ci_note or f"[{row.ci_low:6.1%}, {row.ci_high:6.1%}] of {row.n_boot} resamples"
         print(
-            f"  {row.model:<24} {row.metric:<12} {row.flip_rate:6.1%}  "
-            f"[{row.ci_low:6.1%}, {row.ci_high:6.1%}]  of {row.n_triplets - row.n_ties} "
-            f"decided triplets ({row.n_ties} ties)"
+            f"  {row.model:<24} {row.metric:<12} {row.flip_rate:6.1%}  {ci}, {row.n_docs} "
+            f"documents; {row.n_triplets - row.n_ties} decided triplets ({row.n_ties} ties)"
         )
     return _finish(out)
 
@@ -169,11 +172,16 @@ def _safety(args: argparse.Namespace) -> int:
 
     out = _run(args, "safety", args.models)
     table = _tables(out)["safety"]
+    print(
+        "flip rate per bin (upper end of its 95% Clopper-Pearson interval over the decided "
+        "triplets, and their number):"
+    )
     for row in table.itertuples(index=False):
         print(
             f"  {row.model:<20} {row.metric:<12} {row.bin_kind:<10} "
             f"[{row.bin_low:.3g}, {row.bin_high:.3g})  flip rate {row.flip_rate:6.1%} "
-            f"(95% bound {row.flip_rate_high:6.1%}){'  SAFE' if row.safe else ''}"
+            f"(95% bound {row.flip_rate_high:6.1%} of {row.n_decided})"
+            + ("  SAFE" if row.safe else "")
         )
     regions = safe_regions(table)
     for row in regions[regions["metric"] == "all"].itertuples(index=False):
@@ -241,15 +249,20 @@ def _predictor_apply(args: argparse.Namespace) -> int:
 
 
 def _collapse(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     out = _run(args, "collapse", [], series=args.series)
     table = _tables(out)["collapse"]
     model = table[table["level"] == "model"]
-    print("model-level mean entropy change and its exact split (nats):")
+    print(
+        "model-level mean entropy change and its two-factor Shapley split (nats); the sink "
+        "share's range over the two one-sided orderings in brackets:"
+    )
     for row in model.itertuples(index=False):
         share = (
             "n/a"
-            if row.sink_share is None or row.sink_share != row.sink_share
-            else (f"{row.sink_share:.1%}")
+            if pd.isna(row.sink_share)
+            else f"{row.sink_share:.1%} ({row.sink_share_low:.1%}-{row.sink_share_high:.1%})"
         )
         print(
             f"  {row.pair_kind:<11} {row.label_from:>8} -> {row.label_to:<8} "
@@ -267,15 +280,23 @@ def _prune(args: argparse.Namespace) -> int:
         note = units[units["experiment"] == "prune"]["note"].iloc[0]
         raise AttncodaError(note)
     for _, table in tables["prune"].groupby(["model", "revision"], sort=False):
-        base = table[table["k"] == 0]["perplexity"]
+        base = table[table["k"] == 0]
         if len(base):
-            print(f"unpruned perplexity: {float(base.iloc[0]):.3f}")
+            print(
+                f"unpruned perplexity: {float(base['perplexity'].iloc[0]):.3f} on "
+                f"{int(base['n_windows'].iloc[0])} windows; each ratio's 95% interval is a "
+                "paired percentile bootstrap over them"
+            )
         pruned = table[table["k"] > 0]
         for key, group in pruned.groupby(["ablation", "channel", "order"], sort=True):
             worst = group.loc[group["ratio"].idxmax()]
+            ci = worst["ci_note"] or (
+                f"[{worst['ratio_ci_low']:.2f}, {worst['ratio_ci_high']:.2f}] of "
+                f"{int(worst['n_boot'])} resamples"
+            )
             print(
                 f"  {key[0]:<8} {key[1]:<16} {key[2]:<5} worst ratio {worst['ratio']:9.2f} "
-                f"at k={int(worst['k'])}"
+                f"at k={int(worst['k'])}  {ci}"
             )
     return _finish(out)
 

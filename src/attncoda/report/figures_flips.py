@@ -1,7 +1,8 @@
 """Figures of the flips and safety-map experiments (keep vs drop).
 
-- :func:`flip_rate_figure` — flip rate per metric with its bootstrap 95% interval, one bar
-  group per metric and one bar per model.
+- :func:`flip_rate_figure` — flip rate per metric with its bootstrap 95% interval over
+  documents where there are enough documents for one, one bar group per metric and one bar
+  per model.
 - :func:`safety_figure` — one heatmap per metric of the flip rate over sink-share bins
   (rows) and sink-mass-gap bins (columns).
 
@@ -58,6 +59,9 @@ def _need(df: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
 def flip_rate_figure(table: pd.DataFrame) -> Figure:
     """Bar chart of the keep vs drop flip rate per metric, with bootstrap CI whiskers.
 
+    A bar without an interval (too few documents: ``ci_low``, ``ci_high`` NaN) has no whisker
+    and says "no CI" above it.
+
     Parameters
     ----------
     table : pandas.DataFrame
@@ -85,8 +89,9 @@ def flip_rate_figure(table: pd.DataFrame) -> Figure:
         err = np.clip(np.nan_to_num(np.stack([rate - low, high - rate])), 0.0, None)
         ax.bar(x, shown, width * 0.92, yerr=err, capsize=3, label=model, alpha=0.85)
         tops = np.fmax(np.nan_to_num(rate), np.nan_to_num(high))  # label above the whisker
-        for xi, r, top in zip(x, rate, tops, strict=True):
+        for xi, r, lo, top in zip(x, rate, low, tops, strict=True):
             label = "n/a" if math.isnan(r) else f"{r:.1%}"
+            label += "\nno CI" if math.isnan(lo) and not math.isnan(r) else ""
             ax.annotate(
                 label,
                 (xi, top),
@@ -97,9 +102,10 @@ def flip_rate_figure(table: pd.DataFrame) -> Figure:
                 fontsize=8,
             )
     ax.set_xticks(np.arange(len(metrics)), metrics)
-    ax.set_ylabel(f"flip rate ({CONVENTIONS_LABEL}), bootstrap 95% CI")
+    ax.set_ylabel(f"flip rate ({CONVENTIONS_LABEL}); whiskers: bootstrap 95% CI over documents")
     ax.set_xlabel("row metric")
-    ax.set_ylim(0, max(0.05, float(np.nanmax(table["ci_high"].to_numpy(float), initial=0)) * 1.2))
+    tallest = np.fmax(table["ci_high"].to_numpy(float), table["flip_rate"].to_numpy(float))
+    ax.set_ylim(0, max(0.05, float(np.nanmax(tallest, initial=0)) * 1.2))
     ax.set_title(
         f"Flip rate of head-similarity verdicts, {CONVENTIONS_LABEL}\n" + ", ".join(models)
     )

@@ -22,14 +22,15 @@ from typing import Any
 from attncoda.models.spec import parse_spec
 from attncoda.report.html_parts import esc, is_missing, model_label, note, table
 from attncoda.report.html_predictor import predictor_section
+from attncoda.report.html_prune import prune_section
+from attncoda.report.html_safety import safety_section
 from attncoda.report.html_sections import (
     Context,
     cluster_section,
     flips_section,
     profile_section,
-    safety_section,
 )
-from attncoda.report.html_training import collapse_section, prune_section
+from attncoda.report.html_training import collapse_section
 from attncoda.store import atomic_write_bytes, read_json
 from attncoda.store.runs import read_run_tables
 

@@ -13,7 +13,7 @@ import base64
 import html
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attncoda.report.canvas import png_bytes
@@ -28,11 +28,13 @@ __all__ = [
     "figure",
     "figure_or_note",
     "fmt_count",
+    "fmt_interval",
     "fmt_nats",
     "fmt_num",
     "fmt_pct",
     "fmt_ratio",
     "fmt_signed",
+    "interval_method",
     "groups",
     "is_missing",
     "model_label",
@@ -94,6 +96,32 @@ def fmt_ratio(value: Any) -> str:
 def fmt_count(value: Any) -> str:
     """An integer with thousands separators."""
     return NA if is_missing(value) else f"{int(value):,}"
+
+
+def fmt_interval(
+    row: Mapping[str, Any], low: str, high: str, fmt: Callable[[Any], str] = fmt_pct
+) -> str:
+    """A row's interval, ``12.0% – 15.0%``, or the note that stands where it has none
+    (``no interval: 4 documents, fewer than 10``). A row of a table written before intervals
+    carried notes shows its bounds, or ``n/a``."""
+    why = row.get("ci_note")
+    if not is_missing(why) and str(why):
+        return str(why)
+    if is_missing(row.get(low)) or is_missing(row.get(high)):
+        return NA
+    return f"{fmt(row[low])} – {fmt(row[high])}"
+
+
+def interval_method(row: Mapping[str, Any], n: str, unit: str) -> str:
+    """How a row's interval was made and from how many: ``percentile bootstrap over
+    documents, 16 documents, 200 resamples``; ``—`` where the row has no interval (or its
+    table names no method)."""
+    method = row.get("ci_method")
+    if is_missing(method) or not str(method):
+        return "—"
+    text = f"{method}, {fmt_count(row.get(n))} {unit}"
+    boot = row.get("n_boot")
+    return text if is_missing(boot) else f"{text}, {fmt_count(boot)} resamples"
 
 
 def _caption(caption: str, convention: str) -> str:

@@ -1,5 +1,5 @@
-"""The sections of the HTML report on training: collapse, prune (the predictor's is
-:mod:`attncoda.report.html_predictor`).
+"""The section of the HTML report on training: collapse (the predictor's is
+:mod:`attncoda.report.html_predictor`, prune's :mod:`attncoda.report.html_prune`).
 
 Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
 Context` they take), each ``*_section(ctx)`` returns the inner HTML of one ``<section>``
@@ -17,7 +17,6 @@ from attncoda.report.html_parts import (
     fmt_nats,
     fmt_num,
     fmt_pct,
-    fmt_ratio,
     groups,
     is_missing,
     note,
@@ -26,20 +25,23 @@ from attncoda.report.html_parts import (
 )
 from attncoda.report.html_sections import Context
 
-__all__ = ["collapse_section", "prune_section"]
+__all__ = ["collapse_section"]
 
 
 # collapse ------------------------------------------------------------------------------------
 
 
 def collapse_section(ctx: Context) -> str:
-    """The entropy change over training split into sink and content parts (nats)."""
+    """The entropy change over training split into sink and content parts (nats): the
+    two-factor Shapley attribution, and the range of the sink share over the two one-sided
+    orderings (sink first, content first), which bound it."""
     from attncoda.report.figures import figure
 
     pairs = ctx.need("collapse")
     convention = (
-        "none — exact two-factor Shapley split of the entropy change, ΔH = ΔH_sink + "
-        f"ΔH_content, sink = {ctx.sink}"
+        "none — two-factor Shapley attribution of the entropy change, ΔH = ΔH_sink + "
+        "ΔH_content (the interaction of the two factors split in half); its range: the sink "
+        f"shares of the two one-sided orderings; sink = {ctx.sink}"
     )
     claims, parts = [], []
     for label, g in groups(pairs):
@@ -51,8 +53,9 @@ def collapse_section(ctx: Context) -> str:
                     f"Sink share of the entropy change, {label} "
                     f"{r['label_from']} → {r['label_to']}",
                     "30% (Pythia-70M), 95% (Pythia-1B), 79% (Pythia-1.4B)",
-                    f"{fmt_pct(r['sink_share'])}: ΔH = {fmt_nats(r['delta_entropy'])} = sink "
-                    f"{fmt_nats(r['delta_sink'])} + content {fmt_nats(r['delta_content'])} nats"
+                    f"{fmt_pct(r['sink_share'])}{_range(r)}: ΔH = "
+                    f"{fmt_nats(r['delta_entropy'])} = sink {fmt_nats(r['delta_sink'])} + "
+                    f"content {fmt_nats(r['delta_content'])} nats"
                     + (f" ({r['sink_share_note']})" if _text(r.get("sink_share_note")) else ""),
                 )
             )
@@ -109,8 +112,17 @@ def collapse_section(ctx: Context) -> str:
     parts.append(_checkpoints(ctx, convention))
     parts.append(_task_heads(ctx))
     parts.append(_training(ctx))
-    return paper_vs_measured(convention, claims) + _STAND_IN + "".join(parts)
+    return paper_vs_measured(convention, claims) + _ORDERINGS + _STAND_IN + "".join(parts)
 
+
+_ORDERINGS = note(
+    "The sink share is a Shapley attribution, not a measurement of one mechanism: ΔH_content "
+    "= ((1−s₀) + (1−s₁))/2 · (H(q₁) − H(q₀)) charges the content change at the mean of the "
+    "two checkpoints' content masses, splitting the interaction of sink and content in half. "
+    "Moving the sink first charges it at 1−s₁, moving the content first at 1−s₀; both "
+    "orderings are exact decompositions too, and their sink shares (the range given beside "
+    "each share) bound the Shapley share, which is their mean."
+)
 
 _STAND_IN = note(
     "The paper's shares come from Pythia models trained on hundreds of billions of tokens of "
@@ -172,13 +184,22 @@ _PAIR_HEADERS = (
     "ΔH",
     "ΔH sink",
     "ΔH content",
-    "sink share",
+    "sink share (Shapley)",
+    "range over the orderings",
     "note",
 )
 
 
 def _text(value: Any) -> str:
     return "" if is_missing(value) else str(value)
+
+
+def _range(r: dict[str, Any]) -> str:
+    """`` (Shapley attribution; 75.2–83.6% over the two orderings)``, or ``""`` without one."""
+    low, high = r.get("sink_share_low"), r.get("sink_share_high")
+    if is_missing(low) or is_missing(high):
+        return ""
+    return f" (Shapley attribution; {fmt_pct(low)}–{fmt_pct(high)} over the two orderings)"
 
 
 def _pair_row(r: dict[str, Any]) -> tuple[str, ...]:
@@ -195,6 +216,11 @@ def _pair_row(r: dict[str, Any]) -> tuple[str, ...]:
         fmt_nats(r["delta_sink"]),
         fmt_nats(r["delta_content"]),
         fmt_pct(r["sink_share"]),
+        (
+            NA
+            if is_missing(r.get("sink_share_low"))
+            else f"{fmt_pct(r['sink_share_low'])} – {fmt_pct(r['sink_share_high'])}"
+        ),
         _text(r.get("sink_share_note")),
     )
 
@@ -260,95 +286,3 @@ def _training(ctx: Context) -> str:
             + "</details>\n"
         )
     return "".join(out)
-
-
-# prune ---------------------------------------------------------------------------------------
-
-
-def prune_section(ctx: Context) -> str:
-    """Per model: the worst and the best perplexity ratio over channels and orders."""
-    from attncoda.report.figures import figure
-    from attncoda.report.figures_training import CHANNEL_LABELS
-
-    prune = ctx.need("prune")
-    convention = (
-        "ranking channels — full entropy H(p) = keep sink, content entropy H(q) = drop sink; "
-        f"sink mass and sink balance need no convention; sink = {ctx.sink}"
-    )
-    claims, body, figures = [], [], []
-    for label, g in groups(prune):
-        curves = g[g["k"] > 0]
-        base = g[g["k"] == 0]
-        baseline = fmt_num(base["perplexity"].iloc[0], 2) if len(base) else NA
-        if not len(curves):
-            claims.append((f"Perplexity ratio, {label}", "more than 100×", "no pruned rows"))
-            continue
-        k_max = int(curves["k"].max())
-        worst = curves.loc[curves["ratio"].astype(float).idxmax()]
-        at_max = curves[curves["k"] == k_max]
-        best = at_max.loc[at_max["ratio"].astype(float).idxmin()]
-        claims.append(
-            (
-                f"Worst perplexity ratio when pruning by a channel, {label}",
-                "more than 100× (pruning by the wrong channel)",
-                f"{fmt_ratio(worst['ratio'])} ({_line(worst, CHANNEL_LABELS)}, k = "
-                f"{int(worst['k'])})",
-            )
-        )
-        claims.append(
-            (
-                f"Best channel at the largest k = {k_max}, {label}",
-                "—",
-                f"{fmt_ratio(best['ratio'])} ({_line(best, CHANNEL_LABELS)})",
-            )
-        )
-        keys = ["channel", "order", "ablation"]
-        for key, line in curves.groupby(keys, sort=False):
-            top = line.loc[line["ratio"].astype(float).idxmax()]
-            last = line[line["k"] == line["k"].max()].iloc[0]
-            body.append(
-                (
-                    label,
-                    CHANNEL_LABELS.get(str(key[0]), str(key[0])),
-                    f"{key[1]} first",
-                    str(key[2]),
-                    baseline,
-                    fmt_ratio(top["ratio"]),
-                    str(int(top["k"])),
-                    f"{fmt_ratio(last['ratio'])} (k = {int(last['k'])})",
-                )
-            )
-        figures.append(
-            figure_or_note(
-                lambda g=g: figure("prune", {"prune": g}),
-                alt=f"Perplexity ratio against the number of heads pruned for {label}, one line "
-                "per ranking channel and order, log scale",
-                caption=f"{label}: perplexity ratio to the unpruned model on held-out text.",
-                convention=convention,
-            )
-        )
-    return (
-        paper_vs_measured(convention, claims)
-        + table(
-            "Pruning heads ranked by each channel: the worst ratio and the ratio at the largest "
-            "k, per model",
-            convention,
-            (
-                "model",
-                "channel",
-                "order",
-                "ablation",
-                "unpruned perplexity",
-                "worst ratio",
-                "at k",
-                "ratio at largest k",
-            ),
-            body,
-        )
-        + "".join(figures)
-    )
-
-
-def _line(row: Any, labels: dict[str, str]) -> str:
-    channel = labels.get(str(row["channel"]), str(row["channel"]))
-    return f"{channel}, {row['order']} first, {row['ablation']}"

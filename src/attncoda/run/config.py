@@ -66,10 +66,12 @@ DEMO_MODELS = ("smollm2", "gemma3", "minilm")
 @dataclass(frozen=True)
 class Rows:
     """The windows of the corpus whose full rows are recorded, once per model, for every
-    experiment that needs ``"rows"`` (flips, cluster, safety, predictor). 128-token windows,
-    as the shipped predictor was fitted on: sink statistics depend on the window length."""
+    experiment that needs ``"rows"`` (flips, cluster, safety, predictor). 16 windows of 128
+    tokens, as the shipped predictor was fitted on (sink statistics depend on the window
+    length): enough documents for flips' bootstrap interval, which needs at least
+    :data:`~attncoda.experiments.contract.MIN_BOOTSTRAP_N` (docs/design.md, "Intervals")."""
 
-    docs: int = setting(4, "windows of the corpus whose rows are read", at_least=1)
+    docs: int = setting(16, "windows of the corpus whose rows are read", at_least=1)
     max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
 
 

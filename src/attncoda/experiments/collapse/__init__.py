@@ -3,8 +3,9 @@ content parts (docs/design.md, "The experiments").
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :class:`CollapseResult`, one
 checkpoint's statistics (:class:`CheckpointStats`, :func:`checkpoint_stats`,
-:func:`capture_stats`) and the split between two of them (:func:`collapse_pair`,
-:func:`series_tables`).
+:func:`capture_stats`) and the split between two of them, its Shapley share and the range
+of the two one-sided orderings (:func:`collapse_pair`, :func:`series_tables`,
+:data:`SHARE_METHOD`).
 
 Modules: ``_experiment`` (the declaration, its run and the combination of a series' units),
 ``_stats`` (per-checkpoint row statistics and their frames), ``_split`` (the exact split per
@@ -26,6 +27,7 @@ from attncoda.experiments.collapse._split import (
     CHECKPOINT_COLUMNS,
     COLUMNS,
     DEFAULT_SHARE_ATOL,
+    SHARE_METHOD,
     collapse_pair,
     series_tables,
 )
@@ -47,6 +49,7 @@ __all__ = [
     "CollapseResult",
     "DEFAULT_SHARE_ATOL",
     "EXPERIMENT",
+    "SHARE_METHOD",
     "Settings",
     "capture_stats",
     "check_same_layout",

@@ -5,7 +5,8 @@ Every checkpoint of a series reads the same windows. A unit of the experiment ca
 checkpoint's row statistics (:mod:`attncoda.experiments.collapse._stats`); :func:`combine`
 assembles every checkpoint's into the pair tables of :mod:`attncoda.experiments.collapse._split`,
 where the entropy change of each pair is split by the two-factor Shapley rule and
-``sink_share = sum dH_sink / sum dH`` over the rows of a head, a layer or the model.
+``sink_share = sum dH_sink / sum dH`` over the rows of a head, a layer or the model, with
+its range over the two one-sided orderings (sink first, content first).
 """
 
 from __future__ import annotations
@@ -60,10 +61,14 @@ class CollapseResult:
         level. ``n_rows`` counts the rows (document, [layer, head,] query) averaged: those
         with content at both checkpoints. Every other number is a mean over those rows:
         sink mass, ``H(p)`` and ``H(q)`` at each end (nats), ``delta_entropy`` (``dH``),
-        ``delta_sink`` and ``delta_content`` (its exact split; they sum to ``dH``).
-        ``sink_share = delta_sink / delta_entropy`` (nullable ``Float64``; ``<NA>`` when
-        ``|dH| <= share_atol``) and ``sink_share_note`` (``""``, or why the share is
-        undefined or outside ``[0, 1]``).
+        ``delta_sink`` and ``delta_content`` (its two-factor Shapley split; they sum to
+        ``dH``), ``delta_sink_sink_first`` and ``delta_sink_content_first`` (the sink part
+        under each one-sided ordering, :mod:`attncoda.experiments.collapse._split`).
+        ``sink_share = delta_sink / delta_entropy``, ``sink_share_low`` and
+        ``sink_share_high`` (the smaller and the larger share of the two orderings, which
+        bound it; nullable ``Float64``, ``<NA>`` when ``|dH| <= share_atol``),
+        ``sink_share_method`` (what the share and its range are) and ``sink_share_note``
+        (``""``, or why the share is undefined or outside ``[0, 1]``).
     checkpoints : pandas.DataFrame
         ``collapse_checkpoints.parquet``: one row per (checkpoint, level, layer, head),
         columns :data:`CHECKPOINT_COLUMNS`: means over the rows with content at that
@@ -145,7 +150,10 @@ def _summary(
         "share_atol": float(share_atol),
         "share_definition": "sink_share = sum of dH_sink / sum of dH over the rows with "
         "content at both checkpoints; dH_content = ((1-s0)+(1-s1))/2 * (H(q1)-H(q0)), "
-        "dH_sink = dH - dH_content (nats); exact, no keep/drop convention",
+        "dH_sink = dH - dH_content (nats): a two-factor Shapley attribution, no keep/drop "
+        "convention; sink_share_low and sink_share_high are the shares of the two one-sided "
+        "orderings (content part (1-s1)(H(q1)-H(q0)) when the sink moves first, "
+        "(1-s0)(H(q1)-H(q0)) when the content does), each also exact, which bound it",
         "pairs": pairs,
         "first_last": first_last,
     }

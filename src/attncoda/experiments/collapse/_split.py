@@ -17,6 +17,21 @@ float64 rounding), so "the share of the entropy change that is the sink" is the 
 the summed parts, ``sink_share = sum dH_sink / sum dH`` over the rows of a head, a layer or
 the model. No keep/drop convention is involved: both parts come from the full rows.
 
+The Shapley rule is a convention: it splits the interaction of the two factors in half. With
+``H(p) = h(s) + s H(p_S / s) + (1-s) H(q)``, the two one-sided orderings are exact
+decompositions too, and the Shapley parts are their average:
+
+- *sink first* (move the sink part ``s, p_S / s`` to state 1, then the content ``q``):
+  ``dH_content = (1-s_1) (H(q_1) - H(q_0))``, the sink part the rest;
+- *content first* (move ``q``, then the sink part):
+  ``dH_content = (1-s_0) (H(q_1) - H(q_0))``, the sink part the rest.
+
+Their sink parts (``delta_sink_sink_first``, ``delta_sink_content_first``) are summed over
+rows as the Shapley parts are, and the share of each ordering is its summed sink part over
+the summed ``dH``; the smaller share is ``sink_share_low``, the larger ``sink_share_high``.
+The Shapley share lies between them (it is their mean): a statement such as "x% of the
+entropy drop is the sink" is the Shapley share together with that range.
+
 The share is undefined where ``|delta_entropy| <= share_atol`` (no change to share out): it
 is then ``<NA>`` (null in Parquet, ``None`` in JSON) and ``sink_share_note`` says why. When
 the two parts have opposite signs the share lies outside ``[0, 1]`` (the note says so): a
@@ -42,6 +57,7 @@ __all__ = [
     "CHECKPOINT_COLUMNS",
     "COLUMNS",
     "DEFAULT_SHARE_ATOL",
+    "SHARE_METHOD",
     "collapse_pair",
     "series_tables",
 ]
@@ -67,9 +83,17 @@ COLUMNS = (
     "delta_entropy",
     "delta_sink",
     "delta_content",
+    "delta_sink_sink_first",
+    "delta_sink_content_first",
     "sink_share",
+    "sink_share_low",
+    "sink_share_high",
+    "sink_share_method",
     "sink_share_note",
 )
+#: What ``sink_share`` is and what its range spans (the ``sink_share_method`` column).
+SHARE_METHOD = "two-factor Shapley; range: the sink-first and content-first orderings"
+_SHARES = ("sink_share", "sink_share_low", "sink_share_high")
 #: Columns of the checkpoint table (``CollapseResult.checkpoints``).
 CHECKPOINT_COLUMNS = (
     "model",
@@ -85,7 +109,9 @@ CHECKPOINT_COLUMNS = (
     "sink_balance",
 )
 # The float columns of each table: its means (and, for pairs, the change and its parts).
-_PAIR_MEANS = COLUMNS[COLUMNS.index("mean_sink_mass_from") : COLUMNS.index("delta_content") + 1]
+_PAIR_MEANS = COLUMNS[
+    COLUMNS.index("mean_sink_mass_from") : COLUMNS.index("delta_sink_content_first") + 1
+]
 _CHECKPOINT_MEANS = CHECKPOINT_COLUMNS[CHECKPOINT_COLUMNS.index("mean_sink_mass") :]
 DEFAULT_SHARE_ATOL = 1e-9
 
@@ -115,14 +141,22 @@ def _levels(sums: dict[str, np.ndarray], counts: np.ndarray):
             yield "head", layer, head, n, m
 
 
-def _share(delta_sink: float, delta_content: float, delta: float, atol: float):
+def _share(means: dict[str, float], atol: float) -> tuple[dict[str, float | None], str]:
+    """The Shapley share of one level's means, its range over the two orderings, and a note."""
+    delta, delta_sink = means["delta_entropy"], means["delta_sink"]
     if not abs(delta) > atol:
-        return None, f"|delta_entropy| = {abs(delta):.3g} nats <= share_atol {atol:g}: undefined"
-    share = delta_sink / delta
+        note = f"|delta_entropy| = {abs(delta):.3g} nats <= share_atol {atol:g}: undefined"
+        return dict.fromkeys(_SHARES), note
+    orderings = sorted(
+        (means["delta_sink_sink_first"] / delta, means["delta_sink_content_first"] / delta)
+    )
     note = ""
-    if delta_sink * delta_content < 0:
+    if delta_sink * means["delta_content"] < 0:
         note = "sink and content parts have opposite signs: share outside [0, 1]"
-    return share, note
+    shares: dict[str, float | None] = dict(
+        zip(_SHARES, (delta_sink / delta, *orderings), strict=True)
+    )
+    return shares, note
 
 
 def collapse_pair(a: Any, b: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -138,8 +172,10 @@ def collapse_pair(a: Any, b: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     -------
     sums : dict of str to ndarray
         ``(layer, head)`` sums over (doc, query_pos) of the pair's means (the names of
-        :data:`COLUMNS` ``mean_sink_mass_from`` ... ``delta_content``); ``delta_sink`` is
-        computed per row as ``dH - dH_content``.
+        :data:`COLUMNS` ``mean_sink_mass_from`` ... ``delta_sink_content_first``); each sink
+        part is computed per row as ``dH`` minus its content part: ``delta_sink`` with the
+        Shapley content part, ``delta_sink_sink_first`` with ``(1-s1)(H(q1)-H(q0))``,
+        ``delta_sink_content_first`` with ``(1-s0)(H(q1)-H(q0))``.
     counts : ndarray of int64, shape (layer, head)
         The rows summed.
     """
@@ -149,6 +185,10 @@ def collapse_pair(a: Any, b: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     q0, q1 = a.content_entropy, b.content_entropy
     delta = h1 - h0
     content = ((1.0 - s0) + (1.0 - s1)) / 2.0 * (q1 - q0)
+    # The one-sided orderings: the content moves at the sink part it finds (s1 when the sink
+    # moved first, s0 when the content moves first); the Shapley part is their mean.
+    content_after_sink = (1.0 - s1) * (q1 - q0)
+    content_before_sink = (1.0 - s0) * (q1 - q0)
     rows = {
         "mean_sink_mass_from": s0,
         "mean_sink_mass_to": s1,
@@ -159,6 +199,8 @@ def collapse_pair(a: Any, b: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
         "delta_entropy": delta,
         "delta_sink": delta - content,
         "delta_content": content,
+        "delta_sink_sink_first": delta - content_after_sink,
+        "delta_sink_content_first": delta - content_before_sink,
     }
     sums = {
         name: np.where(both, np.asarray(value, np.float64), 0.0).sum(axis=(0, 3))
@@ -173,11 +215,9 @@ def _pair_records(
     sums, counts = collapse_pair(a, b)
     records = []
     for level, layer, head, n, means in _levels(sums, counts):
-        share, note = _share(
-            means["delta_sink"], means["delta_content"], means["delta_entropy"], atol
-        )
+        shares, note = _share(means, atol)
         if n == 0:
-            share, note = None, "no row has content at both checkpoints"
+            shares, note = dict.fromkeys(_SHARES), "no row has content at both checkpoints"
         records.append(
             {
                 "model": model,
@@ -191,7 +231,8 @@ def _pair_records(
                 "head": head,
                 "n_rows": n,
                 **means,
-                "sink_share": share,
+                **shares,
+                "sink_share_method": SHARE_METHOD,
                 "sink_share_note": note,
             }
         )
@@ -233,7 +274,9 @@ def _frame(records: list[dict[str, Any]], columns: Sequence[str], floats: Sequen
     for name in floats:
         frame[name] = frame[name].astype(np.float64)
     if "sink_share" in frame:
-        frame["sink_share"] = pd.array(frame["sink_share"].tolist(), dtype="Float64")
+        for name in _SHARES:
+            frame[name] = pd.array(frame[name].tolist(), dtype="Float64")
+        frame["sink_share_method"] = frame["sink_share_method"].astype(str)
         frame["sink_share_note"] = frame["sink_share_note"].astype(str)
     return frame
 
@@ -247,6 +290,8 @@ def _model_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "delta_sink",
         "delta_content",
         "sink_share",
+        "sink_share_low",
+        "sink_share_high",
         "sink_share_note",
         "entropy_from",
         "entropy_to",

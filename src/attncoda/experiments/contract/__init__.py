@@ -5,12 +5,15 @@ Public names: the declaration (:class:`Experiment`, :func:`experiment`,
 :data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back (:class:`Inputs`,
 :class:`Tables`), settings (:func:`setting`, :func:`check_settings`, :func:`settings_from`,
 :func:`settings_dict`), the recorded rows an experiment reads (:class:`HeadRows`,
-:class:`DocRows`, :func:`head_rows`) and the shared verdict helpers (:data:`CONVENTIONS`,
-:data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`).
+:class:`DocRows`, :func:`head_rows`), the shared verdict helpers (:data:`CONVENTIONS`,
+:data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`), and what every interval
+shares (:data:`MIN_BOOTSTRAP_N`, the method names, :func:`no_interval_note`,
+:func:`percentile_interval`, :func:`resample_weights`, :func:`check_n_boot`).
 
 Modules: ``_experiment`` (the declaration, inputs and tables), ``_settings`` (setting fields
 and their checks), ``_inputs`` (recorded rows), ``_verdicts`` (metrics, tolerances and flip
-rates). They may import :mod:`attncoda.coda` and each other; no experiment, nothing above.
+rates), ``_intervals`` (the fewest observations of a bootstrap, method names, notes). They
+may import :mod:`attncoda.coda` and each other; no experiment, nothing above.
 """
 
 from __future__ import annotations
@@ -31,6 +34,16 @@ from attncoda.experiments.contract._inputs import (
     DocRows,
     HeadRows,
     head_rows,
+)
+from attncoda.experiments.contract._intervals import (
+    BOOTSTRAP_DOCUMENTS,
+    BOOTSTRAP_WINDOWS,
+    CLOPPER_PEARSON,
+    MIN_BOOTSTRAP_N,
+    check_n_boot,
+    no_interval_note,
+    percentile_interval,
+    resample_weights,
 )
 from attncoda.experiments.contract._settings import (
     RENAMED,
@@ -53,6 +66,9 @@ from attncoda.experiments.contract._verdicts import (
 
 __all__ = [
     "Allowed",
+    "BOOTSTRAP_DOCUMENTS",
+    "BOOTSTRAP_WINDOWS",
+    "CLOPPER_PEARSON",
     "CONVENTIONS",
     "DEFAULT_TOL",
     "DocRows",
@@ -61,12 +77,14 @@ __all__ = [
     "FLIP_METRICS",
     "HeadRows",
     "Inputs",
+    "MIN_BOOTSTRAP_N",
     "NEEDS",
     "RENAMED",
     "RUN_COLUMNS",
     "Tables",
     "allowed_text",
     "check_metrics",
+    "check_n_boot",
     "check_setting",
     "check_settings",
     "check_tol",
@@ -74,6 +92,9 @@ __all__ = [
     "flip_rate",
     "flip_rate_interval",
     "head_rows",
+    "no_interval_note",
+    "percentile_interval",
+    "resample_weights",
     "renamed_settings",
     "setting",
     "settings_dict",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import flip_rate
+from attncoda.experiments.contract import check_n_boot, flip_rate, resample_weights
 from attncoda.experiments.flips._count import count_rows, off_diagonal
 
 if TYPE_CHECKING:
@@ -20,15 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["bootstrap_rates", "check_n_boot", "check_threads", "resample_weights"]
 
 _BOOT_ELEMS = 1 << 22  # resampled distance entries per bootstrap block
-
-
-def check_n_boot(n_boot: Any) -> int:
-    """``n_boot`` as a positive int (bootstrap resamples over documents)."""
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
-        raise AttncodaError(
-            f"n_boot must be a positive int (bootstrap resamples over documents); got {n_boot!r}"
-        )
-    return int(n_boot)
 
 
 def check_threads(n_threads: Any) -> int:
@@ -42,15 +33,6 @@ def check_threads(n_threads: Any) -> int:
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
         raise AttncodaError(f"n_threads must be a positive int; got {n_threads!r}")
     return n_threads
-
-
-def resample_weights(n_docs: int, n_boot: int, seed: int) -> np.ndarray:
-    """How often each document is drawn in each resample, shape (n_boot, document)."""
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n_docs, size=(n_boot, n_docs))
-    offsets = (np.arange(n_boot) * n_docs)[:, None]
-    counts = np.bincount((draws + offsets).ravel(), minlength=n_boot * n_docs)
-    return counts.reshape(n_boot, n_docs).astype(np.float64)
 
 
 def bootstrap_rates(

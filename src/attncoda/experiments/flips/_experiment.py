@@ -25,6 +25,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import (
+    BOOTSTRAP_DOCUMENTS,
     DEFAULT_TOL,
     FLIP_METRICS,
     Experiment,
@@ -32,14 +33,16 @@ from attncoda.experiments.contract import (
     Inputs,
     Tables,
     check_metrics,
+    check_n_boot,
     check_tol,
     flip_rate,
+    no_interval_note,
+    percentile_interval,
     setting,
     without_run_columns,
 )
 from attncoda.experiments.flips._bootstrap import (
     bootstrap_rates,
-    check_n_boot,
     check_threads,
     resample_weights,
 )
@@ -65,12 +68,16 @@ TABLE_COLUMNS = (
     "model",
     "metric",
     "n_heads",
+    "n_docs",
     "n_triplets",
     "n_ties",
     "flips",
     "flip_rate",
     "ci_low",
     "ci_high",
+    "ci_method",
+    "n_boot",
+    "ci_note",
 )
 BY_LAYER_COLUMNS = ("model", "metric", "layer", "n_triplets", "n_ties", "flips", "flip_rate")
 
@@ -88,17 +95,23 @@ class FlipsResult:
     model : str
         The model spec.
     table : pandas.DataFrame
-        One row per metric, columns ``model, metric, n_heads, n_triplets, n_ties, flips,
-        flip_rate, ci_low, ci_high``. ``flip_rate = flips / (n_triplets - n_ties)`` (NaN only
-        when every triplet is a tie); ``ci_low, ci_high`` are the 2.5 and 97.5 percentiles of
-        the bootstrap flip rates over documents.
+        One row per metric, columns :data:`TABLE_COLUMNS`: ``model, metric, n_heads,
+        n_docs, n_triplets, n_ties, flips, flip_rate, ci_low, ci_high, ci_method, n_boot,
+        ci_note``. ``flip_rate = flips / (n_triplets - n_ties)`` (NaN only when every
+        triplet is a tie). With at least ``MIN_BOOTSTRAP_N`` (10) documents, ``ci_low,
+        ci_high`` are the 2.5 and 97.5 percentiles of the flip rates of ``n_boot``
+        resamples of the ``n_docs`` documents (``ci_method`` = ``"percentile bootstrap over
+        documents"``, ``ci_note`` = ``""``). With fewer there is no interval: ``ci_low,
+        ci_high`` are NaN, ``ci_method`` is ``""``, ``n_boot`` is 0 and ``ci_note`` says why
+        (``"no interval: 4 documents, fewer than 10"``).
     by_layer : pandas.DataFrame
         The same counts broken down by the layer of ``A``: ``model, metric, layer,
         n_triplets, n_ties, flips, flip_rate`` (no CI).
     distances : dict
         ``(metric, convention) -> ndarray (head, head)``: the pooled head distances.
     bootstrap : dict
-        ``metric -> ndarray (n_boot,)``: the flip rate of each bootstrap resample.
+        ``metric -> ndarray (n_boot,)``: the flip rate of each bootstrap resample (shape
+        ``(0,)`` when there are too few documents for an interval).
     n_docs, n_rows : int
         Documents with a used row, and used rows in all (per head).
     tol : float
@@ -190,7 +203,9 @@ def flips(
     n_boot : int
         Bootstrap resamples over documents (``>= 1``). Each resample draws the documents with
         replacement and recomputes ``D = sum_d w_d S_d / sum_d w_d n_d`` from the per-document
-        sums, then recounts every triplet.
+        sums, then recounts every triplet. Drawn only with at least
+        :data:`~attncoda.experiments.contract.MIN_BOOTSTRAP_N` documents (docs/design.md,
+        "Intervals"); with fewer the table gives no interval and says why.
     seed : int
         Seed of the resampling (``numpy.random.default_rng``).
     tol : float
@@ -236,28 +251,38 @@ def flips(
     rows, layer_rows, distances, boot = [], [], {}, {}
     weights: np.ndarray | None = None
     n_docs = n_rows = 0
+    note = ""
     for metric in metrics:
         keep = document_sums(head_rows, metric, "keep", device=on)
         drop = document_sums(head_rows, metric, "drop", device=on)
         if weights is None:
             n_docs, n_rows = len(keep.docs), int(keep.counts.sum())
-            weights = resample_weights(n_docs, n_boot, seed)
+            note = no_interval_note(n_docs, "documents")
+            weights = resample_weights(n_docs, 0 if note else n_boot, seed)
         point = triplet_flips(keep.distances, drop.distances, tol=tol)
-        rates = bootstrap_rates(keep, drop, weights, tol, n_triplets, threads)
-        finite = rates[np.isfinite(rates)]
-        low, high = np.percentile(finite, [2.5, 97.5]) if finite.size else (math.nan, math.nan)
+        rates = (
+            bootstrap_rates(keep, drop, weights, tol, n_triplets, threads)
+            if len(weights)
+            else np.zeros(0, dtype=np.float64)
+        )
+        low, high = percentile_interval(rates)
+        why = note or ("" if math.isfinite(low) else "no interval: every resample ties")
         n_ties, n_flips = int(point.ties.sum()), int(point.flips.sum())
         rows.append(
             (
                 head_rows.model,
                 metric,
                 n,
+                n_docs,
                 n_triplets,
                 n_ties,
                 n_flips,
                 flip_rate(n_flips, n_triplets - n_ties),
-                float(low),
-                float(high),
+                low,
+                high,
+                "" if why else BOOTSTRAP_DOCUMENTS,
+                len(rates),
+                why,
             )
         )
         for layer in range(head_rows.n_layers):
@@ -285,9 +310,11 @@ def flips(
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
-    ints = [c for c in ("n_heads", "layer", "n_triplets", "n_ties", "flips") if c in df]
-    floats = [c for c in ("flip_rate", "ci_low", "ci_high") if c in df]
-    return df.astype({**{c: "int64" for c in ints}, **{c: "float64" for c in floats}})
+    ints = ("n_heads", "n_docs", "layer", "n_triplets", "n_ties", "flips", "n_boot")
+    floats = ("flip_rate", "ci_low", "ci_high")
+    texts = ("ci_method", "ci_note")
+    types = {c: "int64" for c in ints} | {c: "float64" for c in floats} | {c: str for c in texts}
+    return df.astype({c: t for c, t in types.items() if c in df})
 
 
 # --------------------------------------------------------------------------------------------

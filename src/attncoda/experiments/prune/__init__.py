@@ -3,11 +3,13 @@
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`prune` and
 :class:`PruneResult`, the ranking (:func:`head_ranking`, :data:`CHANNELS`, :data:`ORDERS`,
-:data:`ABLATIONS`) and the windows it measures on (:func:`split_windows`,
-:func:`window_losses`, :func:`gradient_importance`).
+:data:`ABLATIONS`), the windows it measures on (:func:`split_windows`,
+:func:`window_losses`, :func:`gradient_importance`) and the paired bootstrap interval of a
+perplexity ratio (:func:`ratio_interval`, :func:`window_resamples`).
 
-Modules: ``_experiment`` (the declaration, the ablated passes and the losses) and
-``_ranking`` (channels, orders and the ranking of heads). They may import
+Modules: ``_experiment`` (the declaration and the grid of ablated evaluations), ``_losses``
+(the window losses and gradient importance), ``_interval`` (the paired bootstrap over
+windows) and ``_ranking`` (channels, orders and the ranking of heads). They may import
 :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract`, :mod:`attncoda.models` and,
 lazily, :mod:`attncoda.capture` (ablation and the forward helper); nothing above the
 experiments.
@@ -20,10 +22,14 @@ from attncoda.experiments.prune._experiment import (
     EXPERIMENT,
     PruneResult,
     Settings,
-    gradient_importance,
     prune,
-    window_losses,
 )
+from attncoda.experiments.prune._interval import (
+    BASELINE_NOTE,
+    ratio_interval,
+    window_resamples,
+)
+from attncoda.experiments.prune._losses import gradient_importance, window_losses
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
     CHANNEL_COLUMNS,
@@ -38,6 +44,7 @@ from attncoda.experiments.prune._ranking import (
 
 __all__ = [
     "ABLATIONS",
+    "BASELINE_NOTE",
     "CHANNELS",
     "CHANNEL_COLUMNS",
     "COLUMNS",
@@ -51,6 +58,8 @@ __all__ = [
     "gradient_importance",
     "head_ranking",
     "prune",
+    "ratio_interval",
     "split_windows",
     "window_losses",
+    "window_resamples",
 ]

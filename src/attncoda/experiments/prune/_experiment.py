@@ -8,6 +8,9 @@ disjoint set. A *channel* ranks the heads (the channels, orders and ablations ar
 Perplexity: each evaluation window's loss is the mean negative log-likelihood of its
 predicted tokens (tokens ``1..n-1`` given their prefix; nats), as transformers' ``labels=``
 loss computes it for one window; perplexity is ``exp`` of the mean of those window losses.
+Each ratio to the unpruned model has a paired bootstrap interval over the evaluation windows
+(:mod:`attncoda.experiments.prune._interval`), from at least
+:data:`~attncoda.experiments.contract.MIN_BOOTSTRAP_N` windows.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.data.windows import windows_hash
-from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
+from attncoda.experiments.contract import Experiment, Inputs, Tables, check_n_boot, setting
+from attncoda.experiments.prune._interval import BASELINE_NOTE, ratio_interval, window_resamples
+from attncoda.experiments.prune._losses import (
+    check_batch_size,
+    check_windows,
+    gradient_importance,
+    window_losses,
+)
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
     CHANNELS,
@@ -42,9 +52,7 @@ __all__ = [
     "EXPERIMENT",
     "PruneResult",
     "Settings",
-    "gradient_importance",
     "prune",
-    "window_losses",
 ]
 
 #: Columns of :attr:`PruneResult.table` (``prune.parquet``).
@@ -56,9 +64,16 @@ COLUMNS = (
     "k",
     "perplexity",
     "ratio",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "ci_method",
+    "n_windows",
+    "n_boot",
+    "ci_note",
     "mean_nll",
     "heads",
 )
+_INTERVAL = COLUMNS[COLUMNS.index("ratio_ci_low") : COLUMNS.index("ci_note") + 1]
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,7 +87,12 @@ class PruneResult:
         k) and one baseline row (``channel``, ``order``, ``ablation`` = ``"none"``, ``k =
         0``). ``perplexity`` on the evaluation windows, ``ratio`` = perplexity / baseline
         perplexity, ``mean_nll`` its log (nats), ``heads`` the pruned heads as ``"L.H"``
-        labels in pruning order.
+        labels in pruning order. ``ratio_ci_low``, ``ratio_ci_high``: the 2.5 and 97.5
+        percentiles of the ratio over ``n_boot`` paired resamples of the ``n_windows``
+        evaluation windows (``ci_method`` = ``"paired percentile bootstrap over windows"``,
+        :mod:`attncoda.experiments.prune._interval`); with fewer than 10 windows, and on the
+        baseline row, NaN with ``ci_method = ""``, ``n_boot = 0`` and ``ci_note`` saying
+        why.
     heads : pandas.DataFrame
         ``prune_heads.parquet``: the profiling head table of
         :func:`attncoda.experiments.profile.head_summary` (means over rows with content),
@@ -87,117 +107,9 @@ class PruneResult:
     summary: dict[str, Any]
 
 
-def _ids(window: Any) -> np.ndarray:
-    return np.asarray(getattr(window, "input_ids", window), dtype=np.int64)
-
-
 def _label(window: Any, index: int) -> str:
     doc = getattr(window, "doc_id", None)
     return f"{doc}#{window.index}" if doc is not None else f"#{index}"
-
-
-def _check_windows(windows: object, name: str) -> list[np.ndarray]:
-    if isinstance(windows, (str, bytes)) or not isinstance(windows, Sequence) or not windows:
-        raise AttncodaError(f"{name} is empty: give at least one window of token ids")
-    out = []
-    for index, window in enumerate(windows):
-        ids = _ids(window)
-        if ids.ndim != 1 or ids.size < 2:
-            raise AttncodaError(
-                f"{name} window {index} has {ids.size} tokens: a window needs at least 2 (one "
-                f"predicted token)"
-            )
-        out.append(ids)
-    return out
-
-
-def _check_batch_size(batch_size: object) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise AttncodaError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return batch_size
-
-
-def window_losses(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.ndarray:
-    """Mean next-token NLL of each window, in nats (the current ablation applies).
-
-    Parameters
-    ----------
-    model : transformers.PreTrainedModel
-        A causal language model in eval mode (run inside :func:`ablate` to prune).
-    windows : sequence
-        Token windows of at least 2 tokens (padded on the right, positions from 0).
-    batch_size : int
-
-    Returns
-    -------
-    ndarray of float64, shape (window,)
-        ``-mean_{t=1}^{n-1} log p(x_t | x_<t)``; perplexity is ``exp(mean)`` of it.
-    """
-    import torch
-
-    from attncoda.capture import forward_kwargs, next_token_nll, pad
-    from attncoda.models.placement import input_device
-
-    batch_size = _check_batch_size(batch_size)
-    ids_list = _check_windows(windows, "windows")
-    device = input_device(model)
-    out = []
-    with torch.no_grad():
-        for start in range(0, len(ids_list), batch_size):
-            ids, mask = pad(ids_list[start : start + batch_size], 0, left=False)
-            ids, mask = ids.to(device), mask.to(device)
-            result = model(**forward_kwargs(model, ids, mask))
-            out.append(next_token_nll(result.logits, ids, mask).double().cpu().numpy())
-    return np.concatenate(out)
-
-
-def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.ndarray:
-    """Head importance of Michel et al. (2019): ``sum_w |dL_w / dxi_{l,h}|`` at ``xi = 1``.
-
-    Parameters
-    ----------
-    model : transformers.PreTrainedModel
-        A causal LM in eval mode that :func:`attncoda.capture.routing.routed` can route.
-    windows : sequence
-        Profiling windows; ``L_w`` is each window's mean next-token NLL (nats).
-    batch_size : int
-
-    Returns
-    -------
-    ndarray of float64, shape (layer, head)
-        Summed absolute gate gradients (one gate per window and head, so the absolute value
-        is taken per window, as in Michel et al.). Parameters get no gradient.
-    """
-    import torch
-
-    from attncoda.capture import forward_kwargs, next_token_nll, pad
-    from attncoda.capture.ablation import head_counts, head_gates
-    from attncoda.models.placement import input_device
-
-    batch_size = _check_batch_size(batch_size)
-    ids_list = _check_windows(windows, "windows")
-    device = input_device(model)
-    n_layers, n_heads = head_counts(model)
-    total = torch.zeros((n_layers, n_heads), dtype=torch.float64)
-    frozen = [p for p in model.parameters() if p.requires_grad]
-    try:
-        for p in frozen:
-            p.requires_grad_(False)
-        with torch.enable_grad():
-            for start in range(0, len(ids_list), batch_size):
-                ids, mask = pad(ids_list[start : start + batch_size], 0, left=False)
-                ids, mask = ids.to(device), mask.to(device)
-                gates = torch.ones(
-                    (ids.shape[0], n_layers, n_heads), device=ids.device, requires_grad=True
-                )
-                with head_gates(model, gates):
-                    logits = model(**forward_kwargs(model, ids, mask)).logits
-                (grad,) = torch.autograd.grad(next_token_nll(logits, ids, mask).sum(), gates)
-                total += grad.abs().sum(0).double().cpu()
-    finally:
-        for p in frozen:
-            p.requires_grad_(True)
-    return total.numpy()
 
 
 def _profile(model, tokenizer, windows, sink, batch_size, with_gradient):
@@ -228,6 +140,7 @@ def prune(
     ks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
     sink: str | int | Sequence[int] = "first",
     seed: int = 0,
+    n_boot: int = 1000,
     batch_size: int = 8,
     model_name: str | None = None,
     progress: bool = False,
@@ -255,7 +168,10 @@ def prune(
         Sink spec for the profiling statistics (and the ``sink_mass``/``sink_balance``
         channels); the ``sink`` ablation always redirects to the first real token.
     seed : int
-        Seeds the ``random`` channel.
+        Seeds the ``random`` channel and the bootstrap's resamples.
+    n_boot : int
+        Paired bootstrap resamples of the evaluation windows for the interval of each ratio
+        (``>= 1``; drawn only from 10 windows up, docs/design.md, "Intervals").
     batch_size : int
         Windows per forward pass.
     model_name : str, optional
@@ -271,17 +187,18 @@ def prune(
     ------
     AttncodaError
         Empty or unknown channels, orders or ablations; a ``k`` that is not a positive
-        integer or exceeds the number of heads; overlapping windows; and any error of
-        capture or ablation.
+        integer or exceeds the number of heads; ``n_boot < 1``; overlapping windows; and any
+        error of capture or ablation.
     """
     from attncoda.capture.ablation import ablate, head_counts, head_labels
 
+    n_boot = check_n_boot(n_boot, "windows")
     channels = check_choices(channels, "channels", CHANNELS)
     orders = check_choices(orders, "orders", ORDERS)
     ablations = check_choices(ablations, "ablations", ABLATIONS)
-    batch_size = _check_batch_size(batch_size)
-    profile_ids = _check_windows(profile_windows, "profile_windows")
-    eval_ids = _check_windows(eval_windows, "eval_windows")
+    batch_size = check_batch_size(batch_size)
+    profile_ids = check_windows(profile_windows, "profile_windows")
+    eval_ids = check_windows(eval_windows, "eval_windows")
     seen = {w.tobytes(): i for i, w in enumerate(profile_ids)}
     for j, window in enumerate(eval_ids):
         if window.tobytes() in seen:
@@ -298,17 +215,17 @@ def prune(
         for channel in channels
         for order in orders
     }
-    cache: dict[tuple[str, tuple[tuple[int, int], ...]], float] = {}
+    cache: dict[tuple[str, tuple[tuple[int, int], ...]], np.ndarray] = {}
 
-    def mean_nll(ablation: str, chosen: list[tuple[int, int]]) -> float:
+    def losses_of(ablation: str, chosen: list[tuple[int, int]]) -> np.ndarray:
+        """Each evaluation window's mean NLL with ``chosen`` ablated, shape (window,)."""
         key = (ablation, tuple(sorted(chosen)))
         if key not in cache:
             plan: dict[int, list[int]] = {}
             for layer, head in chosen:
                 plan.setdefault(layer, []).append(head)
             with ablate(model, plan, ablation):
-                losses = window_losses(model, eval_ids, batch_size=batch_size)
-            cache[key] = float(np.mean(losses))
+                cache[key] = window_losses(model, eval_ids, batch_size=batch_size)
         return cache[key]
 
     jobs = [(a, c, o, k) for a in ablations for c in channels for o in orders for k in ks]
@@ -317,7 +234,10 @@ def prune(
         from tqdm.auto import tqdm
 
         iterator = tqdm(jobs, desc="prune", unit="eval")
-    base = mean_nll("zero", [])
+    unpruned = losses_of("zero", [])
+    base = float(np.mean(unpruned))
+    weights = window_resamples(len(eval_ids), n_boot, seed)
+    none = (math.nan, math.nan, "", len(eval_ids), 0, BASELINE_NOTE)
     records = [
         {
             "model": name,
@@ -327,6 +247,7 @@ def prune(
             "k": 0,
             "perplexity": math.exp(base),
             "ratio": 1.0,
+            **dict(zip(_INTERVAL, none, strict=True)),
             "mean_nll": base,
             "heads": "",
         }
@@ -334,7 +255,9 @@ def prune(
     for ablation, channel, order, k in iterator:
         ranking = rankings[(channel, order)]
         chosen = list(zip(ranking["layer"][:k].tolist(), ranking["head"][:k].tolist(), strict=True))
-        nll = mean_nll(ablation, chosen)
+        losses = losses_of(ablation, chosen)
+        nll = float(np.mean(losses))
+        interval = ratio_interval(losses, unpruned, weights)
         records.append(
             {
                 "model": name,
@@ -344,6 +267,7 @@ def prune(
                 "k": k,
                 "perplexity": math.exp(nll),
                 "ratio": math.exp(nll - base),
+                **dict(zip(_INTERVAL, interval, strict=True)),
                 "mean_nll": nll,
                 "heads": head_labels(chosen),
             }
@@ -351,7 +275,8 @@ def prune(
     import pandas as pd
 
     table = pd.DataFrame.from_records(records, columns=list(COLUMNS))
-    table["k"] = table["k"].astype(np.int64)
+    types = {"k": np.int64, "n_windows": np.int64, "n_boot": np.int64, "ci_method": str}
+    table = table.astype({**types, "ci_note": str})
     summary = {
         "model": name,
         "n_layers": n_layers,
@@ -371,6 +296,11 @@ def prune(
         "eval_windows_sha256": windows_hash(eval_ids),
         "perplexity_definition": "exp(mean over eval windows of the window's mean next-token "
         "NLL in nats)",
+        "n_windows": len(eval_ids),
+        "n_boot": int(len(weights)),
+        "ratio_interval": "the 2.5 and 97.5 percentiles of exp(mean NLL pruned - mean NLL "
+        "unpruned) over n_boot paired resamples of the eval windows (the same draw for both "
+        "models); none below 10 windows",
     }
     return PruneResult(table=table, heads=heads, summary=summary)
 
@@ -405,8 +335,15 @@ class Settings:
         item="head count",
     )
     profile_docs: int = setting(8, "windows that profile the heads", at_least=1)
-    eval_docs: int = setting(4, "held-out windows whose perplexity is measured", at_least=1)
+    eval_docs: int = setting(
+        16,
+        "held-out windows whose perplexity is measured (a ratio's interval needs 10)",
+        at_least=1,
+    )
     max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
+    n_boot: int = setting(
+        1000, "paired bootstrap resamples of the eval windows for each ratio", at_least=1
+    )
 
     @property
     def docs(self) -> int:
@@ -446,6 +383,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         ks=tuple(k for k in settings.ks if k <= info.n_layers * info.n_heads),
         sink=inputs.sink,
         seed=inputs.seed,
+        n_boot=settings.n_boot,
         model_name=inputs.model,
     )
     return Tables(

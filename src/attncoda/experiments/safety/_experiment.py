@@ -18,10 +18,11 @@ Triplets are binned on each coordinate (quantile bins over all triplets by defau
 edges), and the flip rate of keep vs drop is reported per bin and per cell of both binnings.
 
 **Where it is safe.** Each bin and cell carries the two-sided 95% Clopper-Pearson interval
-of its flip rate (flips among the decided triplets). A bin or cell is **safe** when the upper
-end of that interval lies below ``threshold`` (default 5%): there, keep and drop agree on at
-least ``1 - threshold`` of the verdicts with 95% confidence. The interval treats triplets
-as independent draws; triplets that share heads and documents are not, so it is the
+of its flip rate (flips among the decided triplets), and names it: ``ci_method`` is
+``"Clopper-Pearson over triplets"`` and ``n_decided`` its n. A bin or cell is **safe** when
+the upper end of that interval lies below ``threshold`` (default 5%): there, keep and drop
+agree on at least ``1 - threshold`` of the verdicts with 95% confidence. The interval treats
+triplets as independent draws; triplets that share heads and documents are not, so it is the
 narrowest honest interval, not a conservative one. :func:`safe_regions` turns the bins into
 a statement per model: the run of safe bins from the lowest value up ("when the sink-mass
 gap between the two heads is below 0.03, keep and drop agree on >= 95% of verdicts"), or
@@ -38,6 +39,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import (
+    CLOPPER_PEARSON,
     DEFAULT_TOL,
     FLIP_METRICS,
     Experiment,
@@ -82,6 +84,8 @@ _CELL_COLUMNS = (
     "flip_rate",
     "flip_rate_low",
     "flip_rate_high",
+    "ci_method",
+    "n_decided",
     "safe_threshold",
     "safe",
 )
@@ -110,17 +114,18 @@ class SafetyResult:
         The model spec.
     table : pandas.DataFrame
         Columns ``model, metric, bin_kind, bin, bin_low, bin_high, n_triplets, n_ties,
-        flips, flip_rate, flip_rate_low, flip_rate_high, safe_threshold, safe``;
-        ``bin_kind`` is ``"sink_share"`` or ``"sink_gap"``. Bins are ``[bin_low,
-        bin_high)``, the last one closed. ``flip_rate`` is NaN exactly where a bin has no
-        decided triplet; ``flip_rate_low``/``flip_rate_high`` are its 95% Clopper-Pearson
-        interval (``[0, 1]`` without decided triplets) and ``safe`` is
-        ``flip_rate_high < safe_threshold``.
+        flips, flip_rate, flip_rate_low, flip_rate_high, ci_method, n_decided,
+        safe_threshold, safe``; ``bin_kind`` is ``"sink_share"`` or ``"sink_gap"``. Bins
+        are ``[bin_low, bin_high)``, the last one closed. ``flip_rate`` is NaN exactly where
+        a bin has no decided triplet; ``flip_rate_low``/``flip_rate_high`` are its 95%
+        interval, ``ci_method`` (``"Clopper-Pearson over triplets"``) over ``n_decided =
+        n_triplets - n_ties`` triplets (``[0, 1]`` without decided triplets), and ``safe``
+        is ``flip_rate_high < safe_threshold``.
     grid : pandas.DataFrame
         The same counts over both binnings at once (one row per cell, every cell listed),
         columns ``model, metric, sink_share_bin, sink_share_low, sink_share_high,
         sink_gap_bin, sink_gap_low, sink_gap_high, n_triplets, n_ties, flips, flip_rate,
-        flip_rate_low, flip_rate_high, safe_threshold, safe``.
+        flip_rate_low, flip_rate_high, ci_method, n_decided, safe_threshold, safe``.
     share_edges, gap_edges : ndarray
         The bin edges used.
     squares : SquaredSplit
@@ -232,7 +237,7 @@ def safety_map(
                         *_cell(tot[b], tie[b], fl[b], threshold),
                     )
                 )
-    ints = ("bin", "sink_share_bin", "sink_gap_bin", "n_triplets", "n_ties", "flips")
+    ints = ("bin", "sink_share_bin", "sink_gap_bin", "n_triplets", "n_ties", "flips", "n_decided")
     floats = (
         "bin_low",
         "bin_high",
@@ -250,6 +255,7 @@ def safety_map(
         df = pd.DataFrame(rows, columns=list(columns))
         types = {c: "int64" for c in ints if c in df} | {c: "float64" for c in floats if c in df}
         types["safe"] = "bool"
+        types["ci_method"] = "str"
         return df.astype(types)
 
     return SafetyResult(
@@ -264,11 +270,13 @@ def safety_map(
 
 def _cell(n: int, ties: int, flips: int, threshold: float) -> tuple[Any, ...]:
     """A cell's values of :data:`_CELL_COLUMNS`: its triplets, ties and flips, the flip rate
-    over the decided triplets with its 95% interval, the threshold, and whether it is safe."""
+    over the decided triplets with its 95% interval, the interval's method and n, the
+    threshold, and whether it is safe."""
     decided = n - ties
     low, high = flip_rate_interval(flips, decided)
     safe = bool(decided > 0 and high < threshold)
-    return n, ties, flips, flip_rate(flips, decided), low, high, float(threshold), safe
+    rate = flip_rate(flips, decided)
+    return n, ties, flips, rate, low, high, CLOPPER_PEARSON, decided, float(threshold), safe
 
 
 def _resolve_tol(tol: float | None, flips_result: FlipsResult | None) -> float:

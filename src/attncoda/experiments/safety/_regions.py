@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attncoda.experiments.contract import flip_rate_interval
+from attncoda.experiments.contract import CLOPPER_PEARSON, flip_rate_interval
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,6 +28,7 @@ REGION_COLUMNS = (
     "flips",
     "flip_rate",
     "flip_rate_high",
+    "ci_method",
     "safe_threshold",
     "statement",
 )
@@ -49,7 +50,9 @@ def safe_regions(table: pd.DataFrame) -> pd.DataFrame:
         safe only when it is safe for every metric. ``n_safe_bins`` counts the consecutive
         safe bins from the lowest; ``safe_below`` is the upper edge of the last of them (NaN
         when the lowest bin is not safe). ``n_decided``, ``flips``, ``flip_rate`` and
-        ``flip_rate_high`` pool those bins (for ``"all"``: the worst metric's upper end).
+        ``flip_rate_high`` pool those bins (for ``"all"``: the worst metric's upper end);
+        ``ci_method`` names the interval (``"Clopper-Pearson over triplets"``, its n
+        ``n_decided``).
         ``statement`` says it in words.
     """
     import pandas as pd
@@ -122,6 +125,7 @@ def _region(
         "flips": flips,
         "flip_rate": flips / decided if decided else float("nan"),
         "flip_rate_high": high,
+        "ci_method": CLOPPER_PEARSON,
         "safe_threshold": threshold,
     }
     metric = str(bins["metric"].iloc[0])
@@ -137,7 +141,7 @@ def _statement(kind: str, region: Mapping[str, Any], metrics: str, lowest_high: 
     if not region["n_safe_bins"]:
         return (
             f"no region of {name} is safe for {metrics}: in its lowest bin the upper 95% "
-            f"bound of the flip rate is {lowest_high:.1%}, not below "
+            f"Clopper-Pearson bound of the flip rate is {lowest_high:.1%}, not below "
             f"{region['safe_threshold']:.0%}"
         )
     whole = region["n_safe_bins"] == region["n_bins"]
@@ -148,6 +152,6 @@ def _statement(kind: str, region: Mapping[str, Any], metrics: str, lowest_high: 
     )
     return (
         f"{where}, keep and drop agree on >= {agree:.0%} of verdicts for {metrics} "
-        f"(flip rate {region['flip_rate']:.1%}, upper 95% bound {region['flip_rate_high']:.1%}, "
-        f"{region['n_decided']:,} decided triplets)"
+        f"(flip rate {region['flip_rate']:.1%}, upper 95% Clopper-Pearson bound "
+        f"{region['flip_rate_high']:.1%} over {region['n_decided']:,} decided triplets)"
     )

@@ -1,0 +1,135 @@
+"""The prune section of the HTML report: the perplexity ratio of heads pruned by each
+channel, each ratio with its paired bootstrap interval over the evaluation windows where
+there are enough windows for one, and the method and n of that interval.
+
+Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
+Context` it takes), :func:`prune_section` returns the inner HTML of one ``<section>`` from
+the run folder's tables alone, every table and figure captioned with its convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attncoda.experiments.contract import MIN_BOOTSTRAP_N
+from attncoda.report.html_parts import (
+    NA,
+    figure_or_note,
+    fmt_count,
+    fmt_interval,
+    fmt_num,
+    fmt_ratio,
+    groups,
+    interval_method,
+    paper_vs_measured,
+    table,
+)
+from attncoda.report.html_sections import Context
+
+__all__ = ["prune_section"]
+
+
+def prune_section(ctx: Context) -> str:
+    """Per model: the worst and the best perplexity ratio over channels and orders, each with
+    its paired bootstrap interval over the evaluation windows (or why it has none)."""
+    from attncoda.report.figures import figure
+    from attncoda.report.figures_training import CHANNEL_LABELS
+
+    prune = ctx.need("prune")
+    convention = (
+        "ranking channels — full entropy H(p) = keep sink, content entropy H(q) = drop sink; "
+        f"sink mass and sink balance need no convention; sink = {ctx.sink}"
+    )
+    claims, body, figures = [], [], []
+    for label, g in groups(prune):
+        curves = g[g["k"] > 0]
+        base = g[g["k"] == 0]
+        baseline = fmt_num(base["perplexity"].iloc[0], 2) if len(base) else NA
+        if len(base) and "n_windows" in base:
+            baseline += f" ({fmt_count(base['n_windows'].iloc[0])} windows)"
+        if not len(curves):
+            claims.append((f"Perplexity ratio, {label}", "more than 100×", "no pruned rows"))
+            continue
+        k_max = int(curves["k"].max())
+        worst = curves.loc[curves["ratio"].astype(float).idxmax()]
+        at_max = curves[curves["k"] == k_max]
+        best = at_max.loc[at_max["ratio"].astype(float).idxmin()]
+        claims.append(
+            (
+                f"Worst perplexity ratio when pruning by a channel, {label}",
+                "more than 100× (pruning by the wrong channel)",
+                f"{_ratio(worst)} ({_line(worst, CHANNEL_LABELS)}, k = {int(worst['k'])})",
+            )
+        )
+        claims.append(
+            (
+                f"Best channel at the largest k = {k_max}, {label}",
+                "—",
+                f"{_ratio(best)} ({_line(best, CHANNEL_LABELS)})",
+            )
+        )
+        keys = ["channel", "order", "ablation"]
+        for key, line in curves.groupby(keys, sort=False):
+            top = line.loc[line["ratio"].astype(float).idxmax()]
+            last = line[line["k"] == line["k"].max()].iloc[0]
+            body.append(
+                (
+                    label,
+                    CHANNEL_LABELS.get(str(key[0]), str(key[0])),
+                    f"{key[1]} first",
+                    str(key[2]),
+                    baseline,
+                    _ratio(top),
+                    str(int(top["k"])),
+                    f"{_ratio(last)}, k = {int(last['k'])}",
+                    interval_method(last.to_dict(), "n_windows", "windows"),
+                )
+            )
+        figures.append(
+            figure_or_note(
+                lambda g=g: figure("prune", {"prune": g}),
+                alt=f"Perplexity ratio against the number of heads pruned for {label}, one line "
+                "per ranking channel and order, log scale",
+                caption=f"{label}: perplexity ratio to the unpruned model on held-out text; "
+                "bands: the paired bootstrap 95% interval over the evaluation windows (none "
+                f"below {MIN_BOOTSTRAP_N} windows).",
+                convention=convention,
+            )
+        )
+    return (
+        paper_vs_measured(convention, claims)
+        + table(
+            "Pruning heads ranked by each channel: the worst ratio and the ratio at the largest "
+            "k, per model, each with its 95% interval in brackets: a paired percentile bootstrap "
+            "over the evaluation windows (the pruned and the unpruned model resampled on the "
+            f"same windows), given only from {MIN_BOOTSTRAP_N} windows up (with fewer, the note "
+            "says so)",
+            convention,
+            (
+                "model",
+                "channel",
+                "order",
+                "ablation",
+                "unpruned perplexity",
+                "worst ratio",
+                "at k",
+                "ratio at largest k",
+                "interval method and n",
+            ),
+            body,
+        )
+        + "".join(figures)
+    )
+
+
+def _ratio(row: Any) -> str:
+    """``3.21× (2.90× – 3.60×)``: a ratio and its interval, or the note why it has none."""
+    if "ratio_ci_low" not in row:  # a table written before ratios had intervals
+        return fmt_ratio(row["ratio"])
+    interval = fmt_interval(row, "ratio_ci_low", "ratio_ci_high", fmt_ratio)
+    return f"{fmt_ratio(row['ratio'])} ({interval})"
+
+
+def _line(row: Any, labels: dict[str, str]) -> str:
+    channel = labels.get(str(row["channel"]), str(row["channel"]))
+    return f"{channel}, {row['order']} first, {row['ablation']}"

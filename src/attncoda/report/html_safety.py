@@ -1,0 +1,173 @@
+"""The safety map's section of the HTML report: the flip rate keep vs drop by bin of the
+sink share of d_A² and of the sink-mass gap, each bin's flip rate with the upper end of its
+95% Clopper-Pearson interval over its decided triplets, and where keep and drop agree.
+
+Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
+Context` it takes), :func:`safety_section` returns the inner HTML of one ``<section>`` from
+the run folder's tables alone, every table and figure captioned with its convention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from attncoda.report.html_parts import (
+    NA,
+    figure_or_note,
+    fmt_count,
+    fmt_num,
+    fmt_pct,
+    groups,
+    is_missing,
+    note,
+    paper_vs_measured,
+    table,
+)
+from attncoda.report.html_sections import Context
+
+__all__ = ["safety_section"]
+
+
+_BIN_KINDS = {"sink_share": "sink share of d_A²", "sink_gap": "sink-mass gap |s_B − s_C|"}
+
+
+def safety_section(ctx: Context) -> str:
+    """Flip rate keep vs drop by bin of the sink share of d_A² and of the sink-mass gap."""
+    from attncoda.report.figures import figure
+
+    binned = ctx.need("safety")
+    grid = ctx.get("safety_grid")
+    convention = (
+        "keep vs drop, binned by the Aitchison sink share of d_A² and the sink-mass gap "
+        f"(sink = {ctx.sink})"
+    )
+    claims, parts = [], []
+    has_bounds = "safe" in binned.columns
+    regions = None
+    if has_bounds:
+        from attncoda.experiments.safety import safe_regions
+
+        regions = safe_regions(binned)
+    for label, g in groups(binned):
+        if regions is not None:
+            ours = regions[
+                (regions["model"] == g["model"].iloc[0])
+                & (regions["revision"] == g["revision"].iloc[0])
+            ]
+            mine = ours[ours["metric"] == "all"]
+            said = [f"{label}: {r}." for r in mine["statement"]]
+            # A metric may be safe somewhere even when not every metric is.
+            each = ours[(ours["metric"] != "all") & (ours["n_safe_bins"] > 0)]
+            said += [f"{label}, {r.metric} alone: {r.statement}." for r in each.itertuples()]
+            for kind in dict.fromkeys(ours["bin_kind"]):
+                none = ours[
+                    (ours["bin_kind"] == kind)
+                    & (ours["metric"] != "all")
+                    & (ours["n_safe_bins"] == 0)
+                ]
+                if len(none):
+                    said.append(
+                        f"{label}: no safe region of {_BIN_KINDS.get(kind, kind)} for "
+                        f"{', '.join(none['metric'])}."
+                    )
+            parts.append(
+                '<div class="safe-region">'
+                + note(
+                    f"Where {label} is safe (threshold "
+                    f"{fmt_pct(float(g['safe_threshold'].iloc[0]))}, upper 95% Clopper-Pearson "
+                    "bound over the decided triplets):"
+                )
+                + "".join(note(line) for line in said)
+                + "</div>"
+            )
+            for r in mine.itertuples(index=False):
+                claims.append(
+                    (
+                        f"{label}: safe region of {_BIN_KINDS.get(r.bin_kind, r.bin_kind)}, "
+                        "every metric",
+                        "no paper number",
+                        f"below {fmt_num(r.safe_below)} ({r.n_safe_bins} of {r.n_bins} bins)"
+                        if r.n_safe_bins
+                        else "none is safe",
+                    )
+                )
+        for kind, name in _BIN_KINDS.items():
+            k = g[g["bin_kind"] == kind]
+            if not len(k):
+                continue
+            mean = k.groupby("bin")["flip_rate"].mean()
+            claims.append(
+                (
+                    f"{label}: flip rate (mean over metrics), lowest → highest bin of {name}",
+                    "no paper number",
+                    f"{fmt_pct(mean.iloc[0])} → {fmt_pct(mean.iloc[-1])}",
+                )
+            )
+        metrics = list(dict.fromkeys(g["metric"]))
+        body = []
+        for kind in dict.fromkeys(g["bin_kind"]):
+            k = g[g["bin_kind"] == kind]
+            for b in sorted(dict.fromkeys(k["bin"])):
+                cell = k[k["bin"] == b]
+                first = cell.iloc[0]
+                by_metric = {r["metric"]: r for r in cell.to_dict("records")}
+                body.append(
+                    (
+                        _BIN_KINDS.get(kind, kind),
+                        f"{fmt_num(first['bin_low'])} – {fmt_num(first['bin_high'])}",
+                        *(_rate_n(by_metric[m]) if m in by_metric else NA for m in metrics),
+                    )
+                )
+        parts.append(
+            table(
+                f"{label}: flip rate by bin (decided triplets in brackets"
+                + (
+                    "; ≤ the upper end of its 95% Clopper-Pearson interval over them; ✓ safe: "
+                    "that bound below the threshold)"
+                    if has_bounds
+                    else ")"
+                ),
+                convention,
+                ("binned by", "bin range", *metrics),
+                body,
+            )
+        )
+        if grid is not None:
+            cells = grid[
+                (grid["model"] == g["model"].iloc[0]) & (grid["revision"] == g["revision"].iloc[0])
+            ]
+            if len(cells):
+                plotted = cells.assign(model=label)
+                parts.append(
+                    figure_or_note(
+                        lambda plotted=plotted: figure("safety", {"safety_grid": plotted}),
+                        alt=f"Heatmaps per row metric of the keep vs drop flip rate of {label} "
+                        "over sink-share and sink-mass-gap bins",
+                        caption=f"{label}: flip rate over sink share × sink-mass gap; grey "
+                        "cells hold no decided triplet.",
+                        convention=convention,
+                    )
+                )
+    head = note(
+        "The paper gives no number for this map; it shows where each convention is safe: "
+        "verdicts should flip more where the sink term carries more of d_A² and where the "
+        "heads' sink masses differ more. A bin is safe when the upper end of the 95% "
+        "Clopper-Pearson interval of its flip rate lies below the threshold; the safe region "
+        "is the run of safe bins from the lowest value up, for every metric at once. The "
+        "interval treats triplets as independent, which they are not (they share heads), so "
+        "it is the narrowest honest bound, not a conservative one."
+    )
+    return paper_vs_measured(convention, claims) + head + "".join(parts)
+
+
+def _rate_n(row: Mapping[str, Any]) -> str:
+    rate = row["flip_rate"]
+    n = row.get("n_decided", row["n_triplets"] - row["n_ties"])
+    if is_missing(rate):
+        return f"{NA} ({n})"
+    mark = " ✓ safe" if row.get("safe") is True or row.get("safe") == 1 else ""
+    bound = (
+        f" ≤ {fmt_pct(row['flip_rate_high'])}" if not is_missing(row.get("flip_rate_high")) else ""
+    )
+    return f"{fmt_pct(rate)}{bound} ({fmt_count(n)}){mark}"
