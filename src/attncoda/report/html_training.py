@@ -119,7 +119,8 @@ _ORDERINGS = note(
     "The sink share is a Shapley attribution, not a measurement of one mechanism: ΔH_content "
     "= ((1−s₀) + (1−s₁))/2 · (H(q₁) − H(q₀)) charges the content change at the mean of the "
     "two checkpoints' content masses, splitting the interaction of sink and content in half. "
-    "Moving the sink first charges it at 1−s₁, moving the content first at 1−s₀; both "
+    "Moving the sink first charges the content change at 1−s₁, moving the content first at "
+    "1−s₀; both "
     "orderings are exact decompositions too, and their sink shares (the range given beside "
     "each share) bound the Shapley share, which is their mean."
 )
