@@ -219,7 +219,7 @@ def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tm
         [],
         tmp_path / "train",
         experiments=["collapse"],
-        settings={**SETTINGS, "train": {"size": "bogus", "steps": 16}},
+        settings={**SETTINGS, "train": {**SETTINGS["train"], "size": "bogus"}},
         ray_address=cluster.address,
         retries=0,
         progress=False,
@@ -295,7 +295,7 @@ def test_failures_in_process_are_retried_then_reported(tmp_path, capsys):
         [],
         tmp_path / "train",
         experiments=["collapse"],
-        settings={**SETTINGS, "train": {"size": "bogus", "steps": 16}},
+        settings={**SETTINGS, "train": {**SETTINGS["train"], "size": "bogus"}},
         retries=0,
         progress=False,
     )
