@@ -158,7 +158,7 @@ def table(rows) -> str:
 
 
 def record(path: Path, started, seconds, command, text) -> None:
-    from run import machine
+    from _machine import machine
 
     section = "\n".join(
         [

@@ -22,6 +22,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from _machine import machine
+
 THREAD_VARIABLES = (
     "OPENBLAS_NUM_THREADS",
     "OMP_NUM_THREADS",
@@ -145,28 +147,6 @@ def _kept_sections(path: Path) -> str:
         return ""
     section = old[old.index(TITLE) :].split("\n## ", 1)[0]
     return "\n" + section.rstrip("\n") + "\n"
-
-
-def machine() -> str:
-    """The machine in one line: CPU model, cores, memory, OS, and the load when measured."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = ""
-    try:
-        kib = int(Path("/proc/meminfo").read_text().split()[1])
-        memory = f", {kib / 2**20:.1f} GiB memory"
-    except (OSError, ValueError, IndexError):
-        pass
-    load = ""
-    if hasattr(os, "getloadavg"):
-        load = ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-    return f"{model}, {os.cpu_count()} cores{memory}, {platform.platform()}{load}"
 
 
 def _markdown(started, seconds, setting, argv, tables, figures) -> str:
