@@ -129,9 +129,42 @@ def test_result_figure_and_notebook_views(cap):
     assert isinstance(result.figure(), Figure)
     page = result._repr_html_()
     assert "<table" in page and "data:image/png;base64," in page
-    view = cap._repr_html_()
+
+
+# A notebook kernel starts IPython, then the user imports attncoda: the capture's view is
+# IPython's own formatter output, the figure drawn by the report (the capture layer does not
+# import the report; the top-level package registers the view).
+NOTEBOOK = """
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+import numpy as np
+import attncoda as ac
+logits = np.random.default_rng(0).normal(size=(2, 3, 2, 6, 6))
+cap = ac.from_attentions(logits, kind="logits", causal=False)
+data, _ = shell.display_formatter.format(cap)
+assert "attncoda.report.notebook" in sys.modules
+print(cap.n_layers, "|", data["text/html"])
+"""
+
+
+def test_a_capture_shows_its_table_and_figure_in_a_notebook():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", NOTEBOOK], capture_output=True, text=True, check=True
+    )
+    n_layers, view = done.stdout.split(" | ", 1)
     assert "<table" in view and "data:image/png;base64," in view
-    assert f"{cap.n_layers} layers" in view
+    assert f"Capture: 2 documents, {n_layers} layers x 2 heads" in view
+
+
+def test_outside_ipython_a_capture_has_no_notebook_view_and_attncoda_lists_its_names(cap):
+    assert not hasattr(cap, "_repr_html_")
+    assert dir(ac) == sorted(ac.__all__)
+    assert {"flips", "cluster", "prune", "capture_windows"} <= set(dir(ac))
+    assert not {"Any", "importlib", "types", "sys"} & set(dir(ac))
 
 
 def test_a_figure_of_one_model_among_several_is_chosen_by_name(cap, windows):

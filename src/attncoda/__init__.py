@@ -14,6 +14,7 @@ use of :func:`load_model` or :mod:`attncoda.capture`. One function per experimen
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 from typing import Any
 
@@ -108,6 +109,39 @@ class _CapturePackage(types.ModuleType):
 _capture_package = importlib.import_module("attncoda.capture")
 _capture_package.__class__ = _CapturePackage
 capture = _capture_package
+
+
+def _capture_view(cap: Any) -> str:
+    """The notebook view of a :class:`Capture` (:func:`attncoda.report.notebook.capture_html`:
+    per-layer means in nats and the profile figure), read in the capture's own sink spec."""
+    # Imported by name, as the lazy names below are: the top-level package stands above
+    # every layer and imports none of them when it is imported.
+    notebook = importlib.import_module("attncoda.report.notebook")
+    return str(notebook.capture_html(cap, sink=cap.sink_spec))
+
+
+def _register_notebook_view() -> None:
+    """Show a :class:`Capture` in a notebook with the report's figure code.
+
+    The capture layer sits below the report and never imports it: the top-level package,
+    above both, registers the view with the running IPython shell by the class's module and
+    name, which imports nothing now. Outside IPython nothing is registered. A notebook
+    kernel starts IPython before the first ``import attncoda``, so every notebook has it.
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return
+    html = shell.display_formatter.formatters["text/html"]
+    html.for_type_by_name("attncoda.capture._result", "Capture", _capture_view)
+
+
+_register_notebook_view()
+
+
+def __dir__() -> list[str]:
+    """The public names, those served lazily included (tab completion shows what exists)."""
+    return sorted(__all__)
 
 
 def __getattr__(name: str) -> Any:

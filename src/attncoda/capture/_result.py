@@ -147,13 +147,6 @@ class Capture:
         """Per document, bool, same shape as ``rows``: the keys visible to each query."""
         return tuple(np.isfinite(rows) for rows in self.rows)
 
-    def _repr_html_(self) -> str:
-        """The notebook view: per-layer means of the statistics (nats) and the report's
-        profile figure (docs/design.md, "Runs")."""
-        from attncoda.report.notebook import capture_html
-
-        return capture_html(self, sink=self.sink_spec)
-
     def to_frame(self) -> pd.DataFrame:
         """The tidy table of :func:`capture_frame`."""
         return capture_frame(self)
