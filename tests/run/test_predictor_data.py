@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,12 @@ from attncoda.experiments.predictor import (
     fit_predictor,
     shipped_predictor,
 )
-from attncoda.run.predictor_data import (
+
+# The release tool that regenerates and refits the shipped predictor is a script of the
+# repository, not a module of the package: imported from scripts/ as `python
+# scripts/predictor_data.py` runs it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from predictor_data import (  # noqa: E402
     KEPT_OUT,
     ROWS_FORMAT,
     SERIES,

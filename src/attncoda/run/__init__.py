@@ -8,7 +8,8 @@ Modules:
 
 - what a run is: ``config`` (the run config), ``plan`` (units and what each waits for),
   ``reproduce`` (``reproduce``, single-experiment runs), ``sweep``, ``fit`` (the predictor's
-  fit), ``predictor_data``, ``train`` (a run's training series);
+  fit; ``scripts/predictor_data.py`` regenerates its shipped rows), ``train`` (a run's
+  training series);
 - how it runs: ``provide`` (load, capture and keep a model's objects per process),
   ``execute`` (one unit, and the run's finish), ``executors`` and ``ray_tasks`` (in this
   process or on Ray), ``job``;

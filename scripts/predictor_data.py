@@ -1,6 +1,6 @@
 """Regenerate the shipped flip-rate predictor and its held-out verdicts.
 
-``python -m attncoda.run.predictor_data OUT`` trains the four ``train-tiny`` series below
+``python scripts/predictor_data.py OUT`` trains the four ``train-tiny`` series below
 into ``OUT/series`` (deterministic by seed, one thread), measures every model's sink features
 and keep-vs-drop flip rates (16 windows of 128 tokens, sink = the first token, as
 ``attncoda predictor fit`` does; cached as ``OUT/rows/<model>.json``, each with the protocol
@@ -20,11 +20,11 @@ applies it to three shipped ones, :data:`attncoda.models.shipped.UNSEEN`).
 The predictor file records each training model's identity (``training_identity``: the
 canonical weights hash and sketch and, for a checkpoint, the ``train-tiny`` recipe;
 :func:`attncoda.training.identity.model_identity`), so that applying it to one of them under
-another name, dtype or source is recognised. ``python -m attncoda.run.predictor_data
+another name, dtype or source is recognised. ``python scripts/predictor_data.py
 --identify OUT FILE`` adds them to an existing predictor file without refitting it (the
 series trained into ``OUT/series``).
 
-``python -m attncoda.run.predictor_data --refit OUT`` refits the predictor from the rows
+``python scripts/predictor_data.py --refit OUT`` refits the predictor from the rows
 stored in the shipped ``flip_predictor_rows.json`` (:func:`refit`: no training, no
 measuring): each row's protocol re-recorded as read (:func:`as_read`), the weights sketched
 of the training models at hand (:data:`SKETCHED`), then fitted and applied as
@@ -311,7 +311,7 @@ def regenerate(root: str | Path) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m attncoda.run.predictor_data OUT``: print the verdict on each model kept
+    """``python scripts/predictor_data.py OUT``: print the verdict on each model kept
     out, with its relation to the training models.
     ``--refit OUT``: the same from the shipped stored rows (:func:`refit`).
     ``--identify OUT FILE``: add the training models' identities to the predictor FILE."""
@@ -321,9 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if len(args) not in (1, 2) or (len(args) == 2 and args[0] != "--refit"):
         print(
-            "usage: python -m attncoda.run.predictor_data OUT\n"
-            "       python -m attncoda.run.predictor_data --refit OUT\n"
-            "       python -m attncoda.run.predictor_data --identify OUT FILE",
+            "usage: python scripts/predictor_data.py OUT\n"
+            "       python scripts/predictor_data.py --refit OUT\n"
+            "       python scripts/predictor_data.py --identify OUT FILE",
             file=sys.stderr,
         )
         return 2
