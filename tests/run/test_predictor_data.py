@@ -40,6 +40,24 @@ ROWS = Path(shipped_predictor()).with_name("flip_predictor_rows.json")
 EMBEDDED = "c8eb083b42baa069630d9170cd85b057a97a56b40ff30f99fffce207cdb2ac30"
 
 
+def _same_fit(a, b, rtol: float = 1e-9) -> bool:
+    """Whether two fitted objects agree: every float to ``rtol`` (a least-squares fit in
+    float64 repeated on another CPU, whose BLAS kernels round differently, agrees to about
+    1e-15 relative; the shipped fit was made on an AMD EPYC family 25 model 1), every other
+    value exactly."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b):
+        return type(a) is type(b) and _same_fit(dataclasses.asdict(a), dataclasses.asdict(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_fit(a[k], b[k], rtol) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_fit(x, y, rtol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) or isinstance(b, float):
+        return bool(np.isclose(a, b, rtol=rtol, atol=1e-12, equal_nan=True))
+    return a == b
+
+
 def _fake_rows(root: Path) -> None:
     """Cached rows for every model, so regenerate() measures nothing."""
     rng = np.random.default_rng(0)
@@ -110,8 +128,8 @@ def test_the_shipped_predictor_is_fitted_on_12_models_of_6_runs_with_a_cv_plus_i
     # each residual is against the fit without the row's whole run, refitted here
     stored = json.loads(ROWS.read_text())
     again = fit_predictor(stored["training"])
-    np.testing.assert_allclose(predictor.interval.residuals, again.interval.residuals, atol=1e-15)
-    assert predictor.coefficients == again.coefficients
+    np.testing.assert_allclose(predictor.interval.residuals, again.interval.residuals, atol=1e-12)
+    assert _same_fit(predictor.coefficients, again.coefficients)
 
 
 def test_the_provenance_states_the_leave_one_run_out_errors_and_the_kept_out_verdicts():
@@ -194,8 +212,9 @@ def test_refit_from_the_stored_rows_gives_the_shipped_fit(tmp_path):
     outcomes = refit(tmp_path / "out", rows_file=old, sketched={})
     again = Predictor.from_json(tmp_path / "out" / "flip_predictor.json")
     assert again.protocol == shipped.protocol
-    assert again.interval == shipped.interval and again.baseline == shipped.baseline
-    assert again.identities == shipped.identities and again.support == shipped.support
+    assert _same_fit(again.interval, shipped.interval)
+    assert _same_fit(again.baseline, shipped.baseline)
+    assert again.identities == shipped.identities and _same_fit(again.support, shipped.support)
     assert [o["verdict"] for o in outcomes] == [r["verdict"] for r in data["kept_out"]]
 
 
