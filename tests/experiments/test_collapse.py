@@ -300,7 +300,7 @@ def test_opposite_parts_are_noted():
 
 
 def test_summary_is_json_ready_and_the_table_drawn(series, tmp_path):
-    from attncoda.report.figures_training import collapse_figure
+    from attncoda.experiments.collapse._figure import collapse_figure
 
     pts, _, result = series
     summary = json.loads(json.dumps(result.summary, allow_nan=False))

@@ -563,3 +563,22 @@ def test_collapse_combine_refuses_checkpoints_of_other_windows(series):
         e.combine(units[:1], e.settings())
     with raises("a collapse unit's summary lacks 'step': rerun its checkpoint"):
         e.combine([Tables(frames=units[0].frames)], e.settings())
+
+
+def test_every_experiment_shows_itself_from_tables_it_or_its_after_experiments_write():
+    """The report lays out the registry's views and names no experiment: each experiment
+    declares its section and figure over tables that a run of it stores."""
+    from attncoda.experiments.contract import EXPERIMENTS, experiment
+
+    for name in EXPERIMENTS:
+        declared = experiment(name)
+        view = declared.view
+        assert view is not None, name
+        stored = set(declared.tables)
+        if declared.combine is not None:  # a series' run table, named as the experiment
+            stored.add(name)
+        for other in declared.after:
+            stored |= set(experiment(other).tables)
+        assert view.needs and set(view.needs) <= stored, name
+        assert set(view.figure_tables) <= stored, name
+        assert view.title.lower().startswith(name.split("_")[0][:4]), (name, view.title)

@@ -222,7 +222,7 @@ def test_gradient_importance_is_the_summed_absolute_gate_gradient():
 
 
 def test_result_is_json_ready_and_drawn(grid, tmp_path):
-    from attncoda.report.figures_training import prune_figure
+    from attncoda.experiments.prune._figure import prune_figure
 
     _, _, _, result = grid
     assert len(result.heads) == 8

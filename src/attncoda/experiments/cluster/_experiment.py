@@ -61,7 +61,10 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.cluster._distances import SMOOTHING, document_terms, used_row_mask
-from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
+from attncoda.experiments.cluster._figure import draw
+from attncoda.experiments.cluster._section import cluster_section
+from attncoda.experiments.cluster._variants import VARIANT_TITLES, VARIANTS
+from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, View, setting
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,17 +78,6 @@ __all__ = [
     "Settings",
     "cluster",
 ]
-
-VARIANTS = ("keep", "drop", "aitchison_sink", "aitchison_content")
-"""The four runs of the pipeline, in the order of every table and figure."""
-
-VARIANT_TITLES = {
-    "keep": "JS, keep sink (Clark et al.)",
-    "drop": "JS, drop sink",
-    "aitchison_sink": "Aitchison sink term",
-    "aitchison_content": "Aitchison content term",
-}
-"""A human-readable name for each variant (figure titles)."""
 
 # Clark et al.'s MDS settings (General_Analysis.ipynb). ``eps`` is a relative stress
 # tolerance since scikit-learn 1.7; 1e-10 keeps it at least as strict as theirs.
@@ -461,4 +453,11 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("cluster", "cluster_summary", "cluster_agreement"),
+    view=View(
+        title="Cluster: head clustering (Clark et al. 2019) under four variants",
+        needs=("cluster_summary",),
+        section=cluster_section,
+        figure_tables=("cluster", "cluster_summary"),
+        figure=draw,
+    ),
 )

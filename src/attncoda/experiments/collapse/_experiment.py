@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.collapse._figure import draw
+from attncoda.experiments.collapse._section import collapse_section
 from attncoda.experiments.collapse._split import (
     DEFAULT_SHARE_ATOL,
     series_tables,
@@ -31,7 +33,7 @@ from attncoda.experiments.collapse._stats import (
     stats_from_frames,
     windows_hash,
 )
-from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
+from attncoda.experiments.contract import Experiment, Inputs, Tables, View, setting
 from attncoda.models.spec import NO_REVISION
 
 if TYPE_CHECKING:
@@ -281,4 +283,12 @@ EXPERIMENT = Experiment(
     run=run,
     tables=("collapse_rows", "collapse_sinks"),
     combine=combine,
+    view=View(
+        title="Collapse: entropy over training, sink vs content",
+        needs=("collapse",),
+        section=collapse_section,
+        figure_tables=("collapse",),
+        figure=draw,
+        units=("train",),
+    ),
 )

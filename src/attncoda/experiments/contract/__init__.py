@@ -3,17 +3,13 @@
 
 Public names: the declaration (:class:`Experiment`, :func:`experiment`,
 :data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back (:class:`Inputs`,
-:class:`Tables`), settings (:func:`setting`, :func:`check_settings`, :func:`settings_from`,
-:func:`settings_dict`), the recorded rows an experiment reads (:class:`HeadRows`,
-:class:`DocRows`, :func:`head_rows`), the shared verdict helpers (:data:`CONVENTIONS`,
-:data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`), and what every interval
-shares (:data:`MIN_BOOTSTRAP_N`, the method names, :func:`no_interval_note`,
-:func:`percentile_interval`, :func:`resample_weights`, :func:`check_n_boot`).
-
-Modules: ``_experiment`` (the declaration, inputs and tables), ``_settings`` (setting fields
-and their checks), ``_inputs`` (recorded rows), ``_verdicts`` (metrics, tolerances and flip
-rates), ``_intervals`` (the fewest observations of a bootstrap, method names, notes). They
-may import :mod:`attncoda.coda` and each other; no experiment, nothing above.
+:class:`Tables`), how it is shown (:class:`View`), settings (:func:`setting`,
+:func:`check_settings`, :func:`settings_from`, :func:`settings_dict`), the recorded rows an
+experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the shared
+verdict helpers (:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`,
+:func:`flip_rate_interval`), and what every interval shares (:data:`MIN_BOOTSTRAP_N`, the
+method names, :func:`no_interval_note`, :func:`percentile_interval`,
+:func:`resample_weights`, :func:`check_n_boot`).
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ from attncoda.experiments.contract._experiment import (
     Experiment,
     Inputs,
     Tables,
+    View,
     experiment,
     settings_dict,
     settings_from,
@@ -82,6 +79,7 @@ __all__ = [
     "RENAMED",
     "RUN_COLUMNS",
     "Tables",
+    "View",
     "allowed_text",
     "check_metrics",
     "check_n_boot",

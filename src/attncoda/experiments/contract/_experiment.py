@@ -13,7 +13,10 @@ An experiment module declares one :class:`Experiment`:
   keeps no state: the same inputs and settings give the same tables;
 - ``tables``: the names of the tables ``run`` returns, in order;
 - ``combine``: for an experiment over a checkpoint series (collapse), how the tables of all
-  its units become the run's tables (``None`` for the others).
+  its units become the run's tables (``None`` for the others);
+- ``view``: how the report and a result object show it (:class:`View`): its section's title
+  and builder, the tables the section needs, and its figure with the tables it is drawn
+  from. The report iterates :data:`EXPERIMENTS` and names no experiment itself.
 
 The runner (:mod:`attncoda.run`) plans the units, provides :class:`Inputs`, runs the
 experiment and stores the :class:`Tables`.
@@ -41,6 +44,7 @@ __all__ = [
     "Experiment",
     "Inputs",
     "Tables",
+    "View",
     "experiment",
     "settings_dict",
     "settings_from",
@@ -146,6 +150,40 @@ class Inputs:
 
 
 @dataclass(frozen=True)
+class View:
+    """How an experiment is shown: its report section and its figure.
+
+    Attributes
+    ----------
+    title : str
+        The section's heading in the report.
+    needs : tuple of str
+        The tables the section reads; when the first is absent from a run folder, the
+        report says the experiment was not run instead of calling ``section``.
+    section : callable
+        ``section(ctx) -> str``: the inner HTML of the section from a
+        :class:`attncoda.experiments.view.Context` (the run folder's tables and sink spec):
+        the paper's claim beside what was measured, the measured tables and the figures,
+        each captioned with its convention.
+    figure_tables : tuple of str
+        The tables the figure is drawn from.
+    figure : callable
+        ``figure(tables, *, sink) -> matplotlib.figure.Figure`` from those tables by name
+        (``sink``: the run's sink spec, named in titles).
+    units : tuple of str
+        Other unit names whose skipped or failed units the section reports beside its own
+        (collapse reports the ``train`` unit that made its series).
+    """
+
+    title: str
+    needs: tuple[str, ...]
+    section: Callable[[Any], str]
+    figure_tables: tuple[str, ...]
+    figure: Callable[..., Any]
+    units: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Experiment:
     """One experiment's declaration (see the module docstring)."""
 
@@ -171,6 +209,8 @@ class Experiment:
     #: recipe) to its ``rows`` (:attr:`HeadRows.identity`): hashed only for the experiments
     #: that need it (the predictor, which recognises its training models by content).
     identifies: bool = False
+    #: How the report and a result object show the experiment (:class:`View`).
+    view: View | None = None
 
 
 def experiment(name: str) -> Experiment:

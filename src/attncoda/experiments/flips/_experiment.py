@@ -32,6 +32,7 @@ from attncoda.experiments.contract import (
     HeadRows,
     Inputs,
     Tables,
+    View,
     check_metrics,
     check_n_boot,
     check_tol,
@@ -49,6 +50,8 @@ from attncoda.experiments.flips._bootstrap import (
 from attncoda.experiments.flips._count import (
     triplet_flips,
 )
+from attncoda.experiments.flips._figure import draw
+from attncoda.experiments.flips._section import flips_section
 from attncoda.experiments.flips._sums import document_sums
 
 if TYPE_CHECKING:
@@ -362,4 +365,11 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("flips", "flips_by_layer"),
+    view=View(
+        title="Flips: verdicts that change between keep and drop",
+        needs=("flips",),
+        section=flips_section,
+        figure_tables=("flips",),
+        figure=draw,
+    ),
 )

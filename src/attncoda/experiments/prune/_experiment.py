@@ -24,7 +24,8 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.data.windows import windows_hash
-from attncoda.experiments.contract import Experiment, Inputs, Tables, check_n_boot, setting
+from attncoda.experiments.contract import Experiment, Inputs, Tables, View, check_n_boot, setting
+from attncoda.experiments.prune._figure import draw
 from attncoda.experiments.prune._interval import BASELINE_NOTE, ratio_interval, window_resamples
 from attncoda.experiments.prune._losses import (
     check_batch_size,
@@ -42,6 +43,7 @@ from attncoda.experiments.prune._ranking import (
     head_ranking,
     split_windows,
 )
+from attncoda.experiments.prune._section import prune_section
 from attncoda.models.spec import parse_spec
 
 if TYPE_CHECKING:
@@ -399,4 +401,11 @@ EXPERIMENT = Experiment(
     run=run,
     tables=("prune", "prune_heads"),
     skip=skip,
+    view=View(
+        title="Prune: which channel is safe to prune heads by",
+        needs=("prune",),
+        section=prune_section,
+        figure_tables=("prune",),
+        figure=draw,
+    ),
 )

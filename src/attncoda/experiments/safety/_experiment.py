@@ -46,6 +46,7 @@ from attncoda.experiments.contract import (
     HeadRows,
     Inputs,
     Tables,
+    View,
     check_metrics,
     check_tol,
     flip_rate,
@@ -53,6 +54,8 @@ from attncoda.experiments.contract import (
     setting,
 )
 from attncoda.experiments.flips import FlipsResult, document_sums, tie_tolerance
+from attncoda.experiments.safety._figure import draw
+from attncoda.experiments.safety._section import safety_section
 from attncoda.experiments.safety._split import (
     SquaredSplit,
     mean_squared_split,
@@ -401,4 +404,11 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("safety", "safety_grid"),
+    view=View(
+        title="Safety map: where each convention is safe",
+        needs=("safety",),
+        section=safety_section,
+        figure_tables=("safety_grid",),
+        figure=draw,
+    ),
 )

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
+from attncoda.experiments.contract import Experiment, Inputs, Tables, View, setting
+from attncoda.experiments.profile._figure import draw
+from attncoda.experiments.profile._section import profile_section
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -126,4 +128,11 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("profile_heads",),
+    view=View(
+        title="Profile: sink mass and the exact entropy split",
+        needs=("profile_heads",),
+        section=profile_section,
+        figure_tables=("profile_heads",),
+        figure=draw,
+    ),
 )
