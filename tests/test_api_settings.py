@@ -17,7 +17,7 @@ import pytest
 
 import attncoda as ac
 from attncoda.api import _signatures as api_signatures
-from attncoda.cli import FLAGS, build_parser
+from attncoda.cli import build_parser
 from attncoda.cli._args import settings_values
 from attncoda.experiments.contract import EXPERIMENTS, experiment, settings_from
 
@@ -100,7 +100,7 @@ def test_the_cli_option_of_every_setting_keeps_the_signatures_default(name):
         if name == "predictor" and f.name == "predictor":
             continue  # `predictor apply FILE`: the file is the command's positional argument
         action = by_dest[f.name]
-        flag = FLAGS[name].get(f.name, ("--" + f.name.replace("_", "-"),))[0]
+        flag = experiment(name).command.flags.get(f.name, ("--" + f.name.replace("_", "-"),))[0]
         assert flag in action.option_strings
         default = params[f.name].default
         shown = (

@@ -201,7 +201,7 @@ CASES = [
     ),
     (
         ["bogus-command"],
-        "argument command: invalid choice: 'bogus-command' (choose from 'demo', 'models', 'profile', 'flips', 'cluster', 'safety', 'predictor', 'collapse', 'prune', 'reproduce', 'report', 'sweep', 'train-tiny')",
+        "argument command: invalid choice: 'bogus-command' (choose from 'demo', 'models', 'profile', 'flips', 'cluster', 'safety', 'predictor', 'prune', 'collapse', 'reproduce', 'report', 'sweep', 'train-tiny')",
     ),
 ]
 

@@ -575,8 +575,7 @@ def test_every_experiment_shows_itself_from_tables_it_or_its_after_experiments_w
         view = declared.view
         assert view is not None, name
         stored = set(declared.tables)
-        if declared.combine is not None:  # a series' run table, named as the experiment
-            stored.add(name)
+        stored |= set(declared.combined)
         for other in declared.after:
             stored |= set(experiment(other).tables)
         assert view.needs and set(view.needs) <= stored, name

@@ -180,7 +180,10 @@ def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
             spelled = {new: old for old, new in RENAMED.items() if old in given}
             unknown = sorted(set(kwargs) - set(params))
             if "steps" in unknown:
-                raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
+                raise AttncodaError(
+                    f"steps= is for an experiment over a checkpoint series' captures, not for "
+                    f"{name}"
+                )
             if unknown:
                 common = [p for p in params if p in COMMON_OPTIONS and p != "source"]
                 raise AttncodaError(

@@ -63,8 +63,17 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.cluster._distances import SMOOTHING, document_terms, used_row_mask
 from attncoda.experiments.cluster._figure import draw
 from attncoda.experiments.cluster._section import cluster_section
+from attncoda.experiments.cluster._summary import summary
 from attncoda.experiments.cluster._variants import VARIANT_TITLES, VARIANTS
-from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, View, setting
+from attncoda.experiments.contract import (
+    Command,
+    Experiment,
+    HeadRows,
+    Inputs,
+    Tables,
+    View,
+    setting,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -459,5 +468,12 @@ EXPERIMENT = Experiment(
         section=cluster_section,
         figure_tables=("cluster", "cluster_summary"),
         figure=draw,
+    ),
+    command=Command(
+        help="Clark et al. head clustering under four variants",
+        sources="model",
+        summary=summary,
+        doc="Clark et al.'s head clustering under keep, drop and the Aitchison terms.",
+        flags={"n_clusters": ("--n-clusters", "--clusters")},
     ),
 )

@@ -33,7 +33,8 @@ from attncoda.experiments.collapse._stats import (
     stats_from_frames,
     windows_hash,
 )
-from attncoda.experiments.contract import Experiment, Inputs, Tables, View, setting
+from attncoda.experiments.collapse._summary import summary
+from attncoda.experiments.contract import Command, Experiment, Inputs, Tables, View, setting
 from attncoda.models.spec import NO_REVISION
 
 if TYPE_CHECKING:
@@ -283,6 +284,7 @@ EXPERIMENT = Experiment(
     run=run,
     tables=("collapse_rows", "collapse_sinks"),
     combine=combine,
+    combined=("collapse", "collapse_checkpoints"),
     view=View(
         title="Collapse: entropy over training, sink vs content",
         needs=("collapse",),
@@ -290,5 +292,18 @@ EXPERIMENT = Experiment(
         figure_tables=("collapse",),
         figure=draw,
         units=("train",),
+    ),
+    command=Command(
+        help="entropy change over checkpoints, split exactly",
+        sources="series",
+        summary=summary,
+        doc="""Entropy collapse over checkpoints, its change split exactly into sink and content.
+
+        ``source`` is a series spec (the shipped ``"bigram-backcopy"``,
+        ``owner/name@step0,step512``, or a folder of ``stepN`` checkpoints), or a list of
+        captures, one per checkpoint in training order, with ``steps`` their training steps
+        and ``names`` the series name.""",
+        source_help="bigram-backcopy (the shipped series), owner/name@step0,step512,... or "
+        "a folder of stepN checkpoints",
     ),
 )

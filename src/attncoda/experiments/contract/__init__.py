@@ -1,15 +1,16 @@
 """The contract every experiment keeps, apart from the experiments themselves
 (docs/design.md, "The experiment contract").
 
-Public names: the declaration (:class:`Experiment`, :func:`experiment`,
-:data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back (:class:`Inputs`,
-:class:`Tables`), how it is shown (:class:`View`), settings (:func:`setting`,
-:func:`check_settings`, :func:`settings_from`, :func:`settings_dict`), the recorded rows an
-experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the shared
-verdict helpers (:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`,
-:func:`flip_rate_interval`), and what every interval shares (:data:`MIN_BOOTSTRAP_N`, the
-method names, :func:`no_interval_note`, :func:`percentile_interval`,
-:func:`resample_weights`, :func:`check_n_boot`).
+Public names: the declaration (:class:`Experiment`, :func:`experiment`, :data:`REGISTRY`,
+:data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back
+(:class:`Inputs`, :class:`Tables`), how it is shown and run (:class:`View`,
+:class:`Command`, :data:`SOURCES`), settings (:func:`setting`, :func:`check_settings`,
+:func:`settings_from`, :func:`settings_dict`), the recorded rows an experiment reads
+(:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the shared verdict helpers
+(:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`),
+and what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
+:func:`no_interval_note`, :func:`percentile_interval`, :func:`resample_weights`,
+:func:`check_n_boot`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from __future__ import annotations
 from attncoda.experiments.contract._experiment import (
     EXPERIMENTS,
     NEEDS,
+    REGISTRY,
     RUN_COLUMNS,
+    SOURCES,
+    Command,
     Experiment,
     Inputs,
     Tables,
@@ -70,6 +74,7 @@ __all__ = [
     "DEFAULT_TOL",
     "DocRows",
     "EXPERIMENTS",
+    "Command",
     "Experiment",
     "FLIP_METRICS",
     "HeadRows",
@@ -77,7 +82,9 @@ __all__ = [
     "MIN_BOOTSTRAP_N",
     "NEEDS",
     "RENAMED",
+    "REGISTRY",
     "RUN_COLUMNS",
+    "SOURCES",
     "Tables",
     "View",
     "allowed_text",

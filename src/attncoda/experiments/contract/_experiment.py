@@ -16,7 +16,9 @@ An experiment module declares one :class:`Experiment`:
   its units become the run's tables (``None`` for the others);
 - ``view``: how the report and a result object show it (:class:`View`): its section's title
   and builder, the tables the section needs, and its figure with the tables it is drawn
-  from. The report iterates :data:`EXPERIMENTS` and names no experiment itself.
+  from. The report iterates :data:`EXPERIMENTS` and names no experiment itself;
+- ``command``: how ``attncoda <name>`` takes its sources and what it prints
+  (:class:`Command`). The command line builds one subcommand per experiment from it.
 
 The runner (:mod:`attncoda.run`) plans the units, provides :class:`Inputs`, runs the
 experiment and stores the :class:`Tables`.
@@ -40,7 +42,10 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPERIMENTS",
     "NEEDS",
+    "REGISTRY",
     "RUN_COLUMNS",
+    "SOURCES",
+    "Command",
     "Experiment",
     "Inputs",
     "Tables",
@@ -62,8 +67,28 @@ __all__ = [
 #: - ``"checkpoint"``: the series point a collapse unit reads.
 NEEDS = ("rows", "capture", "model", "windows", "checkpoint")
 
+#: The registry: every experiment (``attncoda.experiments.<name>`` declares it), in the order
+#: a run computes them for one model, with the name of its Python function
+#: (``attncoda.<function>``). The runner, the command line, the Python API and the report
+#: iterate it; the top-level package reads the function names from it without importing an
+#: experiment (the core install has no pandas).
+REGISTRY = {
+    "profile": "profile",
+    "flips": "flips",
+    "cluster": "cluster",
+    "safety": "safety",
+    "predictor": "predict",
+    "prune": "prune",
+    "collapse": "collapse",
+}
+
 #: Every experiment, in the order a run computes them for one model.
-EXPERIMENTS = ("profile", "flips", "cluster", "safety", "predictor", "prune", "collapse")
+EXPERIMENTS = tuple(REGISTRY)
+
+#: How a command takes what it reads (:attr:`Command.sources`): ``"model"`` one model spec;
+#: ``"model?"`` one spec or ``--attentions FILE``; ``"models*"`` specs or ``--attentions
+#: FILE...``; ``"models+"`` one spec or more; ``"series"`` one checkpoint series spec.
+SOURCES = ("model", "model?", "models*", "models+", "series")
 
 #: Columns a run adds to an experiment's frames when it stores them (``model`` the frames
 #: carry themselves): :func:`without_run_columns` takes them off a stored frame.
@@ -184,6 +209,57 @@ class View:
 
 
 @dataclass(frozen=True)
+class Command:
+    """How the command line and the Python API run an experiment: ``attncoda <name>
+    SOURCES [options]`` and ``attncoda.<function>(source, **options)``.
+
+    The options come from the experiment's ``Settings`` (and the shared rows' when it needs
+    ``rows``), the command runs the experiment into a run folder and prints ``summary``.
+
+    Attributes
+    ----------
+    help : str
+        The command's line in ``attncoda --help``.
+    sources : str
+        How it takes what it reads (:data:`SOURCES`).
+    summary : callable
+        ``summary(tables, facts, sink) -> str``: the lines printed after the run, from the
+        run folder's tables by name; ``facts(model, revision)`` gives a unit's stored facts
+        (``read``: what its rows were read from) and ``sink`` is the run's sink spec.
+    source_help : str
+        The help of the sources argument.
+    flags : mapping of str to tuple of str
+        Option strings of settings fields whose option is not ``--<field-name>`` alone (the
+        first is shown, the others are older names kept as aliases).
+    doc : str
+        The summary line of the Python function's docstring (its parameters are documented
+        from the settings fields).
+    positional : str or None
+        A settings field given as the first argument (the predictor's file), ``None``: none.
+    files : tuple of str
+        Settings fields that name a file, made absolute before the run records them.
+    action : str or None
+        The command is ``attncoda <name> <action>`` (``predictor apply``); ``None``: none.
+    """
+
+    help: str
+    sources: str
+    summary: Callable[..., str]
+    source_help: str = ""
+    doc: str = ""
+    flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    positional: str | None = None
+    files: tuple[str, ...] = ()
+    action: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sources not in SOURCES:
+            raise AttncodaError(
+                f"unknown command sources {self.sources!r}: use one of {', '.join(SOURCES)}"
+            )
+
+
+@dataclass(frozen=True)
 class Experiment:
     """One experiment's declaration (see the module docstring)."""
 
@@ -194,6 +270,9 @@ class Experiment:
     run: Callable[[Inputs, Any], Tables]
     tables: tuple[str, ...]
     combine: Callable[[Sequence[Tables], Any], Tables] | None = None
+    #: The run's tables ``combine`` makes from its units' tables (collapse: ``collapse``
+    #: and ``collapse_checkpoints``); what a result of the experiment holds.
+    combined: tuple[str, ...] = ()
     #: For an experiment that needs a model, the inputs that stand in for it when the
     #: attention is handed in (collapse: one capture per checkpoint); ``None``: it needs the
     #: model itself (prune).
@@ -211,6 +290,8 @@ class Experiment:
     identifies: bool = False
     #: How the report and a result object show the experiment (:class:`View`).
     view: View | None = None
+    #: How ``attncoda <name>`` takes its sources and what it prints (:class:`Command`).
+    command: Command | None = None
 
 
 def experiment(name: str) -> Experiment:

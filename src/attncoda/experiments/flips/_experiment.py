@@ -28,6 +28,7 @@ from attncoda.experiments.contract import (
     BOOTSTRAP_DOCUMENTS,
     DEFAULT_TOL,
     FLIP_METRICS,
+    Command,
     Experiment,
     HeadRows,
     Inputs,
@@ -52,6 +53,7 @@ from attncoda.experiments.flips._count import (
 )
 from attncoda.experiments.flips._figure import draw
 from attncoda.experiments.flips._section import flips_section
+from attncoda.experiments.flips._summary import summary
 from attncoda.experiments.flips._sums import document_sums
 
 if TYPE_CHECKING:
@@ -371,5 +373,11 @@ EXPERIMENT = Experiment(
         section=flips_section,
         figure_tables=("flips",),
         figure=draw,
+    ),
+    command=Command(
+        help="flip rate of head-similarity verdicts, keep vs drop",
+        sources="models*",
+        summary=summary,
+        doc="How often keep and drop reverse 'which head is closer', per metric, with a CI.",
     ),
 )

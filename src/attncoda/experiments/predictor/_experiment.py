@@ -42,13 +42,22 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, View, setting
+from attncoda.experiments.contract import (
+    Command,
+    Experiment,
+    HeadRows,
+    Inputs,
+    Tables,
+    View,
+    setting,
+)
 from attncoda.experiments.flips import FlipsResult, flips
 from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD
 from attncoda.experiments.predictor._figure import draw
 from attncoda.experiments.predictor._model import Predictor
 from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
 from attncoda.experiments.predictor._section import predictor_section
+from attncoda.experiments.predictor._summary import summary
 from attncoda.experiments.predictor._verdict import SCORE_COLUMNS, standing, verdict_columns
 from attncoda.experiments.safety import SquaredSplit, mean_squared_split
 from attncoda.models.spec import NO_REVISION
@@ -350,5 +359,14 @@ EXPERIMENT = Experiment(
         section=predictor_section,
         figure_tables=("predictor",),
         figure=draw,
+    ),
+    command=Command(
+        help="apply the frozen flip-rate predictor: predict, measure, give the verdict",
+        sources="models+",
+        summary=summary,
+        doc="The frozen flip-rate predictor applied and checked: confirmed, abstained or failed.",
+        positional="predictor",
+        files=("predictor",),
+        action="apply",
     ),
 )

@@ -5,7 +5,8 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`entropy_terms
 :func:`head_summary`, :func:`layer_summary`, :data:`ROW_COLUMNS` and :data:`MEANS`.
 
 Modules: ``_experiment`` (the summaries, the declaration and its run), ``_figure`` (the
-layer × head heatmaps), ``_section`` (the report section).
+layer × head heatmaps), ``_section`` (the report section), ``_summary`` (what the command
+prints, and the per-layer means).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from attncoda.experiments.profile._experiment import (
     Settings,
     entropy_terms,
     head_summary,
-    layer_summary,
     run,
 )
+from attncoda.experiments.profile._summary import layer_summary
 
 __all__ = [
     "EXPERIMENT",

@@ -24,7 +24,15 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.data.windows import windows_hash
-from attncoda.experiments.contract import Experiment, Inputs, Tables, View, check_n_boot, setting
+from attncoda.experiments.contract import (
+    Command,
+    Experiment,
+    Inputs,
+    Tables,
+    View,
+    check_n_boot,
+    setting,
+)
 from attncoda.experiments.prune._figure import draw
 from attncoda.experiments.prune._interval import BASELINE_NOTE, ratio_interval, window_resamples
 from attncoda.experiments.prune._losses import (
@@ -44,6 +52,7 @@ from attncoda.experiments.prune._ranking import (
     split_windows,
 )
 from attncoda.experiments.prune._section import prune_section
+from attncoda.experiments.prune._summary import summary
 from attncoda.models.spec import parse_spec
 
 if TYPE_CHECKING:
@@ -407,5 +416,16 @@ EXPERIMENT = Experiment(
         section=prune_section,
         figure_tables=("prune",),
         figure=draw,
+    ),
+    command=Command(
+        help="prune heads by a channel, measure held-out perplexity",
+        sources="model",
+        summary=summary,
+        doc="Heads pruned by a channel, held-out perplexity per k (model specs only).",
+        flags={
+            "ks": ("--ks", "--k"),
+            "orders": ("--orders", "--order"),
+            "ablations": ("--ablations", "--ablation"),
+        },
     ),
 )

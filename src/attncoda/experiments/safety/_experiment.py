@@ -42,6 +42,7 @@ from attncoda.experiments.contract import (
     CLOPPER_PEARSON,
     DEFAULT_TOL,
     FLIP_METRICS,
+    Command,
     Experiment,
     HeadRows,
     Inputs,
@@ -61,6 +62,7 @@ from attncoda.experiments.safety._split import (
     mean_squared_split,
     triplet_coordinates,
 )
+from attncoda.experiments.safety._summary import summary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -410,5 +412,12 @@ EXPERIMENT = Experiment(
         section=safety_section,
         figure_tables=("safety_grid",),
         figure=draw,
+    ),
+    command=Command(
+        help="flip rate by sink share and sink-mass gap",
+        sources="models+",
+        summary=summary,
+        doc="The flip rate by sink share and sink-mass gap, and where keep and drop agree.",
+        flags={"n_bins": ("--n-bins", "--bins"), "threshold": ("--threshold", "--safe-threshold")},
     ),
 )
