@@ -172,10 +172,11 @@ def _experiment_parsers(sub: Any) -> dict[str, Any]:
         command = declared.command
         if command is None:
             continue
+        typed = name.replace("_", "-")  # a name's underscores are typed as dashes
         if command.action is None:
-            p = sub.add_parser(name, help=command.help)
+            p = sub.add_parser(typed, help=command.help)
         else:
-            group = sub.add_parser(name, help=command.help)
+            group = sub.add_parser(typed, help=command.help)
             actions[name] = group.add_subparsers(dest="action", required=True)
             p = actions[name].add_parser(command.action, help=command.help)
         if command.positional is not None:
@@ -187,7 +188,7 @@ def _experiment_parsers(sub: Any) -> dict[str, Any]:
         if "rows" in declared.needs:
             _rows(p)
         _corpus_options(p)
-        shown = name if command.action is None else f"{name} {command.action}"
+        shown = typed if command.action is None else f"{typed} {command.action}"
         p.set_defaults(command_name=shown, experiment=name)
     return actions
 
