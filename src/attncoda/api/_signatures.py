@@ -145,7 +145,7 @@ def rows_settings(name: str) -> type | None:
     from attncoda.experiments.contract import experiment
     from attncoda.run.config import Rows
 
-    return Rows if "rows" in experiment(name).needs else None
+    return Rows if experiment(name).shared_rows else None
 
 
 def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:

@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: 
     from attncoda.run.reproduce import run_experiment
 
     settings: dict[str, dict[str, Any]] = {name: settings_values(args, experiment(name).settings)}
-    if "rows" in experiment(name).needs:
+    if experiment(name).shared_rows:
         settings["rows"] = settings_values(args, Rows)
     files = options.pop("attentions", None)
     series = options.get("series")

@@ -185,7 +185,7 @@ def _experiment_parsers(sub: Any) -> dict[str, Any]:
         _sources(p, command)
         skip = (command.positional,) if command.positional else ()
         add_settings(p, declared.settings, flags=command.flags, skip=skip)
-        if "rows" in declared.needs:
+        if declared.shared_rows:
             _rows(p)
         _corpus_options(p)
         shown = typed if command.action is None else f"{typed} {command.action}"

@@ -293,6 +293,16 @@ class Experiment:
     #: How ``attncoda <name>`` takes its sources and what it prints (:class:`Command`).
     command: Command | None = None
 
+    @property
+    def shared_rows(self) -> bool:
+        """Whether the experiment reads the run's shared rows, whose windows the options
+        ``docs`` and ``max_tokens`` of the shared rows set (flips, cluster, safety, the
+        predictor); an experiment whose own settings have ``docs`` and ``max_tokens`` reads
+        its rows at those windows (through :attr:`rows_at`) and takes no shared-rows
+        options."""
+        own = {f.name for f in dataclasses.fields(self.settings)}
+        return "rows" in self.needs and not {"docs", "max_tokens"} <= own
+
 
 def experiment(name: str) -> Experiment:
     """The :class:`Experiment` declared by ``attncoda.experiments.<name>``."""
