@@ -30,6 +30,7 @@ FUNCTIONS = {
     "predictor": ("predict", ("predictor", "apply")),
     "prune": ("prune", ("prune",)),
     "collapse": ("collapse", ("collapse",)),
+    "sink_rate": ("sink_rate", ("sink-rate",)),
 }
 COMMON = [
     *("source", "sink", "seed", "out", "device", "dtype", "method", "kernel", "device_map"),
@@ -57,7 +58,7 @@ def test_the_signature_is_the_common_options_then_every_setting_with_its_default
     fields = dataclasses.fields(experiment(name).settings)
     params = inspect.signature(function).parameters
     common = [*COMMON, "steps"] if name == "collapse" else COMMON
-    rows = ROWS if "rows" in experiment(name).needs else []
+    rows = ROWS if experiment(name).shared_rows else []
     assert list(params) == [*common, *rows, *(f.name for f in fields)]
     for f in fields:
         param = params[f.name]

@@ -75,6 +75,7 @@ DEFAULTS = {
         "n_boot": 1000,
     },
     "collapse": {"docs": 16, "max_tokens": 128},
+    "sink_rate": {"docs": 16, "max_tokens": 64, "epsilon": 0.3, "positions": [0, 1, 2]},
 }
 
 
@@ -132,7 +133,7 @@ def test_prune_windows_are_its_profile_and_eval_windows():
 def test_an_unknown_experiment_and_a_missing_input_are_named():
     with raises(
         "unknown experiment 'flip': use one of profile, flips, cluster, safety, predictor, "
-        "prune, collapse"
+        "prune, collapse, sink_rate"
     ):
         experiment("flip")
     with raises("the runner gave no 'rows' input for 'm'"):

@@ -16,7 +16,7 @@ from attncoda.store.runs import read_run_tables
 from tiny_runs import TINY_SETTINGS
 
 #: The figures that draw every model of their table at once.
-ALL_MODELS = ("flips", "predictor")
+ALL_MODELS = ("flips", "predictor", "sink_rate")
 
 
 def _first_model(tables: dict[str, pd.DataFrame], names: tuple[str, ...]) -> dict:

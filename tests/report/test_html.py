@@ -18,7 +18,16 @@ from attncoda.experiments.view import fmt_nats, fmt_pct, fmt_ratio
 from attncoda.report.html import render_report, sections
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SECTION_IDS = ["profile", "flips", "cluster", "safety", "predictor", "prune", "collapse"]
+SECTION_IDS = [
+    "profile",
+    "flips",
+    "cluster",
+    "safety",
+    "predictor",
+    "prune",
+    "collapse",
+    "sink_rate",
+]
 
 
 class Page(HTMLParser):

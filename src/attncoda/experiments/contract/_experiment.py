@@ -80,6 +80,7 @@ REGISTRY = {
     "predictor": "predict",
     "prune": "prune",
     "collapse": "collapse",
+    "sink_rate": "sink_rate",
 }
 
 #: Every experiment, in the order a run computes them for one model.
