@@ -5,8 +5,9 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`cluster` and
 :class:`ClusterResult`, the four :data:`VARIANTS`, and the smoothed per-document distance terms
 (:func:`document_terms`, :func:`used_row_mask`, :data:`SMOOTHING`).
 
-Modules: ``_experiment`` (the pipeline, MDS and its measures of the artifact) and
-``_distances`` (per-document JS and Aitchison terms). They may import :mod:`attncoda.coda`,
+Modules: ``_experiment`` (the pipeline and its measures of the artifact), ``_distances``
+(per-document JS and Aitchison terms) and ``_embedding`` (metric MDS, k-means and the rank
+correlations of an embedding). They may import :mod:`attncoda.coda`,
 :mod:`attncoda.experiments.contract` and each other; nothing above the experiments.
 """
 
