@@ -60,7 +60,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.cluster._distances import SMOOTHING, document_terms, used_row_mask
+from attncoda.experiments.cluster._distances import (
+    SMOOTHING,
+    VARIANT_TITLES,
+    VARIANTS,
+    distance_table,
+    document_terms,
+    used_row_mask,
+)
 from attncoda.experiments.cluster._embedding import (
     KMEANS_N_INIT,
     MDS_EPS,
@@ -78,23 +85,10 @@ if TYPE_CHECKING:
 __all__ = [
     "result_tables",
     "EXPERIMENT",
-    "VARIANTS",
-    "VARIANT_TITLES",
     "ClusterResult",
     "Settings",
     "cluster",
 ]
-
-VARIANTS = ("keep", "drop", "aitchison_sink", "aitchison_content")
-"""The four runs of the pipeline, in the order of every table and figure."""
-
-VARIANT_TITLES = {
-    "keep": "JS, keep sink (Clark et al.)",
-    "drop": "JS, drop sink",
-    "aitchison_sink": "Aitchison sink term",
-    "aitchison_content": "Aitchison content term",
-}
-"""A human-readable name for each variant (figure titles)."""
 
 # A variant whose every distance is below this, per row summed, has nothing to embed.
 _ZERO_PER_ROW = 1e-10
@@ -335,9 +329,11 @@ def result_tables(result: ClusterResult) -> Tables:
 
     Frames ``cluster`` (the per-head table), ``cluster_summary`` (one row per variant: the
     axis-1 and best-direction Spearman rho with head sink mass, whether the variant is
-    degenerate, and the model's mean sink share of ``d_A^2``) and ``cluster_agreement``
-    (the adjusted Rand index of every pair of variants); the summary is the artifact with
-    every non-finite float made ``None``.
+    degenerate, and the model's mean sink share of ``d_A^2``), ``cluster_agreement`` (the
+    adjusted Rand index of every pair of variants) and ``cluster_distances`` (each
+    variant's summed distance of every pair of heads, the matrix MDS embeds:
+    :func:`distance_table`); the summary is the artifact with every non-finite float made
+    ``None``.
     """
     import pandas as pd
 
@@ -369,6 +365,7 @@ def result_tables(result: ClusterResult) -> Tables:
             "cluster": result.table,
             "cluster_summary": summary,
             "cluster_agreement": agreement,
+            "cluster_distances": distance_table(art["model"], result.distances),
         },
         summary=_finite(art),
     )
@@ -391,5 +388,5 @@ EXPERIMENT = Experiment(
     after=(),
     settings=Settings,
     run=run,
-    tables=("cluster", "cluster_summary", "cluster_agreement"),
+    tables=("cluster", "cluster_summary", "cluster_agreement", "cluster_distances"),
 )
