@@ -113,7 +113,8 @@ class ClusterResult:
         from axis 1), ``adjusted_rand`` per pair of variants (``"keep|drop"``, ...),
         ``mean_sink_share_of_aitchison_sq``, the settings and the ``convention_note``.
     distances : dict of str to ndarray, shape (head, head)
-        The summed distance matrix of each variant (JS variants in nats).
+        The summed distance matrix of each variant (nats), the one MDS embeds; a run
+        stores it as the table ``cluster_distances`` (:func:`distance_table`).
     """
 
     table: pd.DataFrame
