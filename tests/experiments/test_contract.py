@@ -262,6 +262,15 @@ def test_cluster_run_equals_cluster(captured):
         assert ari == art["adjusted_rand"][f"{a}|{b}"]
     assert tables.summary["adjusted_rand"] == art["adjusted_rand"]
     json.dumps(tables.summary, allow_nan=False)
+    # each variant's summed matrix, one row per pair of the 8 heads (head_a < head_b)
+    distances = tables.frames["cluster_distances"]
+    assert len(distances) == 4 * 28 and set(distances["model"]) == {"tiny"}
+    for v in VARIANTS:
+        part = distances[distances["variant"] == v]
+        a, b, value = part["head_a"].to_numpy(), part["head_b"].to_numpy(), part["distance"]
+        d = np.zeros((8, 8))
+        d[a, b] = d[b, a] = value.to_numpy()
+        np.testing.assert_array_equal(d, want.distances[v])
 
 
 @pytest.fixture(scope="module")

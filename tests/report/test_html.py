@@ -288,7 +288,8 @@ def test_a_folder_without_tables_is_refused_by_name(tmp_path):
 
 def test_absent_tables_render_as_sections_not_run(tiny_run, tmp_path):
     copy = copy_run(tiny_run, tmp_path / "copy")
-    for name in ("prune", "prune_heads", "cluster", "cluster_summary", "cluster_agreement"):
+    cluster = ("cluster", "cluster_summary", "cluster_agreement", "cluster_distances")
+    for name in ("prune", "prune_heads", *cluster):
         (copy / "tables" / f"{name}.parquet").unlink()
     page = Page(render_report(copy).read_text(encoding="utf-8"))
     assert page.sections == SECTION_IDS

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.cluster._variants import VARIANT_TITLES, VARIANTS
+from attncoda.experiments.cluster._distances import VARIANT_TITLES, VARIANTS
 from attncoda.store.runs import NO_REVISION
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ captions every table and figure with its convention.
 
 from __future__ import annotations
 
+from attncoda.experiments.cluster._distances import VARIANT_TITLES
 from attncoda.experiments.cluster._figure import draw
-from attncoda.experiments.cluster._variants import VARIANT_TITLES
 from attncoda.experiments.view import (
     NA,
     Context,
