@@ -446,7 +446,8 @@ def capture_windows(
         model config's pad id, else 0.
     padding_side : {"right", "left"}
     progress : bool
-        Show a tqdm progress bar over batches.
+        Show progress over batches (:func:`attncoda._progress.steps`: a bar on a terminal,
+        a line every 10 s elsewhere); ``False``: only inside a run that shows progress.
     **kwargs
         Passed to :func:`capture` (``sink``, ``tokenizer``, ``record_rows``, ...).
 
@@ -469,13 +470,16 @@ def capture_windows(
         config = live_model(model).config
         found = (getattr(s, "pad_token_id", None) for s in (kwargs.get("tokenizer"), config))
         pad_token_id = next((value for value in found if isinstance(value, int)), 0)
-    starts = range(0, len(windows), batch_size)
-    if progress:
-        from tqdm.auto import tqdm
+    from attncoda._progress import steps
 
-        starts = tqdm(starts, desc="capture", unit="batch")
     parts = []
-    for start in starts:
+    shown = steps(
+        range(0, len(windows), batch_size),
+        desc=f"capture {len(windows)} windows",
+        unit="batch",
+        force=True if progress else None,
+    )
+    for start in shown:
         chunk = [np.asarray(w, dtype=np.int64) for w in windows[start : start + batch_size]]
         ids, mask = pad(chunk, pad_token_id, padding_side == "left")
         parts.append(capture(model, ids, mask, _first_doc=start, **kwargs))

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda._progress import steps
 from attncoda.data.windows import windows_hash
 from attncoda.experiments.contract import (
     Command,
@@ -240,11 +241,9 @@ def prune(
         return cache[key]
 
     jobs = [(a, c, o, k) for a in ablations for c in channels for o in orders for k in ks]
-    iterator: Any = jobs
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(jobs, desc="prune", unit="eval")
+    iterator = steps(
+        jobs, desc=f"prune {name}", unit="eval", force=True if progress else None
+    )
     unpruned = losses_of("zero", [])
     base = float(np.mean(unpruned))
     weights = window_resamples(len(eval_ids), n_boot, seed)
