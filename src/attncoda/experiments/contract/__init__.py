@@ -5,7 +5,8 @@ Public names: the declaration (:class:`Experiment`, :func:`experiment`,
 :data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back (:class:`Inputs`,
 :class:`Tables`), settings (:func:`setting`, :func:`check_settings`, :func:`settings_from`,
 :func:`settings_dict`), the recorded rows an experiment reads (:class:`HeadRows`,
-:class:`DocRows`, :func:`head_rows`), the shared verdict helpers (:data:`CONVENTIONS`,
+:class:`DocRows`, :func:`head_rows`), the windows a capture read (:func:`captured_ids`,
+:func:`check_captured`), the shared verdict helpers (:data:`CONVENTIONS`,
 :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`), and what every interval
 shares (:data:`MIN_BOOTSTRAP_N`, the method names, :func:`no_interval_note`,
 :func:`percentile_interval`, :func:`resample_weights`, :func:`check_n_boot`).
@@ -33,6 +34,8 @@ from attncoda.experiments.contract._experiment import (
 from attncoda.experiments.contract._inputs import (
     DocRows,
     HeadRows,
+    captured_ids,
+    check_captured,
     head_rows,
 )
 from attncoda.experiments.contract._intervals import (
@@ -83,6 +86,8 @@ __all__ = [
     "RUN_COLUMNS",
     "Tables",
     "allowed_text",
+    "captured_ids",
+    "check_captured",
     "check_metrics",
     "check_n_boot",
     "check_setting",
