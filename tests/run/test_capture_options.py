@@ -9,12 +9,14 @@ which a capture made by the exact path whatever the options would not.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from attncoda import AttncodaError
 from attncoda.cli import main
 from attncoda.run.options import CaptureOptions
 from attncoda.run.reproduce import run_experiment
@@ -97,3 +99,25 @@ def test_collapse_captures_each_checkpoint_by_the_runs_method(tmp_path):
     }
     keys = ["revision", "step", "level", "layer", "head"]
     _assert_close_not_equal(checkpoints["exact"], checkpoints["fast"], keys)
+
+
+def test_capture_ids_captures_by_the_options_and_refuses_ids_outside_the_vocabulary():
+    from attncoda.capture import capture_windows
+    from attncoda.run.captured import capture_ids
+    from tiny_models import VOCAB, tiny
+
+    model = tiny("llama", seed=0, positions=64, eager=True)
+    wins = [[1, 2, 3, 4, 5], [6, 7, 8]]
+    options = CaptureOptions(method="fast", kernel="sdpa", sink="0,1", seed=3)
+    cap = capture_ids((model, None), wins, options)
+    want = capture_windows(
+        model, wins, record_rows="none", method="fast", kernel="sdpa", sink="0,1", seed=3
+    )
+    assert (cap.method, cap.kernel, cap.sink_spec, cap.seed) == ("fast", "sdpa", "0,1", 3)
+    np.testing.assert_array_equal(cap.entropy, want.entropy)
+    message = (
+        f"the model has a vocabulary of {VOCAB} tokens, but the windows hold token id {VOCAB}: "
+        "make the windows with this model's tokenizer"
+    )
+    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+        capture_ids((model, None), [[1, VOCAB]], options)
