@@ -6,11 +6,17 @@ Public names: the declaration (:class:`Experiment`, :func:`experiment`, :data:`R
 (:class:`Inputs`, :class:`Tables`), how it is shown and run (:class:`View`,
 :class:`Command`, :data:`SOURCES`), settings (:func:`setting`, :func:`check_settings`,
 :func:`settings_from`, :func:`settings_dict`), the recorded rows an experiment reads
-(:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the shared verdict helpers
+(:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the windows a capture read
+(:func:`captured_ids`, :func:`check_captured`), the shared verdict helpers
 (:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`),
 and what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
 :func:`no_interval_note`, :func:`percentile_interval`, :func:`resample_weights`,
 :func:`check_n_boot`).
+
+Modules: ``_experiment`` (the declaration, inputs and tables), ``_settings`` (setting fields
+and their checks), ``_inputs`` (recorded rows), ``_verdicts`` (metrics, tolerances and flip
+rates), ``_intervals`` (the fewest observations of a bootstrap, method names, notes). They
+may import :mod:`attncoda.coda` and each other; no experiment, nothing above.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from attncoda.experiments.contract._experiment import (
 from attncoda.experiments.contract._inputs import (
     DocRows,
     HeadRows,
+    captured_ids,
+    check_captured,
     head_rows,
 )
 from attncoda.experiments.contract._intervals import (
@@ -88,6 +96,8 @@ __all__ = [
     "Tables",
     "View",
     "allowed_text",
+    "captured_ids",
+    "check_captured",
     "check_metrics",
     "check_n_boot",
     "check_setting",

@@ -9,8 +9,9 @@ An experiment module declares one :class:`Experiment`:
   :func:`attncoda.experiments.contract.setting` with its help and the values it allows (the
   API's signatures and the CLI's options are built from its fields, a run config stores it
   with :func:`settings_dict`);
-- ``run(inputs, settings) -> Tables``: the computation. It loads nothing, writes nothing and
-  keeps no state: the same inputs and settings give the same tables;
+- ``run(inputs, settings) -> Tables``: the computation. It loads nothing, captures nothing
+  (the runner makes its captures, with the run's options), writes nothing and keeps no
+  state: the same inputs and settings give the same tables;
 - ``tables``: the names of the tables ``run`` returns, in order;
 - ``combine``: for an experiment over a checkpoint series (collapse), how the tables of all
   its units become the run's tables (``None`` for the others);
@@ -60,8 +61,13 @@ __all__ = [
 #:
 #: - ``"rows"``: :class:`attncoda.experiments.contract.HeadRows`, the recorded full rows of every
 #:   head (one capture shared by every experiment of the model that needs rows);
-#: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row (profile);
-#: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune, collapse);
+#: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row, made by the
+#:   runner with the run's options (method, kernel, sink, seed, dtype, device): of the
+#:   corpus windows ``(docs, max_tokens)`` of the experiment's settings (profile), or, for an
+#:   experiment that also needs ``windows``, of those of its windows that
+#:   :attr:`Experiment.captures` picks (prune: its profiling windows; collapse: every window,
+#:   at each checkpoint). An experiment never captures itself;
+#: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune);
 #: - ``"windows"``: token-id windows of the run's corpus, ``(docs, max_tokens)`` from the
 #:   experiment's settings fields ``docs`` and ``max_tokens`` (prune, collapse);
 #: - ``"checkpoint"``: the series point a collapse unit reads.
@@ -274,10 +280,14 @@ class Experiment:
     #: The run's tables ``combine`` makes from its units' tables (collapse: ``collapse``
     #: and ``collapse_checkpoints``); what a result of the experiment holds.
     combined: tuple[str, ...] = ()
-    #: For an experiment that needs a model, the inputs that stand in for it when the
-    #: attention is handed in (collapse: one capture per checkpoint); ``None``: it needs the
-    #: model itself (prune).
+    #: For an experiment that needs a model or windows, the inputs that stand in for them
+    #: when the attention is handed in (collapse: one capture per checkpoint); ``None``: it
+    #: needs the model itself (prune).
     given: tuple[str, ...] | None = None
+    #: For an experiment that needs both ``windows`` and ``capture``: ``captures(windows,
+    #: settings)``, the windows of its ``windows`` input the runner captures for it, with
+    #: the run's options (prune: its profiling windows; collapse: all of them).
+    captures: Callable[[Sequence[Any], Any], Sequence[Any]] | None = None
     #: When set, a reason the experiment does not apply to a model, from its ModelInfo
     #: (prune needs a causal language model); the runner records the unit as skipped.
     skip: Callable[[Any], str | None] | None = None
