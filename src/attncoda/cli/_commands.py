@@ -266,6 +266,7 @@ def _run_options_of(args: argparse.Namespace) -> dict[str, Any]:
         "settings": settings,
         "text": args.text,
         "progress": True,
+        "workers": args.workers,
         **capture_options(args),
     }
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from attncoda._errors import AttncodaError, one_line_errors
 from attncoda.cli._args import Parser, add_settings, bind_setting, names, validate
+from attncoda.run.pool import cores
 
 
 def _rows(p: argparse.ArgumentParser) -> None:
@@ -140,6 +141,13 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     p.add_argument("--sink", default="first", help="sink spec, as for profile")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=cores(),
+        help="units at the same time, each in a process of its own with its share of the "
+        f"cores, as dependencies and memory allow (default: the cores, {cores()})",
+    )
     _capture_options(p)
 
 
