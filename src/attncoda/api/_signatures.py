@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from attncoda._errors import AttncodaError, one_line_errors
+from attncoda.capture.kernels.registry import describe
 from attncoda.experiments.contract import RENAMED
 
 if TYPE_CHECKING:
@@ -61,8 +62,7 @@ COMMON_OPTIONS = {
     "kernel": (
         "str",
         'Model specs and live models, with ``method="fast"``: the fast path\'s kernel, '
-        '``"auto"`` (the fused Triton pass on CUDA, two SDPA calls otherwise), ``"triton"`` '
-        'or ``"sdpa"``.',
+        f"{describe(quoted=True)}.",
     ),
     "device_map": (
         "str or dict, optional",

@@ -33,7 +33,8 @@ def _corpus_options(p: argparse.ArgumentParser) -> None:
 
 
 def _capture_options(p: argparse.ArgumentParser) -> None:
-    from attncoda.capture.names import KERNELS, METHODS
+    from attncoda.capture.kernels.registry import KERNELS, describe
+    from attncoda.capture.names import METHODS
     from attncoda.models.placement import DEVICE_MAPS
     from attncoda.run.options import DEVICES, DTYPES
 
@@ -65,7 +66,7 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
         "--kernel",
         default="auto",
         choices=KERNELS,
-        help="the fast path's kernel: auto (triton on cuda, else sdpa), triton or sdpa",
+        help=f"the fast path's kernel: {describe()}",
     )
 
 

@@ -107,8 +107,9 @@ def checkpoint_stats(
         Windows per forward pass.
     method : {"exact", "fast"}
         The capture method (:func:`attncoda.capture_windows`).
-    kernel : {"auto", "triton", "sdpa"}
-        The fast method's kernel; anything but ``"auto"`` needs ``method="fast"``.
+    kernel : str
+        The fast method's kernel (a name of :data:`attncoda.capture.KERNELS`); anything
+        but ``"auto"`` needs ``method="fast"``.
     seed : int
         The capture's seed.
 

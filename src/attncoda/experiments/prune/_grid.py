@@ -169,8 +169,9 @@ def prune(
     method : {"exact", "fast"}
         How prune captures the profiling windows when it is handed no ``capture``
         (:func:`attncoda.capture_windows`).
-    kernel : {"auto", "triton", "sdpa"}
-        The fast method's kernel; anything but ``"auto"`` needs ``method="fast"``.
+    kernel : str
+        The fast method's kernel (a name of :data:`attncoda.capture.KERNELS`); anything
+        but ``"auto"`` needs ``method="fast"``.
 
     Returns
     -------
