@@ -36,25 +36,28 @@ def paired(model, ids):
     import torch
 
     from attncoda.capture import capture
-    from attncoda.capture.kernels import _select, score_scale
+    from attncoda.capture.kernels import registry, score_scale
 
     fast, scales = [], []
-    inner = _select.record_sdpa_layer
+    sdpa = registry.lookup("sdpa")
+    inner = sdpa.record_layer
 
-    def both(recorder, layer, module, query, key, value, attention_mask, scaling):
-        out = inner(recorder, layer, module, query, key, value, attention_mask, scaling)
+    def both(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
+        out = inner(
+            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, auto=auto
+        )
         if out is None:
             raise RuntimeError(f"layer {layer}: the fast path refused it")
         fast.append({k: recorder.stats[layer][k].numpy().copy() for k in QUANTITIES})
         scales.append(score_scale(query, key, scaling))
         return None  # the exact path now runs on the same tensors
 
-    _select.record_sdpa_layer = both
+    sdpa.record_layer = both
     try:
         with torch.inference_mode():
             cap = capture(model, ids, record_rows="none", method="fast")
     finally:
-        _select.record_sdpa_layer = inner
+        del sdpa.record_layer  # the class's own again
     return cap, fast, scales
 
 

@@ -1,7 +1,8 @@
 """Record one ``make demo`` run as the reference run the README and the site quote.
 
 ``python scripts/record_reference.py`` runs ``make demo`` into a fresh run folder under
-``/usr/bin/time``, then copies its ``manifest.json`` and its ``tables/`` into
+``/usr/bin/time``, then copies its ``manifest.json`` and its ``tables/`` (those under
+:data:`MAX_TABLE_BYTES`) into
 ``docs/results/reference/``, adding to the manifest the command's wall time
 (``wall_seconds``), its peak memory (``peak_rss_mib``) and each unit's seconds (``units``);
 then it rewrites the README's headline table from them (``docs/hooks/results.py``).
@@ -39,6 +40,12 @@ def _demo(out: Path) -> tuple[float, float | None]:
     return hours * 3600 + minutes * 60 + seconds, peak and int(peak.group(1)) / 1024
 
 
+#: A table larger than this is left out of the reference (the site quotes none of them):
+#: one row per pair of heads (cluster_distances, 1.8 MB for the demo's models) would
+#: multiply the size of the committed reference.
+MAX_TABLE_BYTES = 500_000
+
+
 def record(run: Path, wall_seconds: float, peak_mib: float | None) -> None:
     """Copy the run folder ``run``'s manifest and tables into the reference folder."""
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
@@ -56,6 +63,9 @@ def record(run: Path, wall_seconds: float, peak_mib: float | None) -> None:
         shutil.rmtree(REFERENCE)
     (REFERENCE / "tables").mkdir(parents=True)
     for table in sorted((run / "tables").glob("*.parquet")):
+        if table.stat().st_size > MAX_TABLE_BYTES:
+            print(f"not recorded: {table.name} ({table.stat().st_size:,} bytes)")
+            continue
         shutil.copy2(table, REFERENCE / "tables" / table.name)
     (REFERENCE / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     sys.path.insert(0, str(ROOT / "docs" / "hooks"))

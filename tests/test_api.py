@@ -188,7 +188,7 @@ def test_a_figure_of_one_model_among_several_is_chosen_by_name(cap, windows):
         (lambda c: ac.flips(3.5), "cannot run on float"),
         (lambda c: ac.flips([c, c], names=["x"]), "must be 2 distinct names"),
         (lambda c: ac.collapse([c, c], steps=[0]), "one training step per capture"),
-        (lambda c: ac.flips(c, steps=[0]), "steps= is for collapse over captures"),
+        (lambda c: ac.flips(c, steps=[0]), "steps= is for an experiment over a checkpoint series"),
         (lambda c: ac.flips("minilm", names="m"), "steps= and names= are for captures"),
     ],
 )

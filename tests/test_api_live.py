@@ -146,7 +146,7 @@ def test_live_models_refuse_what_they_cannot_do(folder):
     hf, tok = _hf(folder), _tokenizer(folder)
     with pytest.raises(AttncodaError, match=r"GPT2LMHeadModel alone has no tokenizer"):
         ac.profile(hf)
-    with pytest.raises(AttncodaError, match=r"prune ablates heads of a Hugging Face model, not"):
+    with pytest.raises(AttncodaError, match=r"prune runs a Hugging Face model itself, not"):
         ac.prune(_bridge(folder))
     with pytest.raises(AttncodaError, match=r"collapse reads a checkpoint series, not a live"):
         ac.collapse((hf, tok))

@@ -17,7 +17,7 @@ import pytest
 
 import attncoda as ac
 from attncoda.api import _signatures as api_signatures
-from attncoda.cli import FLAGS, build_parser
+from attncoda.cli import build_parser
 from attncoda.cli._args import settings_values
 from attncoda.experiments.contract import EXPERIMENTS, experiment, settings_from
 
@@ -30,6 +30,7 @@ FUNCTIONS = {
     "predictor": ("predict", ("predictor", "apply")),
     "prune": ("prune", ("prune",)),
     "collapse": ("collapse", ("collapse",)),
+    "sink_rate": ("sink_rate", ("sink-rate",)),
 }
 COMMON = [
     *("source", "sink", "seed", "out", "device", "dtype", "method", "kernel", "device_map"),
@@ -57,7 +58,7 @@ def test_the_signature_is_the_common_options_then_every_setting_with_its_default
     fields = dataclasses.fields(experiment(name).settings)
     params = inspect.signature(function).parameters
     common = [*COMMON, "steps"] if name == "collapse" else COMMON
-    rows = ROWS if "rows" in experiment(name).needs else []
+    rows = ROWS if experiment(name).shared_rows else []
     assert list(params) == [*common, *rows, *(f.name for f in fields)]
     for f in fields:
         param = params[f.name]
@@ -100,7 +101,7 @@ def test_the_cli_option_of_every_setting_keeps_the_signatures_default(name):
         if name == "predictor" and f.name == "predictor":
             continue  # `predictor apply FILE`: the file is the command's positional argument
         action = by_dest[f.name]
-        flag = FLAGS[name].get(f.name, ("--" + f.name.replace("_", "-"),))[0]
+        flag = experiment(name).command.flags.get(f.name, ("--" + f.name.replace("_", "-"),))[0]
         assert flag in action.option_strings
         default = params[f.name].default
         shown = (

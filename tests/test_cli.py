@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from attncoda.cli import main
+from attncoda.experiments.cluster import VARIANTS
 
 pytestmark = pytest.mark.slow
 
@@ -97,6 +98,13 @@ def test_cluster_and_safety_are_runs_of_their_experiment(tmp_path, capsys):
     keep = summary.set_index("variant").loc["keep", "spearman_axis1_vs_sink_mass"]
     assert f"  keep               {keep:+.3f}" in printed
     assert len(pd.read_parquet(out / "tables" / "cluster.parquet")) == 72
+    # every pair of MiniLM's 72 heads under each variant, keyed by the run like every table
+    distances = pd.read_parquet(out / "tables" / "cluster_distances.parquet")
+    columns = ["model", "revision", "family", "variant", "head_a", "head_b", "distance"]
+    assert list(distances.columns) == columns
+    assert distances.groupby("variant").size().to_dict() == dict.fromkeys(VARIANTS, 72 * 71 // 2)
+    assert (distances["head_a"] < distances["head_b"]).all()
+    assert (distances["distance"] > 0).all() and distances["distance"].lt(float("inf")).all()
     assert _manifest(out)["config"]["settings"]["cluster"]["n_clusters"] == 3
     out = tmp_path / "s"
     assert main(["safety", "minilm", "--out", str(out), *args]) == 0

@@ -168,7 +168,7 @@ CASES = [
     ),
     (
         ["reproduce", "--experiments", "bogus"],
-        "unknown experiment 'bogus' in --experiments: use a comma list of profile, flips, cluster, safety, predictor, prune, collapse",
+        "unknown experiment 'bogus' in --experiments: use a comma list of profile, flips, cluster, safety, predictor, prune, collapse, sink_rate",
     ),
     (
         ["reproduce", "--scale", "huge"],
@@ -201,7 +201,7 @@ CASES = [
     ),
     (
         ["bogus-command"],
-        "argument command: invalid choice: 'bogus-command' (choose from 'demo', 'models', 'profile', 'flips', 'cluster', 'safety', 'predictor', 'collapse', 'prune', 'reproduce', 'report', 'sweep', 'train-tiny')",
+        "argument command: invalid choice: 'bogus-command' (choose from 'demo', 'models', 'profile', 'flips', 'cluster', 'safety', 'predictor', 'prune', 'collapse', 'sink-rate', 'reproduce', 'report', 'sweep', 'train-tiny')",
     ),
 ]
 

@@ -349,10 +349,10 @@ def _png(fig: Any) -> str:
 
 def _figure(name: str, model: str | None = None) -> str:
     sys.path.insert(0, str(ROOT / "src"))
-    from attncoda.report.figures import FIGURE_TABLES, figure
+    from attncoda.report.figures import figure, figure_tables
 
     tables = {}
-    for t in FIGURE_TABLES[name]:
+    for t in figure_tables(name):
         frame = table(t)
         tables[t] = frame if model is None else frame[frame["model"] == model]
     return _png(figure(name, tables))

@@ -13,15 +13,18 @@ import dataclasses
 import re
 
 MARKER = re.compile(r"^<!-- attncoda:settings (\w+) -->$", re.M)
-#: The command whose options an experiment's settings are, where it is not the name alone.
-COMMANDS = {"predictor": ("predictor", "apply")}
 
 
 def _command(name: str) -> argparse.ArgumentParser:
+    """The command whose options experiment ``name``'s settings are: its name typed with
+    dashes, then its action where it has one (``predictor apply``)."""
     from attncoda.cli import build_parser
+    from attncoda.experiments.contract import experiment
 
+    command = experiment(name).command
+    action = () if command is None or command.action is None else (command.action,)
     parser = build_parser()
-    for word in COMMANDS.get(name, (name,)):
+    for word in (name.replace("_", "-"), *action):
         (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         parser = sub.choices[word]
     return parser

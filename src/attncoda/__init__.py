@@ -6,9 +6,10 @@ of rows exactly into a *sink* part (how much mass the sink token takes) and a *c
 runs the experiments that show when the usual keep-sink / drop-sink conventions mislead.
 
 ``import attncoda`` imports neither torch nor transformers; the model layer loads on first
-use of :func:`load_model` or :mod:`attncoda.capture`. One function per experiment
-(:func:`profile`, :func:`flips`, :func:`cluster`, :func:`safety`, :func:`collapse`,
-:func:`prune`, :func:`predict`) takes model specs or captures and returns a :class:`Result`.
+use of :func:`load_model` or :mod:`attncoda.capture`. One function per experiment of the
+registry (:data:`attncoda.experiments.contract.REGISTRY`: :func:`profile`, :func:`flips`,
+:func:`cluster`, :func:`safety`, :func:`predict`, :func:`prune`, :func:`collapse`) takes
+model specs or captures and returns a :class:`Result`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from attncoda.coda import (
     row_distance,
     sink_balance,
 )
+from attncoda.experiments.contract import REGISTRY
 
 __version__ = "0.1.0"
 
@@ -46,13 +48,8 @@ _LAZY = {
     "from_attentions": ("attncoda.capture.given", "from_attentions"),
     "recording": ("attncoda.capture.live", "recording"),
     "Result": ("attncoda.api", "Result"),
-    "profile": ("attncoda.api", "profile"),
-    "flips": ("attncoda.api", "flips"),
-    "cluster": ("attncoda.api", "cluster"),
-    "safety": ("attncoda.api", "safety"),
-    "collapse": ("attncoda.api", "collapse"),
-    "prune": ("attncoda.api", "prune"),
-    "predict": ("attncoda.api", "predict"),
+    # One function per experiment of the registry (attncoda.api makes them).
+    **{function: ("attncoda.api", function) for function in REGISTRY.values()},
 }
 
 __all__ = [
@@ -68,24 +65,18 @@ __all__ = [
     "aitchison_split",
     "capture_windows",
     "clr",
-    "cluster",
-    "collapse",
     "corpus",
     "entropy",
     "entropy_change_split",
     "entropy_split",
-    "flips",
     "from_attentions",
     "head_distances",
     "load_model",
     "log_probs",
-    "predict",
-    "profile",
-    "prune",
     "recording",
     "row_distance",
-    "safety",
     "sink_balance",
+    *REGISTRY.values(),
 ]
 
 

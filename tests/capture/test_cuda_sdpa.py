@@ -14,11 +14,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture._capture import refuse_float64_on_cuda  # noqa: E402
 from attncoda.capture.kernels import (  # noqa: E402
     MaskShape,
     _sdpa,  # noqa: E402
-    fast_attention,
+    check_dtype,
+    sdpa_attention,
 )
 
 FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
@@ -95,8 +95,8 @@ def test_every_content_width_from_1_to_130_is_aligned(cuda_branch, monkeypatch):
     kwargs = dict(query=q, key=k, value=v, scaling=0.35, sink=sink, visible=visible, block_size=1)
     with monkeypatch.context() as undo:
         undo.setitem(_sdpa.KERNEL_FOR_DEVICE, "cpu", _sdpa._cpu_kernel)
-        cpu = fast_attention(**kwargs)
-    _close(cpu, fast_attention(**kwargs))
+        cpu = sdpa_attention(**kwargs)
+    _close(cpu, sdpa_attention(**kwargs))
     assert set(range(1, 131)) <= set(cuda_branch)
 
 
@@ -114,8 +114,8 @@ def test_padded_batches_and_sliding_windows_are_aligned(cuda_branch, monkeypatch
     kwargs = dict(query=q, key=k, value=v, scaling=0.35, sink=sink, visible=visible, block_size=8)
     with monkeypatch.context() as undo:
         undo.setitem(_sdpa.KERNEL_FOR_DEVICE, "cpu", _sdpa._cpu_kernel)
-        cpu = fast_attention(**kwargs)
-    got = fast_attention(**kwargs)
+        cpu = sdpa_attention(**kwargs)
+    got = sdpa_attention(**kwargs)
     _close(cpu, got)
     assert cuda_branch  # every bias went through the checker
     # The first real token sees only itself, the sink: no content, a zero content output.
@@ -124,9 +124,7 @@ def test_padded_batches_and_sliding_windows_are_aligned(cuda_branch, monkeypatch
 
 
 def test_float64_with_the_fast_path_on_cuda_is_refused():
+    # The registry's one rule (also per routed layer: tests/capture/test_registry.py).
     with pytest.raises(AttncodaError, match=r"method='fast' on cuda takes float32"):
-        refuse_float64_on_cuda("cuda", torch.float64)
-    refuse_float64_on_cuda("cpu", torch.float64)  # the CPU op takes float64
-    q, k, v = (t.double() for t in _inputs(1, 2, 2, 4))
-    with pytest.raises(AttncodaError, match=r"use dtype='float32', or method='exact'"):
-        _sdpa._cuda_kernel(q, k, v, None, True, 0.3)
+        check_dtype("cuda", torch.float64)
+    check_dtype("cpu", torch.float64)  # the CPU op takes float64

@@ -16,8 +16,8 @@ from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture import METHODS, capture, capture_windows  # noqa: E402
 from attncoda.capture.kernels import (  # noqa: E402
     FAST_STATISTICS,
-    fast_attention,
     read_mask,
+    sdpa_attention,
     visible_keys,
 )
 from tiny_models import VOCAB  # noqa: E402
@@ -99,7 +99,7 @@ def test_fast_statistics_equal_the_float64_definition(name, sinks, causal, expli
     b, length = q.shape[0], q.shape[2]
     sink = sink_at(b, length, sinks)
     visible = CAUSAL(b, length) if causal else torch.ones(b, 1, length, length, dtype=torch.bool)
-    out, stats = fast_attention(
+    out, stats = sdpa_attention(
         q,
         k,
         v,
@@ -129,7 +129,7 @@ def test_fast_statistics_under_an_arbitrary_mask_with_rows_without_content_or_si
     visible[0, 0, 7, 0] = True  # sink only: m = 0
     visible[1, 0, 9, 0] = False  # no visible sink: k = 0
     sink = sink_at(b, length, (0,))
-    out, stats = fast_attention(q, k, v, scaling=0.25, sink=sink, visible=visible, block_size=5)
+    out, stats = sdpa_attention(q, k, v, scaling=0.25, sink=sink, visible=visible, block_size=5)
     ref_out, ref = definition(q, k, v, 0.25, sink, visible)
     for key in FLOATS:
         got = stats[key].numpy()
@@ -147,7 +147,7 @@ def test_fast_statistics_under_a_sliding_window():
     b, length = q.shape[0], q.shape[2]
     window = CAUSAL(b, length) & ~torch.ones(length, length, dtype=torch.bool).tril(-7)
     sink = sink_at(b, length, (0,))
-    out, stats = fast_attention(q, k, v, scaling=0.25, sink=sink, visible=window, block_size=8)
+    out, stats = sdpa_attention(q, k, v, scaling=0.25, sink=sink, visible=window, block_size=8)
     ref_out, ref = definition(q, k, v, 0.25, sink, window)
     for key in FLOATS:
         np.testing.assert_allclose(stats[key].numpy(), ref[key].numpy(), atol=1e-5, err_msg=key)
@@ -186,7 +186,7 @@ def test_content_entropy_bound_does_not_grow_as_the_sink_mass_goes_to_one(gap):
     k[:, :, 0] = 0.0
     k[:, :, 0, 0] = gap
     sink = sink_at(b, length, (0,))
-    _, stats = fast_attention(q, k, v, scaling=1.0, sink=sink, causal=True)
+    _, stats = sdpa_attention(q, k, v, scaling=1.0, sink=sink, causal=True)
     _, ref = definition(q, k, v, 1.0, sink, CAUSAL(b, length))
     has = ref["n_keys"] > 1
     s = ref["sink_mass"][has]
@@ -255,17 +255,20 @@ def test_fast_capture_errors():
 
 
 def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch):
-    from attncoda.capture.kernels import _select
+    from attncoda.capture.kernels import registry
 
     model = _tiny("gemma3")  # sliding-window and full layers: two mask kinds
     seen: list[torch.dtype | None] = []
-    inner = _select.record_sdpa_layer
+    sdpa = registry.lookup("sdpa")
+    inner = sdpa.record_layer
 
-    def spy(recorder, layer, module, query, key, value, attention_mask, scaling):
+    def spy(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
         seen.append(None if attention_mask is None else attention_mask.dtype)
-        return inner(recorder, layer, module, query, key, value, attention_mask, scaling)
+        return inner(
+            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, auto=auto
+        )
 
-    monkeypatch.setattr(_select, "record_sdpa_layer", spy)
+    monkeypatch.setattr(sdpa, "record_layer", spy)
     before = model.config._attn_implementation
     capture_windows(model, [[5, 6, 7, 8, 9, 10], [11, 12, 13]], method="fast")
     assert len(seen) == model.config.num_hidden_layers and set(seen) == {torch.bool}

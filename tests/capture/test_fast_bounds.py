@@ -25,14 +25,14 @@ from attncoda.capture import capture  # noqa: E402
 from attncoda.capture.kernels import (  # noqa: E402
     FLOAT64_ROUNDOFF,
     UNIT_ROUNDOFF,
-    _select,
     difference_bounds,
     exact_bounds,
-    fast_attention,
     fast_bounds,
     float64_part,
+    registry,
     score_perturbation,
     score_scale,
+    sdpa_attention,
 )
 
 QUANTITIES = ("sink_mass", "entropy", "content_entropy")
@@ -50,17 +50,20 @@ RANDOM_INPUTS = 6
 def paired(model, ids, head_dim):
     """``(exact capture, per-layer fast statistics, per-layer A)`` of one forward."""
     fast, scales = [], []
-    inner = _select.record_sdpa_layer
+    sdpa = registry.lookup("sdpa")
+    inner = sdpa.record_layer
 
-    def both(recorder, layer, module, query, key, value, attention_mask, scaling):
-        out = inner(recorder, layer, module, query, key, value, attention_mask, scaling)
+    def both(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
+        out = inner(
+            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, auto=auto
+        )
         assert out is not None, "the fast path refused this layer"
         fast.append({k: recorder.stats[layer][k].numpy().copy() for k in QUANTITIES})
         scales.append(score_scale(query, key, scaling))
         return None  # the exact path now runs on the same tensors; its output goes on
 
     with pytest.MonkeyPatch.context() as patch, torch.inference_mode():
-        patch.setattr(_select, "record_sdpa_layer", both)
+        patch.setattr(sdpa, "record_layer", both)
         cap = capture(model, ids, record_rows="none", method="fast")
     assert len(fast) == model.config.num_hidden_layers
     return cap, fast, scales
@@ -206,7 +209,7 @@ def test_each_path_is_within_its_own_bound_of_exact_arithmetic(gap, size):
     scaling = d**-0.5
     sink = torch.zeros(b, length, dtype=torch.bool)
     sink[:, 0] = True
-    _, fast = fast_attention(q, k, v, scaling=scaling, sink=sink, causal=True)
+    _, fast = sdpa_attention(q, k, v, scaling=scaling, sink=sink, causal=True)
     exact = exact_path(q, k, scaling, [0])
     ref = definition(torch.matmul(q.double(), k.double().transpose(-1, -2)) * scaling, sink[0])
     drivers = {
@@ -245,7 +248,7 @@ def test_a_quotient_by_one_minus_s_would_break_the_bound():
     scaling = d**-0.5
     sink = torch.zeros(b, length, dtype=torch.bool)
     sink[:, 0] = True
-    _, fast = fast_attention(q, k, torch.randn_like(q), scaling=scaling, sink=sink, causal=True)
+    _, fast = sdpa_attention(q, k, torch.randn_like(q), scaling=scaling, sink=sink, causal=True)
     ref = definition(torch.matmul(q.double(), k.double().transpose(-1, -2)) * scaling, sink[0])
     s = fast["sink_mass"].numpy()
     rounded = fast["entropy"].numpy().astype(np.float32).astype(np.float64)  # a float32 H

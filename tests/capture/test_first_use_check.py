@@ -5,7 +5,7 @@ the configuration to the two-call SDPA path with one printed line, and the stati
 the SDPA path's. ``kernel="triton"`` (forced) still raises.
 
 On the CPU the check runs the kernel under Triton's interpreter: the tests let ``auto``
-take the fused kernel on the CPU (``AUTO_DEVICES``) and inject each failure.
+take the fused kernel on the CPU (its declared ``auto_devices``) and inject each failure.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from triton.runtime.errors import OutOfResources  # noqa: E402
 
 from attncoda.capture import capture  # noqa: E402
 from attncoda.capture._capture import kernels_ran  # noqa: E402
-from attncoda.capture.kernels import _check, _fused, _select  # noqa: E402
+from attncoda.capture.kernels import _check, _triton, registry  # noqa: E402
 from tiny_models import tiny  # noqa: E402
 
 FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
@@ -34,7 +34,7 @@ FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sin
 def auto_on_the_cpu(interpreter, monkeypatch):
     """``auto`` takes (and checks) the fused kernel on the CPU, interpreted; a fresh record
     of checked configurations."""
-    monkeypatch.setattr(_select, "AUTO_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(registry.lookup("triton"), "auto_devices", ("cuda", "cpu"))
     monkeypatch.setattr(_check, "_CHECKED", {})
 
 
@@ -91,16 +91,16 @@ def test_a_failing_check_falls_back_to_sdpa_with_one_line(
     sdpa = _fast(model, "sdpa")
     capsys.readouterr()
     if failure is None:
-        real = _check.fused_attention
+        real = _check.triton_attention
 
         def wrong(*args, **kwargs):
             out, stats = real(*args, **kwargs)
             return out, {**stats, "entropy": stats["entropy"] + 1e-3}
 
-        monkeypatch.setattr(_check, "fused_attention", wrong)
+        monkeypatch.setattr(_check, "triton_attention", wrong)
     else:
         error = failure()
-        monkeypatch.setattr(_fused, "compiled", lambda interpret: (triton, _Raising(error)))
+        monkeypatch.setattr(_triton, "compiled", lambda interpret: (triton, _Raising(error)))
     got = _fast(model, "auto")
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("note:")]
@@ -117,7 +117,7 @@ def test_a_failing_check_falls_back_to_sdpa_with_one_line(
 
 def test_a_forced_triton_kernel_still_raises(interpreter, model, monkeypatch):
     error = OutOfResources(262144, 232448, "shared memory")
-    monkeypatch.setattr(_fused, "compiled", lambda interpret: (triton, _Raising(error)))
+    monkeypatch.setattr(_triton, "compiled", lambda interpret: (triton, _Raising(error)))
     with pytest.raises(OutOfResources):
         _fast(model, "triton")
 
@@ -133,7 +133,7 @@ def test_what_ran_is_said_per_layer_where_it_differs():
 
 def test_blocks_and_the_grid_are_checked_before_a_launch():
     from attncoda._errors import AttncodaError
-    from attncoda.capture.kernels import MaskShape, fused_attention
+    from attncoda.capture.kernels import MaskShape, triton_attention
 
     def call(length, **blocks):
         q = torch.zeros((1, 1, length, 1))
@@ -142,7 +142,7 @@ def test_blocks_and_the_grid_are_checked_before_a_launch():
             True, None,
         )  # fmt: skip
         sink = torch.zeros((1, length), dtype=torch.bool)
-        return fused_attention(q, q, q, scaling=1.0, sink=sink, shape=shape, **blocks)
+        return triton_attention(q, q, q, scaling=1.0, sink=sink, shape=shape, **blocks)
 
     for bad in (24, 8, 512, True):
         with pytest.raises(AttncodaError, match=r"block_m must be a power of two from 16 to 256"):

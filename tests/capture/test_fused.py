@@ -22,12 +22,12 @@ from attncoda._errors import AttncodaError, MissingWheelError  # noqa: E402
 from attncoda.capture import capture, capture_windows  # noqa: E402
 from attncoda.capture.kernels import (  # noqa: E402
     FAST_STATISTICS,  # noqa: E402
+    KERNELS,
     MaskShape,
-    fused_attention,
     mask_shape,
     resolve_kernel,
+    triton_attention,
 )
-from attncoda.capture.names import KERNELS  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -145,7 +145,7 @@ def shape_of(b, length, kind, window=4):
 
 def check(q, k, v, shape, visible, sink, *, scaling, softcap=None, s_aux=None, learned=False,
           block=16, extra=0.0):  # fmt: skip
-    out, stats = fused_attention(
+    out, stats = triton_attention(
         q, k, v, scaling=scaling, sink=sink, shape=shape, softcap=softcap, s_aux=s_aux,
         learned=learned, block_m=block, block_n=block,
     )  # fmt: skip

@@ -24,10 +24,10 @@ pytestmark = [
 
 from attncoda.capture.kernels import (  # noqa: E402
     MaskShape,
-    fused_attention,
     fused_bounds,
     launch_for,
     reference,
+    triton_attention,
 )
 
 #: name -> (heads, kv heads, head dim, window, learned sinks, scaling)
@@ -71,7 +71,7 @@ def test_compiled_kernel_against_the_exact_path(family, dtype, length):
     q, k, v, mask, sink, s_aux, scaling = layer(family, length, torch_dtype)
     config = launch_for(q.device, torch_dtype, q.shape[-1])
     with torch.inference_mode():
-        out, got = fused_attention(q, k, v, scaling=scaling, sink=sink, shape=mask, s_aux=s_aux)
+        out, got = triton_attention(q, k, v, scaling=scaling, sink=sink, shape=mask, s_aux=s_aux)
         assert bool(torch.isfinite(out).all())
         eps = torch.finfo(torch_dtype).eps * float(v.double().abs().max())
         for r0 in range(0, length, ROWS):

@@ -14,6 +14,7 @@ from attncoda.experiments.cluster import (
     VARIANTS,
     ClusterResult,
     cluster,
+    distance_table,
     result_tables,
 )
 from attncoda.experiments.contract import DocRows, HeadRows
@@ -281,3 +282,108 @@ def test_refuses_bad_arguments(random_rows: HeadRows) -> None:
     rows = HeadRows("toy/nan", 3, 3, (nan_doc,), np.zeros(9))
     with pytest.raises(AttncodaError, match=r"document 0 of 'toy/nan': logp contains NaN"):
         cluster(rows)
+
+
+def _matrix(frame: pd.DataFrame, variant: str, heads: int) -> np.ndarray:
+    """A variant's (head, head) matrix from the rows of the cluster_distances table."""
+    d = np.zeros((heads, heads))
+    for row in frame[frame["variant"] == variant].itertuples(index=False):
+        d[row.head_a, row.head_b] = d[row.head_b, row.head_a] = row.distance
+    return d
+
+
+def test_the_distance_table_holds_the_matrices_mds_embedded(
+    random_rows: HeadRows, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attncoda.experiments.cluster._experiment as pipeline
+
+    embedded, embed = [], pipeline.embed
+
+    def recording(d: np.ndarray, seed: int, n_init: int) -> tuple[np.ndarray, float]:
+        embedded.append(d.copy())
+        return embed(d, seed, n_init)
+
+    monkeypatch.setattr(pipeline, "embed", recording)
+    result = cluster(random_rows, seed=3, n_clusters=3, n_init=N_INIT)
+    frame = result_tables(result).frames["cluster_distances"]
+    assert list(frame.columns) == ["model", "variant", "head_a", "head_b", "distance"]
+    assert frame["head_a"].dtype == np.int64 and frame["head_b"].dtype == np.int64
+    assert frame["distance"].dtype == np.float64
+    # one row per unordered pair of the 9 heads, per variant, in the variants' order
+    assert len(frame) == 4 * 36
+    assert list(dict.fromkeys(frame["variant"])) == list(VARIANTS)
+    assert (frame["head_a"] < frame["head_b"]).all()
+    assert (frame["model"] == "toy/random").all()
+    pairs = frame[frame["variant"] == "keep"][["head_a", "head_b"]]
+    assert list(pairs.itertuples(index=False, name=None)) == list(combinations(range(9), 2))
+    assert len(embedded) == len(VARIANTS)  # no variant is degenerate here
+    for variant, d in zip(VARIANTS, embedded, strict=True):
+        np.testing.assert_array_equal(_matrix(frame, variant, 9), d)
+
+
+def test_the_distance_table_of_a_handmade_document_is_scipys_js_and_the_hand_terms() -> None:
+    from scipy.spatial.distance import jensenshannon
+
+    # 3 heads, causal rows at query positions 1, 2, 3 over keys 0..3, sink key 0. Position 1
+    # has one content key (m = 1) and is left out; positions 2 and 3 are summed.
+    p = [
+        [[0.5, 0.5], [0.6, 0.3, 0.1], [0.5, 0.2, 0.2, 0.1]],
+        [[0.9, 0.1], [0.2, 0.5, 0.3], [0.1, 0.4, 0.3, 0.2]],
+        [[0.3, 0.7], [0.8, 0.1, 0.1], [0.7, 0.1, 0.1, 0.1]],
+    ]
+    logp = np.full((3, 3, 4), np.nan)
+    for h, rows in enumerate(p):
+        for r, row in enumerate(rows):
+            logp[h, r, : len(row)] = np.log(row)
+    doc = DocRows(logp=logp, key_mask=~np.isnan(logp[0]), sink=(0,))
+    rows = HeadRows("toy/hand", 1, 3, (doc,), np.array([0.6, 0.4, 0.6]))
+    frame = result_tables(cluster(rows, n_clusters=2, n_init=1)).frames["cluster_distances"]
+    assert len(frame) == 4 * 3
+
+    def smooth(x: np.ndarray) -> np.ndarray:
+        return 0.999 * x + 0.001 / len(x)
+
+    def clr(x: np.ndarray) -> np.ndarray:
+        return np.log(x) - np.log(x).mean()
+
+    def balance(x: np.ndarray) -> float:  # k = 1 sink key, m content keys
+        m = len(x) - 1
+        return float(np.sqrt(m / (1 + m)) * (np.log(x[0]) - np.log(x[1:]).mean()))
+
+    for a, b in combinations(range(3), 2):
+        want = dict.fromkeys(VARIANTS, 0.0)
+        for r in (1, 2):
+            pa, pb = np.array(p[a][r]), np.array(p[b][r])
+            qa, qb = pa[1:] / pa[1:].sum(), pb[1:] / pb[1:].sum()
+            # scipy returns the square root of the divergence, in nats by default
+            want["keep"] += jensenshannon(smooth(pa), smooth(pb)) ** 2
+            want["drop"] += jensenshannon(smooth(qa), smooth(qb)) ** 2
+            want["aitchison_sink"] += abs(balance(pa) - balance(pb))
+            want["aitchison_content"] += float(np.linalg.norm(clr(pa[1:]) - clr(pb[1:])))
+        got = frame[(frame["head_a"] == a) & (frame["head_b"] == b)].set_index("variant")
+        for variant in VARIANTS:
+            where = (a, b, variant)
+            assert got.loc[variant, "distance"] == pytest.approx(want[variant], rel=1e-12), where
+
+
+def test_the_distance_table_refuses_a_matrix_its_pairs_cannot_hold() -> None:
+    square = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [2.0, 3.0, 0.0]])
+    table = distance_table("m", {"keep": square})
+    assert table[["head_a", "head_b", "distance"]].values.tolist() == [
+        [0, 1, 1.0],
+        [0, 2, 2.0],
+        [1, 2, 3.0],
+    ]
+    lopsided = square.copy()
+    lopsided[2, 0] = 2.5
+    with pytest.raises(
+        AttncodaError,
+        match=r"the drop distances of 'm' must be symmetric with a zero diagonal: the pairs",
+    ):
+        distance_table("m", {"keep": square, "drop": lopsided})
+    with pytest.raises(AttncodaError, match="must be symmetric with a zero diagonal"):
+        distance_table("m", {"keep": square + np.eye(3)})
+    with pytest.raises(
+        AttncodaError, match=r"the keep distances of 'm' must be a \(head, head\) matrix; got"
+    ):
+        distance_table("m", {"keep": square[:2]})

@@ -300,7 +300,7 @@ def test_opposite_parts_are_noted():
 
 
 def test_summary_is_json_ready_and_the_table_drawn(series, tmp_path):
-    from attncoda.report.figures_training import collapse_figure
+    from attncoda.experiments.collapse._figure import collapse_figure
 
     pts, _, result = series
     summary = json.loads(json.dumps(result.summary, allow_nan=False))
@@ -340,6 +340,24 @@ def test_errors():
         "architecture"
     ):
         collapse(pts, windows(), {"ckpt0": neox(0), "ckpt16": neox(0, 3)})
+
+
+def test_checkpoint_stats_capture_by_the_method_asked():
+    pt = points(1)[0]
+    model = neox(0)
+    fast = checkpoint_stats(model, None, windows(), pt, method="fast", kernel="sdpa", seed=1)
+    exact = checkpoint_stats(model, None, windows(), pt)
+    # the reference: a capture made apart by the fast method
+    cap = capture_windows(
+        model, windows(), record_rows="none", method="fast", kernel="sdpa", seed=1
+    )
+    for name in ("sink_mass", "entropy", "content_entropy"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(cap, name), err_msg=name)
+        # the exact path's: float32 rounding apart (tiny model, 14 tokens at most)
+        np.testing.assert_allclose(
+            getattr(exact, name), getattr(fast, name), rtol=0, atol=1e-5, err_msg=name
+        )
+    assert not np.array_equal(exact.entropy, fast.entropy, equal_nan=True)
 
 
 def test_moving_sink_keys_are_refused():

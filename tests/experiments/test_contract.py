@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,7 +18,7 @@ pd = pytest.importorskip("pandas")
 
 from pandas.testing import assert_frame_equal  # noqa: E402
 
-from attncoda import AttncodaError, from_attentions  # noqa: E402
+from attncoda import AttncodaError, capture_windows, from_attentions  # noqa: E402
 from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, cluster  # noqa: E402
 from attncoda.experiments.collapse import (  # noqa: E402
     checkpoint_stats,
@@ -75,6 +76,7 @@ DEFAULTS = {
         "n_boot": 1000,
     },
     "collapse": {"docs": 16, "max_tokens": 128},
+    "sink_rate": {"docs": 16, "max_tokens": 64, "epsilon": 0.3, "positions": [0, 1, 2]},
 }
 
 
@@ -132,7 +134,7 @@ def test_prune_windows_are_its_profile_and_eval_windows():
 def test_an_unknown_experiment_and_a_missing_input_are_named():
     with raises(
         "unknown experiment 'flip': use one of profile, flips, cluster, safety, predictor, "
-        "prune, collapse"
+        "prune, collapse, sink_rate"
     ):
         experiment("flip")
     with raises("the runner gave no 'rows' input for 'm'"):
@@ -261,6 +263,15 @@ def test_cluster_run_equals_cluster(captured):
         assert ari == art["adjusted_rand"][f"{a}|{b}"]
     assert tables.summary["adjusted_rand"] == art["adjusted_rand"]
     json.dumps(tables.summary, allow_nan=False)
+    # each variant's summed matrix, one row per pair of the 8 heads (head_a < head_b)
+    distances = tables.frames["cluster_distances"]
+    assert len(distances) == 4 * 28 and set(distances["model"]) == {"tiny"}
+    for v in VARIANTS:
+        part = distances[distances["variant"] == v]
+        a, b, value = part["head_a"].to_numpy(), part["head_b"].to_numpy(), part["distance"]
+        d = np.zeros((8, 8))
+        d[a, b] = d[b, a] = value.to_numpy()
+        np.testing.assert_array_equal(d, want.distances[v])
 
 
 @pytest.fixture(scope="module")
@@ -447,10 +458,13 @@ def test_prune_run_equals_prune_with_the_ks_the_model_has():
         eval_docs=2,
     )
     wins = windows(5)
-    inputs = Inputs(model="tiny", seed=2, loaded=(loaded, None, info), windows=wins)
+    profile, evaluation = split_windows(wins, 2, 2)
+    # the runner captures the windows prune's declaration picks: its profiling windows
+    assert e.captures is not None and e.captures(wins, settings) == profile
+    cap = capture_windows(loaded, profile, record_rows="none", seed=2)
+    inputs = Inputs(model="tiny", seed=2, loaded=(loaded, None, info), windows=wins, capture=cap)
     tables = e.run(inputs, settings)
     no_run_columns(tables, "prune")
-    profile, evaluation = split_windows(wins, 2, 2)
     want = prune(
         loaded,
         None,
@@ -466,6 +480,16 @@ def test_prune_run_equals_prune_with_the_ks_the_model_has():
     assert_frame_equal(tables.frames["prune_heads"], want.heads, check_exact=True)
     assert tables.frames["prune"]["k"].tolist() == [0, 1, 8, 1, 8]
     assert tables.summary == want.summary
+    assert (tables.summary["method"], tables.summary["kernel"]) == ("exact", None)
+    # a capture of other windows than the profiling ones is refused, not ranked by
+    other = replace(inputs, capture=capture_windows(loaded, evaluation, record_rows="none"))
+    with raises(
+        "the capture's window 0 is not profile_windows window 0: capture the profile_windows, "
+        "in their order"
+    ):
+        e.run(other, settings)
+    with raises("the runner gave no 'capture' input for 'tiny'"):
+        e.run(replace(inputs, capture=None), settings)
 
 
 def test_prune_skips_a_model_that_is_not_causal():
@@ -499,10 +523,16 @@ def series():
     models = [neox(seed) for seed in (0, 1, 2)]
     wins = windows(4, seed=3)
     e = experiment("collapse")
+    # the runner captures every series window at each checkpoint
+    assert e.captures is not None and e.captures(wins, e.settings()) == wins
     units = [
         e.run(
             Inputs(
-                model="tiny", revision=p.label, loaded=(m, None, None), windows=wins, checkpoint=p
+                model="tiny",
+                revision=p.label,
+                windows=wins,
+                checkpoint=p,
+                capture=capture_windows(m, wins, record_rows="none"),
             ),
             e.settings(),
         )
@@ -517,12 +547,28 @@ def test_collapse_run_is_the_checkpoint_statistics(series):
     rows, sinks = stats_frames(checkpoint_stats(models[1], None, wins, points[1]))
     assert_frame_equal(units[1].frames["collapse_rows"], rows, check_exact=True)
     assert_frame_equal(units[1].frames["collapse_sinks"], sinks, check_exact=True)
-    assert {k: units[1].summary[k] for k in ("step", "label", "spec", "model")} == {
+    keys = ("step", "label", "spec", "model", "method", "kernel")
+    assert {k: units[1].summary[k] for k in keys} == {
         "step": 16,
         "label": "step16",
         "spec": "ckpt16",
         "model": "tiny",
+        "method": "exact",
+        "kernel": None,
     }
+    # a capture of other windows than the series' is refused
+    e = experiment("collapse")
+    other = Inputs(
+        model="tiny",
+        windows=wins,
+        checkpoint=points[1],
+        capture=capture_windows(models[1], wins[::-1], record_rows="none"),
+    )
+    with raises(
+        "the capture's window 0 is not series windows window 0: capture the series windows, "
+        "in their order"
+    ):
+        e.run(other, e.settings())
 
 
 def test_collapse_combine_equals_collapse_from_stats(series):
@@ -563,3 +609,21 @@ def test_collapse_combine_refuses_checkpoints_of_other_windows(series):
         e.combine(units[:1], e.settings())
     with raises("a collapse unit's summary lacks 'step': rerun its checkpoint"):
         e.combine([Tables(frames=units[0].frames)], e.settings())
+
+
+def test_every_experiment_shows_itself_from_tables_it_or_its_after_experiments_write():
+    """The report lays out the registry's views and names no experiment: each experiment
+    declares its section and figure over tables that a run of it stores."""
+    from attncoda.experiments.contract import EXPERIMENTS, experiment
+
+    for name in EXPERIMENTS:
+        declared = experiment(name)
+        view = declared.view
+        assert view is not None, name
+        stored = set(declared.tables)
+        stored |= set(declared.combined)
+        for other in declared.after:
+            stored |= set(experiment(other).tables)
+        assert view.needs and set(view.needs) <= stored, name
+        assert set(view.figure_tables) <= stored, name
+        assert view.title.lower().startswith(name.split("_")[0][:4]), (name, view.title)

@@ -521,7 +521,7 @@ def test_triplet_flips_errors():
 
 
 def test_flip_rate_bars_name_the_conventions_and_are_a_png(synthetic, tmp_path):
-    from attncoda.report.figures_flips import flip_rate_figure, plot_flip_rates
+    from attncoda.experiments.flips._figure import flip_rate_figure, plot_flip_rates
 
     _, result = synthetic
     fig = flip_rate_figure(result.table)
@@ -540,7 +540,7 @@ def test_flip_rate_bars_name_the_conventions_and_are_a_png(synthetic, tmp_path):
 
 
 def test_flip_rate_bars_errors(synthetic):
-    from attncoda.report.figures_flips import flip_rate_figure
+    from attncoda.experiments.flips._figure import flip_rate_figure
 
     _, result = synthetic
     msg = "the flips table lacks the column 'ci_low'"

@@ -222,7 +222,7 @@ def test_gradient_importance_is_the_summed_absolute_gate_gradient():
 
 
 def test_result_is_json_ready_and_drawn(grid, tmp_path):
-    from attncoda.report.figures_training import prune_figure
+    from attncoda.experiments.prune._figure import prune_figure
 
     _, _, _, result = grid
     assert len(result.heads) == 8
@@ -272,6 +272,44 @@ def test_prune_errors():
         "eval_windows window 1 has 1 tokens: a window needs at least 2 (one predicted token)"
     ):
         prune(model, None, profile, [[1, 2], [3]], channels=["random"], ks=[1])
+
+
+def test_prune_ranks_by_the_capture_it_is_given_or_captures_by_its_method():
+    from attncoda.capture import capture_frame, capture_windows
+    from attncoda.experiments.profile import head_summary
+
+    model = tiny("llama")
+    profile, evaluation = split_windows(windows(), 3, 3)
+    args = dict(channels=["content_entropy"], orders=["high"], ks=[1], n_boot=1)
+    fast_cap = capture_windows(model, profile, record_rows="none", method="fast", kernel="sdpa")
+    # the reference: the head table of a capture made apart, by the fast method
+    want = head_summary(capture_frame(fast_cap))
+    by_method = prune(model, None, profile, evaluation, method="fast", kernel="sdpa", **args)
+    given = prune(model, None, profile, evaluation, capture=fast_cap, **args)
+    exact = prune(model, None, profile, evaluation, **args)
+    for result in (by_method, given):
+        pd.testing.assert_frame_equal(result.heads, want, check_exact=True)
+        assert (result.summary["method"], result.summary["kernel"]) == ("fast", "sdpa")
+    assert (exact.summary["method"], exact.summary["kernel"]) == ("exact", None)
+    # the exact path's statistics: float32 rounding apart (tiny model, 14 tokens)
+    columns = ["sink_mass", "entropy", "content_entropy"]
+    np.testing.assert_allclose(exact.heads[columns], want[columns], rtol=0, atol=1e-5)
+    assert not exact.heads[columns].equals(want[columns])
+    with raises(
+        "method='fast' and kernel='auto' say how prune captures, but a capture is given (made "
+        "by its own method, 'fast'): drop method= and kernel="
+    ):
+        prune(model, None, profile, evaluation, capture=fast_cap, method="fast", **args)
+    with raises(
+        "the capture's window 0 is not profile_windows window 0: capture the "
+        "profile_windows, in their order"
+    ):
+        prune(model, None, evaluation, profile, capture=fast_cap, **args)
+    with raises(
+        "the capture read 3 windows, but there are 2 profile_windows: capture the "
+        "profile_windows"
+    ):
+        prune(model, None, profile[:2], evaluation, capture=fast_cap, **args)
 
 
 def test_split_windows():

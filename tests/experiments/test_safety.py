@@ -18,7 +18,7 @@ from attncoda.experiments.safety import (
     mean_squared_split,
     safety_map,
 )
-from attncoda.report.figures_flips import plot_safety, safety_figure
+from attncoda.experiments.safety._figure import plot_safety, safety_figure
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

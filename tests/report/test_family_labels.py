@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attncoda.report.html_parts import groups
+from attncoda.experiments.view import groups
 
 
 def test_groups_label_names_the_family():

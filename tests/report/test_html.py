@@ -14,11 +14,20 @@ import pandas as pd
 import pytest
 
 from attncoda import AttncodaError
-from attncoda.report.html import SECTIONS, render_report
-from attncoda.report.html_parts import fmt_nats, fmt_pct, fmt_ratio
+from attncoda.experiments.view import fmt_nats, fmt_pct, fmt_ratio
+from attncoda.report.html import render_report, sections
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SECTION_IDS = ["profile", "flips", "cluster", "safety", "predictor", "collapse", "prune"]
+SECTION_IDS = [
+    "profile",
+    "flips",
+    "cluster",
+    "safety",
+    "predictor",
+    "prune",
+    "collapse",
+    "sink_rate",
+]
 
 
 class Page(HTMLParser):
@@ -101,7 +110,7 @@ def page(report: Path) -> Page:
 def test_the_report_has_seven_sections_in_order(report, page):
     assert report.is_file()
     assert page.sections == SECTION_IDS
-    assert [s[0] for s in SECTIONS] == SECTION_IDS
+    assert [s[0] for s in sections()] == SECTION_IDS
 
 
 def test_the_settings_table_names_each_setting_by_its_group(report):
@@ -146,7 +155,7 @@ def test_every_section_has_a_paper_vs_measured_table_and_the_paper_numbers(page,
 
 def test_safety_section_names_a_safe_region_per_model_or_says_there_is_none(tiny_run, page):
     from attncoda.experiments.safety import safe_regions
-    from attncoda.report.html_parts import groups
+    from attncoda.experiments.view import groups
 
     text = page.text_of("safety")
     table = pd.read_parquet(tiny_run / "tables" / "safety.parquet")
@@ -279,7 +288,8 @@ def test_a_folder_without_tables_is_refused_by_name(tmp_path):
 
 def test_absent_tables_render_as_sections_not_run(tiny_run, tmp_path):
     copy = copy_run(tiny_run, tmp_path / "copy")
-    for name in ("prune", "prune_heads", "cluster", "cluster_summary", "cluster_agreement"):
+    cluster = ("cluster", "cluster_summary", "cluster_agreement", "cluster_distances")
+    for name in ("prune", "prune_heads", *cluster):
         (copy / "tables" / f"{name}.parquet").unlink()
     page = Page(render_report(copy).read_text(encoding="utf-8"))
     assert page.sections == SECTION_IDS
@@ -323,7 +333,7 @@ def test_strings_from_tables_are_escaped(tiny_run, tmp_path):
 
 
 def test_cluster_figure_from_tables_names_each_variant_and_its_rho(tiny_run):
-    from attncoda.report.figures_cluster import cluster_figure_from_tables
+    from attncoda.experiments.cluster._figure import cluster_figure_from_tables
 
     heads = pd.read_parquet(tiny_run / "tables" / "cluster.parquet")
     summary = pd.read_parquet(tiny_run / "tables" / "cluster_summary.parquet")

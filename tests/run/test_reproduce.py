@@ -84,7 +84,8 @@ def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupte
     assert len(units_table) == len(units) and set(units_table["status"]) == {"done"}
     assert set(tables["flips.parquet"]["model"]) == set(models)
     # Every model experiment's table names the family (train-tiny is a GPT-NeoX), third.
-    for name in ("profile_heads", "flips", "cluster", "cluster_summary", "safety", "prune"):
+    model_tables = ("profile_heads", "flips", "cluster", "cluster_summary", "cluster_distances")
+    for name in (*model_tables, "safety", "prune"):
         assert list(tables[f"{name}.parquet"].columns[:3]) == ["model", "revision", "family"]
         assert set(tables[f"{name}.parquet"]["family"]) == {"GPT-NeoX"}, name
     # the collapse table assembled from stored checkpoint partitions equals collapse() direct

@@ -120,13 +120,13 @@ def test_sweep_on_cluster_equals_in_process_run(cluster: Cluster, models, refere
     # The sweep connected to this cluster as a driver (it did not start a Ray of its own).
     assert len(cluster.driver_logs()) == drivers + 1
     assert result.failed == {}
-    assert (result.ran, result.skipped) == (len(result.units), 0) == (21, 0)
+    assert (result.ran, result.skipped) == (len(result.units), 0) == (23, 0)
     assert result.out == out
     assert_same_tables(out, reference)
     assert_each_unit_once(out, result.units)
     # Rerun: every unit is finished, nothing runs (Ray is not even contacted).
     again = sweep(models, out, settings=SETTINGS, ray_address=cluster.address, progress=False)
-    assert (again.ran, again.skipped, again.failed) == (0, 21, {})
+    assert (again.ran, again.skipped, again.failed) == (0, 23, {})
     assert len(cluster.driver_logs()) == drivers + 1
     assert_same_tables(out, reference)
 
@@ -241,11 +241,11 @@ def test_sweep_in_process_equals_reproduce(models, reference, tmp_path):
     out = tmp_path / "sweep"
     with task_threads():
         result = sweep(models, out, settings=SETTINGS, progress=False)
-    assert (result.ran, result.skipped, result.failed) == (21, 0, {})
+    assert (result.ran, result.skipped, result.failed) == (23, 0, {})
     assert_same_tables(out, reference)
     # A sweep and a reproduce of the same models share the folder: reproduce finds it done.
     again = reproduce(models, out, settings=SETTINGS, progress=False)
-    assert (again.ran, again.skipped) == (0, 21)
+    assert (again.ran, again.skipped) == (0, 23)
 
 
 def test_revisions_expand_every_model():

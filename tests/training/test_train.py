@@ -271,11 +271,16 @@ def test_out_dir_that_is_a_file(tmp_path: Path) -> None:
         _train(out, steps=1, **FAST)
 
 
-def test_progress_bar_shows_the_loss(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_shows_the_loss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attncoda import _progress
+
+    monkeypatch.setattr(_progress, "EVERY", 0.0)  # a line per step: stderr is no terminal
     _train(tmp_path / "p", steps=2, progress=True, **FAST)
     err = capsys.readouterr().err
-    assert "train-tiny" in err
-    assert "loss=" in err
+    assert "train-tiny: 1/2 step (" in err and "train-tiny: 2/2 step, done (" in err
+    assert re.search(r"2/2 step, done \(\d+ s, loss \d+\.\d{3}\)", err), err
     assert "Writing model shards" not in err
 
 

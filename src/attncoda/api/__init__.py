@@ -1,5 +1,5 @@
-"""The Python API: one function per experiment, each returning a :class:`Result`
-(docs/design.md, "Runs").
+"""The Python API: one function per experiment of the registry, each returning a
+:class:`Result` (docs/design.md, "Runs").
 
 Each function takes model specs or captures:
 
@@ -17,17 +17,21 @@ Each function's keywords are the common options, then every field of the experim
 ``Settings`` with its default, each value checked before anything loads or is written
 (:mod:`attncoda.api._signatures`).
 
-Modules: ``_functions`` (the experiment functions), ``_result`` (:class:`Result`), ``_call``
-(how a function runs on specs, live models or captures), ``_signatures`` (the common options
-and the signatures checked against each ``Settings``), ``_sources`` (what a source is: specs,
-captures or live models). The package may import every layer below it (report, run,
-experiments, capture, models, store, data, coda); nothing imports it but the CLI and
-``attncoda`` itself.
+Modules: ``_functions`` (the experiment functions, made from each declaration),
+``_result`` (:class:`Result`), ``_call`` (how a function runs on specs, live models or
+captures), ``_signatures`` (the common options and the signatures checked against each
+``Settings``), ``_sources`` (what a source is: specs, captures or live models). The package
+may import every layer below it (report, run, experiments, capture, models, store, data,
+coda); nothing imports it but the CLI and ``attncoda`` itself.
 """
 
 from __future__ import annotations
 
-from attncoda.api._functions import cluster, collapse, flips, predict, profile, prune, safety
+from attncoda.api._functions import functions
 from attncoda.api._result import Result
 
-__all__ = ["Result", "cluster", "collapse", "flips", "predict", "profile", "prune", "safety"]
+# The module's own names, so that `from attncoda.api import flips` and the reference's
+# inspection find them.
+globals().update(functions())
+
+__all__ = ["Result", *functions()]

@@ -144,11 +144,11 @@ def _on_specs(
     from attncoda.store.runs import read_run_tables
 
     exp = experiment(name)
-    own = ("collapse", "collapse_checkpoints") if exp.combine is not None else exp.tables
+    own = exp.combined or exp.tables
     series = specs[0] if exp.combine is not None else None
     if series is not None and len(specs) != 1:
         raise AttncodaError(
-            f"collapse reads one checkpoint series, got {len(specs)} specs: pass one series "
+            f"{name} reads one checkpoint series, got {len(specs)} specs: pass one series "
             "spec (owner/name@step0,step512 or a folder of stepN checkpoints)"
         )
 
@@ -196,7 +196,9 @@ def call(
     windows = None if rows is None else settings_dict(settings_from(Rows, rows))
     options = check_common(common)  # the CaptureOptions, built once
     if common.get("steps") is not None and exp.combine is None:
-        raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
+        raise AttncodaError(
+            f"steps= is for an experiment over a checkpoint series' captures, not for {name}"
+        )
     items, kind = sources(source)
     sink, seed, device = options.sink, options.seed, options.device
     if kind == "live":

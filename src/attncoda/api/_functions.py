@@ -1,206 +1,96 @@
-"""The experiment functions, one per experiment: the common options, then every field of the
-experiment's ``Settings`` with its default (:mod:`attncoda.api._signatures` checks that)."""
+"""The experiment functions, one per experiment of the registry, made from its declaration:
+the common options, then every field of the shared rows' settings (for an experiment that
+reads rows) and of the experiment's ``Settings`` with its default
+(:mod:`attncoda.api._signatures` checks every value and builds the docstring)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from attncoda.api._call import run_function
 from attncoda.api._result import Result
-from attncoda.api._signatures import experiment_function as _shown
-from attncoda.experiments import cluster as _cluster
-from attncoda.experiments import collapse as _collapse
-from attncoda.experiments import flips as _flips
-from attncoda.experiments import predictor as _predictor
-from attncoda.experiments import profile as _profile
-from attncoda.experiments import prune as _prune
-from attncoda.experiments import safety as _safety
-from attncoda.run.config import Rows as _Rows
+from attncoda.api._signatures import experiment_function, rows_settings
+from attncoda.experiments.contract import REGISTRY, experiment
 
-__all__ = ["cluster", "collapse", "flips", "predict", "profile", "prune", "safety"]
+__all__ = ["functions"]
 
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
-Source = Any  # a model spec (str or path), a Capture, or a list of either
-
-
-@_shown("profile", "Sink mass, entropy and its exact split per (layer, head), in nats.")
-def profile(
-    source: Source,
-    *,
-    sink: str = "first",
-    seed: int = 0,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | dict[str, int | str] | None = None,
-    max_memory: dict[int | str, int | str] | str | None = None,
-    offload_folder: str | Path | None = None,
-    text: str | None = None,
-    names: Sequence[str] | str | None = None,
-    docs: int = _profile.Settings.docs,
-    max_tokens: int = _profile.Settings.max_tokens,
-) -> Result:
-    return run_function("profile", locals())
-
-
-@_shown("flips", "How often keep and drop reverse 'which head is closer', per metric, with a CI.")
-def flips(
-    source: Source,
-    *,
-    sink: str = "first",
-    seed: int = 0,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | dict[str, int | str] | None = None,
-    max_memory: dict[int | str, int | str] | str | None = None,
-    offload_folder: str | Path | None = None,
-    text: str | None = None,
-    names: Sequence[str] | str | None = None,
-    docs: int = _Rows.docs,
-    max_tokens: int = _Rows.max_tokens,
-    metrics: Sequence[str] = _flips.Settings.metrics,
-    n_boot: int = _flips.Settings.n_boot,
-    tol: float = _flips.Settings.tol,
-) -> Result:
-    return run_function("flips", locals())
-
-
-@_shown("cluster", "Clark et al.'s head clustering under keep, drop and the Aitchison terms.")
-def cluster(
-    source: Source,
-    *,
-    sink: str = "first",
-    seed: int = 0,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | dict[str, int | str] | None = None,
-    max_memory: dict[int | str, int | str] | str | None = None,
-    offload_folder: str | Path | None = None,
-    text: str | None = None,
-    names: Sequence[str] | str | None = None,
-    docs: int = _Rows.docs,
-    max_tokens: int = _Rows.max_tokens,
-    n_clusters: int = _cluster.Settings.n_clusters,
-    n_init: int = _cluster.Settings.n_init,
-) -> Result:
-    return run_function("cluster", locals())
-
-
-@_shown("safety", "The flip rate by sink share and sink-mass gap, and where keep and drop agree.")
-def safety(
-    source: Source,
-    *,
-    sink: str = "first",
-    seed: int = 0,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | dict[str, int | str] | None = None,
-    max_memory: dict[int | str, int | str] | str | None = None,
-    offload_folder: str | Path | None = None,
-    text: str | None = None,
-    names: Sequence[str] | str | None = None,
-    docs: int = _Rows.docs,
-    max_tokens: int = _Rows.max_tokens,
-    n_bins: int = _safety.Settings.n_bins,
-    threshold: float = _safety.Settings.threshold,
-) -> Result:
-    return run_function("safety", locals())
-
-
-@_shown(
-    "predictor",
-    "The frozen flip-rate predictor applied and checked: confirmed, abstained or failed.",
+#: The common options of every function, with their defaults and annotations, in order
+#: (``steps`` only for an experiment over a checkpoint series).
+_COMMON: tuple[tuple[str, Any, Any], ...] = (
+    ("sink", "first", "str"),
+    ("seed", 0, "int"),
+    ("out", None, "str | Path | None"),
+    ("device", "cpu", "str"),
+    ("dtype", None, "str | None"),
+    ("method", "exact", "str"),
+    ("kernel", "auto", "str"),
+    ("device_map", None, "str | dict[str, int | str] | None"),
+    ("max_memory", None, "dict[int | str, int | str] | str | None"),
+    ("offload_folder", None, "str | Path | None"),
+    ("text", None, "str | None"),
+    ("names", None, "Sequence[str] | str | None"),
 )
-def predict(
-    source: Source,
-    *,
-    sink: str = "first",
-    seed: int = 0,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | dict[str, int | str] | None = None,
-    max_memory: dict[int | str, int | str] | str | None = None,
-    offload_folder: str | Path | None = None,
-    text: str | None = None,
-    names: Sequence[str] | str | None = None,
-    docs: int = _Rows.docs,
-    max_tokens: int = _Rows.max_tokens,
-    predictor: str = _predictor.Settings.predictor,
-    protocol: str = _predictor.Settings.protocol,
-) -> Result:
-    return run_function("predictor", locals())
 
 
-@_shown("prune", "Heads pruned by a channel, held-out perplexity per k (model specs only).")
-def prune(
-    source: Source,
-    *,
-    sink: str = "first",
-    seed: int = 0,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | dict[str, int | str] | None = None,
-    max_memory: dict[int | str, int | str] | str | None = None,
-    offload_folder: str | Path | None = None,
-    text: str | None = None,
-    names: Sequence[str] | str | None = None,
-    channels: Sequence[str] = _prune.Settings.channels,
-    orders: Sequence[str] = _prune.Settings.orders,
-    ablations: Sequence[str] = _prune.Settings.ablations,
-    ks: Sequence[int] = _prune.Settings.ks,
-    profile_docs: int = _prune.Settings.profile_docs,
-    eval_docs: int = _prune.Settings.eval_docs,
-    max_tokens: int = _prune.Settings.max_tokens,
-    n_boot: int = _prune.Settings.n_boot,
-) -> Result:
-    return run_function("prune", locals())
+def _signature(name: str) -> inspect.Signature:
+    declared = experiment(name)
+    series = declared.command is not None and declared.command.sources == "series"
+    params = [
+        inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Any")
+    ]
+    for option, default, annotation in _COMMON:
+        if series and option == "names":
+            annotation = "str | None"  # one name for the series
+        params.append(inspect.Parameter(option, _KEYWORD, default=default, annotation=annotation))
+    if series:
+        params.append(
+            inspect.Parameter("steps", _KEYWORD, default=None, annotation="Sequence[int] | None")
+        )
+    rows = rows_settings(name)
+    for cls in (declared.settings,) if rows is None else (rows, declared.settings):
+        for f in dataclasses.fields(cls):
+            # A tuple field takes any sequence (a list is made a tuple).
+            shown = str(f.type).replace("tuple[", "Sequence[").replace(", ...]", "]")
+            params.append(inspect.Parameter(f.name, _KEYWORD, default=f.default, annotation=shown))
+    return inspect.Signature(params, return_annotation="Result")
 
 
-@_shown(
-    "collapse",
-    """Entropy collapse over checkpoints, its change split exactly into sink and content.
+def _function(name: str, public: str) -> Callable[..., Result]:
+    """``attncoda.<public>``: experiment ``name`` on a source, with its signature and
+    docstring."""
+    declared = experiment(name)
+    signature = _signature(name)
 
-    ``source`` is a series spec (the shipped ``"bigram-backcopy"``,
-    ``owner/name@step0,step512``, or a folder of ``stepN`` checkpoints), or a list of
-    captures, one per checkpoint in training order, with ``steps`` their training steps and
-    ``names`` the series name.""",
-)
-def collapse(
-    source: Source,
-    *,
-    sink: str = "first",
-    seed: int = 0,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    method: str = "exact",
-    kernel: str = "auto",
-    device_map: str | dict[str, int | str] | None = None,
-    max_memory: dict[int | str, int | str] | str | None = None,
-    offload_folder: str | Path | None = None,
-    text: str | None = None,
-    names: str | None = None,
-    steps: Sequence[int] | None = None,
-    docs: int = _collapse.Settings.docs,
-    max_tokens: int = _collapse.Settings.max_tokens,
-) -> Result:
-    return run_function("collapse", locals())
+    def function(*args: Any, **kwargs: Any) -> Result:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return run_function(name, bound.arguments)
+
+    function.__signature__ = signature  # type: ignore[attr-defined]
+    # Resolved in this module's namespace (typing.get_type_hints, an IDE, help()).
+    function.__annotations__ = {
+        **{p.name: p.annotation for p in signature.parameters.values()},
+        "return": "Result",
+    }
+    function.__name__ = function.__qualname__ = public
+    function.__module__ = "attncoda.api"
+    summary = declared.command.doc if declared.command is not None else name
+    return experiment_function(name, summary or name)(function)
+
+
+@functools.cache
+def functions() -> dict[str, Callable[..., Result]]:
+    """Every experiment's function by its public name (:data:`attncoda.experiments.contract.
+    REGISTRY`), in the registry's order."""
+    return {public: _function(name, public) for name, public in REGISTRY.items()}
+
+
+# The names the annotations above spell as text, for typing.get_type_hints.
+_ = (Path, Sequence)

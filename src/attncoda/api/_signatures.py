@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from attncoda._errors import AttncodaError, one_line_errors
+from attncoda.capture.kernels.registry import describe
 from attncoda.experiments.contract import RENAMED
 
 if TYPE_CHECKING:
@@ -61,8 +62,7 @@ COMMON_OPTIONS = {
     "kernel": (
         "str",
         'Model specs and live models, with ``method="fast"``: the fast path\'s kernel, '
-        '``"auto"`` (the fused Triton pass on CUDA, two SDPA calls otherwise), ``"triton"`` '
-        'or ``"sdpa"``.',
+        f"{describe(quoted=True)}.",
     ),
     "device_map": (
         "str or dict, optional",
@@ -145,7 +145,7 @@ def rows_settings(name: str) -> type | None:
     from attncoda.experiments.contract import experiment
     from attncoda.run.config import Rows
 
-    return Rows if "rows" in experiment(name).needs else None
+    return Rows if experiment(name).shared_rows else None
 
 
 def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
@@ -180,7 +180,10 @@ def experiment_function(name: str, summary: str) -> Callable[[_F], _F]:
             spelled = {new: old for old, new in RENAMED.items() if old in given}
             unknown = sorted(set(kwargs) - set(params))
             if "steps" in unknown:
-                raise AttncodaError(f"steps= is for collapse over captures, not for {name}")
+                raise AttncodaError(
+                    f"steps= is for an experiment over a checkpoint series' captures, not for "
+                    f"{name}"
+                )
             if unknown:
                 common = [p for p in params if p in COMMON_OPTIONS and p != "source"]
                 raise AttncodaError(

@@ -133,8 +133,9 @@ def live_entries(
         Their labels in the tables; default: ``info.spec`` of a :func:`attncoda.load_model`
         triple, else ``live`` (``live0``, ``live1``, ... for several).
     experiment : str
-        The experiment that will run on them: collapse reads a checkpoint series, and prune
-        ablates heads of a Hugging Face model, so both refuse what they cannot run.
+        The experiment that will run on them: one over a checkpoint series (collapse) and one
+        that needs the Hugging Face model itself (prune, which ablates its heads) refuse
+        what they cannot run.
 
     Returns
     -------
@@ -145,12 +146,17 @@ def live_entries(
     from dataclasses import replace
 
     from attncoda.capture.live import kind_of, live_model
+    from attncoda.experiments import contract
 
-    if experiment == "collapse":
+    declared = contract.experiment(experiment)
+    if declared.combine is not None:
         raise AttncodaError(
-            "collapse reads a checkpoint series, not a live model: pass the series' spec, "
-            "or one capture per checkpoint with steps="
+            f"{experiment} reads a checkpoint series, not a live model: pass the series' "
+            "spec, or one capture per checkpoint with steps="
         )
+    # An experiment that needs the model itself, with nothing standing in for it (prune
+    # ablates the heads of a Hugging Face model), cannot run through a wrapper.
+    own_model = "model" in declared.needs and declared.given is None
     if names is None:
         defaults = [_default_label(item) for item in items]
         names = (
@@ -168,9 +174,9 @@ def live_entries(
                 f"live model {label!r} ({type(model).__name__}) has no tokenizer to cut the "
                 "corpus with: pass (model, tokenizer)"
             )
-        if experiment == "prune" and kind != "hf":
+        if own_model and kind != "hf":
             raise AttncodaError(
-                f"prune ablates heads of a Hugging Face model, not of a {type(model).__name__}: "
+                f"{experiment} runs a Hugging Face model itself, not a {type(model).__name__}: "
                 "pass the model it wraps with its tokenizer, e.g. (bridge.original_model, "
                 "bridge.tokenizer)"
             )

@@ -17,18 +17,19 @@ import-linter contract of ``pyproject.toml`` checks it):
     The registered ``"attncoda"`` attention function: registration and :func:`routed`, the
     exact kernel, the recording state, the dispatch to the fast kernels, the head edit.
 :mod:`attncoda.capture.kernels`
-    The fast kernels (SDPA and Triton), their mask geometry, kernel selection and bounds.
+    The fast kernels (one module each, named as users type them), their registry (the
+    choices, selection and every capability check), their mask geometry and bounds.
 :mod:`attncoda.capture.stats`
     The row maths, the :class:`Recorder`, the row-sampling plan, the workspace.
 :mod:`attncoda.capture.names`, :mod:`attncoda.capture.sinks`
-    The choices capture takes (modes, methods, kernels, attention file types) and the sink
+    The choices capture takes (modes, methods, attention file types) and the sink
     specs (:func:`parse_sink`, :func:`resolve_sinks`), free of torch so that the command
     line checks them without the model layer.
 
 The whole package may import :mod:`attncoda.models` and the floors below it, never
 :mod:`attncoda.experiments` or anything above. The names below are served lazily, so that
-``import attncoda.capture`` (and :mod:`attncoda.capture.names`, :mod:`attncoda.capture.sinks`)
-stays free of torch.
+``import attncoda.capture`` (and :mod:`attncoda.capture.names`, :mod:`attncoda.capture.sinks`,
+:mod:`attncoda.capture.kernels.registry`) stays free of torch.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ if TYPE_CHECKING:
     from ._result import Capture, assemble, capture_frame, concatenate
     from .ablation import ablate, head_gates
     from .given import from_attentions, read_attentions
+    from .kernels.registry import KERNELS
     from .live import Recording, recording
-    from .names import ATTENTION_FILES, KERNELS, METHODS, MODES
+    from .names import ATTENTION_FILES, METHODS, MODES
     from .routing import routed
     from .sinks import parse_sink
     from .stats import COUNTS, STATISTICS, Recorder, row_statistics
@@ -55,7 +57,8 @@ _MODULES = {
     ".ablation": ("ablate", "head_gates"),
     ".given": ("from_attentions", "read_attentions"),
     ".live": ("Recording", "recording"),
-    ".names": ("ATTENTION_FILES", "KERNELS", "METHODS", "MODES"),
+    ".kernels.registry": ("KERNELS",),
+    ".names": ("ATTENTION_FILES", "METHODS", "MODES"),
     ".routing": ("routed",),
     ".sinks": ("parse_sink",),
     ".stats": ("COUNTS", "STATISTICS", "Recorder", "row_statistics"),

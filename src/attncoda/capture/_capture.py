@@ -33,9 +33,9 @@ from attncoda.capture._forward import (
 )
 from attncoda.capture._result import Capture, assemble, capture_frame, concatenate
 from attncoda.capture.given import read_outputs
-from attncoda.capture.kernels import resolve_kernel
+from attncoda.capture.kernels.registry import KERNELS, NAMES, PORTABLE, check_dtype, resolve_kernel
 from attncoda.capture.live import kind_of, live_model, run_live
-from attncoda.capture.names import KERNELS, METHODS, MODES, ZEROS
+from attncoda.capture.names import METHODS, MODES, ZEROS
 from attncoda.capture.routing import routable, routed, unroutable_message
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
 from attncoda.capture.stats import Recorder, record_plan
@@ -130,16 +130,18 @@ def capture(
         Prepend the BOS id (tokenizer's, else the model config's) to every document.
     method : {"exact", "fast"}
         ``"exact"`` (the reference) computes every row; ``"fast"`` takes the statistics from
-        the fused attention kernel's log-sum-exp (:mod:`attncoda.capture.kernels._sdpa`), within
-        float32 rounding of the exact path, and only the recorded rows in full. The ``auto``
-        sink pass and ablations use the exact path.
-    kernel : {"auto", "triton", "sdpa"}
-        ``method="fast"`` only: ``"sdpa"`` calls PyTorch's fused attention twice per layer
-        (softcapped and learned-sink layers then take the exact path); ``"triton"`` runs
-        the one-pass kernel of :mod:`attncoda.capture.kernels._fused` (CUDA, or the CPU under
-        ``TRITON_INTERPRET=1``); ``"auto"`` is ``"triton"`` on CUDA when triton imports and
-        ``"sdpa"`` otherwise. ``Capture.kernel`` records what ran, per layer where the
-        layers differ (:func:`kernels_ran`).
+        a fused kernel's log-sum-exp (:mod:`attncoda.capture.kernels`), within float32
+        rounding of the exact path, and only the recorded rows in full. The ``auto`` sink
+        pass and ablations use the exact path.
+    kernel : str
+        ``method="fast"`` only: one of :data:`attncoda.capture.kernels.registry.KERNELS`.
+        ``sdpa`` calls PyTorch's fused attention twice per layer (softcapped and
+        learned-sink layers then take the exact path); ``triton`` runs the one-pass kernel
+        of :mod:`attncoda.capture.kernels.triton` (CUDA, or the CPU under
+        ``TRITON_INTERPRET=1``); ``"auto"`` is ``triton`` on CUDA when triton imports and
+        ``sdpa`` otherwise (:func:`attncoda.capture.kernels.resolve_kernel`).
+        ``Capture.kernel`` records what ran, per layer where the layers differ
+        (:func:`kernels_ran`).
     keep_outputs : bool
         Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
         language models the next-token log-likelihoods in ``Capture.token_logprob``.
@@ -166,11 +168,11 @@ def capture(
     if kernel not in KERNELS:
         resolve_kernel(kernel, "cpu")  # the unknown-kernel message
     if kind_of(model) != "hf":
-        if method == "fast" and kernel == "triton":
+        if method == "fast" and kernel not in ("auto", PORTABLE):
             raise AttncodaError(
-                f"kernel='triton' serves Hugging Face models captured by attncoda's own pass; "
-                f"a {type(model).__name__} is recorded through its wrapper, whose fast path "
-                f"runs the sdpa kernel: use kernel='sdpa' or 'auto'"
+                f"kernel={kernel!r} serves Hugging Face models captured by attncoda's own "
+                f"pass; a {type(model).__name__} is recorded through its wrapper, whose fast "
+                f"path runs the {PORTABLE} kernel: use kernel={PORTABLE!r} or 'auto'"
             )
         return _capture_live(
             model,
@@ -189,8 +191,8 @@ def capture(
         )
     device = input_device(model)
     if method == "fast":
-        resolve_kernel(kernel, device.type)  # a forced triton where it cannot run
-        refuse_float64_on_cuda(device, getattr(model, "dtype", None))
+        resolve_kernel(kernel, device.type)  # a kernel asked by name where it cannot run
+        check_dtype(device, getattr(model, "dtype", None))
     if model.training:
         raise AttncodaError(
             f"{type(model).__name__} is in training mode: capture runs in eval mode only "
@@ -247,7 +249,7 @@ def capture(
         spec.learned,
         method,
         logits=keep_outputs,
-        kernel=kernel if method == "fast" else "sdpa",
+        kernel=kernel if method == "fast" else None,
     )
     virtual = int(any(rec.virtual))
     if virtual and not all(rec.virtual):
@@ -273,29 +275,17 @@ def capture(
     return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
 
 
-def refuse_float64_on_cuda(device, dtype) -> None:
-    """Refuse ``method="fast"`` in float64 on CUDA, before anything runs: neither CUDA
-    kernel of the fast path (PyTorch's memory-efficient attention, the Triton kernel)
-    takes float64."""
-
-    if torch.device(device).type == "cuda" and dtype == torch.float64:
-        raise AttncodaError(
-            "method='fast' on cuda takes float32, bfloat16 or float16 (its kernels have no "
-            "float64): use dtype='float32', or method='exact' to keep float64"
-        )
-
-
 def kernels_ran(ran: dict[int, str]) -> str | None:
-    """What served ``method="fast"``, from the recorder's per-layer record: ``"triton"`` or
-    ``"sdpa"`` when one kernel served every layer; otherwise the kernel of most layers and
-    the others by layer, e.g. ``"triton; sdpa on layers 3, 7"`` (``"exact"`` for a layer
-    the fast kernels do not cover)."""
+    """What served ``method="fast"``, from the recorder's per-layer record: the kernel's
+    name when one kernel served every layer; otherwise the kernel of most layers (ties to
+    the one ``"auto"`` prefers first) and the others by layer, e.g. ``triton; sdpa on
+    layers 3, 7`` (``exact`` for a layer the fast kernels do not cover)."""
     if not ran:
         return None
     by_kernel: dict[str, list[int]] = {}
     for layer, name in sorted(ran.items()):
         by_kernel.setdefault(name, []).append(layer)
-    main = max(by_kernel, key=lambda name: (len(by_kernel[name]), name == "triton"))
+    main = max(by_kernel, key=lambda name: (len(by_kernel[name]), name == NAMES[0]))
     others = [
         f"{name} on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
         for name, layers in by_kernel.items()
@@ -374,7 +364,7 @@ def _run(
     learned=False,
     method="exact",
     logits=False,
-    kernel="sdpa",
+    kernel=None,
 ):
     """One forward pass; returns (recorder, model output, n_floored)."""
     real = mask.bool()
@@ -446,7 +436,8 @@ def capture_windows(
         model config's pad id, else 0.
     padding_side : {"right", "left"}
     progress : bool
-        Show a tqdm progress bar over batches.
+        Show progress over batches (:func:`attncoda._progress.steps`: a bar on a terminal,
+        a line every 10 s elsewhere); ``False``: only inside a run that shows progress.
     **kwargs
         Passed to :func:`capture` (``sink``, ``tokenizer``, ``record_rows``, ...).
 
@@ -469,13 +460,16 @@ def capture_windows(
         config = live_model(model).config
         found = (getattr(s, "pad_token_id", None) for s in (kwargs.get("tokenizer"), config))
         pad_token_id = next((value for value in found if isinstance(value, int)), 0)
-    starts = range(0, len(windows), batch_size)
-    if progress:
-        from tqdm.auto import tqdm
+    from attncoda._progress import steps
 
-        starts = tqdm(starts, desc="capture", unit="batch")
     parts = []
-    for start in starts:
+    shown = steps(
+        range(0, len(windows), batch_size),
+        desc=f"capture {len(windows)} windows",
+        unit="batch",
+        force=True if progress else None,
+    )
+    for start in shown:
         chunk = [np.asarray(w, dtype=np.int64) for w in windows[start : start + batch_size]]
         ids, mask = pad(chunk, pad_token_id, padding_side == "left")
         parts.append(capture(model, ids, mask, _first_doc=start, **kwargs))

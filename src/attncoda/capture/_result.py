@@ -89,7 +89,7 @@ class Capture:
     method : str
         ``"exact"`` or ``"fast"`` (:func:`capture`).
     kernel : str or None
-        The kernel that served ``method="fast"``: ``"triton"`` or ``"sdpa"``; None for the
+        The kernel that served ``method="fast"``: its name (``triton``, ``sdpa``); None for the
         exact path.
     n_prompt : numpy.ndarray or None
         int64 ``(doc,)`` for a :func:`attncoda.capture.live.recording`: the positions

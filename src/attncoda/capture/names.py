@@ -1,13 +1,11 @@
 """The choices capture takes, in a module free of torch: the CLI builds its options from
-them without importing the model layer."""
+them without importing the model layer. The kernels' names are the registry's
+(:data:`attncoda.capture.kernels.registry.KERNELS`, also free of torch)."""
 
 #: Capture modes: route when possible, always route, or read eager output_attentions.
 MODES = ("auto", "attention", "outputs")
 #: The capture methods: the exact path (the reference) and the fused-kernel fast path.
 METHODS = ("exact", "fast")
-#: The kernels of the fast path: triton on CUDA when it imports (else sdpa), the one-pass
-#: Triton kernel, PyTorch's fused attention called twice.
-KERNELS = ("auto", "triton", "sdpa")
 #: What a zero probability in a row does (``zeros=``): refuse it, or floor it.
 ZEROS = ("raise", "floor")
 
@@ -15,4 +13,4 @@ ZEROS = ("raise", "floor")
 #: :func:`attncoda.capture.given.read_attentions`).
 ATTENTION_FILES = (".npz", ".pt", ".safetensors")
 
-__all__ = ["ATTENTION_FILES", "KERNELS", "METHODS", "MODES", "ZEROS"]
+__all__ = ["ATTENTION_FILES", "METHODS", "MODES", "ZEROS"]

@@ -13,6 +13,6 @@ coda), and nothing imports it.
 
 from __future__ import annotations
 
-from attncoda.cli._parser import FLAGS, build_parser, main
+from attncoda.cli._parser import build_parser, main
 
-__all__ = ["FLAGS", "build_parser", "main"]
+__all__ = ["build_parser", "main"]

@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: 
     from attncoda.run.reproduce import run_experiment
 
     settings: dict[str, dict[str, Any]] = {name: settings_values(args, experiment(name).settings)}
-    if "rows" in experiment(name).needs:
+    if experiment(name).shared_rows:
         settings["rows"] = settings_values(args, Rows)
     files = options.pop("attentions", None)
     series = options.get("series")
@@ -94,98 +94,45 @@ def _finish(out: Path) -> int:
     return 0
 
 
-def _print_layers(layers: pd.DataFrame) -> None:
-    print(
-        f"{'layer':>5}  {'sink mass':>9}  {'H(p)':>7}  {'H(q)':>7}  {'sink part':>9}  "
-        f"{'content part':>12}   (nats; means over rows with content)"
-    )
-    for row in layers.itertuples(index=False):
-        print(
-            f"{row.layer:>5}  {row.sink_mass:>9.3f}  {row.entropy:>7.3f}  "
-            f"{row.content_entropy:>7.3f}  {row.binary_term:>9.3f}  {row.content_term:>12.3f}"
-        )
-
-
-def _profile(args: argparse.Namespace) -> int:
-    from attncoda.experiments.profile import layer_summary
+def _experiment(args: argparse.Namespace) -> int:
+    """Any experiment's command: take its sources as its
+    :class:`~attncoda.experiments.contract.Command` says, run it, print its summary from the
+    stored tables and render the report."""
+    from attncoda.experiments.contract import experiment
     from attncoda.store.runs import Unit
 
-    models = [args.model] if args.model else []
-    _one_source(models, [args.attentions] if args.attentions else None, "profile")
-    given = [args.attentions] if args.attentions else None
-    out = _run(args, "profile", models, attentions=given)
-    heads = _tables(out)["profile_heads"]
-    for (model, revision), part in heads.groupby(["model", "revision"], sort=False):
-        read = _facts(out, Unit("profile", model, revision)).get("read", {})
-        if "documents" in read:
-            print(f"{model}: {read['documents']} documents of given attention, sink = {args.sink}")
-        else:
-            n = read.get("windows", "?")
-            windows = f"{n} window{'s' if n != 1 else ''}"
-            print(
-                f"{model}: {windows} of up to {read.get('max_tokens', '?')} tokens, "
-                f"sink = {args.sink}"
-            )
-        _print_layers(layer_summary(part))
-    return _finish(out)
-
-
-def _flips(args: argparse.Namespace) -> int:
-    _one_source(args.models, args.attentions, "flips")
-    out = _run(args, "flips", args.models, attentions=args.attentions)
-    print(
-        "flip rate of 'which head is closer' verdicts, keep vs drop (95% percentile bootstrap "
-        "interval over documents, or why there is none):"
-    )
-    for row in _tables(out)["flips"].itertuples(index=False):
-        ci = row.ci_note or f"[{row.ci_low:6.1%}, {row.ci_high:6.1%}] of {row.n_boot} resamples"
-        print(
-            f"  {row.model:<24} {row.metric:<12} {row.flip_rate:6.1%}  {ci}, {row.n_docs} "
-            f"documents; {row.n_triplets - row.n_ties} decided triplets ({row.n_ties} ties)"
-        )
-    return _finish(out)
-
-
-def _cluster(args: argparse.Namespace) -> int:
-    out = _run(args, "cluster", [args.model])
+    name = args.experiment
+    declared = experiment(name)
+    command = declared.command
+    assert command is not None  # the parser built this command from it
+    for field in command.files:
+        if Path(getattr(args, field)).is_file():
+            setattr(args, field, str(Path(getattr(args, field)).resolve()))
+    options: dict[str, Any] = {}
+    if command.sources == "series":
+        models: list[str] = []
+        options["series"] = args.series
+    elif command.sources in ("model", "model?"):
+        models = [args.model] if args.model else []
+    else:
+        models = list(args.models)
+    if command.sources in ("model?", "models*"):
+        files = getattr(args, "attentions", None)
+        files = [files] if isinstance(files, str) else files
+        _one_source(models, files, name)
+        options["attentions"] = files
+    out = _run(args, name, models, **options)
     tables = _tables(out)
-    summary, agreement = tables["cluster_summary"], tables["cluster_agreement"]
-    for model, part in summary.groupby("model", sort=False):
-        print(f"{model}: Spearman rho of MDS axis 1 with head sink mass, per variant:")
-        for row in part.itertuples(index=False):
-            rho = row.spearman_axis1_vs_sink_mass
-            print(f"  {row.variant:<18} {'n/a' if rho != rho else f'{rho:+.3f}'}")
-        pairs = agreement[
-            (agreement["model"] == model)
-            & (agreement["variant_a"] == "keep")
-            & (agreement["variant_b"] == "drop")
-        ]
-        ari = float(pairs["adjusted_rand"].iloc[0]) if len(pairs) else float("nan")
-        print(f"adjusted Rand index of the k-means clusters, keep vs drop: {ari:.3f}")
-        share = float(part["mean_sink_share_of_aitchison_sq"].iloc[0])
-        print(f"mean share of pairwise d_A^2 that is the sink term: {share:.3f}")
-    return _finish(out)
+    first = declared.view.needs[0] if declared.view is not None else declared.tables[0]
+    if first not in tables:  # every unit skipped (prune on an encoder): say why
+        units = tables["units"]
+        notes = units[units["experiment"] == name]["note"]
+        raise AttncodaError(str(notes.iloc[0]) if len(notes) else f"{name} wrote no tables")
 
+    def facts(model: str, revision: str) -> dict[str, Any]:
+        return _facts(out, Unit(name, model, revision))
 
-def _safety(args: argparse.Namespace) -> int:
-    from attncoda.experiments.safety import safe_regions
-
-    out = _run(args, "safety", args.models)
-    table = _tables(out)["safety"]
-    print(
-        "flip rate per bin (upper end of its 95% Clopper-Pearson interval over the decided "
-        "triplets, and their number):"
-    )
-    for row in table.itertuples(index=False):
-        print(
-            f"  {row.model:<20} {row.metric:<12} {row.bin_kind:<10} "
-            f"[{row.bin_low:.3g}, {row.bin_high:.3g})  flip rate {row.flip_rate:6.1%} "
-            f"(95% bound {row.flip_rate_high:6.1%} of {row.n_decided})"
-            + ("  SAFE" if row.safe else "")
-        )
-    regions = safe_regions(table)
-    for row in regions[regions["metric"] == "all"].itertuples(index=False):
-        print(f"{row.model}: {row.statement}")
+    print(command.summary(tables, facts, args.sink))
     return _finish(out)
 
 
@@ -214,91 +161,6 @@ def _predictor_fit(args: argparse.Namespace) -> int:
     for name, (low, high) in zip(predictor.features, predictor.training_range, strict=True):
         print(f"  {name}: training range [{low:.4g}, {high:.4g}]")
     return 0
-
-
-def _predictor_apply(args: argparse.Namespace) -> int:
-    from attncoda.experiments.predictor import standing as predictor_standing
-
-    if args.predictor != "shipped":
-        args.predictor = str(Path(args.predictor).resolve())
-    out = _run(args, "predictor", args.models)
-    for row in _tables(out)["predictor"].itertuples(index=False):
-        said = (
-            f"ABSTAIN ({row.reason})"
-            if row.abstained
-            else f"predicted {row.predicted:.1%} "
-            f"[{row.predicted_low:.1%}, {row.predicted_high:.1%}] "
-            f"(interval score {row.interval_score:.3f})"
-        )
-        if hasattr(row, "baseline_predicted"):
-            said += (
-                f"; baseline {row.baseline_predicted:.1%} [{row.baseline_predicted_low:.1%}, "
-                f"{row.baseline_predicted_high:.1%}] (interval score "
-                f"{row.baseline_interval_score:.3f})"
-            )
-        counted, standing = predictor_standing(row._asdict())
-        seen = getattr(row, "matched_training_model", "")
-        if counted:
-            verdict = f"{row.verdict} (held out; baseline {row.baseline_verdict})"
-        elif row.relation == "training" and seen and row.on_protocol:
-            verdict = f"training model {seen} (matched by {row.matched_by}): no test"
-        else:
-            verdict = f"{standing}: no test" if row.on_protocol else standing
-        print(f"{row.model}: {said}; measured {row.measured:.1%}; {verdict}")
-    return _finish(out)
-
-
-def _collapse(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    out = _run(args, "collapse", [], series=args.series)
-    table = _tables(out)["collapse"]
-    model = table[table["level"] == "model"]
-    print(
-        "model-level mean entropy change and its two-factor Shapley split (nats); the sink "
-        "share's range over the two one-sided orderings in brackets:"
-    )
-    for row in model.itertuples(index=False):
-        share = (
-            "n/a"
-            if pd.isna(row.sink_share)
-            else f"{row.sink_share:.1%} ({row.sink_share_low:.1%}-{row.sink_share_high:.1%})"
-        )
-        print(
-            f"  {row.pair_kind:<11} {row.label_from:>8} -> {row.label_to:<8} "
-            f"dH {row.delta_entropy:+.4f} = sink {row.delta_sink:+.4f} "
-            f"+ content {row.delta_content:+.4f}   sink share {share}"
-        )
-    return _finish(out)
-
-
-def _prune(args: argparse.Namespace) -> int:
-    out = _run(args, "prune", [args.model])
-    tables = _tables(out)
-    if "prune" not in tables:
-        units = tables["units"]
-        note = units[units["experiment"] == "prune"]["note"].iloc[0]
-        raise AttncodaError(note)
-    for _, table in tables["prune"].groupby(["model", "revision"], sort=False):
-        base = table[table["k"] == 0]
-        if len(base):
-            print(
-                f"unpruned perplexity: {float(base['perplexity'].iloc[0]):.3f} on "
-                f"{int(base['n_windows'].iloc[0])} windows; each ratio's 95% interval is a "
-                "paired percentile bootstrap over them"
-            )
-        pruned = table[table["k"] > 0]
-        for key, group in pruned.groupby(["ablation", "channel", "order"], sort=True):
-            worst = group.loc[group["ratio"].idxmax()]
-            ci = worst["ci_note"] or (
-                f"[{worst['ratio_ci_low']:.2f}, {worst['ratio_ci_high']:.2f}] of "
-                f"{int(worst['n_boot'])} resamples"
-            )
-            print(
-                f"  {key[0]:<8} {key[1]:<16} {key[2]:<5} worst ratio {worst['ratio']:9.2f} "
-                f"at k={int(worst['k'])}  {ci}"
-            )
-    return _finish(out)
 
 
 def _train_tiny(args: argparse.Namespace) -> int:
@@ -404,6 +266,7 @@ def _run_options_of(args: argparse.Namespace) -> dict[str, Any]:
         "settings": settings,
         "text": args.text,
         "progress": True,
+        "workers": args.workers,
         **capture_options(args),
     }
 
@@ -470,14 +333,7 @@ def _sweep(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "demo": _demo,
     "models": _models,
-    "profile": _profile,
-    "flips": _flips,
-    "cluster": _cluster,
-    "safety": _safety,
     "predictor fit": _predictor_fit,
-    "predictor apply": _predictor_apply,
-    "collapse": _collapse,
-    "prune": _prune,
     "reproduce": _reproduce,
     "report": _report,
     "sweep": _sweep,
@@ -486,5 +342,8 @@ _COMMANDS = {
 
 
 def run_command(name: str, args: argparse.Namespace) -> int:
-    """Run the command ``name`` (``"predictor fit"`` for a subcommand) on ``args``."""
+    """Run the command ``name`` (``"predictor fit"`` for a subcommand) on ``args``: an
+    experiment's (the parser set ``args.experiment``) or one of the others."""
+    if getattr(args, "experiment", None) is not None:
+        return _experiment(args)
     return int(_COMMANDS[name](args))

@@ -1,45 +1,23 @@
-"""The ``attncoda`` parser: one subcommand per experiment, its options built from the
-experiment's ``Settings``, and :func:`main`."""
+"""The ``attncoda`` parser: one subcommand per experiment of the registry, built from its
+``Command`` and its options from its ``Settings``, and :func:`main`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from attncoda._errors import AttncodaError, one_line_errors
 from attncoda.cli._args import Parser, add_settings, bind_setting, names, validate
-
-#: Option strings of settings fields whose option is not ``--<field-name>`` alone: older
-#: names stay as aliases. (The window length is ``--max-tokens``, from its field; ``--tokens``
-#: is the token-id file of given attention, as ``tokens=`` is token ids in Python.)
-FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
-    "profile": {},
-    "flips": {},
-    "cluster": {"n_clusters": ("--n-clusters", "--clusters")},
-    "safety": {"n_bins": ("--n-bins", "--bins"), "threshold": ("--threshold", "--safe-threshold")},
-    "predictor": {},
-    "collapse": {},
-    "prune": {
-        "ks": ("--ks", "--k"),
-        "orders": ("--orders", "--order"),
-        "ablations": ("--ablations", "--ablation"),
-    },
-    "rows": {},
-}
-
-
-def _settings(p: argparse.ArgumentParser, name: str, skip: Sequence[str] = ()) -> None:
-    from attncoda.experiments.contract import experiment
-
-    add_settings(p, experiment(name).settings, flags=FLAGS[name], skip=skip)
+from attncoda.run.pool import cores
 
 
 def _rows(p: argparse.ArgumentParser) -> None:
     from attncoda.run.config import Rows
 
-    add_settings(p, Rows, flags=FLAGS["rows"])
+    add_settings(p, Rows)
 
 
 def _corpus_options(p: argparse.ArgumentParser) -> None:
@@ -55,7 +33,8 @@ def _corpus_options(p: argparse.ArgumentParser) -> None:
 
 
 def _capture_options(p: argparse.ArgumentParser) -> None:
-    from attncoda.capture.names import KERNELS, METHODS
+    from attncoda.capture.kernels.registry import KERNELS, describe
+    from attncoda.capture.names import METHODS
     from attncoda.models.placement import DEVICE_MAPS
     from attncoda.run.options import DEVICES, DTYPES
 
@@ -87,7 +66,7 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
         "--kernel",
         default="auto",
         choices=KERNELS,
-        help="the fast path's kernel: auto (triton on cuda, else sdpa), triton or sdpa",
+        help=f"the fast path's kernel: {describe()}",
     )
 
 
@@ -163,49 +142,72 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
     p.add_argument("--sink", default="first", help="sink spec, as for profile")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=cores(),
+        help="units at the same time, each in a process of its own with its share of the "
+        f"cores, as dependencies and memory allow (default: the cores, {cores()})",
+    )
     _capture_options(p)
 
 
-def _experiment_parsers(sub: Any) -> None:
+def _sources(p: argparse.ArgumentParser, command: Any) -> None:
+    """The command's sources argument (:data:`attncoda.experiments.contract.SOURCES`)."""
+    kind, shown = command.sources, command.source_help or None
+    if kind == "model":
+        p.add_argument("model", help=shown)
+    elif kind == "model?":
+        p.add_argument("model", nargs="?", help=shown)
+        _attention_options(p, several=False)
+    elif kind == "models*":
+        p.add_argument("models", nargs="*", help=shown)
+        _attention_options(p, several=True)
+    elif kind == "models+":
+        p.add_argument("models", nargs="+", help=shown)
+    else:
+        p.add_argument("series", help=shown)
+
+
+def _experiment_parsers(sub: Any) -> dict[str, Any]:
+    """One subcommand per experiment of the registry, built from its
+    :class:`~attncoda.experiments.contract.Command` and ``Settings``; returns the
+    subparsers of the commands that take an action (``predictor apply``), by name."""
+    from attncoda.experiments.contract import EXPERIMENTS, experiment
+
+    actions: dict[str, Any] = {}
+    for name in EXPERIMENTS:
+        declared = experiment(name)
+        command = declared.command
+        if command is None:
+            continue
+        typed = name.replace("_", "-")  # a name's underscores are typed as dashes
+        if command.action is None:
+            p = sub.add_parser(typed, help=command.help)
+        else:
+            group = sub.add_parser(typed, help=command.help)
+            actions[name] = group.add_subparsers(dest="action", required=True)
+            p = actions[name].add_parser(command.action, help=command.help)
+        if command.positional is not None:
+            field = {f.name: f for f in dataclasses.fields(declared.settings)}[command.positional]
+            p.add_argument(command.positional, help=field.metadata.get("help"))
+        _sources(p, command)
+        skip = (command.positional,) if command.positional else ()
+        add_settings(p, declared.settings, flags=command.flags, skip=skip)
+        if declared.shared_rows:
+            _rows(p)
+        _corpus_options(p)
+        shown = typed if command.action is None else f"{typed} {command.action}"
+        p.set_defaults(command_name=shown, experiment=name)
+    return actions
+
+
+def _predictor_fit_parser(actions: Any) -> None:
+    """``attncoda predictor fit``: the release tool that fits a predictor file (the run
+    layer's :func:`attncoda.run.fit.fit_and_freeze`), beside the experiment's ``apply``."""
     from attncoda.experiments.predictor import DEFAULT_ALPHA
 
-    prof = sub.add_parser("profile", help="per-row and per-head sink/entropy statistics")
-    prof.add_argument(
-        "model",
-        nargs="?",
-        help="smollm2 | minilm | gemma3 | mpnet | qwen2.5-coder-1.5b | owner/name[@rev] | "
-        "folder | file.gguf",
-    )
-    _attention_options(prof, several=False)
-    _settings(prof, "profile")
-    _corpus_options(prof)
-    prof.set_defaults(command_name="profile")
-
-    fl = sub.add_parser("flips", help="flip rate of head-similarity verdicts, keep vs drop")
-    fl.add_argument("models", nargs="*")
-    _attention_options(fl, several=True)
-    _settings(fl, "flips")
-    _rows(fl)
-    _corpus_options(fl)
-    fl.set_defaults(command_name="flips")
-
-    cl = sub.add_parser("cluster", help="Clark et al. head clustering under four variants")
-    cl.add_argument("model")
-    _settings(cl, "cluster")
-    _rows(cl)
-    _corpus_options(cl)
-    cl.set_defaults(command_name="cluster")
-
-    sa = sub.add_parser("safety", help="flip rate by sink share and sink-mass gap")
-    sa.add_argument("models", nargs="+")
-    _settings(sa, "safety")
-    _rows(sa)
-    _corpus_options(sa)
-    sa.set_defaults(command_name="safety")
-
-    pr = sub.add_parser("predictor", help="fit or apply the frozen flip-rate predictor")
-    prs = pr.add_subparsers(dest="action", required=True)
-    fit = prs.add_parser("fit", help="fit on models, write a frozen JSON file")
+    fit = actions.add_parser("fit", help="fit on models, write a frozen JSON file")
     fit.add_argument("models", nargs="+")
     _rows(fit)
     _corpus_options(fit)
@@ -218,29 +220,6 @@ def _experiment_parsers(sub: Any) -> None:
         "1 - 2 alpha); needs at least 1/alpha - 1 models",
     )
     fit.set_defaults(command_name="predictor fit")
-    app = prs.add_parser("apply", help="predict, measure and give the verdict")
-    app.add_argument("predictor", help="a predictor JSON file, or 'shipped' for the built-in one")
-    app.add_argument("models", nargs="+")
-    _settings(app, "predictor", skip=("predictor",))
-    _rows(app)
-    _corpus_options(app)
-    app.set_defaults(command_name="predictor apply")
-
-    co = sub.add_parser("collapse", help="entropy change over checkpoints, split exactly")
-    co.add_argument(
-        "series",
-        help="bigram-backcopy (the shipped series), owner/name@step0,step512,... or a folder "
-        "of stepN checkpoints",
-    )
-    _settings(co, "collapse")
-    _corpus_options(co)
-    co.set_defaults(command_name="collapse")
-
-    pu = sub.add_parser("prune", help="prune heads by a channel, measure held-out perplexity")
-    pu.add_argument("model")
-    _settings(pu, "prune")
-    _corpus_options(pu)
-    pu.set_defaults(command_name="prune")
 
 
 def _run_parsers(sub: Any) -> None:
@@ -344,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mo.set_defaults(command_name="models")
 
-    _experiment_parsers(sub)
+    _predictor_fit_parser(_experiment_parsers(sub)["predictor"])
     _run_parsers(sub)
     _train_parser(sub)
     return parser

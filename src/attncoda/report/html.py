@@ -3,10 +3,11 @@ experiment's command).
 
 :func:`render_report` reads ``DIR/manifest.json`` and ``DIR/tables/*.parquet`` only (no model
 is loaded) and writes ``DIR/report.html``: a header with the run's facts, then one
-``<section>`` per experiment (profile, flips, cluster, safety, predictor, collapse, prune).
-Each section sets the paper's claim beside the measured numbers, then the measured tables
-and figures. Every table caption and figure caption names its convention (keep vs drop, or
-none for the exact sink/content splits) and the sink spec of the run.
+``<section>`` per experiment of the registry, written by the experiment's own
+:class:`~attncoda.experiments.contract.View`. Each section sets the paper's claim beside the
+measured numbers, then the measured tables and figures. Every table caption and figure
+caption names its convention (keep vs drop, or none for the exact sink/content splits) and
+the sink spec of the run.
 
 The page is self-contained (figures are base64 PNGs, CSS is inline, there is no script) and
 deterministic: rendering the same folder twice gives the same bytes.
@@ -19,51 +20,29 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attncoda.experiments.contract import EXPERIMENTS, View, experiment
+from attncoda.experiments.view import Context, esc, is_missing, model_label, note, table
 from attncoda.models.spec import parse_spec
-from attncoda.report.html_parts import esc, is_missing, model_label, note, table
-from attncoda.report.html_predictor import predictor_section
-from attncoda.report.html_prune import prune_section
-from attncoda.report.html_safety import safety_section
-from attncoda.report.html_sections import (
-    Context,
-    cluster_section,
-    flips_section,
-    profile_section,
-)
-from attncoda.report.html_training import collapse_section
 from attncoda.store import atomic_write_bytes, read_json
 from attncoda.store.runs import read_run_tables
 
-__all__ = ["REPORT_NAME", "SECTIONS", "render_report"]
+__all__ = ["REPORT_NAME", "render_report", "sections"]
 
 REPORT_NAME = "report.html"
 
-#: ``(id, title, tables it needs, builder)`` of every section, in page order. A section
-#: whose first table is absent says it was not run.
-SECTIONS: tuple[tuple[str, str, tuple[str, ...], Callable[[Context], str]], ...] = (
-    (
-        "profile",
-        "Profile: sink mass and the exact entropy split",
-        ("profile_heads",),
-        profile_section,
-    ),
-    ("flips", "Flips: verdicts that change between keep and drop", ("flips",), flips_section),
-    (
-        "cluster",
-        "Cluster: head clustering (Clark et al. 2019) under four variants",
-        ("cluster_summary",),
-        cluster_section,
-    ),
-    ("safety", "Safety map: where each convention is safe", ("safety",), safety_section),
-    ("predictor", "Predictor: a frozen flip-rate predictor", ("predictor",), predictor_section),
-    (
-        "collapse",
-        "Collapse: entropy over training, sink vs content",
-        ("collapse",),
-        collapse_section,
-    ),
-    ("prune", "Prune: which channel is safe to prune heads by", ("prune",), prune_section),
-)
+
+
+def sections() -> list[tuple[str, View]]:
+    """``(experiment, view)`` of every section, in page order: the registry's
+    (:data:`attncoda.experiments.contract.EXPERIMENTS`). A section whose first table is absent
+    says it was not run."""
+    out = []
+    for name in EXPERIMENTS:
+        view = experiment(name).view
+        if view is not None:
+            out.append((name, view))
+    return out
+
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;
@@ -119,12 +98,12 @@ def render_report(run_dir: str | os.PathLike[str]) -> Path:
     config = manifest.get("config", {}) if isinstance(manifest, Mapping) else {}
     ctx = Context(tables=tables, sink=str(config.get("sink", "first")))
     body = [_header(manifest, ctx)]
-    for section_id, title, needs, build in SECTIONS:
-        present = all(ctx.get(n) is not None for n in needs)
-        inner = _build(build, ctx) if present else _not_run(section_id, needs, config)
+    for section_id, view in sections():
+        present = all(ctx.get(n) is not None for n in view.needs)
+        inner = _build(view.section, ctx) if present else _not_run(section_id, view, config)
         body.append(
-            f'<section id="{section_id}"><h2>{esc(title)}</h2>\n'
-            + _skipped(ctx, section_id)
+            f'<section id="{section_id}"><h2>{esc(view.title)}</h2>\n'
+            + _skipped(ctx, section_id, view)
             + inner
             + "</section>\n"
         )
@@ -203,7 +182,7 @@ def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
         _models(manifest.get("model_info") or {}, config.get("models") or [], convention),
         _units(ctx),
         "<nav><ol>"
-        + "".join(f'<li><a href="#{sid}">{esc(title)}</a></li>' for sid, title, _, _ in SECTIONS)
+        + "".join(f'<li><a href="#{sid}">{esc(v.title)}</a></li>' for sid, v in sections())
         + "</ol></nav></header>\n",
     ]
     return "".join(parts)
@@ -309,11 +288,11 @@ def _units(ctx: Context) -> str:
     ) + "".join(note(n) for n in notes)
 
 
-def _skipped(ctx: Context, section_id: str) -> str:
+def _skipped(ctx: Context, section_id: str, view: View) -> str:
     units = ctx.get("units")
     if units is None:
         return ""
-    wanted = {section_id, "train"} if section_id == "collapse" else {section_id}
+    wanted = {section_id, *view.units}
     lines = [
         f"{model_label(r['model'], r['revision'])} ({r['experiment']})"
         + (f": {r['note']}" if not is_missing(r["note"]) and str(r["note"]) else "")
@@ -325,10 +304,10 @@ def _skipped(ctx: Context, section_id: str) -> str:
     return note("Units not run for this section — " + "; ".join(lines) + ".", "not-run")
 
 
-def _not_run(section_id: str, needs: Sequence[str], config: Mapping[str, Any]) -> str:
+def _not_run(section_id: str, view: View, config: Mapping[str, Any]) -> str:
     experiments = [str(e) for e in config.get("experiments", [])]
     if section_id not in experiments:
         why = f"{section_id} is not among this run's experiments ({', '.join(experiments)})"
     else:
-        why = f"this folder has no tables/{needs[0]}.parquet (no unit produced it)"
+        why = f"this folder has no tables/{view.needs[0]}.parquet (no unit produced it)"
     return note(f"This section was not run: {why}.", "not-run")

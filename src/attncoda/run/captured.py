@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ from attncoda.experiments.contract import head_rows as rows_of_capture
 from attncoda.run.options import CaptureOptions
 from attncoda.run.windows import corpus_windows
 
-__all__ = ["Captured", "capture_corpus", "head_rows"]
+__all__ = ["Captured", "capture_corpus", "capture_ids", "head_rows"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,6 @@ def capture_corpus(
     registered attention function, by the options' method, kernel, sink and seed. The
     config records the dtype, the device the model ran on and the method (all three change
     the numbers), and the device map when one placed the model."""
-    from attncoda.capture import capture_windows
     from attncoda.models.load import load_model
     from attncoda.models.placement import input_device
 
@@ -70,18 +70,14 @@ def capture_corpus(
     if tokenizer is None:
         raise AttncodaError(f"model {spec!r} has no tokenizer: give a folder with one")
     found, corpus_facts = corpus_windows(tokenizer, text=text, max_tokens=max_tokens, docs=docs)
-    cap = capture_windows(
-        model,
+    cap = capture_ids(
+        (model, tokenizer),
         [w.input_ids for w in found],
+        options,
         batch_size=batch_size,
-        sink=sink,
-        tokenizer=tokenizer,
         record_rows=record_rows,
-        seed=seed,
         block_size=block_size,
         progress=progress,
-        method=method,
-        kernel=options.kernel,
     )
     if cap.mode == "outputs":
         # The automatic fallback changes how rows are read (eager probabilities, a zero
@@ -110,6 +106,75 @@ def capture_corpus(
         **({"kernel": cap.kernel} if cap.kernel is not None else {}),
     }
     return Captured(spec=spec, info=info, capture=cap, config=config)
+
+
+def capture_ids(
+    loaded: tuple,
+    windows: Sequence[Any],
+    options: CaptureOptions,
+    *,
+    batch_size: int = 8,
+    record_rows: Any = "none",
+    block_size: int = 512,
+    progress: bool = False,
+) -> Any:
+    """The capture of token windows by a loaded ``(model, tokenizer, ...)``, made as the
+    run's ``options`` say: their method, kernel, sink and seed (the model was loaded with
+    their dtype and device). The one place a run turns its options into a capture: the
+    corpus windows of :func:`capture_corpus` and the windows the runner captures for an
+    experiment (prune's profiling windows, each collapse checkpoint's series windows).
+
+    Parameters
+    ----------
+    loaded : tuple
+        ``(model, tokenizer, ...)``; only the first two are read (the tokenizer for token
+        sink specs and the pad id; ``None`` works for other specs).
+    windows : sequence of sequence of int
+        Token ids of each window, unpadded (``Window`` objects are read by their
+        ``input_ids``).
+    options : CaptureOptions
+        How to capture.
+    batch_size, record_rows, block_size, progress
+        As for :func:`attncoda.capture_windows`.
+
+    Returns
+    -------
+    Capture
+
+    Raises
+    ------
+    AttncodaError
+        A window that holds a token id outside the model's vocabulary (windows cut by
+        another tokenizer), and every error of :func:`attncoda.capture_windows`.
+    """
+    import numpy as np
+
+    from attncoda.capture import capture_windows
+
+    model, tokenizer = loaded[0], loaded[1]
+    ids = [np.asarray(getattr(w, "input_ids", w), dtype=np.int64) for w in windows]
+    config = getattr(model, "config", None)
+    text_config = getattr(config, "get_text_config", lambda: config)()
+    vocab = getattr(text_config, "vocab_size", None)
+    top = max((int(w.max()) for w in ids if w.size), default=-1)
+    if isinstance(vocab, int) and top >= vocab:
+        raise AttncodaError(
+            f"the model has a vocabulary of {vocab} tokens, but the windows hold token id "
+            f"{top}: make the windows with this model's tokenizer"
+        )
+    return capture_windows(
+        model,
+        ids,
+        batch_size=batch_size,
+        sink=options.sink,
+        tokenizer=tokenizer,
+        record_rows=record_rows,
+        seed=options.seed,
+        block_size=block_size,
+        progress=progress,
+        method=options.method,
+        kernel=options.kernel,
+    )
 
 
 def head_rows(captured: Captured) -> HeadRows:

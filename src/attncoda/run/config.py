@@ -304,18 +304,14 @@ def run_config(
 
 def _kernel(kernel: str, method: str, device: str, dtype: str | None = None) -> str | None:
     """The fast path's kernel on ``device`` (None for the exact path; the options checked
-    the kernel's name), and float64 with the fast path on CUDA refused before any load."""
-    from attncoda.capture.kernels import resolve_kernel
+    the kernel's name), and a dtype no kernel takes there (float64 on CUDA) refused before
+    any load (:func:`attncoda.capture.kernels.check_dtype`)."""
+    from attncoda.capture.kernels.registry import check_dtype, resolve_kernel
 
     if method != "fast":
         return None
     where = resolve_device(device)
-    wide = dtype is not None and str(dtype).removeprefix("torch.") in ("float64", "double")
-    if where == "cuda" and wide:
-        raise AttncodaError(
-            "method='fast' on cuda takes float32, bfloat16 or float16 (its kernels have no "
-            "float64): use dtype='float32', or method='exact' to keep float64"
-        )
+    check_dtype(where, dtype)
     return resolve_kernel(kernel, where)
 
 

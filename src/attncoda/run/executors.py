@@ -48,6 +48,7 @@ class InProcess:
         self.keep_going = keep_going
 
     def run(self, job: Job, log: Progress) -> dict[str, str]:
+        from attncoda._progress import shown
         from attncoda.run.execute import run_unit
 
         failed: dict[str, str] = {}
@@ -61,7 +62,8 @@ class InProcess:
             for attempt in range(self.retries + 1):
                 start = time.perf_counter()
                 try:
-                    facts = run_unit(unit, job.config, job.root, job.command)
+                    with shown(log.enabled):  # progress inside the unit, as the run's
+                        facts = run_unit(unit, job.config, job.root, job.command)
                 except AttncodaError as exc:
                     if not self.keep_going:
                         raise AttncodaError(f"unit {unit.key} failed: {exc}") from exc

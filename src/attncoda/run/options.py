@@ -64,8 +64,8 @@ class CaptureOptions:
     method : str
         The capture method: ``"exact"`` (the reference) or ``"fast"``.
     kernel : str
-        The fast path's kernel: ``"auto"``, ``"triton"`` or ``"sdpa"``; anything but
-        ``"auto"`` needs ``method="fast"``.
+        The fast path's kernel, one of :data:`attncoda.capture.kernels.registry.KERNELS`
+        (``"auto"``, or a kernel's name); anything but ``"auto"`` needs ``method="fast"``.
     device_map : str or dict or None
         Spread each model over GPUs, the CPU and the disk instead of ``device`` (which then
         stays ``"cpu"``), as for :func:`attncoda.load_model`.
@@ -97,7 +97,8 @@ class CaptureOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from attncoda.capture.names import KERNELS, METHODS
+        from attncoda.capture.kernels.registry import KERNELS
+        from attncoda.capture.names import METHODS
         from attncoda.capture.sinks import parse_sink
         from attncoda.models.placement import check_run_placement
 

@@ -273,6 +273,30 @@ def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any
     return captured.capture, _read_from(captured)
 
 
+def _options(config: Mapping[str, Any]) -> CaptureOptions:
+    """How this process captures for the run of ``config``: its options, with its sink and
+    seed."""
+    return replace(_OPTIONS, sink=config["sink"], seed=config["seed"])
+
+
+def _capture_windows(
+    exp: Experiment, src: Source, config: Mapping[str, Any], settings: Any, windows: list
+) -> tuple[Any, dict]:
+    """The capture of the windows ``exp.captures`` picks of the unit's ``windows``, made with
+    the run's options by the unit's model (statistics only, no full rows), and what its
+    facts record of it."""
+    from attncoda.run.captured import capture_ids
+
+    if exp.captures is None:
+        raise AttncodaError(
+            f"{exp.name} needs windows and a capture but does not say which windows to "
+            "capture: give its Experiment a captures function"
+        )
+    chosen = list(exp.captures(windows, settings))
+    cap = capture_ids(loaded(src.spec), chosen, _options(config), record_rows="none")
+    return cap, {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
+
+
 def _captured(
     src: Source, config: Mapping[str, Any], *, docs: int, max_tokens: int, record_rows: str
 ) -> Any:
@@ -285,7 +309,7 @@ def _captured(
     return capture_corpus(
         src.spec,
         text=config["corpus"]["text"],
-        options=replace(_OPTIONS, sink=config["sink"], seed=config["seed"]),
+        options=_options(config),
         max_tokens=max_tokens,
         docs=docs,
         loaded=loaded(src.spec),
@@ -330,7 +354,9 @@ class Provided:
         The facts of the model (or attention file) the unit read.
     facts : dict
         ``model_info``, ``device`` and, when the unit captured, what it read (``windows``
-        and ``max_tokens``, or ``documents`` of given attention).
+        and ``max_tokens``, or ``documents`` of given attention); for a capture of the
+        unit's own windows (prune, collapse), ``captured``: how many, and the ``method``
+        and ``kernel`` it was made with.
     """
 
     inputs: Inputs
@@ -373,11 +399,17 @@ def provide(
             values["read"] = _rows_read(src, config, at, facts["read"])
             if exp.identifies and not src.given:  # hashed only for an experiment that needs it
                 values["rows"] = replace(values["rows"], identity=_identity(src))
+        elif need == "capture" and "windows" in exp.needs:  # of the unit's own windows
+            if "windows" not in values:
+                values["windows"] = _windows(exp, src, config, root, settings)
+            values["capture"], facts["captured"] = _capture_windows(
+                exp, src, config, settings, values["windows"]
+            )
         elif need == "capture":
             values["capture"], facts["read"] = _capture(src, config, settings)
         elif need == "model":
             values["loaded"] = loaded(src.spec)
-        elif need == "windows":
+        elif need == "windows" and "windows" not in values:
             values["windows"] = _windows(exp, src, config, root, settings)
         elif need == "checkpoint":
             values["checkpoint"] = src.point

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import EXPERIMENTS
 from attncoda.run.execute import RUN, finalise, open_run, writing
 from attncoda.run.executors import Executor, InProcess, Job, Progress
 from attncoda.run.options import CaptureOptions
 from attncoda.run.plan import Plan
+from attncoda.run.pool import LocalPool
 from attncoda.store.runs import (
     DONE,
     RunStore,
@@ -130,8 +132,10 @@ def reproduce(
     text: str | None = None,
     options: CaptureOptions | None = None,
     progress: bool = True,
+    workers: int = 1,
 ) -> ReproduceResult:
-    """Run every experiment on ``models`` into the run folder ``out``, in this process.
+    """Run every experiment on ``models`` into the run folder ``out``, in this process or
+    on a pool of ``workers`` processes.
 
     Parameters
     ----------
@@ -162,7 +166,15 @@ def reproduce(
         disk go to its ``offload_folder``, by default ``out/offload``; the manifest's config
         records the map.
     progress : bool
-        Print one line per unit and an overall progress bar (on stderr).
+        Print one line per unit and an overall progress bar (on stderr), and progress
+        inside each long unit.
+    workers : int
+        Units run at the same time, each in a process of its own with its share of the
+        cores (:class:`attncoda.run.pool.LocalPool`), as their dependencies and the
+        machine's memory allow; 1 (the default): one after another in this process. The
+        tables are the same either way (to float32 rounding: the threads per process
+        differ); the run config does not record it, so a run may resume with another
+        number.
 
     Returns
     -------
@@ -181,6 +193,7 @@ def reproduce(
         out,
         keep_finished=True,
         progress=progress,
+        workers=workers,
         series=series,
         experiments=experiments,
         scale=scale,
@@ -241,6 +254,7 @@ def _run_here(
     *,
     keep_finished: bool,
     progress: bool,
+    workers: int = 1,
     **run_args: Any,
 ) -> ReproduceResult:
     """Run ``command``'s units on ``models`` into ``out`` in this process (``run_args``:
@@ -251,6 +265,8 @@ def _run_here(
     ``keep_finished`` and a unit finished: finished units of a long run are worth resuming;
     a run that finished none left nothing but its own manifest and lock.
     """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise AttncodaError(f"workers must be a positive integer; got {workers!r}")
     check_run_folder(out)
     created = new_folders(out)
     if not run_args.get("attentions"):
@@ -258,7 +274,9 @@ def _run_here(
     store: RunStore | None = None
     try:
         config, store, run, todo = open_run(list(models), out, command=command, **run_args)
-        executor = InProcess(keep_going=False)
+        executor: Executor = (
+            InProcess(keep_going=False) if workers == 1 else LocalPool(workers, keep_going=False)
+        )
         result = execute_run(config, store, run, todo, executor, command=command, progress=progress)
     except Exception:
         finished = keep_finished and any((Path(out) / "units").glob(f"*/*/{DONE}"))

@@ -62,6 +62,7 @@ from attncoda.models.spec import join_spec, parse_spec
 from attncoda.run.execute import RUN, open_run
 from attncoda.run.executors import InProcess, OnRay
 from attncoda.run.options import CaptureOptions
+from attncoda.run.pool import LocalPool
 from attncoda.run.ray_tasks import TASK_CPUS
 from attncoda.run.reproduce import ReproduceResult, execute_run
 
@@ -111,6 +112,7 @@ def sweep(
     ray_local: int | None = None,
     retries: int = 2,
     progress: bool = True,
+    workers: int = 1,
 ) -> SweepResult:
     """Run every experiment on every model at every revision, one unit at a time or on Ray.
 
@@ -136,6 +138,9 @@ def sweep(
         failure).
     progress : bool
         Print one line per unit and an overall progress bar (on stderr).
+    workers : int
+        Without Ray: units at the same time on a local pool of processes
+        (:class:`attncoda.run.pool.LocalPool`); 1: one after another in this process.
 
     Returns
     -------
@@ -149,8 +154,12 @@ def sweep(
     """
     if int(retries) < 0:
         raise AttncodaError(f"--retries {retries} must be 0 or more")
-    if ray_address is None and ray_local is None:
-        executor: InProcess | OnRay = InProcess(retries=int(retries), keep_going=True)
+    if ray_address is None and ray_local is None and workers != 1:
+        executor: InProcess | OnRay | LocalPool = LocalPool(
+            workers, retries=int(retries), keep_going=True
+        )
+    elif ray_address is None and ray_local is None:
+        executor = InProcess(retries=int(retries), keep_going=True)
     else:
         executor = OnRay(address=ray_address, local=ray_local, retries=int(retries))
     config, store, run, todo = open_run(

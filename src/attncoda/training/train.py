@@ -122,7 +122,8 @@ def train_tiny(
     overwrite : bool
         Replace a series of another configuration in ``out_dir``.
     progress : bool
-        Show a tqdm progress bar with the running training loss.
+        Show progress with the running training loss (a bar on a terminal, a line every
+        10 s elsewhere); also inside a run that shows progress.
 
     Returns
     -------
@@ -168,18 +169,17 @@ def train_tiny(
     finished, stale = inspect_out_dir(out, record, overwrite)
     if finished is not None:
         return finished
-    from tqdm.auto import tqdm
+    from attncoda._progress import Meter, showing
 
     job = TrainJob(out, run, record, task if run.task == BIGRAM_BACKCOPY else None, docs, stale)
     desc = "train-tiny" if run.task != BIGRAM_BACKCOPY else f"train-tiny {BIGRAM_BACKCOPY}"
-    with tqdm(total=run.steps, desc=desc, unit="step", disable=not progress) as bar:
+    shown = progress or showing()  # asked for, or inside a run that shows progress
+    with Meter(desc=desc, unit="step", total=run.steps, enabled=shown) as meter:
 
         def report(step: int, loss: float) -> None:
-            bar.update(step - bar.n)
-            if step % 10 == 1 or step == run.steps:
-                bar.set_postfix(loss=f"{loss:.3f}")
+            meter.update(step, f"loss {loss:.3f}")
 
-        return run_pinned(job, report if progress else None)  # type: ignore[no-any-return]
+        return run_pinned(job, report if shown else None)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

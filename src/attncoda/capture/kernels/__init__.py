@@ -3,84 +3,132 @@ matrix.
 
 What it holds:
 
-- the SDPA path (PyTorch's fused attention called twice, :func:`fast_attention`);
-- the one-pass Triton kernel (:func:`fused_attention`, its ``@triton.jit`` source, and
-  whether triton runs here: :func:`triton_available`, :func:`interpreting`);
+- the kernel registry (:mod:`attncoda.capture.kernels.registry`): the :class:`Kernel`
+  protocol, the kernels in the order ``"auto"`` prefers them, and every choice and
+  capability check in one place: :data:`KERNELS` (the names users type),
+  :func:`resolve_kernel` (which kernel serves a device), :func:`check_dtype` (the fast path
+  in a dtype no kernel takes on the device, float64 on CUDA) and :func:`record_layer`
+  (which kernel runs a routed layer);
+- one module per kernel, named as users type it, declaring it to the registry:
+  :mod:`~attncoda.capture.kernels.sdpa` (PyTorch's fused attention called twice,
+  :func:`sdpa_attention`, in ``_sdpa``) and :mod:`~attncoda.capture.kernels.triton` (one
+  fused Triton pass, :func:`triton_attention`: its launcher in ``_triton``, its
+  ``@triton.jit`` source in ``_triton_jit``; whether triton runs here,
+  :func:`triton_available`, :func:`interpreting`), and the fused kernel's first-use check
+  under ``"auto"`` (:func:`first_use_check`);
 - the mask geometry both read (:func:`boolean_mask`, :func:`read_mask`, :class:`MaskShape`,
   :func:`mask_shape`), read once per mask in a forward pass;
-- kernel selection, in one place: :func:`resolve_kernel` (which kernel serves a device) and
-  :func:`record_layer` (which kernel runs a routed layer, with the recorder glue they share),
-  and the fused kernel's first-use check under ``"auto"`` (:func:`first_use_check`);
 - the error bounds of the fast path against the exact one (:func:`fast_bounds` and kin),
   and of the fused kernel (:func:`fused_bounds`, compiled terms included);
 - the fused kernel's launch table per (architecture, dtype, head dim), and its offline
   compile for CUDA targets without a GPU (:func:`launch_config`, :func:`compile_offline`).
 
 What it may import: :mod:`attncoda.capture.stats`, :mod:`attncoda.capture.names`,
-:mod:`attncoda._errors`, torch (and triton, lazily).
+:mod:`attncoda._errors`, torch (and triton, lazily). The names below are served lazily, so
+that the registry and the kernels' declarations import without torch (the command line
+reads :data:`KERNELS`).
 """
 
 from __future__ import annotations
 
-from ._bounds import (
-    FLOAT64_ROUNDOFF,
-    UNIT_ROUNDOFF,
-    difference_bounds,
-    exact_bounds,
-    fast_bounds,
-    float64_part,
-    fused_bounds,
-    score_perturbation,
-    score_scale,
-)
-from ._check import checked_configurations, first_use_check, reference
-from ._configs import (
-    ARCHITECTURES,
-    DTYPES,
-    FLAGS,
-    HEAD_DIMS,
-    LaunchConfig,
-    Refused,
-    architecture_of,
-    compile_offline,
-    compiled_kernels,
-    launch_config,
-)
-from ._fused import KernelRefused, fused_attention, launch_for
-from ._masks import MASK_ROWS, MaskShape, boolean_mask, mask_shape, read_mask
-from ._sdpa import FAST_STATISTICS, fast_attention, visible_keys
-from ._select import record_layer, resolve_kernel
-from ._triton import interpreting, triton_available
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._bounds import (
+        FLOAT64_ROUNDOFF,
+        UNIT_ROUNDOFF,
+        difference_bounds,
+        exact_bounds,
+        fast_bounds,
+        float64_part,
+        fused_bounds,
+        score_perturbation,
+        score_scale,
+    )
+    from ._check import checked_configurations, first_use_check, reference
+    from ._configs import (
+        ARCHITECTURES,
+        DTYPES,
+        FLAGS,
+        HEAD_DIMS,
+        LaunchConfig,
+        Refused,
+        architecture_of,
+        compile_offline,
+        compiled_kernels,
+        launch_config,
+    )
+    from ._masks import MASK_ROWS, MaskShape, boolean_mask, mask_shape, read_mask
+    from ._sdpa import FAST_STATISTICS, sdpa_attention, visible_keys
+    from ._triton import KernelRefused, launch_for, triton_attention
+    from ._triton_jit import interpreting, triton_available
+    from .registry import KERNELS, Kernel, check_dtype, lookup, record_layer, resolve_kernel
+
+_MODULES = {
+    "._bounds": (
+        "FLOAT64_ROUNDOFF",
+        "UNIT_ROUNDOFF",
+        "difference_bounds",
+        "exact_bounds",
+        "fast_bounds",
+        "float64_part",
+        "fused_bounds",
+        "score_perturbation",
+        "score_scale",
+    ),
+    "._check": ("checked_configurations", "first_use_check", "reference"),
+    "._configs": (
+        "ARCHITECTURES",
+        "DTYPES",
+        "FLAGS",
+        "HEAD_DIMS",
+        "LaunchConfig",
+        "Refused",
+        "architecture_of",
+        "compile_offline",
+        "compiled_kernels",
+        "launch_config",
+    ),
+    "._masks": ("MASK_ROWS", "MaskShape", "boolean_mask", "mask_shape", "read_mask"),
+    "._sdpa": ("FAST_STATISTICS", "sdpa_attention", "visible_keys"),
+    "._triton": ("KernelRefused", "launch_for", "triton_attention"),
+    ".registry": ("KERNELS", "Kernel", "check_dtype", "lookup", "record_layer", "resolve_kernel"),
+    "._triton_jit": ("interpreting", "triton_available"),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "ARCHITECTURES",
     "DTYPES",
     "FAST_STATISTICS",
     "FLAGS",
+    "FLOAT64_ROUNDOFF",
     "HEAD_DIMS",
+    "KERNELS",
+    "Kernel",
     "KernelRefused",
     "LaunchConfig",
+    "MASK_ROWS",
+    "MaskShape",
     "Refused",
+    "UNIT_ROUNDOFF",
     "architecture_of",
+    "boolean_mask",
+    "check_dtype",
+    "checked_configurations",
     "compile_offline",
     "compiled_kernels",
-    "launch_config",
-    "launch_for",
-    "FLOAT64_ROUNDOFF",
-    "MASK_ROWS",
-    "UNIT_ROUNDOFF",
-    "MaskShape",
-    "boolean_mask",
-    "checked_configurations",
     "difference_bounds",
     "exact_bounds",
-    "fast_attention",
     "fast_bounds",
     "first_use_check",
     "float64_part",
-    "fused_attention",
     "fused_bounds",
     "interpreting",
+    "launch_config",
+    "launch_for",
+    "lookup",
     "mask_shape",
     "read_mask",
     "record_layer",
@@ -88,6 +136,16 @@ __all__ = [
     "resolve_kernel",
     "score_perturbation",
     "score_scale",
+    "sdpa_attention",
+    "triton_attention",
     "triton_available",
     "visible_keys",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name], __name__), name)
+    globals()[name] = value
+    return value

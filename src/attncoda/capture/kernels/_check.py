@@ -8,7 +8,8 @@ definition, within the kernel's derived bound (:func:`attncoda.capture.kernels.
 fused_bounds`, compiled terms included). An exception on the way (Triton's
 ``CompilationError``, ``OutOfResources``, a launch error) or a value outside the bound sends
 that configuration to the two-call SDPA path for the rest of the process, with one printed
-line that names it. ``kernel="triton"`` (forced) skips the check and raises what it meets.
+line that names it. The ``triton`` kernel asked by name skips the check and raises what it
+meets.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from attncoda.capture.stats import row_statistics
 
 from ._bounds import fused_bounds
 from ._configs import Refused
-from ._fused import fused_attention, launch_for
 from ._masks import MaskShape
-from ._triton import interpreting
+from ._triton import launch_for, triton_attention
+from ._triton_jit import interpreting
 
 __all__ = ["checked_configurations", "configuration", "first_use_check", "reference"]
 
@@ -119,7 +120,7 @@ def _compare(device, dtype, head_dim, causal, window, softcap, aux_content) -> s
     )
     scaling = head_dim**-0.5
     cap = None if softcap is None else float(softcap)
-    out, stats = fused_attention(
+    out, stats = triton_attention(
         q, k, v, scaling=scaling, sink=sink, shape=shape, softcap=cap, s_aux=s_aux
     )
     ref_out, ref, z, content, visible = reference(q, k, v, shape, sink, scaling, cap, s_aux)

@@ -205,7 +205,7 @@ def _ptxas_report(ptx: str, arch: str, fp_fusion: bool = True) -> tuple[int, int
 
 def _kernel():
     """The fused kernel, decorated for compilation (not the interpreter)."""
-    from attncoda.capture.kernels._triton import compiled
+    from attncoda.capture.kernels._triton_jit import compiled
 
     return compiled(False)[1]
 

@@ -1,4 +1,5 @@
-"""The fast path (``method="fast"``): row statistics from a fused kernel's log-sum-exp.
+"""The ``sdpa`` kernel of the fast path (:mod:`attncoda.capture.kernels.sdpa`): row
+statistics from the log-sum-exp of PyTorch's fused attention, called twice.
 
 No row of probabilities is materialised. For each query the fused attention kernel runs
 over the *content* keys (the visible keys outside the sink set ``S``) twice, with the values
@@ -62,7 +63,7 @@ from attncoda.capture.stats import sink_columns, split_rows
 from ._masks import layer_mask
 from ._record import record_rows, store
 
-__all__ = ["FAST_STATISTICS", "fast_attention", "record_layer", "visible_keys"]
+__all__ = ["FAST_STATISTICS", "record_layer", "sdpa_attention", "visible_keys"]
 
 #: What the fast path returns per (batch, head, query_pos), as ``row_statistics`` does.
 FAST_STATISTICS = (
@@ -120,11 +121,6 @@ def _cuda_kernel(query, key, value, mask, causal, scale):
     """``aten._scaled_dot_product_efficient_attention`` with ``compute_log_sumexp``: keys and
     values expanded to the query heads (the op takes no groups), a bias with aligned rows
     (the op checks; the public SDPA pads for it)."""
-    if query.dtype == torch.float64:
-        raise AttncodaError(
-            "method='fast' on cuda takes float32, bfloat16 or float16 (its kernels have no "
-            "float64): use dtype='float32', or method='exact' to keep float64"
-        )
     b, h = query.shape[:2]
     bias = None if mask is None else _aligned(mask).expand(b, h, -1, -1)
     out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
@@ -200,7 +196,7 @@ def _prefix_sink(sink: torch.Tensor) -> int | None:
     return k0
 
 
-def fast_attention(
+def sdpa_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -216,7 +212,9 @@ def fast_attention(
     Parameters
     ----------
     query : torch.Tensor
-        ``(batch, head, query_pos, head_dim)``.
+        ``(batch, head, query_pos, head_dim)``, in a dtype the ``sdpa`` kernel declares for
+        its device (:mod:`attncoda.capture.kernels.sdpa`: float64 on the CPU only, which
+        capture checks before it runs, :func:`attncoda.capture.kernels.check_dtype`).
     key, value : torch.Tensor
         ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention
         (head ``i`` reads key/value head ``i // (head // kv_head)``, as transformers'
@@ -369,7 +367,7 @@ def record_layer(recorder, layer, module, query, key, value, attention_mask, sca
     visible, causal, ok = layer_mask(recorder, module, attention_mask, q_len, k_len)
     if not ok:
         return None
-    out, stats = fast_attention(
+    out, stats = sdpa_attention(
         query,
         key,
         value,

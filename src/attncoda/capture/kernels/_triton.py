@@ -1,194 +1,358 @@
-"""The ``@triton.jit`` source of the fused kernel (docs/design.md, "The fused kernel").
+"""The launcher of the ``triton`` kernel (:mod:`attncoda.capture.kernels.triton`): one fused
+pass per layer, the ``@triton.jit`` source in :mod:`attncoda.capture.kernels._triton_jit`.
 
-The loop and its accumulators are documented in :mod:`attncoda.capture.kernels._fused`,
-which launches the kernel and turns its per-row outputs into statistics. Triton is imported
-only when the kernel is first asked for, so the package imports without it;
-:func:`triton_available` and :func:`interpreting` say whether and how it can run here.
+Per (batch, query head, query block) the kernel streams the key blocks the mask leaves and
+keeps, beside the running maximum ``m`` and ``l = sum_C exp(z - m)`` of a flash-style loop,
+three more accumulators over the *content* keys ``C`` (docs/design.md, "The fused kernel"):
 
-What the source keeps to, for real sizes and for the Triton releases GPU machines carry
-(3.6 and later; only APIs present there):
+- ``a = sum_C exp(z - m) (z - m)``, rescaled like ``l`` when ``m`` moves, so that
+  ``H(q) = log l - a / l`` and ``E_q[z] = lse_C - H(q)``, with ``lse_C = m + log l``;
+- ``sum_C z`` and ``m_C = |C|`` (the visible content keys), for the sink balance;
+- ``sum_C exp(z - m) v``, the output ``o_C = E_q[v]`` after division by ``l``.
 
-- ``batch x heads`` on grid axis 0 (limit ``2**31 - 1``), query blocks on axis 1;
-- 64-bit offsets: every base (batch, head, key block) and every per-row offset is int64, so
-  no offset wraps past ``2**31`` elements; only offsets inside one tile are int32;
-- lengths, offsets, the window and the sink count are not specialised
-  (``do_not_specialize``): documents of other lengths reuse one compiled kernel;
-- the score and value products take the dot precision the launch configuration names
-  (:mod:`attncoda.capture.kernels._configs`): ``"ieee"``, or ``"tf32x3"`` for float32 on
-  tensor cores.
+It also writes the scores of the few sink keys (``-inf`` where a query does not see them),
+so the statistics follow in float64 exactly as in :mod:`attncoda.capture.kernels._sdpa`:
+``lse = logaddexp(lse_C, logsumexp(z_S))``, ``log(1 - s) = lse_C - lse`` (no subtraction
+from 1) and ``H(p) = -sum_S p log p + (1 - s) (H(q) - log(1 - s))``, never divided by
+``1 - s``.
+
+Covered:
+
+- grouped-query attention: key/value head ``head // group``, never an expanded copy;
+- causal rows, padding (one contiguous run of real keys per document) and sliding windows
+  (``i - j < window``), key blocks outside them skipped;
+- ``scaling``, Gemma 2's ``softcap`` (``tanh(z / c) c``, sink scores included) and GPT-OSS
+  learned sinks ``s_aux``: a virtual key of logit ``s_aux[head]`` and no value, seen by every
+  query, in ``C`` (it seeds the accumulators) or in ``S`` (``sink="learned"``: one more sink
+  column);
+- float32, bfloat16 and float16 inputs, any head dim up to 256 (padded to a power of two),
+  every accumulator float32.
+
+A mask the kernel cannot describe by these parameters or a head dim above 256 falls back to
+the two-call SDPA path with a printed note (:func:`record_layer`); so does a float64 input,
+which the registry declines from the kernel's declared dtypes
+(:func:`attncoda.capture.kernels.registry.declines`).
+
+On CUDA the kernel is compiled by Triton; on the CPU it runs only under Triton's interpreter
+(``TRITON_INTERPRET=1`` before the first call), which is how the test suite checks it.
+Under the interpreter the score and value products are taken in float32 (its bfloat16
+``dot`` is not implemented); bfloat16 and float16 products are exact in float32, so only the
+summation order differs from the compiled kernel.
 """
 
 from __future__ import annotations
 
-import functools
-import os
+import contextlib
+import sys
 
-__all__ = ["UNSPECIALISED", "compiled", "interpreting", "triton_available"]
+import torch
 
-#: The integer arguments the kernel does not specialise on (one compile for every value).
-UNSPECIALISED = ("Q_LEN", "K_LEN", "OFFSET", "WINDOW", "N_SINK")
+from attncoda._errors import AttncodaError
+from attncoda.capture.stats import sink_columns, split_rows
+
+from ._configs import FP_FUSION, LaunchConfig, Refused, architecture_of, launch_config
+from ._masks import MaskShape, layer_shape
+from ._record import record_rows, store
+from ._triton_jit import compiled, interpreting
+
+__all__ = [
+    "MAX_HEAD_DIM",
+    "KernelRefused",
+    "architecture",
+    "launch_for",
+    "note",
+    "record_layer",
+    "triton_attention",
+]
+
+#: The largest head dim the kernel takes (a query block and its accumulator in registers).
+MAX_HEAD_DIM = 256
 
 
-def interpreting() -> bool:
-    """Whether Triton's interpreter is asked for (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+def _blocks(head_dim: int) -> tuple[int, int]:
+    """``(BLOCK_M, BLOCK_N)`` under the interpreter: 64 x 64 up to head dim 128, 64 x 32 at
+    256 (no register file to fit; the CUDA blocks come from the launch table)."""
+    return (64, 32) if head_dim > 128 else (64, 64)
 
 
-@functools.lru_cache(maxsize=1)
-def triton_available() -> bool:
-    """Whether ``triton`` imports."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+class KernelRefused(AttncodaError):
+    """The launch table refuses this (architecture, dtype, head dim): the two-call SDPA
+    path serves it (:func:`record_layer` prints a note)."""
 
 
-@functools.lru_cache(maxsize=2)
-def compiled(interpret: bool):
-    """``(triton, kernel)``: the ``@triton.jit`` kernel, decorated under the interpreter
-    flag it is asked for (Triton reads ``TRITON_INTERPRET`` when it decorates)."""
-    import triton
-    import triton.language as tl
+#: torch dtypes by the launch table's names.
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
-    del interpret  # the cache key: one decoration per mode
 
-    @triton.jit(do_not_specialize=list(UNSPECIALISED))
-    def _forward(
-        Q, K, V, SINK_INDEX, SINK_VALID, IS_SINK, KEY_LO, KEY_HI, AUX,
-        OUT, LSE, ENT, SUM_Z, Z_SINK,
-        sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-        H, GROUP, Q_LEN, K_LEN, OFFSET, WINDOW, N_SINK, D,
-        scaling, softcap,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-        CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-        AUX_CONTENT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-        EVEN_D: tl.constexpr,
-    ):  # fmt: skip
-        bh = tl.program_id(0)
-        block = tl.program_id(1)
-        b = bh // H
-        h = bh % H
-        kvh = h // GROUP
-        b64 = b.to(tl.int64)
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        rows64 = rows.to(tl.int64)
-        dims = tl.arange(0, BLOCK_D)
-        offs = tl.arange(0, BLOCK_N)
-        row_ok = rows < Q_LEN
-        dim_ok = dims < D
-        if EVEN_D:
-            row_mask = row_ok[:, None]
-        else:
-            row_mask = row_ok[:, None] & dim_ok[None, :]
-        q_base = Q + b64 * sqb + h.to(tl.int64) * sqh
-        q = tl.load(q_base + rows64[:, None] * sqm + dims[None, :] * sqd, mask=row_mask, other=0.0)
-        if UPCAST:
-            q = q.to(tl.float32)
-        pos = rows + OFFSET  # each query's own position among the keys
-        lo = tl.load(KEY_LO + b)
-        hi = tl.load(KEY_HI + b)
-        start = lo
-        stop = hi
-        if CAUSAL:
-            stop = tl.minimum(stop, block * BLOCK_M + BLOCK_M + OFFSET)
-        if HAS_WINDOW:
-            start = tl.maximum(start, block * BLOCK_M + OFFSET - WINDOW + 1)
-        start = (start // BLOCK_N) * BLOCK_N
-        k_base = K + b64 * skb + kvh.to(tl.int64) * skh
-        v_base = V + b64 * svb + kvh.to(tl.int64) * svh
-        sink_base = IS_SINK + b64 * K_LEN
+def architecture(device) -> str | None:
+    """The launch table's architecture for a CUDA ``device`` (None before sm_80)."""
+    device = torch.device(device)
+    capability = torch.cuda.get_device_capability(device)
+    properties = torch.cuda.get_device_properties(device)
+    return architecture_of(capability, getattr(properties, "shared_memory_per_block_optin", None))
 
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        a_i = tl.zeros([BLOCK_M], tl.float32)
-        s_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        if AUX_CONTENT:
-            # The learned sink as a content key: logit s_aux[h], no value.
-            aux = tl.load(AUX + h).to(tl.float32)
-            m_i = tl.zeros([BLOCK_M], tl.float32) + aux
-            l_i = l_i + 1.0
-            s_i = s_i + aux
 
-        for n0 in range(start, stop, BLOCK_N):
-            cols = n0 + offs
-            col_ok = (cols < stop) & (cols >= lo)
-            # Offsets from the key index in the loop (int64 rows, nothing hoisted and
-            # kept live across it); the head-dim mask only where the head dim is padded.
-            cols64 = cols.to(tl.int64)
-            if EVEN_D:
-                tile_ok = col_ok[:, None]
-            else:
-                tile_ok = col_ok[:, None] & dim_ok[None, :]
-            k_ptrs = k_base + cols64[:, None] * skn + dims[None, :] * skd
-            v_ptrs = v_base + cols64[:, None] * svn + dims[None, :] * svd
-            k = tl.load(k_ptrs, mask=tile_ok, other=0.0)
-            v = tl.load(v_ptrs, mask=tile_ok, other=0.0)
-            if UPCAST:
-                k = k.to(tl.float32)
-                v = v.to(tl.float32)
-            z = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
-            if HAS_SOFTCAP:
-                # tanh(x) from one exponential of -2|x| (no overflow; tl has no tanh).
-                x = z / softcap
-                e = tl.exp(-2.0 * tl.abs(x))
-                z = tl.where(x < 0, e - 1.0, 1.0 - e) / (1.0 + e) * softcap
-            is_sink = tl.load(sink_base + cols, mask=col_ok, other=1)
-            seen = (col_ok & (is_sink == 0))[None, :]
-            if CAUSAL:
-                seen = seen & (cols[None, :] <= pos[:, None])
-            if HAS_WINDOW:
-                seen = seen & (pos[:, None] - cols[None, :] < WINDOW)
-            z = tl.where(seen, z, float("-inf"))
-            s_i = s_i + tl.sum(tl.where(seen, z, 0.0), 1)
-            m_new = tl.maximum(m_i, tl.max(z, 1))
-            # A row that has seen no key yet keeps m = -inf; shift by 0 then (no nan).
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_safe)
-            centred = tl.where(seen, z - m_safe[:, None], 0.0)
-            p = tl.exp(z - m_safe[:, None])  # 0 on the keys not seen (z = -inf there)
-            # sum p (z - m_old) becomes sum p' (z - m_new) = alpha (a + (m_old - m_new) l).
-            moved = (tl.where(l_i > 0, m_i, m_safe) - m_safe) * l_i
-            a_i = alpha * (a_i + moved) + tl.sum(p * centred, 1)
-            l_i = alpha * l_i + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m_i = m_new
+def launch_for(device, dtype: torch.dtype, head_dim: int) -> LaunchConfig | Refused:
+    """The launch configuration of a layer on ``device`` in ``dtype`` at ``head_dim``.
 
-        some = l_i > 0
-        l_safe = tl.where(some, l_i, 1.0)
-        row = bh.to(tl.int64) * Q_LEN + rows64
-        tl.store(
-            OUT + b64 * sob + h.to(tl.int64) * soh + rows64[:, None] * som + dims[None, :] * sod,
-            acc / l_safe[:, None],
-            mask=row_mask,
+    On CUDA the launch table's entry for the device's architecture
+    (:func:`attncoda.capture.kernels.launch_config`), a :class:`Refused` before sm_80; under
+    the interpreter (the CPU) the blocks of :func:`_blocks`, one stage, IEEE products.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        block_m, block_n = _blocks(head_dim)
+        return LaunchConfig(block_m, block_n, 4, 1, "ieee")
+    arch = architecture(device)
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability(device)
+        return Refused(f"compute capability {major}.{minor} (configured from sm_80 on)")
+    return launch_config(arch, _DTYPE_NAMES[dtype], head_dim)
+
+
+def _checked_block(size: int, name: str) -> int:
+    """``size`` if it is a power of two from 16 to 256; otherwise an AttncodaError."""
+    if (
+        isinstance(size, bool)
+        or not isinstance(size, int)
+        or size < 16
+        or size > 256
+        or (size & (size - 1))
+    ):
+        raise AttncodaError(
+            f"{name} must be a power of two from 16 to 256 (a Triton block), got {size!r}"
         )
-        log_l = tl.log(l_safe)
-        tl.store(LSE + row, tl.where(some, m_i + log_l, float("-inf")), mask=row_ok)
-        tl.store(ENT + row, tl.where(some, log_l - a_i / l_safe, 0.0), mask=row_ok)
-        tl.store(SUM_Z + row, s_i, mask=row_ok)
+    return size
 
-        # The queries again, from memory: the block loaded before the loop is not kept
-        # live across it for these few scores.
-        qf = tl.load(
-            q_base + rows64[:, None] * sqm + dims[None, :] * sqd, mask=row_mask, other=0.0
-        ).to(tl.float32)
-        for t in range(N_SINK):
-            index = tl.load(SINK_INDEX + b64 * N_SINK + t)
-            valid = tl.load(SINK_VALID + b64 * N_SINK + t)
-            key_row = tl.load(
-                k_base + index.to(tl.int64) * skn + dims * skd, mask=dim_ok, other=0.0
-            ).to(tl.float32)
-            zt = tl.sum(qf * key_row[None, :], 1) * scaling
-            if HAS_SOFTCAP:
-                x = zt / softcap
-                e = tl.exp(-2.0 * tl.abs(x))
-                zt = tl.where(x < 0, e - 1.0, 1.0 - e) / (1.0 + e) * softcap
-            sees = (valid != 0) & (index >= lo) & (index < hi)
-            if CAUSAL:
-                sees = sees & (index <= pos)
-            if HAS_WINDOW:
-                sees = sees & (pos - index < WINDOW)
-            tl.store(Z_SINK + row * N_SINK + t, tl.where(sees, zt, float("-inf")), mask=row_ok)
 
-    return triton, _forward
+def triton_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    scaling: float,
+    sink: torch.Tensor,
+    shape: MaskShape,
+    softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
+    learned: bool = False,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Attention output and compositional row statistics from one pass of the fused kernel.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``(batch, head, query_pos, head_dim)``: float32, bfloat16 or float16, on CUDA (or on
+        the CPU under ``TRITON_INTERPRET=1``).
+    key, value : torch.Tensor
+        ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention
+        (head ``i`` reads key/value head ``i // (head // kv_head)``).
+    scaling : float
+        Score scale.
+    sink : torch.Tensor
+        bool ``(batch, key_pos)``: the sink token keys of each document.
+    shape : MaskShape
+        The keys each query sees (:func:`attncoda.capture.kernels.mask_shape`).
+    softcap : float, optional
+        Gemma 2's logit soft-cap ``c``: scores ``tanh(z / c) c``.
+    s_aux : torch.Tensor, optional
+        ``(head,)``: GPT-OSS learned sink logits, a virtual key every query sees.
+    learned : bool
+        Whether that virtual key is in the sink set ``S`` (``sink="learned"``); otherwise it
+        is a content key.
+    block_m, block_n : int, optional
+        Queries and keys per block (powers of two from 16 to 256); by default the launch
+        table's (:func:`launch_for`).
+
+    Returns
+    -------
+    output : torch.Tensor
+        ``(batch, head, query_pos, head_dim)`` in the query's dtype.
+    stats : dict
+        ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.kernels.sdpa_attention`
+        returns them (:data:`attncoda.capture.kernels.FAST_STATISTICS`); ``n_keys`` counts the
+        virtual key. Float statistics in float64, nats.
+
+    Raises
+    ------
+    KernelRefused
+        The launch table refuses the layer's (architecture, dtype, head dim).
+    AttncodaError
+        A head dim above 256, a block that is not a power of two from 16 to 256, or a grid
+        beyond CUDA's limits (``batch * head`` above ``2**31 - 1`` on axis 0, query blocks
+        above 65,535 on axis 1).
+    """
+    triton, kernel = compiled(interpreting())
+    f64 = torch.float64
+    b, h, q_len, d = query.shape
+    kv, k_len = key.shape[1], key.shape[2]
+    device = query.device
+    if d > MAX_HEAD_DIM:
+        raise AttncodaError(f"the fused kernel takes head dims up to {MAX_HEAD_DIM}; got {d}")
+    config = launch_for(device, query.dtype, d)
+    if isinstance(config, Refused):
+        raise KernelRefused(config.why)
+    block_m = _checked_block(block_m or config.block_m, "block_m")
+    block_n = _checked_block(block_n or config.block_n, "block_n")
+    block_d = max(16, triton.next_power_of_2(d))
+    # batch x heads on grid axis 0 (up to 2**31 - 1), query blocks on axis 1 (up to 65,535).
+    q_blocks = triton.cdiv(q_len, block_m)
+    if b * h > 2**31 - 1 or q_blocks > 65_535:
+        raise AttncodaError(
+            f"the fused kernel's grid is ({b * h}, {q_blocks}) for batch x heads {b} x {h} and "
+            f"{q_len} queries in blocks of {block_m}: CUDA allows up to 2**31 - 1 and 65,535; "
+            f"use a larger block_m or kernel='sdpa'"
+        )
+    sink = sink.to(device)
+    index, valid = sink_columns(sink)  # (b, width)
+    width = index.shape[1]
+    index32 = index.to(torch.int32).contiguous()
+    valid8 = valid.to(torch.int8).contiguous()
+    is_sink = sink.to(torch.int8).contiguous()
+    aux = (
+        s_aux.to(device=device, dtype=torch.float32).contiguous()
+        if s_aux is not None
+        else torch.zeros(1, dtype=torch.float32, device=device)
+    )
+
+    out = torch.empty((b, h, q_len, d), dtype=torch.float32, device=device)
+    rows = {name: torch.empty((b, h, q_len), dtype=torch.float32, device=device) for name in (
+        "lse", "ent", "sum_z"
+    )}  # fmt: skip
+    z_sink = torch.empty((b, h, q_len, width), dtype=torch.float32, device=device)
+    interpreted = interpreting()
+    # Launched on the layer's own device (a layer on cuda:1 under a device map), not on
+    # whichever device is current.
+    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with guard:
+        kernel[(b * h, q_blocks)](
+            query, key, value, index32, valid8, is_sink, shape.lo, shape.hi, aux,
+            out, rows["lse"], rows["ent"], rows["sum_z"], z_sink,
+            *query.stride(), *key.stride(), *value.stride(), *out.stride(),
+            h, h // kv, q_len, k_len, k_len - q_len, shape.window or 0, width, d,
+            float(scaling), float(softcap or 1.0),
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            CAUSAL=shape.causal, HAS_WINDOW=shape.window is not None,
+            HAS_SOFTCAP=softcap is not None, AUX_CONTENT=s_aux is not None and not learned,
+            UPCAST=interpreted or query.dtype == torch.float32,
+            PRECISION="ieee" if interpreted else config.precision,
+            EVEN_D=d == block_d,
+            num_warps=config.num_warps, num_stages=config.num_stages,
+            enable_fp_fusion=FP_FUSION,
+        )  # fmt: skip
+
+    z_sink = z_sink.to(f64)
+    in_sink = torch.isfinite(z_sink)
+    cols = index[:, None, :, None].expand(b, kv, width, d)
+    sink_values = torch.gather(value.float(), 2, cols).repeat_interleave(h // kv, 1)
+    if s_aux is not None and learned:
+        logit = aux.to(f64)[None, :, None, None].expand(b, h, q_len, 1)
+        z_sink = torch.cat([z_sink, logit], -1)
+        in_sink = torch.cat([in_sink, torch.ones_like(in_sink[..., :1])], -1)
+        sink_values = torch.cat([sink_values, sink_values.new_zeros((b, h, 1, d))], 2)
+    k = in_sink.sum(-1)
+    n = shape.seen_keys(q_len, k_len).to(device)[:, None, :] + int(s_aux is not None)
+    p_s, content_share, stats = split_rows(
+        z_sink,
+        in_sink,
+        k,
+        n.expand(b, h, q_len),
+        rows["lse"].to(f64),
+        rows["ent"].to(f64),
+        rows["sum_z"].to(f64),
+    )
+
+    output = content_share[..., None].float() * out
+    output = output + torch.matmul(p_s.float(), sink_values)
+    return output.to(query.dtype), stats
+
+
+def note(recorder, reason: str) -> None:
+    """Print, once per capture and reason, that a layer left the fused kernel."""
+    said = recorder.fast_cache.setdefault("fused_notes", set())
+    if reason not in said:
+        said.add(reason)
+        print(
+            f"note: the fused Triton kernel does not cover {reason}: those layers take the "
+            f"two-call SDPA path (the exact path where that does not apply)",
+            file=sys.stderr,
+        )
+
+
+def _not_covered(query, module) -> str | None:
+    """Why a layer cannot take the fused kernel (None when it can): the reason printed.
+    Its dtypes are declared (:mod:`attncoda.capture.kernels.triton`) and checked by the
+    registry before this."""
+    if query.shape[-1] > MAX_HEAD_DIM:
+        return f"head dim {query.shape[-1]} (above {MAX_HEAD_DIM})"
+    if getattr(module, "reorder_and_upcast_attn", False):
+        return "GPT-2's reorder_and_upcast_attn"
+    return None
+
+
+def record_layer(
+    recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, check=None
+):
+    """The fused kernel on one routed layer: statistics into ``recorder``; the output.
+
+    Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None (after a printed
+    note) when the layer's mask has no :class:`attncoda.capture.kernels.MaskShape` or carries
+    a bias: the caller then takes the two-call SDPA path, or the exact one for what that path
+    does not cover.
+    """
+    reason = _not_covered(query, module)
+    if reason is not None:
+        note(recorder, reason)
+        return None
+    b, h, q_len, _ = query.shape
+    k_len = key.shape[2]
+    window = kwargs.get("sliding_window")
+    window = int(window) if isinstance(window, int) and window > 0 else None
+    shape, ok = layer_shape(recorder, module, attention_mask, b, q_len, k_len, window, query.device)
+    if not ok:
+        note(recorder, "masks that carry a bias")
+        return None
+    if shape is None:
+        note(recorder, "this mask (not causal, padding and sliding-window)")
+        return None
+    config = launch_for(query.device, query.dtype, query.shape[-1])
+    if isinstance(config, Refused):
+        note(recorder, config.why)
+        return None
+    softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
+    if check is not None:
+        why = check(
+            query.device, query.dtype, query.shape[-1], causal=shape.causal,
+            window=shape.window, softcap=softcap,
+            aux_content=s_aux is not None and not recorder.learned,
+        )  # fmt: skip
+        if why is not None:  # printed once by the check; SDPA serves the configuration
+            return None
+    try:
+        out, stats = triton_attention(
+            query,
+            key,
+            value,
+            scaling=scaling,
+            sink=recorder.sink,
+            shape=shape,
+            softcap=softcap,
+            s_aux=s_aux,
+            learned=recorder.learned,
+        )
+    except KernelRefused as refused:
+        note(recorder, str(refused))
+        return None
+    store(recorder, layer, stats)
+
+    def seen(doc, pos):
+        span = slice(doc, doc + 1)
+        one = MaskShape(shape.lo[span], shape.hi[span], shape.causal, shape.window)
+        return one.visible(pos, k_len, k_len - q_len)[0, 0]
+
+    record_rows(
+        recorder, layer, query, key, scaling, seen, upcast=True, softcap=softcap, s_aux=s_aux
+    )
+    return out.transpose(1, 2).contiguous()

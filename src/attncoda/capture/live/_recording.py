@@ -33,6 +33,7 @@ import torch
 
 from attncoda._errors import AttncodaError, check_choice
 from attncoda.capture._result import Capture, assemble, concatenate
+from attncoda.capture.kernels.registry import PORTABLE
 from attncoda.capture.names import METHODS
 from attncoda.capture.routing import active_recorder, is_recorded, marked, routed
 from attncoda.capture.sinks import parse_sink, resolve_sinks
@@ -329,8 +330,9 @@ class Recording:
             "block_size": self._block_size,
             "seed": self._seed,
             "method": self._method,
-            # A recorded pass's fast path is the two-call SDPA kernel (capture/kernels/_sdpa.py).
-            "kernel": "sdpa" if self._method == "fast" else None,
+            # A recorded pass's fast path is the kernel that runs everywhere (the recorder
+            # names none: capture/kernels/registry.py).
+            "kernel": PORTABLE if self._method == "fast" else None,
             "n_prompt": group.n_prompt,
         }
         return assemble(filled, None, docs, sinks, record, group.offsets, False, about)

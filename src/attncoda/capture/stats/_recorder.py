@@ -44,17 +44,18 @@ class Recorder:
         sink set ``S``; otherwise it is one more key of the content ``C``.
     method : {"exact", "fast"}
         ``"fast"`` takes the statistics from the fused kernel (:mod:`attncoda.capture.kernels`).
-    kernel : {"auto", "sdpa", "triton"}
-        The fast path's kernel as asked: PyTorch's fused attention twice, the one-pass
-        Triton kernel (:mod:`attncoda.capture.kernels._fused`), or ``"auto"`` (the Triton
-        kernel on CUDA for each configuration that passes its first-use check); resolved
-        per layer from where the layer runs.
+    kernel : str, optional
+        The fast path's kernel as asked, a name of
+        :data:`attncoda.capture.kernels.registry.KERNELS` (``"auto"``: the Triton kernel on
+        CUDA for each configuration that passes its first-use check), resolved per layer
+        from where the layer runs; None (recorded passes) for the kernel that runs
+        everywhere (:data:`attncoda.capture.kernels.registry.PORTABLE`).
 
     Attributes
     ----------
     ran : dict
-        Per layer index, the kernel that served it under ``method="fast"``: ``"triton"``,
-        ``"sdpa"`` or ``"exact"`` (a layer the fast kernels do not cover).
+        Per layer index, the kernel that served it under ``method="fast"``: a kernel's name,
+        or ``exact`` (a layer the fast kernels do not cover).
     stats : list of dict
         Per layer, :func:`row_statistics` outputs ``(batch, head, pos)`` in padded query
         coordinates (empty dicts in the ``auto`` pass).
@@ -78,7 +79,7 @@ class Recorder:
     block_size: int = 512
     learned: bool = False
     method: str = "exact"
-    kernel: str = "sdpa"
+    kernel: str | None = None
     ran: dict[int, str] = field(default_factory=dict)
     stats: list[dict[str, torch.Tensor]] = field(default_factory=list)
     rows: list[list[torch.Tensor]] = field(default_factory=list)

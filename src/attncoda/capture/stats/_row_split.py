@@ -1,6 +1,6 @@
 """The sink/content split of a row from a fused kernel's sums (docs/design.md, "The fast
 path"), shared by the two fast kernels (:mod:`attncoda.capture.kernels._sdpa`,
-:mod:`attncoda.capture.kernels._fused`).
+:mod:`attncoda.capture.kernels._triton`).
 
 The content keys arrive summarised (their log-sum-exp, their entropy and their summed
 scores); the few sink keys arrive as scores. ``log(1 - s)`` is ``lse_C - lse``, so the

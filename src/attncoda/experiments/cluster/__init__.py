@@ -2,25 +2,29 @@
 (docs/design.md, "The experiments").
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`cluster` and
-:class:`ClusterResult`, the four :data:`VARIANTS`, and the smoothed per-document distance terms
-(:func:`document_terms`, :func:`used_row_mask`, :data:`SMOOTHING`).
+:class:`ClusterResult`, the four :data:`VARIANTS`, the smoothed per-document distance terms
+(:func:`document_terms`, :func:`used_row_mask`, :data:`SMOOTHING`) and the tidy table of the
+summed distances (:func:`distance_table`, the run's ``cluster_distances``).
 
-Modules: ``_experiment`` (the pipeline, MDS and its measures of the artifact) and
-``_distances`` (per-document JS and Aitchison terms). They may import :mod:`attncoda.coda`,
-:mod:`attncoda.experiments.contract` and each other; nothing above the experiments.
+Modules: ``_experiment`` (the pipeline and its measures of the artifact), ``_distances``
+(the variants, per-document JS and Aitchison terms, the table of the summed distances) and
+``_embedding`` (metric MDS, k-means and the rank correlations of an embedding). They may
+import :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract` and each other; nothing
+above the experiments.
 """
 
 from __future__ import annotations
 
 from attncoda.experiments.cluster._distances import (
     SMOOTHING,
+    VARIANT_TITLES,
+    VARIANTS,
+    distance_table,
     document_terms,
     used_row_mask,
 )
 from attncoda.experiments.cluster._experiment import (
     EXPERIMENT,
-    VARIANT_TITLES,
-    VARIANTS,
     ClusterResult,
     Settings,
     cluster,
@@ -35,6 +39,7 @@ __all__ = [
     "VARIANTS",
     "VARIANT_TITLES",
     "cluster",
+    "distance_table",
     "document_terms",
     "result_tables",
     "used_row_mask",

@@ -10,9 +10,15 @@ The ``keep`` and ``drop`` sums go through :func:`attncoda.coda.head_distances` (
 mean times the number of rows); the Aitchison terms are computed here from direct per-row
 differences, because a Gram-matrix distance leaves identical heads at the square root of a
 rounding error (about 1e-7) instead of 0.
+
+:func:`distance_table` writes the summed matrices, the ones MDS embeds, as the tidy table
+``cluster_distances``: what Clark et al.'s ``head_distances.py`` writes, one row per pair.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,7 +26,28 @@ from attncoda._errors import AttncodaError
 from attncoda.coda import head_distances
 from attncoda.experiments.contract import DocRows
 
-__all__ = ["SMOOTHING", "document_terms", "used_row_mask"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "SMOOTHING",
+    "VARIANTS",
+    "VARIANT_TITLES",
+    "distance_table",
+    "document_terms",
+    "used_row_mask",
+]
+
+VARIANTS = ("keep", "drop", "aitchison_sink", "aitchison_content")
+"""The four runs of the pipeline, in the order of every table and figure."""
+
+VARIANT_TITLES = {
+    "keep": "JS, keep sink (Clark et al.)",
+    "drop": "JS, drop sink",
+    "aitchison_sink": "Aitchison sink term",
+    "aitchison_content": "Aitchison content term",
+}
+"""A human-readable name for each variant (figure titles)."""
 
 SMOOTHING = 0.001
 """Clark et al.'s smoothing weight: each row becomes ``(1 - 0.001) p + 0.001 / n``."""
@@ -135,3 +162,70 @@ def document_terms(
         "aitchison_content": d_content,
     }
     return out, sink_sq, total_sq
+
+
+def distance_table(model: str, distances: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The summed head-distance matrices as a tidy table, one row per unordered pair of heads.
+
+    Parameters
+    ----------
+    model : str
+        The model name every row carries.
+    distances : mapping of str to ndarray, shape (head, head)
+        Each variant's summed distance matrix, in the order of the table
+        (:attr:`ClusterResult.distances <attncoda.experiments.cluster.ClusterResult>`, the
+        matrices MDS embeds). Each must be symmetric with a zero diagonal.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``model``, ``variant``, ``head_a``, ``head_b`` (int64) and ``distance``
+        (float64, nats): for each variant in order, one row per pair ``head_a < head_b``,
+        row-major over the upper triangle, so ``H (H - 1) / 2`` rows per variant for ``H``
+        heads. A head is its layer-major index ``layer * n_heads + head``, the
+        ``head_index`` of the ``cluster`` table and the row of Clark et al.'s matrix (their
+        ``attns.reshape([144, ...])``). The pairs ``a < b`` hold the whole matrix:
+        ``D[a, b] = D[b, a] = distance`` and ``D[a, a] = 0``.
+
+    Notes
+    -----
+    ``distance`` is a sum over documents and used rows (every sink key present, ``m >= 2``),
+    not a mean, as Clark et al.'s: ``keep`` is their smoothed Jensen-Shannon divergence
+    (natural log, nats) on those rows, ``drop`` the same on the renormalised content rows,
+    and ``aitchison_sink`` and ``aitchison_content`` the summed ``|b_A - b_B|`` and
+    ``||clr_C(A) - clr_C(B)||`` (natural-log ratios, nats as the project counts them).
+    """
+    import pandas as pd
+
+    variants: list[str] = []
+    a, b, value = [], [], []
+    for variant, matrix in distances.items():
+        d = np.asarray(matrix, dtype=np.float64)
+        if d.ndim != 2 or d.shape[0] != d.shape[1]:
+            raise AttncodaError(
+                f"the {variant} distances of {model!r} must be a (head, head) matrix; "
+                f"got shape {d.shape}"
+            )
+        if not np.array_equal(d, d.T) or np.diag(d).any():
+            raise AttncodaError(
+                f"the {variant} distances of {model!r} must be symmetric with a zero diagonal: "
+                "the pairs head_a < head_b would not hold the whole matrix"
+            )
+        upper_a, upper_b = np.triu_indices(len(d), k=1)
+        variants += [variant] * len(upper_a)
+        a.append(upper_a)
+        b.append(upper_b)
+        value.append(d[upper_a, upper_b])
+
+    def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+    return pd.DataFrame(
+        {
+            "model": pd.Series([model] * len(variants)),
+            "variant": pd.Series(variants),
+            "head_a": joined(a, np.int64),
+            "head_b": joined(b, np.int64),
+            "distance": joined(value, np.float64),
+        }
+    )

@@ -60,8 +60,35 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.cluster._distances import SMOOTHING, document_terms, used_row_mask
-from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
+from attncoda.experiments.cluster._distances import (
+    SMOOTHING,
+    VARIANT_TITLES,
+    VARIANTS,
+    distance_table,
+    document_terms,
+    used_row_mask,
+)
+from attncoda.experiments.cluster._embedding import (
+    KMEANS_N_INIT,
+    MDS_EPS,
+    MDS_MAX_ITER,
+    best_direction,
+    embed,
+    kmeans_labels,
+    spearman,
+)
+from attncoda.experiments.cluster._figure import draw
+from attncoda.experiments.cluster._section import cluster_section
+from attncoda.experiments.cluster._summary import summary
+from attncoda.experiments.contract import (
+    Command,
+    Experiment,
+    HeadRows,
+    Inputs,
+    Tables,
+    View,
+    setting,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,31 +96,10 @@ if TYPE_CHECKING:
 __all__ = [
     "result_tables",
     "EXPERIMENT",
-    "VARIANTS",
-    "VARIANT_TITLES",
     "ClusterResult",
     "Settings",
     "cluster",
 ]
-
-VARIANTS = ("keep", "drop", "aitchison_sink", "aitchison_content")
-"""The four runs of the pipeline, in the order of every table and figure."""
-
-VARIANT_TITLES = {
-    "keep": "JS, keep sink (Clark et al.)",
-    "drop": "JS, drop sink",
-    "aitchison_sink": "Aitchison sink term",
-    "aitchison_content": "Aitchison content term",
-}
-"""A human-readable name for each variant (figure titles)."""
-
-# Clark et al.'s MDS settings (General_Analysis.ipynb). ``eps`` is a relative stress
-# tolerance since scikit-learn 1.7; 1e-10 keeps it at least as strict as theirs.
-MDS_MAX_ITER = 1000
-MDS_EPS = 1e-10
-KMEANS_N_INIT = 10
-
-_DIRECTIONS = 360  # directions scanned by _best_direction (every 0.5 degrees)
 
 # A variant whose every distance is below this, per row summed, has nothing to embed.
 _ZERO_PER_ROW = 1e-10
@@ -118,82 +124,13 @@ class ClusterResult:
         from axis 1), ``adjusted_rand`` per pair of variants (``"keep|drop"``, ...),
         ``mean_sink_share_of_aitchison_sq``, the settings and the ``convention_note``.
     distances : dict of str to ndarray, shape (head, head)
-        The summed distance matrix of each variant (JS variants in nats).
+        The summed distance matrix of each variant (nats), the one MDS embeds; a run
+        stores it as the table ``cluster_distances`` (:func:`distance_table`).
     """
 
     table: pd.DataFrame
     artifact: dict[str, Any]
     distances: dict[str, np.ndarray]
-
-
-def _embed(d: np.ndarray, seed: int, n_init: int) -> tuple[np.ndarray, float]:
-    """Metric MDS (SMACOF) of a precomputed matrix, rotated onto principal axes and signed."""
-    from sklearn.manifold import MDS
-
-    mds = MDS(
-        n_components=2,
-        metric_mds=True,
-        metric="precomputed",
-        init="random",
-        n_init=n_init,
-        max_iter=MDS_MAX_ITER,
-        eps=MDS_EPS,
-        random_state=seed,
-        n_jobs=1,
-    )
-    xy = mds.fit_transform(d)
-    xy = xy - xy.mean(axis=0)
-    _, _, vt = np.linalg.svd(xy, full_matrices=False)
-    xy = xy @ vt.T
-    for axis in range(2):
-        top = int(np.argmax(np.abs(xy[:, axis])))
-        if xy[top, axis] < 0:
-            xy[:, axis] = -xy[:, axis]
-    return xy, float(mds.stress_)
-
-
-def _kmeans(xy: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
-    """k-means labels, renumbered in order of first appearance along the head index."""
-    from sklearn.cluster import KMeans
-
-    distinct = len(np.unique(xy, axis=0))
-    k = min(n_clusters, distinct)
-    if k <= 1:
-        return np.zeros(len(xy), dtype=np.int64)
-    labels = KMeans(n_clusters=k, n_init=KMEANS_N_INIT, random_state=seed).fit_predict(xy)
-    order = {lab: i for i, lab in enumerate(dict.fromkeys(labels.tolist()))}
-    return np.array([order[lab] for lab in labels.tolist()], dtype=np.int64)
-
-
-def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
-    """Spearman's rho, or ``None`` where either side is constant (rho undefined)."""
-    from scipy.stats import spearmanr
-
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
-        return None
-    return float(spearmanr(x, y).statistic)
-
-
-def _best_direction(xy: np.ndarray, y: np.ndarray) -> float | None:
-    """Largest ``|rho|`` of ``y`` with the projection of ``xy`` on any direction (0.5° grid).
-
-    An MDS embedding of a one-dimensional effect often bends (the horseshoe effect), so the
-    leading axis can understate how strongly the embedding is organised by ``y``. Being a
-    maximum over directions, it is biased upward (above 0 even with no structure), like a
-    multiple correlation; read it beside the axis-1 value, not instead of it.
-    """
-    from scipy.stats import rankdata
-
-    if np.ptp(xy) == 0 or np.ptp(y) == 0:
-        return None
-    angles = np.linspace(0.0, np.pi, _DIRECTIONS, endpoint=False)
-    proj = xy @ np.stack([np.cos(angles), np.sin(angles)])  # (head, direction)
-    ranks = rankdata(proj, axis=0)
-    ranks = ranks - ranks.mean(axis=0)
-    ry = rankdata(y) - rankdata(y).mean()
-    norms = np.sqrt((ranks**2).sum(axis=0) * (ry**2).sum())
-    rho = (ranks * ry[:, None]).sum(axis=0)[norms > 0] / norms[norms > 0]
-    return float(np.abs(rho).max()) if rho.size else None
 
 
 def _note(n_docs_skipped: int) -> str:
@@ -323,10 +260,10 @@ def cluster(
             xy, stress[v] = np.zeros((heads, 2)), None
             degenerate.append(v)
         else:
-            xy, stress[v] = _embed(dist[v], seed, n_init)
-        labels[v] = _kmeans(xy, n_clusters, seed)
-        rho[v] = _spearman(xy[:, 0], sink_mass)
-        best[v] = _best_direction(xy, sink_mass)
+            xy, stress[v] = embed(dist[v], seed, n_init)
+        labels[v] = kmeans_labels(xy, n_clusters, seed)
+        rho[v] = spearman(xy[:, 0], sink_mass)
+        best[v] = best_direction(xy, sink_mass)
         table[f"x_{v}"] = xy[:, 0]
         table[f"y_{v}"] = xy[:, 1]
     for v in VARIANTS:
@@ -404,9 +341,11 @@ def result_tables(result: ClusterResult) -> Tables:
 
     Frames ``cluster`` (the per-head table), ``cluster_summary`` (one row per variant: the
     axis-1 and best-direction Spearman rho with head sink mass, whether the variant is
-    degenerate, and the model's mean sink share of ``d_A^2``) and ``cluster_agreement``
-    (the adjusted Rand index of every pair of variants); the summary is the artifact with
-    every non-finite float made ``None``.
+    degenerate, and the model's mean sink share of ``d_A^2``), ``cluster_agreement`` (the
+    adjusted Rand index of every pair of variants) and ``cluster_distances`` (each
+    variant's summed distance of every pair of heads, the matrix MDS embeds:
+    :func:`distance_table`); the summary is the artifact with every non-finite float made
+    ``None``.
     """
     import pandas as pd
 
@@ -438,6 +377,7 @@ def result_tables(result: ClusterResult) -> Tables:
             "cluster": result.table,
             "cluster_summary": summary,
             "cluster_agreement": agreement,
+            "cluster_distances": distance_table(art["model"], result.distances),
         },
         summary=_finite(art),
     )
@@ -460,5 +400,19 @@ EXPERIMENT = Experiment(
     after=(),
     settings=Settings,
     run=run,
-    tables=("cluster", "cluster_summary", "cluster_agreement"),
+    tables=("cluster", "cluster_summary", "cluster_agreement", "cluster_distances"),
+    view=View(
+        title="Cluster: head clustering (Clark et al. 2019) under four variants",
+        needs=("cluster_summary",),
+        section=cluster_section,
+        figure_tables=("cluster", "cluster_summary"),
+        figure=draw,
+    ),
+    command=Command(
+        help="Clark et al. head clustering under four variants",
+        sources="model",
+        summary=summary,
+        doc="Clark et al.'s head clustering under keep, drop and the Aitchison terms.",
+        flags={"n_clusters": ("--n-clusters", "--clusters")},
+    ),
 )

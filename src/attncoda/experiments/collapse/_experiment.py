@@ -1,9 +1,10 @@
 r"""Collapse: entropy across training checkpoints, and its change split exactly into sink
 and content parts (docs/design.md, "The mathematics" and "The experiments").
 
-Every checkpoint of a series reads the same windows. A unit of the experiment captures one
-checkpoint's row statistics (:mod:`attncoda.experiments.collapse._stats`); :func:`combine`
-assembles every checkpoint's into the pair tables of :mod:`attncoda.experiments.collapse._split`,
+Every checkpoint of a series reads the same windows. A unit of the experiment reads one
+checkpoint's row statistics from the runner's capture of those windows, made with the run's
+options (:mod:`attncoda.experiments.collapse._stats`); :func:`combine` assembles every
+checkpoint's into the pair tables of :mod:`attncoda.experiments.collapse._split`,
 where the entropy change of each pair is split by the two-factor Shapley rule and
 ``sink_share = sum dH_sink / sum dH`` over the rows of a head, a layer or the model, with
 its range over the two one-sided orderings (sink first, content first).
@@ -15,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from attncoda._errors import AttncodaError
+from attncoda.experiments.collapse._figure import draw
+from attncoda.experiments.collapse._section import collapse_section
 from attncoda.experiments.collapse._split import (
     DEFAULT_SHARE_ATOL,
     series_tables,
@@ -26,12 +27,21 @@ from attncoda.experiments.collapse._stats import (
     CheckpointStats,
     capture_stats,
     check_windows,
-    checkpoint_stats,
     stats_frames,
     stats_from_frames,
     windows_hash,
 )
-from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
+from attncoda.experiments.collapse._summary import summary
+from attncoda.experiments.contract import (
+    Command,
+    Experiment,
+    Inputs,
+    Tables,
+    View,
+    captured_ids,
+    check_captured,
+    setting,
+)
 from attncoda.models.spec import NO_REVISION
 
 if TYPE_CHECKING:
@@ -169,29 +179,32 @@ class Settings:
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:
-    """One checkpoint's row statistics (:func:`checkpoint_stats`) as the tables
+    """One checkpoint's row statistics (:func:`capture_stats`) as the tables
     ``collapse_rows`` and ``collapse_sinks`` (:func:`stats_frames`).
 
-    With no model but a capture (attention handed in, ``given=("capture", "checkpoint")``)
-    the statistics are the capture's own. The summary records what :func:`combine` needs
-    beside the frames: the checkpoint's
-    ``step``, ``label`` and ``spec``, the series ``model`` name, the ``sink`` spec and the
-    windows' ``n_windows``, ``n_tokens`` and ``windows_sha256``.
+    The statistics are those of the unit's ``capture``: in a run, the runner's capture of
+    the series' ``windows`` by the checkpoint, made with the run's options (method, kernel,
+    sink, seed, dtype, device: collapse captures nothing itself), which must have read
+    exactly those windows; with attention handed in (``given=("capture", "checkpoint")``,
+    no ``windows``), the capture's own, its windows the tokens it holds. The summary
+    records what :func:`combine` needs beside the frames: the checkpoint's ``step``,
+    ``label`` and ``spec``, the series ``model`` name, the ``sink`` spec, the capture's
+    ``method`` and ``kernel``, and the windows' ``n_windows``, ``n_tokens`` and
+    ``windows_sha256``.
     """
     point = inputs.need("checkpoint")
-    if inputs.loaded is None and inputs.capture is not None:
-        # Attention handed in: the capture holds the checkpoint's statistics and its tokens.
-        cap = inputs.capture
-        windows = [np.asarray(cap.token_ids[d, : int(n)]) for d, n in enumerate(cap.n_tokens)]
-        stats = capture_stats(cap, point)
+    cap = inputs.need("capture")
+    if inputs.windows is None:  # attention handed in: the capture holds its tokens
+        windows = captured_ids(cap)
     else:
-        model, tokenizer, _ = inputs.need("model")
-        windows = check_windows(inputs.need("windows"))
-        stats = checkpoint_stats(model, tokenizer, windows, point, sink=inputs.sink)
-    rows, sinks = stats_frames(stats)
+        windows = check_windows(inputs.windows)
+        check_captured(cap, windows, "series windows")
+    rows, sinks = stats_frames(capture_stats(cap, point))
     summary = {
         "model": inputs.model,
         "sink": str(inputs.sink),
+        "method": str(cap.method),
+        "kernel": cap.kernel,
         "step": int(point.step),
         "label": str(point.label),
         "spec": str(point.spec),
@@ -200,6 +213,12 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         "windows_sha256": windows_hash(windows),
     }
     return Tables(frames={"collapse_rows": rows, "collapse_sinks": sinks}, summary=summary)
+
+
+def every_window(windows: Sequence[Any], settings: Settings) -> Sequence[Any]:
+    """The windows the runner captures for a collapse unit: every window of the series, at
+    the unit's checkpoint."""
+    return windows
 
 
 def combine(units: Sequence[Tables], settings: Settings) -> Tables:
@@ -238,7 +257,7 @@ def combine(units: Sequence[Tables], settings: Settings) -> Tables:
         raise AttncodaError(f"collapse units must have distinct steps, got {sorted(steps)}")
     first = facts[order[0]] if order else {}
     for i in order:
-        for key in ("model", "sink", "n_windows", "n_tokens", "windows_sha256"):
+        for key in ("model", "sink", "method", "n_windows", "n_tokens", "windows_sha256"):
             if facts[i].get(key) != first.get(key):
                 raise AttncodaError(
                     f"checkpoint {facts[i]['label']} has {key} {facts[i].get(key)!r}, "
@@ -274,11 +293,34 @@ def combine(units: Sequence[Tables], settings: Settings) -> Tables:
 
 EXPERIMENT = Experiment(
     name="collapse",
-    needs=("model", "windows", "checkpoint"),
+    needs=("windows", "checkpoint", "capture"),
     given=("capture", "checkpoint"),
+    captures=every_window,
     after=(),
     settings=Settings,
     run=run,
     tables=("collapse_rows", "collapse_sinks"),
     combine=combine,
+    combined=("collapse", "collapse_checkpoints"),
+    view=View(
+        title="Collapse: entropy over training, sink vs content",
+        needs=("collapse",),
+        section=collapse_section,
+        figure_tables=("collapse",),
+        figure=draw,
+        units=("train",),
+    ),
+    command=Command(
+        help="entropy change over checkpoints, split exactly",
+        sources="series",
+        summary=summary,
+        doc="""Entropy collapse over checkpoints, its change split exactly into sink and content.
+
+        ``source`` is a series spec (the shipped ``"bigram-backcopy"``,
+        ``owner/name@step0,step512``, or a folder of ``stepN`` checkpoints), or a list of
+        captures, one per checkpoint in training order, with ``steps`` their training steps
+        and ``names`` the series name.""",
+        source_help="bigram-backcopy (the shipped series), owner/name@step0,step512,... or "
+        "a folder of stepN checkpoints",
+    ),
 )

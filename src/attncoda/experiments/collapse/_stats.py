@@ -1,7 +1,9 @@
 """One checkpoint's row statistics, captured on the series' windows, and their tidy tables
 (docs/design.md, "The experiments").
 
-Every checkpoint of a series reads the same windows; :func:`checkpoint_stats` captures one,
+Every checkpoint of a series reads the same windows; :func:`capture_stats` reads one
+checkpoint's statistics from its capture (in a run, the runner's, made with the run's
+options), :func:`checkpoint_stats` captures one directly,
 :func:`stats_frames` stores it as two tables and :func:`stats_from_frames` reads them back, so
 the checkpoints of a series can be captured apart and assembled by
 :func:`attncoda.experiments.collapse.collapse_from_stats`.
@@ -82,8 +84,13 @@ def checkpoint_stats(
     *,
     sink: str | int | Sequence[int] = "first",
     batch_size: int = 8,
+    method: str = "exact",
+    kernel: str = "auto",
+    seed: int = 0,
 ) -> CheckpointStats:
-    """Capture one checkpoint's row statistics on the series' windows.
+    """Capture one checkpoint's row statistics on the series' windows (a direct call; in a
+    run the runner captures each checkpoint with the run's options and collapse reads the
+    capture, :func:`capture_stats`).
 
     Parameters
     ----------
@@ -98,6 +105,13 @@ def checkpoint_stats(
         every checkpoint (``"auto"`` usually does not).
     batch_size : int
         Windows per forward pass.
+    method : {"exact", "fast"}
+        The capture method (:func:`attncoda.capture_windows`).
+    kernel : str
+        The fast method's kernel (a name of :data:`attncoda.capture.KERNELS`); anything
+        but ``"auto"`` needs ``method="fast"``.
+    seed : int
+        The capture's seed.
 
     Returns
     -------
@@ -114,7 +128,15 @@ def checkpoint_stats(
             f"token id {top}: make the windows with this series' tokenizer"
         )
     cap = capture_windows(
-        model, windows, batch_size=batch_size, sink=sink, tokenizer=tokenizer, record_rows="none"
+        model,
+        windows,
+        batch_size=batch_size,
+        sink=sink,
+        tokenizer=tokenizer,
+        record_rows="none",
+        seed=seed,
+        method=method,
+        kernel=kernel,
     )
     return capture_stats(cap, point)
 

@@ -1,14 +1,17 @@
 """The contract every experiment keeps, apart from the experiments themselves
 (docs/design.md, "The experiment contract").
 
-Public names: the declaration (:class:`Experiment`, :func:`experiment`,
-:data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back (:class:`Inputs`,
-:class:`Tables`), settings (:func:`setting`, :func:`check_settings`, :func:`settings_from`,
-:func:`settings_dict`), the recorded rows an experiment reads (:class:`HeadRows`,
-:class:`DocRows`, :func:`head_rows`), the shared verdict helpers (:data:`CONVENTIONS`,
-:data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`), and what every interval
-shares (:data:`MIN_BOOTSTRAP_N`, the method names, :func:`no_interval_note`,
-:func:`percentile_interval`, :func:`resample_weights`, :func:`check_n_boot`).
+Public names: the declaration (:class:`Experiment`, :func:`experiment`, :data:`REGISTRY`,
+:data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back
+(:class:`Inputs`, :class:`Tables`), how it is shown and run (:class:`View`,
+:class:`Command`, :data:`SOURCES`), settings (:func:`setting`, :func:`check_settings`,
+:func:`settings_from`, :func:`settings_dict`), the recorded rows an experiment reads
+(:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the windows a capture read
+(:func:`captured_ids`, :func:`check_captured`), the shared verdict helpers
+(:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`),
+and what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
+:func:`no_interval_note`, :func:`percentile_interval`, :func:`resample_weights`,
+:func:`check_n_boot`).
 
 Modules: ``_experiment`` (the declaration, inputs and tables), ``_settings`` (setting fields
 and their checks), ``_inputs`` (recorded rows), ``_verdicts`` (metrics, tolerances and flip
@@ -21,10 +24,14 @@ from __future__ import annotations
 from attncoda.experiments.contract._experiment import (
     EXPERIMENTS,
     NEEDS,
+    REGISTRY,
     RUN_COLUMNS,
+    SOURCES,
+    Command,
     Experiment,
     Inputs,
     Tables,
+    View,
     experiment,
     settings_dict,
     settings_from,
@@ -33,6 +40,8 @@ from attncoda.experiments.contract._experiment import (
 from attncoda.experiments.contract._inputs import (
     DocRows,
     HeadRows,
+    captured_ids,
+    check_captured,
     head_rows,
 )
 from attncoda.experiments.contract._intervals import (
@@ -73,6 +82,7 @@ __all__ = [
     "DEFAULT_TOL",
     "DocRows",
     "EXPERIMENTS",
+    "Command",
     "Experiment",
     "FLIP_METRICS",
     "HeadRows",
@@ -80,9 +90,14 @@ __all__ = [
     "MIN_BOOTSTRAP_N",
     "NEEDS",
     "RENAMED",
+    "REGISTRY",
     "RUN_COLUMNS",
+    "SOURCES",
     "Tables",
+    "View",
     "allowed_text",
+    "captured_ids",
+    "check_captured",
     "check_metrics",
     "check_n_boot",
     "check_setting",

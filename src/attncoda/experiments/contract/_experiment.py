@@ -9,11 +9,17 @@ An experiment module declares one :class:`Experiment`:
   :func:`attncoda.experiments.contract.setting` with its help and the values it allows (the
   API's signatures and the CLI's options are built from its fields, a run config stores it
   with :func:`settings_dict`);
-- ``run(inputs, settings) -> Tables``: the computation. It loads nothing, writes nothing and
-  keeps no state: the same inputs and settings give the same tables;
+- ``run(inputs, settings) -> Tables``: the computation. It loads nothing, captures nothing
+  (the runner makes its captures, with the run's options), writes nothing and keeps no
+  state: the same inputs and settings give the same tables;
 - ``tables``: the names of the tables ``run`` returns, in order;
 - ``combine``: for an experiment over a checkpoint series (collapse), how the tables of all
-  its units become the run's tables (``None`` for the others).
+  its units become the run's tables (``None`` for the others);
+- ``view``: how the report and a result object show it (:class:`View`): its section's title
+  and builder, the tables the section needs, and its figure with the tables it is drawn
+  from. The report iterates :data:`EXPERIMENTS` and names no experiment itself;
+- ``command``: how ``attncoda <name>`` takes its sources and what it prints
+  (:class:`Command`). The command line builds one subcommand per experiment from it.
 
 The runner (:mod:`attncoda.run`) plans the units, provides :class:`Inputs`, runs the
 experiment and stores the :class:`Tables`.
@@ -37,10 +43,14 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPERIMENTS",
     "NEEDS",
+    "REGISTRY",
     "RUN_COLUMNS",
+    "SOURCES",
+    "Command",
     "Experiment",
     "Inputs",
     "Tables",
+    "View",
     "experiment",
     "settings_dict",
     "settings_from",
@@ -51,15 +61,41 @@ __all__ = [
 #:
 #: - ``"rows"``: :class:`attncoda.experiments.contract.HeadRows`, the recorded full rows of every
 #:   head (one capture shared by every experiment of the model that needs rows);
-#: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row (profile);
-#: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune, collapse);
+#: - ``"capture"``: an :class:`attncoda.Capture` of statistics over every row, made by the
+#:   runner with the run's options (method, kernel, sink, seed, dtype, device): of the
+#:   corpus windows ``(docs, max_tokens)`` of the experiment's settings (profile), or, for an
+#:   experiment that also needs ``windows``, of those of its windows that
+#:   :attr:`Experiment.captures` picks (prune: its profiling windows; collapse: every window,
+#:   at each checkpoint). An experiment never captures itself;
+#: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune);
 #: - ``"windows"``: token-id windows of the run's corpus, ``(docs, max_tokens)`` from the
 #:   experiment's settings fields ``docs`` and ``max_tokens`` (prune, collapse);
 #: - ``"checkpoint"``: the series point a collapse unit reads.
 NEEDS = ("rows", "capture", "model", "windows", "checkpoint")
 
+#: The registry: every experiment (``attncoda.experiments.<name>`` declares it), in the order
+#: a run computes them for one model, with the name of its Python function
+#: (``attncoda.<function>``). The runner, the command line, the Python API and the report
+#: iterate it; the top-level package reads the function names from it without importing an
+#: experiment (the core install has no pandas).
+REGISTRY = {
+    "profile": "profile",
+    "flips": "flips",
+    "cluster": "cluster",
+    "safety": "safety",
+    "predictor": "predict",
+    "prune": "prune",
+    "collapse": "collapse",
+    "sink_rate": "sink_rate",
+}
+
 #: Every experiment, in the order a run computes them for one model.
-EXPERIMENTS = ("profile", "flips", "cluster", "safety", "predictor", "prune", "collapse")
+EXPERIMENTS = tuple(REGISTRY)
+
+#: How a command takes what it reads (:attr:`Command.sources`): ``"model"`` one model spec;
+#: ``"model?"`` one spec or ``--attentions FILE``; ``"models*"`` specs or ``--attentions
+#: FILE...``; ``"models+"`` one spec or more; ``"series"`` one checkpoint series spec.
+SOURCES = ("model", "model?", "models*", "models+", "series")
 
 #: Columns a run adds to an experiment's frames when it stores them (``model`` the frames
 #: carry themselves): :func:`without_run_columns` takes them off a stored frame.
@@ -146,6 +182,91 @@ class Inputs:
 
 
 @dataclass(frozen=True)
+class View:
+    """How an experiment is shown: its report section and its figure.
+
+    Attributes
+    ----------
+    title : str
+        The section's heading in the report.
+    needs : tuple of str
+        The tables the section reads; when the first is absent from a run folder, the
+        report says the experiment was not run instead of calling ``section``.
+    section : callable
+        ``section(ctx) -> str``: the inner HTML of the section from a
+        :class:`attncoda.experiments.view.Context` (the run folder's tables and sink spec):
+        the paper's claim beside what was measured, the measured tables and the figures,
+        each captioned with its convention.
+    figure_tables : tuple of str
+        The tables the figure is drawn from.
+    figure : callable
+        ``figure(tables, *, sink) -> matplotlib.figure.Figure`` from those tables by name
+        (``sink``: the run's sink spec, named in titles).
+    units : tuple of str
+        Other unit names whose skipped or failed units the section reports beside its own
+        (collapse reports the ``train`` unit that made its series).
+    """
+
+    title: str
+    needs: tuple[str, ...]
+    section: Callable[[Any], str]
+    figure_tables: tuple[str, ...]
+    figure: Callable[..., Any]
+    units: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Command:
+    """How the command line and the Python API run an experiment: ``attncoda <name>
+    SOURCES [options]`` and ``attncoda.<function>(source, **options)``.
+
+    The options come from the experiment's ``Settings`` (and the shared rows' when it needs
+    ``rows``), the command runs the experiment into a run folder and prints ``summary``.
+
+    Attributes
+    ----------
+    help : str
+        The command's line in ``attncoda --help``.
+    sources : str
+        How it takes what it reads (:data:`SOURCES`).
+    summary : callable
+        ``summary(tables, facts, sink) -> str``: the lines printed after the run, from the
+        run folder's tables by name; ``facts(model, revision)`` gives a unit's stored facts
+        (``read``: what its rows were read from) and ``sink`` is the run's sink spec.
+    source_help : str
+        The help of the sources argument.
+    flags : mapping of str to tuple of str
+        Option strings of settings fields whose option is not ``--<field-name>`` alone (the
+        first is shown, the others are older names kept as aliases).
+    doc : str
+        The summary line of the Python function's docstring (its parameters are documented
+        from the settings fields).
+    positional : str or None
+        A settings field given as the first argument (the predictor's file), ``None``: none.
+    files : tuple of str
+        Settings fields that name a file, made absolute before the run records them.
+    action : str or None
+        The command is ``attncoda <name> <action>`` (``predictor apply``); ``None``: none.
+    """
+
+    help: str
+    sources: str
+    summary: Callable[..., str]
+    source_help: str = ""
+    doc: str = ""
+    flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    positional: str | None = None
+    files: tuple[str, ...] = ()
+    action: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sources not in SOURCES:
+            raise AttncodaError(
+                f"unknown command sources {self.sources!r}: use one of {', '.join(SOURCES)}"
+            )
+
+
+@dataclass(frozen=True)
 class Experiment:
     """One experiment's declaration (see the module docstring)."""
 
@@ -156,10 +277,17 @@ class Experiment:
     run: Callable[[Inputs, Any], Tables]
     tables: tuple[str, ...]
     combine: Callable[[Sequence[Tables], Any], Tables] | None = None
-    #: For an experiment that needs a model, the inputs that stand in for it when the
-    #: attention is handed in (collapse: one capture per checkpoint); ``None``: it needs the
-    #: model itself (prune).
+    #: The run's tables ``combine`` makes from its units' tables (collapse: ``collapse``
+    #: and ``collapse_checkpoints``); what a result of the experiment holds.
+    combined: tuple[str, ...] = ()
+    #: For an experiment that needs a model or windows, the inputs that stand in for them
+    #: when the attention is handed in (collapse: one capture per checkpoint); ``None``: it
+    #: needs the model itself (prune).
     given: tuple[str, ...] | None = None
+    #: For an experiment that needs both ``windows`` and ``capture``: ``captures(windows,
+    #: settings)``, the windows of its ``windows`` input the runner captures for it, with
+    #: the run's options (prune: its profiling windows; collapse: all of them).
+    captures: Callable[[Sequence[Any], Any], Sequence[Any]] | None = None
     #: When set, a reason the experiment does not apply to a model, from its ModelInfo
     #: (prune needs a causal language model); the runner records the unit as skipped.
     skip: Callable[[Any], str | None] | None = None
@@ -171,6 +299,20 @@ class Experiment:
     #: recipe) to its ``rows`` (:attr:`HeadRows.identity`): hashed only for the experiments
     #: that need it (the predictor, which recognises its training models by content).
     identifies: bool = False
+    #: How the report and a result object show the experiment (:class:`View`).
+    view: View | None = None
+    #: How ``attncoda <name>`` takes its sources and what it prints (:class:`Command`).
+    command: Command | None = None
+
+    @property
+    def shared_rows(self) -> bool:
+        """Whether the experiment reads the run's shared rows, whose windows the options
+        ``docs`` and ``max_tokens`` of the shared rows set (flips, cluster, safety, the
+        predictor); an experiment whose own settings have ``docs`` and ``max_tokens`` reads
+        its rows at those windows (through :attr:`rows_at`) and takes no shared-rows
+        options."""
+        own = {f.name for f in dataclasses.fields(self.settings)}
+        return "rows" in self.needs and not {"docs", "max_tokens"} <= own
 
 
 def experiment(name: str) -> Experiment:

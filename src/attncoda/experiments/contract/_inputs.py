@@ -149,3 +149,29 @@ def _check_same_keys(model: str, visible: np.ndarray) -> None:
         "layer); flips, cluster and safety compare heads over the same keys, so use windows "
         "no longer than the model's sliding window (e.g. at most 512 tokens for gemma3)"
     )
+
+
+def captured_ids(capture: Any) -> list[np.ndarray]:
+    """The token ids each document of an :class:`attncoda.Capture` read, unpadded: one
+    int64 array of ``n_tokens[doc]`` ids per document."""
+    return [
+        np.asarray(capture.token_ids[doc, : int(n)], dtype=np.int64)
+        for doc, n in enumerate(capture.n_tokens)
+    ]
+
+
+def check_captured(capture: Any, windows: list[np.ndarray], name: str) -> None:
+    """Refuse a capture that did not read exactly ``windows`` (int64 id arrays, in order);
+    the error names ``name`` (what the windows are) and the first window that differs."""
+    read = captured_ids(capture)
+    if len(read) != len(windows):
+        raise AttncodaError(
+            f"the capture read {len(read)} windows, but there are {len(windows)} {name}: "
+            f"capture the {name}"
+        )
+    for index, (got, want) in enumerate(zip(read, windows, strict=True)):
+        if not np.array_equal(got, want):
+            raise AttncodaError(
+                f"the capture's window {index} is not {name} window {index}: capture the "
+                f"{name}, in their order"
+            )

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda._progress import steps
 from attncoda.experiments.contract import DEFAULT_TOL, check_tol
 
 __all__ = [
@@ -143,7 +144,7 @@ def count_rows(
     if n < 2:
         return flips, ties
     step = max(1, _CHUNK_ELEMS // n)
-    for r0 in range(0, rows, step):
+    for r0 in steps(range(0, rows, step), desc=f"flips: {rows} pairs", unit="block"):
         sl = slice(r0, r0 + step)
         flips[sl], ties[sl] = _count_block(x[sl], y[sl], tx[sl], ty[sl])
     return flips, ties
@@ -272,7 +273,7 @@ def count_inversions(pi: np.ndarray) -> np.ndarray:
     pad = np.arange(n, top, dtype=dtype) << 1
     step = max(1, _CHUNK_ELEMS // top)
     # float32 sums of positions are exact: every partial sum stays below 2**24.
-    for r0 in range(0, rows, step):
+    for r0 in steps(range(0, rows, step), desc=f"flips: {rows} orders", unit="block"):
         r1 = min(rows, r0 + step)
         seq = np.empty((r1 - r0, top), dtype=dtype)
         np.left_shift(pi[r0:r1], 1, out=seq[:, :n], casting="unsafe")

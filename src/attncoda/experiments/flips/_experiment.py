@@ -28,10 +28,12 @@ from attncoda.experiments.contract import (
     BOOTSTRAP_DOCUMENTS,
     DEFAULT_TOL,
     FLIP_METRICS,
+    Command,
     Experiment,
     HeadRows,
     Inputs,
     Tables,
+    View,
     check_metrics,
     check_n_boot,
     check_tol,
@@ -49,6 +51,9 @@ from attncoda.experiments.flips._bootstrap import (
 from attncoda.experiments.flips._count import (
     triplet_flips,
 )
+from attncoda.experiments.flips._figure import draw
+from attncoda.experiments.flips._section import flips_section
+from attncoda.experiments.flips._summary import summary
 from attncoda.experiments.flips._sums import document_sums
 
 if TYPE_CHECKING:
@@ -362,4 +367,17 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("flips", "flips_by_layer"),
+    view=View(
+        title="Flips: verdicts that change between keep and drop",
+        needs=("flips",),
+        section=flips_section,
+        figure_tables=("flips",),
+        figure=draw,
+    ),
+    command=Command(
+        help="flip rate of head-similarity verdicts, keep vs drop",
+        sources="models*",
+        summary=summary,
+        doc="How often keep and drop reverse 'which head is closer', per metric, with a CI.",
+    ),
 )

@@ -42,12 +42,23 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, HeadRows, Inputs, Tables, setting
+from attncoda.experiments.contract import (
+    Command,
+    Experiment,
+    HeadRows,
+    Inputs,
+    Tables,
+    View,
+    setting,
+)
 from attncoda.experiments.flips import FlipsResult, flips
 from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD
+from attncoda.experiments.predictor._figure import draw
 from attncoda.experiments.predictor._model import Predictor
 from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
-from attncoda.experiments.predictor._verdict import SCORE_COLUMNS, verdict_columns
+from attncoda.experiments.predictor._section import predictor_section
+from attncoda.experiments.predictor._summary import summary
+from attncoda.experiments.predictor._verdict import SCORE_COLUMNS, standing, verdict_columns
 from attncoda.experiments.safety import SquaredSplit, mean_squared_split
 from attncoda.models.spec import NO_REVISION
 
@@ -187,43 +198,6 @@ def apply_predictor(
             }
         )
     return outcomes
-
-
-def standing(record: Mapping[str, Any]) -> tuple[bool, str]:
-    """Whether a row of a ``predictor`` table tests the predictor, and why not if not.
-
-    Parameters
-    ----------
-    record : mapping
-        One row of the table :func:`run` writes (``counted``, ``relation``,
-        ``matched_training_model``, ``matched_by``, ``run_training_models``,
-        ``off_protocol``). A row of an older table that lacks ``counted`` is not counted.
-
-    Returns
-    -------
-    (bool, str)
-        ``(True, "held out")`` for a held-out model read on protocol; else ``False`` and
-        what it is: ``"training model: M (recipe)"``, ``"interpolated: a checkpoint of the
-        run of M1, M2"``, ``"same run: ..."``, ``"off protocol: no test (...)"`` or
-        ``"read before protocols were recorded: no test"``.
-    """
-
-    def text(key: str) -> str:
-        value = record.get(key)
-        return "" if value is None or value != value else str(value)
-
-    if "counted" not in record or "relation" not in record:
-        return False, "read before protocols were recorded: no test"
-    relation = text("relation")
-    if relation == "training":
-        said = f"training model: {text('matched_training_model')} ({text('matched_by')})"
-    elif relation in ("interpolated", "same run"):
-        said = f"{relation}: a checkpoint of the run of {text('run_training_models')}"
-    else:
-        said = "held out"
-    if text("off_protocol"):
-        said = f"{OFF_PROTOCOL} ({text('off_protocol')}); {said}"
-    return bool(record["counted"]), said
 
 
 def check_predictor_file(predictor: str) -> None:
@@ -379,4 +353,20 @@ EXPERIMENT = Experiment(
     tables=("predictor",),
     rows_at=rows_at,
     identifies=True,
+    view=View(
+        title="Predictor: a frozen flip-rate predictor",
+        needs=("predictor",),
+        section=predictor_section,
+        figure_tables=("predictor",),
+        figure=draw,
+    ),
+    command=Command(
+        help="apply the frozen flip-rate predictor: predict, measure, give the verdict",
+        sources="models+",
+        summary=summary,
+        doc="The frozen flip-rate predictor applied and checked: confirmed, abstained or failed.",
+        positional="predictor",
+        files=("predictor",),
+        action="apply",
+    ),
 )

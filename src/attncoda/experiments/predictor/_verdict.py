@@ -10,14 +10,17 @@ eq. 43), for the predictor and the constant baseline side by side.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.predictor._protocol import OFF_PROTOCOL
 
 __all__ = [
+    "standing",
     "SCORE_COLUMNS",
     "VERDICTS",
     "Prediction",
@@ -163,3 +166,40 @@ def verdict_columns(
             f"{prefix}verdict": verdict(p, measured),
         }
     return out
+
+
+def standing(record: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether a row of a ``predictor`` table tests the predictor, and why not if not.
+
+    Parameters
+    ----------
+    record : mapping
+        One row of the table :func:`run` writes (``counted``, ``relation``,
+        ``matched_training_model``, ``matched_by``, ``run_training_models``,
+        ``off_protocol``). A row of an older table that lacks ``counted`` is not counted.
+
+    Returns
+    -------
+    (bool, str)
+        ``(True, "held out")`` for a held-out model read on protocol; else ``False`` and
+        what it is: ``"training model: M (recipe)"``, ``"interpolated: a checkpoint of the
+        run of M1, M2"``, ``"same run: ..."``, ``"off protocol: no test (...)"`` or
+        ``"read before protocols were recorded: no test"``.
+    """
+
+    def text(key: str) -> str:
+        value = record.get(key)
+        return "" if value is None or value != value else str(value)
+
+    if "counted" not in record or "relation" not in record:
+        return False, "read before protocols were recorded: no test"
+    relation = text("relation")
+    if relation == "training":
+        said = f"training model: {text('matched_training_model')} ({text('matched_by')})"
+    elif relation in ("interpolated", "same run"):
+        said = f"{relation}: a checkpoint of the run of {text('run_training_models')}"
+    else:
+        said = "held out"
+    if text("off_protocol"):
+        said = f"{OFF_PROTOCOL} ({text('off_protocol')}); {said}"
+    return bool(record["counted"]), said

@@ -7,9 +7,11 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`prune` and
 :func:`window_losses`, :func:`gradient_importance`) and the paired bootstrap interval of a
 perplexity ratio (:func:`ratio_interval`, :func:`window_resamples`).
 
-Modules: ``_experiment`` (the declaration and the grid of ablated evaluations), ``_losses``
-(the window losses and gradient importance), ``_interval`` (the paired bootstrap over
-windows) and ``_ranking`` (channels, orders and the ranking of heads). They may import
+Modules: ``_experiment`` (the declaration: settings, ``run`` and the windows the runner
+captures for it, :func:`profiling_windows`), ``_grid`` (:func:`prune`, the grid of ablated
+evaluations), ``_profiling`` (the head table of the profiling capture), ``_losses`` (the
+window losses and gradient importance), ``_interval`` (the paired bootstrap over windows)
+and ``_ranking`` (channels, orders and the ranking of heads). They may import
 :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract`, :mod:`attncoda.models` and,
 lazily, :mod:`attncoda.capture` (ablation and the forward helper); nothing above the
 experiments.
@@ -17,13 +19,8 @@ experiments.
 
 from __future__ import annotations
 
-from attncoda.experiments.prune._experiment import (
-    COLUMNS,
-    EXPERIMENT,
-    PruneResult,
-    Settings,
-    prune,
-)
+from attncoda.experiments.prune._experiment import EXPERIMENT, Settings, profiling_windows
+from attncoda.experiments.prune._grid import COLUMNS, PruneResult, prune
 from attncoda.experiments.prune._interval import (
     BASELINE_NOTE,
     ratio_interval,
@@ -57,6 +54,7 @@ __all__ = [
     "check_ks",
     "gradient_importance",
     "head_ranking",
+    "profiling_windows",
     "prune",
     "ratio_interval",
     "split_windows",

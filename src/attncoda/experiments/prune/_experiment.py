@@ -1,308 +1,29 @@
-"""Prune attention heads ranked by a channel and measure held-out perplexity
-(docs/design.md, "The experiments", prune).
-
-Heads are profiled on one set of windows and pruned models are evaluated on another,
-disjoint set. A *channel* ranks the heads (the channels, orders and ablations are those of
-:mod:`attncoda.experiments.prune._ranking`), and the top ``k`` are ablated.
-
-Perplexity: each evaluation window's loss is the mean negative log-likelihood of its
-predicted tokens (tokens ``1..n-1`` given their prefix; nats), as transformers' ``labels=``
-loss computes it for one window; perplexity is ``exp`` of the mean of those window losses.
-Each ratio to the unpruned model has a paired bootstrap interval over the evaluation windows
-(:mod:`attncoda.experiments.prune._interval`), from at least
-:data:`~attncoda.experiments.contract.MIN_BOOTSTRAP_N` windows.
-"""
+"""The prune experiment's declaration: its settings, when it applies, and its ``run`` over
+the runner's inputs (docs/design.md, "The experiments", prune). The computation is
+:func:`attncoda.experiments.prune.prune` (:mod:`attncoda.experiments.prune._grid`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.data.windows import windows_hash
-from attncoda.experiments.contract import Experiment, Inputs, Tables, check_n_boot, setting
-from attncoda.experiments.prune._interval import BASELINE_NOTE, ratio_interval, window_resamples
-from attncoda.experiments.prune._losses import (
-    check_batch_size,
-    check_windows,
-    gradient_importance,
-    window_losses,
-)
+from attncoda.experiments.contract import Command, Experiment, Inputs, Tables, View, setting
+from attncoda.experiments.prune._figure import draw
+from attncoda.experiments.prune._grid import prune
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
     CHANNELS,
     DEFAULT_CHANNELS,
     ORDERS,
-    check_choices,
-    check_ks,
-    head_ranking,
     split_windows,
 )
+from attncoda.experiments.prune._section import prune_section
+from attncoda.experiments.prune._summary import summary
 from attncoda.models.spec import parse_spec
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-__all__ = [
-    "COLUMNS",
-    "EXPERIMENT",
-    "PruneResult",
-    "Settings",
-    "prune",
-]
-
-#: Columns of :attr:`PruneResult.table` (``prune.parquet``).
-COLUMNS = (
-    "model",
-    "channel",
-    "order",
-    "ablation",
-    "k",
-    "perplexity",
-    "ratio",
-    "ratio_ci_low",
-    "ratio_ci_high",
-    "ci_method",
-    "n_windows",
-    "n_boot",
-    "ci_note",
-    "mean_nll",
-    "heads",
-)
-_INTERVAL = COLUMNS[COLUMNS.index("ratio_ci_low") : COLUMNS.index("ci_note") + 1]
-
-
-@dataclass(frozen=True, eq=False)
-class PruneResult:
-    """Perplexity of pruned models, and what the rankings were made from.
-
-    Attributes
-    ----------
-    table : pandas.DataFrame
-        ``prune.parquet``, columns :data:`COLUMNS`: one row per (channel, order, ablation,
-        k) and one baseline row (``channel``, ``order``, ``ablation`` = ``"none"``, ``k =
-        0``). ``perplexity`` on the evaluation windows, ``ratio`` = perplexity / baseline
-        perplexity, ``mean_nll`` its log (nats), ``heads`` the pruned heads as ``"L.H"``
-        labels in pruning order. ``ratio_ci_low``, ``ratio_ci_high``: the 2.5 and 97.5
-        percentiles of the ratio over ``n_boot`` paired resamples of the ``n_windows``
-        evaluation windows (``ci_method`` = ``"paired percentile bootstrap over windows"``,
-        :mod:`attncoda.experiments.prune._interval`); with fewer than 10 windows, and on the
-        baseline row, NaN with ``ci_method = ""``, ``n_boot = 0`` and ``ci_note`` saying
-        why.
-    heads : pandas.DataFrame
-        ``prune_heads.parquet``: the profiling head table of
-        :func:`attncoda.experiments.profile.head_summary` (means over rows with content),
-        with ``gradient_importance`` when the gradient channel was asked for.
-    summary : dict
-        JSON-ready: model, baseline perplexity, which windows profiled and which evaluated
-        (labels and token hashes), sink, seed and the grid.
-    """
-
-    table: pd.DataFrame
-    heads: pd.DataFrame
-    summary: dict[str, Any]
-
-
-def _label(window: Any, index: int) -> str:
-    doc = getattr(window, "doc_id", None)
-    return f"{doc}#{window.index}" if doc is not None else f"#{index}"
-
-
-def _profile(model, tokenizer, windows, sink, batch_size, with_gradient):
-    from attncoda.capture import capture_frame, capture_windows
-    from attncoda.experiments.profile import head_summary
-
-    cap = capture_windows(
-        model, windows, batch_size=batch_size, sink=sink, tokenizer=tokenizer, record_rows="none"
-    )
-    heads = head_summary(capture_frame(cap))
-    if with_gradient:
-        importance = gradient_importance(model, windows, batch_size=batch_size)
-        heads["gradient_importance"] = importance[
-            heads["layer"].to_numpy(np.int64), heads["head"].to_numpy(np.int64)
-        ]
-    return heads
-
-
-def prune(
-    model,
-    tokenizer,
-    profile_windows: Sequence[Any],
-    eval_windows: Sequence[Any],
-    *,
-    channels: Sequence[str] = DEFAULT_CHANNELS,
-    orders: Sequence[str] = ORDERS,
-    ablations: Sequence[str] = ("zero",),
-    ks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
-    sink: str | int | Sequence[int] = "first",
-    seed: int = 0,
-    n_boot: int = 1000,
-    batch_size: int = 8,
-    model_name: str | None = None,
-    progress: bool = False,
-) -> PruneResult:
-    """Rank heads by each channel on the profiling windows, prune the top ``k``, and measure
-    perplexity on the held-out evaluation windows.
-
-    Parameters
-    ----------
-    model : transformers.PreTrainedModel
-        A causal language model in eval mode whose attention can be routed.
-    tokenizer : tokenizer or None
-        For token sink specs only.
-    profile_windows, eval_windows : sequence
-        Token windows (id sequences or :class:`attncoda.data.corpus.Window`), at least 2
-        tokens each; no evaluation window may equal a profiling window
-        (:func:`split_windows` makes such a pair).
-    channels : sequence of str
-        From :data:`CHANNELS`.
-    orders : sequence of {"high", "low"}
-    ablations : sequence of {"zero", "uniform", "sink"}
-    ks : sequence of int
-        Heads pruned, each from 1 to the number of heads.
-    sink : str, int or sequence of int
-        Sink spec for the profiling statistics (and the ``sink_mass``/``sink_balance``
-        channels); the ``sink`` ablation always redirects to the first real token.
-    seed : int
-        Seeds the ``random`` channel and the bootstrap's resamples.
-    n_boot : int
-        Paired bootstrap resamples of the evaluation windows for the interval of each ratio
-        (``>= 1``; drawn only from 10 windows up, docs/design.md, "Intervals").
-    batch_size : int
-        Windows per forward pass.
-    model_name : str, optional
-        The ``model`` column; default ``config.name_or_path`` or the class name.
-    progress : bool
-        Show a progress bar over evaluations.
-
-    Returns
-    -------
-    PruneResult
-
-    Raises
-    ------
-    AttncodaError
-        Empty or unknown channels, orders or ablations; a ``k`` that is not a positive
-        integer or exceeds the number of heads; ``n_boot < 1``; overlapping windows; and any
-        error of capture or ablation.
-    """
-    from attncoda.capture.ablation import ablate, head_counts, head_labels
-
-    n_boot = check_n_boot(n_boot, "windows")
-    channels = check_choices(channels, "channels", CHANNELS)
-    orders = check_choices(orders, "orders", ORDERS)
-    ablations = check_choices(ablations, "ablations", ABLATIONS)
-    batch_size = check_batch_size(batch_size)
-    profile_ids = check_windows(profile_windows, "profile_windows")
-    eval_ids = check_windows(eval_windows, "eval_windows")
-    seen = {w.tobytes(): i for i, w in enumerate(profile_ids)}
-    for j, window in enumerate(eval_ids):
-        if window.tobytes() in seen:
-            raise AttncodaError(
-                f"eval window {j} equals profile window {seen[window.tobytes()]}: evaluate on "
-                f"held-out windows, disjoint from the profiling ones"
-            )
-    n_layers, n_heads = head_counts(model)
-    name = model_name or getattr(model.config, "name_or_path", "") or type(model).__name__
-    ks = check_ks(ks, n_layers * n_heads, name)
-    heads = _profile(model, tokenizer, profile_ids, sink, batch_size, "gradient" in channels)
-    rankings = {
-        (channel, order): head_ranking(heads, channel, order, seed)
-        for channel in channels
-        for order in orders
-    }
-    cache: dict[tuple[str, tuple[tuple[int, int], ...]], np.ndarray] = {}
-
-    def losses_of(ablation: str, chosen: list[tuple[int, int]]) -> np.ndarray:
-        """Each evaluation window's mean NLL with ``chosen`` ablated, shape (window,)."""
-        key = (ablation, tuple(sorted(chosen)))
-        if key not in cache:
-            plan: dict[int, list[int]] = {}
-            for layer, head in chosen:
-                plan.setdefault(layer, []).append(head)
-            with ablate(model, plan, ablation):
-                cache[key] = window_losses(model, eval_ids, batch_size=batch_size)
-        return cache[key]
-
-    jobs = [(a, c, o, k) for a in ablations for c in channels for o in orders for k in ks]
-    iterator: Any = jobs
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(jobs, desc="prune", unit="eval")
-    unpruned = losses_of("zero", [])
-    base = float(np.mean(unpruned))
-    weights = window_resamples(len(eval_ids), n_boot, seed)
-    none = (math.nan, math.nan, "", len(eval_ids), 0, BASELINE_NOTE)
-    records = [
-        {
-            "model": name,
-            "channel": "none",
-            "order": "none",
-            "ablation": "none",
-            "k": 0,
-            "perplexity": math.exp(base),
-            "ratio": 1.0,
-            **dict(zip(_INTERVAL, none, strict=True)),
-            "mean_nll": base,
-            "heads": "",
-        }
-    ]
-    for ablation, channel, order, k in iterator:
-        ranking = rankings[(channel, order)]
-        chosen = list(zip(ranking["layer"][:k].tolist(), ranking["head"][:k].tolist(), strict=True))
-        losses = losses_of(ablation, chosen)
-        nll = float(np.mean(losses))
-        interval = ratio_interval(losses, unpruned, weights)
-        records.append(
-            {
-                "model": name,
-                "channel": channel,
-                "order": order,
-                "ablation": ablation,
-                "k": k,
-                "perplexity": math.exp(nll),
-                "ratio": math.exp(nll - base),
-                **dict(zip(_INTERVAL, interval, strict=True)),
-                "mean_nll": nll,
-                "heads": head_labels(chosen),
-            }
-        )
-    import pandas as pd
-
-    table = pd.DataFrame.from_records(records, columns=list(COLUMNS))
-    types = {"k": np.int64, "n_windows": np.int64, "n_boot": np.int64, "ci_method": str}
-    table = table.astype({**types, "ci_note": str})
-    summary = {
-        "model": name,
-        "n_layers": n_layers,
-        "n_heads": n_heads,
-        "baseline_perplexity": math.exp(base),
-        "baseline_mean_nll": base,
-        "sink": str(sink),
-        "seed": seed,
-        "channels": channels,
-        "orders": orders,
-        "ablations": ablations,
-        "ks": ks,
-        "n_evaluations": len(cache),
-        "profile_windows": [_label(w, i) for i, w in enumerate(profile_windows)],
-        "eval_windows": [_label(w, i) for i, w in enumerate(eval_windows)],
-        "profile_windows_sha256": windows_hash(profile_ids),
-        "eval_windows_sha256": windows_hash(eval_ids),
-        "perplexity_definition": "exp(mean over eval windows of the window's mean next-token "
-        "NLL in nats)",
-        "n_windows": len(eval_ids),
-        "n_boot": int(len(weights)),
-        "ratio_interval": "the 2.5 and 97.5 percentiles of exp(mean NLL pruned - mean NLL "
-        "unpruned) over n_boot paired resamples of the eval windows (the same draw for both "
-        "models); none below 10 windows",
-    }
-    return PruneResult(table=table, heads=heads, summary=summary)
+__all__ = ["EXPERIMENT", "Settings", "profiling_windows", "run", "skip"]
 
 
 @dataclass(frozen=True)
@@ -363,8 +84,10 @@ def skip(info: Any) -> str | None:
 
 
 def run(inputs: Inputs, settings: Settings) -> Tables:
-    """Prune the unit's model (:func:`prune`) on the runner's windows: frames ``prune`` and
-    ``prune_heads``; the summary is :attr:`PruneResult.summary`."""
+    """Prune the unit's model (:func:`prune`) on the runner's windows, ranking the heads by
+    the runner's capture of the profiling windows (made with the run's options: prune
+    captures nothing itself): frames ``prune`` and ``prune_heads``; the summary is
+    :attr:`PruneResult.summary`."""
     model, tokenizer, info = inputs.need("model")
     reason = skip(info)
     if reason is not None:
@@ -385,18 +108,44 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         seed=inputs.seed,
         n_boot=settings.n_boot,
         model_name=inputs.model,
+        capture=inputs.need("capture"),
     )
     return Tables(
         frames={"prune": result.table, "prune_heads": result.heads}, summary=result.summary
     )
 
 
+def profiling_windows(windows: Sequence[Any], settings: Settings) -> list:
+    """The windows the runner captures for prune: its profiling windows, the first
+    ``profile_docs`` of the ``docs`` it provides (:func:`split_windows`)."""
+    return split_windows(windows, settings.profile_docs, settings.eval_docs)[0]
+
+
 EXPERIMENT = Experiment(
     name="prune",
-    needs=("model", "windows"),
+    needs=("model", "windows", "capture"),
     after=(),
     settings=Settings,
     run=run,
     tables=("prune", "prune_heads"),
     skip=skip,
+    captures=profiling_windows,
+    view=View(
+        title="Prune: which channel is safe to prune heads by",
+        needs=("prune",),
+        section=prune_section,
+        figure_tables=("prune",),
+        figure=draw,
+    ),
+    command=Command(
+        help="prune heads by a channel, measure held-out perplexity",
+        sources="model",
+        summary=summary,
+        doc="Heads pruned by a channel, held-out perplexity per k (model specs only).",
+        flags={
+            "ks": ("--ks", "--k"),
+            "orders": ("--orders", "--order"),
+            "ablations": ("--ablations", "--ablation"),
+        },
+    ),
 )

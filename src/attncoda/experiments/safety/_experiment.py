@@ -42,10 +42,12 @@ from attncoda.experiments.contract import (
     CLOPPER_PEARSON,
     DEFAULT_TOL,
     FLIP_METRICS,
+    Command,
     Experiment,
     HeadRows,
     Inputs,
     Tables,
+    View,
     check_metrics,
     check_tol,
     flip_rate,
@@ -53,11 +55,14 @@ from attncoda.experiments.contract import (
     setting,
 )
 from attncoda.experiments.flips import FlipsResult, document_sums, tie_tolerance
+from attncoda.experiments.safety._figure import draw
+from attncoda.experiments.safety._section import safety_section
 from attncoda.experiments.safety._split import (
     SquaredSplit,
     mean_squared_split,
     triplet_coordinates,
 )
+from attncoda.experiments.safety._summary import summary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -401,4 +406,18 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("safety", "safety_grid"),
+    view=View(
+        title="Safety map: where each convention is safe",
+        needs=("safety",),
+        section=safety_section,
+        figure_tables=("safety_grid",),
+        figure=draw,
+    ),
+    command=Command(
+        help="flip rate by sink share and sink-mass gap",
+        sources="models+",
+        summary=summary,
+        doc="The flip rate by sink share and sink-mass gap, and where keep and drop agree.",
+        flags={"n_bins": ("--n-bins", "--bins"), "threshold": ("--threshold", "--safe-threshold")},
+    ),
 )

@@ -3,19 +3,24 @@ baseline's beside the measured flip rate, one row per model."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.report.canvas import new_figure
-from attncoda.report.labels import groups
+from attncoda.experiments.view import groups, new_figure
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["predictor_figure"]
+__all__ = ["draw", "predictor_figure"]
+
+
+def draw(tables: Mapping[str, pd.DataFrame], *, sink: str = "first") -> Figure:
+    """The experiment's figure from its ``predictor`` table (every model of it)."""
+    return predictor_figure(tables["predictor"])
 
 
 def predictor_figure(table: pd.DataFrame) -> Figure:
@@ -79,7 +84,7 @@ def _missing(value: Any) -> bool:
 
 
 def _said(r: dict) -> str:
-    from attncoda.experiments.predictor import standing
+    from attncoda.experiments.predictor._verdict import standing
 
     counted, said = standing(r)
     if counted:

@@ -1,121 +1,32 @@
-"""Figures of the flips and safety-map experiments (keep vs drop).
-
-- :func:`flip_rate_figure` — flip rate per metric with its bootstrap 95% interval over
-  documents where there are enough documents for one, one bar group per metric and one bar
-  per model.
-- :func:`safety_figure` — one heatmap per metric of the flip rate over sink-share bins
-  (rows) and sink-mass-gap bins (columns).
-
-Every figure names the two conventions it compares in its title and colour or axis labels.
-Figures are :class:`matplotlib.figure.Figure` objects drawn on the Agg canvas (no pyplot
-state); :func:`attncoda.report.figures.save_png` writes one to PNG atomically.
+"""The figure of the safety map: one heatmap per metric of the keep vs drop flip rate over
+sink-share bins (rows) and sink-mass-gap bins (columns), drawn on the Agg canvas.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.report.canvas import save_png
+from attncoda.experiments.view import need_columns, new_agg_figure, save_png
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = [
-    "CONVENTIONS_LABEL",
-    "flip_rate_figure",
-    "plot_flip_rates",
-    "plot_safety",
-    "safety_figure",
-]
+__all__ = ["draw", "plot_safety", "safety_figure"]
 
 CONVENTIONS_LABEL = "keep vs drop"
 
 
-def _new_figure(**kwargs: Any) -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(layout="constrained", **kwargs)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _need(df: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
-    missing = [c for c in columns if c not in getattr(df, "columns", ())]
-    if missing:
-        raise AttncodaError(f"{what} lacks the column {missing[0]!r}")
-    if len(df) == 0:
-        raise AttncodaError(f"{what} has no rows to plot")
-
-
-def flip_rate_figure(table: pd.DataFrame) -> Figure:
-    """Bar chart of the keep vs drop flip rate per metric, with bootstrap CI whiskers.
-
-    A bar without an interval (too few documents: ``ci_low``, ``ci_high`` NaN) has no whisker
-    and says "no CI" above it.
-
-    Parameters
-    ----------
-    table : pandas.DataFrame
-        ``FlipsResult.table`` (one or several models concatenated): columns ``model,
-        metric, flip_rate, ci_low, ci_high``.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        Titled "Flip rate of head-similarity verdicts, keep vs drop".
-    """
-    _need(table, ("model", "metric", "flip_rate", "ci_low", "ci_high"), "the flips table")
-    models = list(dict.fromkeys(table["model"]))
-    metrics = list(dict.fromkeys(table["metric"]))
-    fig = _new_figure(figsize=(1.6 + 1.3 * len(metrics) * max(1, len(models) / 2), 4.2))
-    ax = fig.add_subplot()
-    width = 0.8 / len(models)
-    for i, model in enumerate(models):
-        rows = table[table["model"] == model].set_index("metric")
-        x = np.arange(len(metrics)) + (i - (len(models) - 1) / 2) * width
-        rate = np.array([_get(rows, m, "flip_rate") for m in metrics])
-        low = np.array([_get(rows, m, "ci_low") for m in metrics])
-        high = np.array([_get(rows, m, "ci_high") for m in metrics])
-        shown = np.nan_to_num(rate)
-        err = np.clip(np.nan_to_num(np.stack([rate - low, high - rate])), 0.0, None)
-        ax.bar(x, shown, width * 0.92, yerr=err, capsize=3, label=model, alpha=0.85)
-        tops = np.fmax(np.nan_to_num(rate), np.nan_to_num(high))  # label above the whisker
-        for xi, r, lo, top in zip(x, rate, low, tops, strict=True):
-            label = "n/a" if math.isnan(r) else f"{r:.1%}"
-            label += "\nno CI" if math.isnan(lo) and not math.isnan(r) else ""
-            ax.annotate(
-                label,
-                (xi, top),
-                xytext=(0, 3),
-                textcoords="offset points",
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
-    ax.set_xticks(np.arange(len(metrics)), metrics)
-    ax.set_ylabel(f"flip rate ({CONVENTIONS_LABEL}); whiskers: bootstrap 95% CI over documents")
-    ax.set_xlabel("row metric")
-    tallest = np.fmax(table["ci_high"].to_numpy(float), table["flip_rate"].to_numpy(float))
-    ax.set_ylim(0, max(0.05, float(np.nanmax(tallest, initial=0)) * 1.2))
-    ax.set_title(
-        f"Flip rate of head-similarity verdicts, {CONVENTIONS_LABEL}\n" + ", ".join(models)
-    )
-    if len(models) > 1:
-        ax.legend(title="model", fontsize=8)
-    return fig
-
-
-def _get(rows: pd.DataFrame, metric: str, column: str) -> float:
-    return float(rows.loc[metric, column]) if metric in rows.index else math.nan
+def draw(tables: Mapping[str, pd.DataFrame], *, sink: str = "first") -> Figure:
+    """The experiment's figure from its ``safety_grid`` table (one model)."""
+    return safety_figure(tables["safety_grid"])
 
 
 def safety_figure(grid: pd.DataFrame, metrics: Sequence[str] | None = None) -> Figure:
@@ -134,7 +45,7 @@ def safety_figure(grid: pd.DataFrame, metrics: Sequence[str] | None = None) -> F
         Suptitle "Flip rate keep vs drop by sink share of d_A² and sink-mass gap — model";
         empty cells (no decided triplet) are grey.
     """
-    _need(
+    need_columns(
         grid,
         (
             "model",
@@ -164,7 +75,7 @@ def safety_figure(grid: pd.DataFrame, metrics: Sequence[str] | None = None) -> F
     vmax = max(0.05, float(np.nanmax(finite, initial=0.0)))
     cols = min(len(chosen), 3)
     rows_n = -(-len(chosen) // cols)
-    fig = _new_figure(figsize=(4.3 * cols + 0.8, 3.9 * rows_n + 0.6))
+    fig = new_agg_figure(figsize=(4.3 * cols + 0.8, 3.9 * rows_n + 0.6))
     axes = np.atleast_1d(fig.subplots(rows_n, cols, squeeze=False)).ravel()
     image = None
     for ax, metric in zip(axes, chosen, strict=False):
@@ -235,11 +146,6 @@ def safety_figure(grid: pd.DataFrame, metrics: Sequence[str] | None = None) -> F
         f"Flip rate {CONVENTIONS_LABEL} by sink share of d_A² and sink-mass gap — {models[0]}"
     )
     return fig
-
-
-def plot_flip_rates(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
-    """:func:`flip_rate_figure` saved as PNG at ``path``; returns the path."""
-    return save_png(flip_rate_figure(table), path)
 
 
 def plot_safety(

@@ -7,12 +7,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attncoda._errors import AttncodaError
 from attncoda.store import atomic_write_bytes
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["new_figure", "png_bytes", "save_png"]
+__all__ = ["need_columns", "new_agg_figure", "new_figure", "png_bytes", "save_png"]
 
 
 def new_figure(**kwargs: Any) -> Figure:
@@ -37,3 +39,20 @@ def save_png(fig: Figure, path: str | os.PathLike[str], dpi: int = 120) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
     return atomic_write_bytes(path, buffer.getvalue())
+
+
+def new_agg_figure(**kwargs: Any) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(layout="constrained", **kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def need_columns(df: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
+    missing = [c for c in columns if c not in getattr(df, "columns", ())]
+    if missing:
+        raise AttncodaError(f"{what} lacks the column {missing[0]!r}")
+    if len(df) == 0:
+        raise AttncodaError(f"{what} has no rows to plot")

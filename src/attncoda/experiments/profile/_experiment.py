@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables, setting
+from attncoda.experiments.contract import Command, Experiment, Inputs, Tables, View, setting
+from attncoda.experiments.profile._figure import draw
+from attncoda.experiments.profile._section import profile_section
+from attncoda.experiments.profile._summary import summary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -98,12 +101,6 @@ def head_summary(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def layer_summary(heads: pd.DataFrame) -> pd.DataFrame:
-    """Per-layer means of the head table (for the printed summary)."""
-    cols = ["sink_mass", "entropy", "content_entropy", "binary_term", "content_term"]
-    return heads.groupby("layer", sort=True)[cols].mean().reset_index()
-
-
 @dataclass(frozen=True)
 class Settings:
     """Settings of the profile experiment (the runner captures ``docs`` windows of
@@ -126,4 +123,19 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("profile_heads",),
+    view=View(
+        title="Profile: sink mass and the exact entropy split",
+        needs=("profile_heads",),
+        section=profile_section,
+        figure_tables=("profile_heads",),
+        figure=draw,
+    ),
+    command=Command(
+        help="per-row and per-head sink/entropy statistics",
+        sources="model?",
+        summary=summary,
+        doc="Sink mass, entropy and its exact split per (layer, head), in nats.",
+        source_help="smollm2 | minilm | gemma3 | mpnet | qwen2.5-coder-1.5b | "
+        "owner/name[@rev] | folder | file.gguf",
+    ),
 )

@@ -1,10 +1,9 @@
-"""The prune section of the HTML report: the perplexity ratio of heads pruned by each
-channel, each ratio with its paired bootstrap interval over the evaluation windows where
-there are enough windows for one, and the method and n of that interval.
+"""The report section of prune: the perplexity ratio of heads pruned by each channel, each
+ratio with its paired bootstrap interval over the evaluation windows where there are
+enough windows for one, and the method and n of that interval.
 
-Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
-Context` it takes), :func:`prune_section` returns the inner HTML of one ``<section>`` from
-the run folder's tables alone, every table and figure captioned with its convention.
+It reads the run folder's tables only (:class:`attncoda.experiments.view.Context`), and
+captions every table and figure with its convention.
 """
 
 from __future__ import annotations
@@ -12,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from attncoda.experiments.contract import MIN_BOOTSTRAP_N
-from attncoda.report.html_parts import (
+from attncoda.experiments.prune._figure import draw
+from attncoda.experiments.view import (
     NA,
+    Context,
     figure_or_note,
     fmt_count,
     fmt_interval,
@@ -24,7 +25,6 @@ from attncoda.report.html_parts import (
     paper_vs_measured,
     table,
 )
-from attncoda.report.html_sections import Context
 
 __all__ = ["prune_section"]
 
@@ -32,8 +32,7 @@ __all__ = ["prune_section"]
 def prune_section(ctx: Context) -> str:
     """Per model: the worst and the best perplexity ratio over channels and orders, each with
     its paired bootstrap interval over the evaluation windows (or why it has none)."""
-    from attncoda.report.figures import figure
-    from attncoda.report.figures_training import CHANNEL_LABELS
+    from attncoda.experiments.prune._figure import CHANNEL_LABELS
 
     prune = ctx.need("prune")
     convention = (
@@ -87,7 +86,7 @@ def prune_section(ctx: Context) -> str:
             )
         figures.append(
             figure_or_note(
-                lambda g=g: figure("prune", {"prune": g}),
+                lambda g=g: draw({"prune": g}),
                 alt=f"Perplexity ratio against the number of heads pruned for {label}, one line "
                 "per ranking channel and order, log scale",
                 caption=f"{label}: perplexity ratio to the unpruned model on held-out text; "

@@ -1,17 +1,18 @@
-"""The section of the HTML report on training: collapse (the predictor's is
-:mod:`attncoda.report.html_predictor`, prune's :mod:`attncoda.report.html_prune`).
+"""The report section of collapse: entropy over training, split into its sink and content
+parts, with the share's range over the orderings and the series' task heads.
 
-Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
-Context` they take), each ``*_section(ctx)`` returns the inner HTML of one ``<section>``
-from the run folder's tables alone, every table and figure captioned with its convention.
+It reads the run folder's tables only (:class:`attncoda.experiments.view.Context`), and
+captions every table and figure with its convention.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from attncoda.report.html_parts import (
+from attncoda.experiments.collapse._figure import draw
+from attncoda.experiments.view import (
     NA,
+    Context,
     figure_or_note,
     fmt_count,
     fmt_nats,
@@ -23,7 +24,6 @@ from attncoda.report.html_parts import (
     paper_vs_measured,
     table,
 )
-from attncoda.report.html_sections import Context
 
 __all__ = ["collapse_section"]
 
@@ -35,8 +35,6 @@ def collapse_section(ctx: Context) -> str:
     """The entropy change over training split into sink and content parts (nats): the
     two-factor Shapley attribution, and the range of the sink share over the two one-sided
     orderings (sink first, content first), which bound it."""
-    from attncoda.report.figures import figure
-
     pairs = ctx.need("collapse")
     convention = (
         "none — two-factor Shapley attribution of the entropy change, ΔH = ΔH_sink + "
@@ -94,7 +92,7 @@ def collapse_section(ctx: Context) -> str:
             )
         parts.append(
             figure_or_note(
-                lambda g=g: figure("collapse", {"collapse": g}, sink=ctx.sink),
+                lambda g=g: draw({"collapse": g}, sink=ctx.sink),
                 alt=f"Stacked bars of the sink and content parts of the entropy change between "
                 f"consecutive checkpoints of {label}, and their cumulative sums",
                 caption=f"{label}: entropy change per checkpoint pair and cumulated.",

@@ -1,10 +1,9 @@
-"""The safety map's section of the HTML report: the flip rate keep vs drop by bin of the
-sink share of d_A² and of the sink-mass gap, each bin's flip rate with the upper end of its
-95% Clopper-Pearson interval over its decided triplets, and where keep and drop agree.
+"""The report section of the safety map: the flip rate keep vs drop by bin of the sink
+share of d_A² and of the sink-mass gap, each bin's flip rate with the upper end of its 95%
+Clopper-Pearson interval over its decided triplets, and where keep and drop agree.
 
-Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
-Context` it takes), :func:`safety_section` returns the inner HTML of one ``<section>`` from
-the run folder's tables alone, every table and figure captioned with its convention.
+It reads the run folder's tables only (:class:`attncoda.experiments.view.Context`), and
+captions every table and figure with its convention.
 """
 
 from __future__ import annotations
@@ -12,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from attncoda.report.html_parts import (
+from attncoda.experiments.safety._figure import draw
+from attncoda.experiments.view import (
     NA,
+    Context,
     figure_or_note,
     fmt_count,
     fmt_num,
@@ -24,7 +25,6 @@ from attncoda.report.html_parts import (
     paper_vs_measured,
     table,
 )
-from attncoda.report.html_sections import Context
 
 __all__ = ["safety_section"]
 
@@ -34,8 +34,6 @@ _BIN_KINDS = {"sink_share": "sink share of d_A²", "sink_gap": "sink-mass gap |s
 
 def safety_section(ctx: Context) -> str:
     """Flip rate keep vs drop by bin of the sink share of d_A² and of the sink-mass gap."""
-    from attncoda.report.figures import figure
-
     binned = ctx.need("safety")
     grid = ctx.get("safety_grid")
     convention = (
@@ -46,7 +44,7 @@ def safety_section(ctx: Context) -> str:
     has_bounds = "safe" in binned.columns
     regions = None
     if has_bounds:
-        from attncoda.experiments.safety import safe_regions
+        from attncoda.experiments.safety._regions import safe_regions
 
         regions = safe_regions(binned)
     for label, g in groups(binned):
@@ -141,7 +139,7 @@ def safety_section(ctx: Context) -> str:
                 plotted = cells.assign(model=label)
                 parts.append(
                     figure_or_note(
-                        lambda plotted=plotted: figure("safety", {"safety_grid": plotted}),
+                        lambda plotted=plotted: draw({"safety_grid": plotted}),
                         alt=f"Heatmaps per row metric of the keep vs drop flip rate of {label} "
                         "over sink-share and sink-mass-gap bins",
                         caption=f"{label}: flip rate over sink share × sink-mass gap; grey "

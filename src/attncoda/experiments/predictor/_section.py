@@ -1,17 +1,18 @@
-"""The section of the HTML report on the frozen predictor: each model's prediction beside the
-constant baseline's, with intervals, widths, absolute errors, interval scores and verdicts.
+"""The report section of the frozen predictor: each model's prediction beside the constant
+baseline's, with intervals, widths, absolute errors, interval scores and verdicts.
 
-Like :mod:`attncoda.report.html_sections` (whose :class:`~attncoda.report.html_sections.
-Context` it takes), :func:`predictor_section` returns the inner HTML of one ``<section>``
-from the run folder's tables alone, every table and figure captioned with its convention.
+It reads the run folder's tables only (:class:`attncoda.experiments.view.Context`), and
+captions every table and figure with its convention.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from attncoda.report.html_parts import (
+from attncoda.experiments.predictor._figure import draw
+from attncoda.experiments.view import (
     NA,
+    Context,
     figure_or_note,
     fmt_num,
     fmt_pct,
@@ -21,7 +22,6 @@ from attncoda.report.html_parts import (
     paper_vs_measured,
     table,
 )
-from attncoda.report.html_sections import Context
 
 __all__ = ["predictor_section"]
 
@@ -41,8 +41,7 @@ def predictor_section(ctx: Context) -> str:
     point's absolute error and the interval score, for the predictor and the baseline: a
     count of confirmations alone rewards wide intervals.
     """
-    from attncoda.experiments.predictor import standing
-    from attncoda.report.figures import figure
+    from attncoda.experiments.predictor._verdict import standing
 
     rows = ctx.need("predictor")
     convention = (
@@ -157,7 +156,7 @@ def predictor_section(ctx: Context) -> str:
             "run that gave training models is interpolated, or the same run, never held out."
         )
         + figure_or_note(
-            lambda: figure("predictor", {"predictor": rows}),
+            lambda: draw({"predictor": rows}),
             alt="Predicted and baseline flip-rate intervals and the measured flip rate per model",
             caption="The frozen predictor's interval and point (blue) and the constant "
             "baseline's (grey) beside the measured flip rate (red), per model (a model whose "

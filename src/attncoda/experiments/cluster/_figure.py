@@ -14,14 +14,19 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS
+from attncoda.experiments.cluster._distances import VARIANT_TITLES, VARIANTS
 from attncoda.store.runs import NO_REVISION
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["cluster_figure_from_tables"]
+__all__ = ["cluster_figure_from_tables", "draw"]
+
+
+def draw(tables: Mapping[str, pd.DataFrame], *, sink: str = "first") -> Figure:
+    """The experiment's figure from its ``cluster`` and ``cluster_summary`` tables."""
+    return cluster_figure_from_tables(tables["cluster"], tables["cluster_summary"])
 
 
 def _panel_title(variant: str, rho: float | None, best: float | None) -> str:

@@ -16,8 +16,8 @@ import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from attncoda.report.canvas import png_bytes
-from attncoda.report.labels import groups, is_missing, model_label
+from attncoda.experiments.view._canvas import png_bytes
+from attncoda.experiments.view._labels import groups, is_missing, model_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attncoda.report.canvas import new_figure, save_png
+from attncoda.experiments.view import new_figure, one_model, save_png
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
+
+__all__ = ["PANELS", "draw", "profile_figure", "profile_heatmap"]
+
+
+def draw(tables: Mapping[str, pd.DataFrame], *, sink: str = "first") -> Figure:
+    """The experiment's figure from its ``profile_heads`` table (one model)."""
+    heads = tables["profile_heads"]
+    return profile_figure(heads, model=one_model(heads, "profile_heads"), sink=sink)
+
 
 PANELS = (
     ("sink_mass", "sink mass s", "magma"),

@@ -1,0 +1,253 @@
+"""The kernel registry of ``method="fast"``: what each kernel declares, and which serves.
+
+A kernel is a module of this package named as users type it (``--kernel NAME``,
+``kernel="NAME"``): :mod:`attncoda.capture.kernels.sdpa`,
+:mod:`attncoda.capture.kernels.triton`. It declares itself as ``KERNEL``, an object of the
+:class:`Kernel` protocol, free of torch at import; its implementation sits in the private
+module of the same name (``_sdpa``, ``_triton``). :data:`ORDER` holds them in the order
+``"auto"`` prefers them: adding a kernel is one module and one entry there.
+
+Every choice of a kernel, and every check of what a kernel can do, is made here from those
+declarations:
+
+- :data:`KERNELS`, the choices (``"auto"`` and the kernels' names), read by the command
+  line without importing torch; :func:`describe` says them in words;
+- :func:`resolve_kernel`: the kernel that serves a device (``"auto"``: the first in
+  :data:`ORDER` that takes the device and can run there);
+- :func:`check_dtype`: ``method="fast"`` refused, before anything runs, in a dtype no
+  kernel takes on the device (float64 on CUDA);
+- :func:`declines` and :func:`record_layer`: the kernel chosen for a routed layer, then
+  those after it in :data:`ORDER` whose dtypes and attention keywords (:data:`KEYWORDS`)
+  cover the layer, else the exact path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from attncoda._errors import AttncodaError, check_choice
+
+from . import sdpa, triton
+
+__all__ = [
+    "KERNELS",
+    "KEYWORDS",
+    "NAMES",
+    "ORDER",
+    "PORTABLE",
+    "Kernel",
+    "check_dtype",
+    "declines",
+    "describe",
+    "dtype_name",
+    "lookup",
+    "record_layer",
+    "resolve_kernel",
+]
+
+#: The attention keywords a layer may pass that a kernel must model to serve it (Gemma 2's
+#: ``softcap``, a ``sliding_window``, GPT-OSS's learned sink logits ``s_aux``).
+KEYWORDS = ("softcap", "sliding_window", "s_aux")
+
+
+class Kernel(Protocol):
+    """What a kernel of the fast path declares (one module per kernel, ``KERNEL``)."""
+
+    @property
+    def name(self) -> str:
+        """The name users type: the name of the module that declares it."""
+
+    @property
+    def title(self) -> str:
+        """How notes name it (``"the two-call SDPA path"``)."""
+
+    @property
+    def summary(self) -> str:
+        """What it does, in a few words, for the option's help."""
+
+    @property
+    def covers(self) -> frozenset[str]:
+        """The attention keywords (of :data:`KEYWORDS`) it models."""
+
+    @property
+    def dtypes(self) -> Mapping[str, tuple[str, ...]]:
+        """Per device type, the input dtypes it takes (``"float32"``, ...)."""
+
+    @property
+    def auto_devices(self) -> tuple[str, ...] | None:
+        """The device types where ``"auto"`` may take it (None: every device)."""
+
+    @property
+    def portable(self) -> bool:
+        """Whether it runs wherever the fast path does: recorded passes and wrapped models
+        take it."""
+
+    def refusal(self, device: str) -> str | None:
+        """Why it cannot run on ``device`` (a device type) when asked by name: the error
+        message; None when it can."""
+
+    def bounds(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Its per-row error bounds against exact arithmetic (docs/design.md, "Error
+        bounds" and "The fused kernel")."""
+
+    def note(self, recorder: Any, reason: str) -> None:
+        """Say (or not) that a layer left it for ``reason``."""
+
+    def record_layer(
+        self,
+        recorder: Any,
+        layer: int,
+        module: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        attention_mask: Any,
+        scaling: float,
+        kwargs: dict[str, Any],
+        *,
+        auto: bool,
+    ) -> Any:
+        """Record one layer's statistics: its ``attn_output`` ``(batch, query_pos, head,
+        head_dim)``, or None when it declines the layer (``auto``: chosen by ``"auto"``)."""
+
+
+#: The registered kernels, in the order ``"auto"`` prefers them; a layer one declines goes
+#: to those after it.
+ORDER: tuple[Kernel, ...] = (triton.KERNEL, sdpa.KERNEL)
+#: Their names.
+NAMES: tuple[str, ...] = tuple(kernel.name for kernel in ORDER)
+#: The choices of ``kernel=`` and ``--kernel``.
+KERNELS: tuple[str, ...] = ("auto", *NAMES)
+#: The kernel that runs wherever the fast path does: it serves recorded passes and wrapped
+#: models, and a recorder that names no kernel.
+PORTABLE: str = next(kernel.name for kernel in ORDER if kernel.portable)
+_BY_NAME = {kernel.name: kernel for kernel in ORDER}
+#: torch's other names of the dtypes.
+_ALIASES = {"double": "float64", "float": "float32", "half": "float16"}
+
+
+def lookup(name: str) -> Kernel:
+    """The registered kernel of ``name`` (an AttncodaError naming the choices otherwise)."""
+    check_choice("kernel", name, NAMES)
+    return _BY_NAME[name]
+
+
+def describe(quoted: bool = False) -> str:
+    """The choices in words: ``auto (triton on cuda, else sdpa), triton or sdpa``; with
+    ``quoted``, for docstrings, the names quoted and each kernel's summary."""
+
+    def said(name: str) -> str:
+        return f'``"{name}"``' if quoted else name
+
+    rule = ", else ".join(
+        said(k.name)
+        if k.auto_devices is None
+        else f"{said(k.name)} on {' or '.join(k.auto_devices)}"
+        for k in ORDER
+    )
+    names = [f"{said(k.name)} ({k.summary})" if quoted else k.name for k in ORDER]
+    return f"{said('auto')} ({rule}), {', '.join(names[:-1])} or {names[-1]}"
+
+
+def dtype_name(dtype: object) -> str:
+    """``"float64"`` for ``torch.float64``, ``"float64"`` or ``"double"`` (no torch import)."""
+    name = str(dtype).removeprefix("torch.")
+    return _ALIASES.get(name, name)
+
+
+def _device_type(device: object) -> str:
+    return str(getattr(device, "type", device)).split(":")[0]
+
+
+def resolve_kernel(kernel: str, device: str) -> str:
+    """The kernel that serves ``method="fast"`` on ``device`` (``"cpu"`` or ``"cuda"``).
+
+    ``"auto"`` is the first kernel of :data:`ORDER` that ``"auto"`` may take on the device
+    and that can run there: the ``triton`` kernel on CUDA when triton imports (each
+    configuration then checked on first use), the ``sdpa`` kernel otherwise. A kernel asked
+    by name is refused where it cannot run (its :meth:`Kernel.refusal`).
+    """
+    check_choice("kernel", kernel, KERNELS)
+    if kernel == "auto":
+        return next(
+            (
+                k.name
+                for k in ORDER
+                if (k.auto_devices is None or device in k.auto_devices)
+                and k.refusal(device) is None
+            ),
+            PORTABLE,
+        )
+    why = _BY_NAME[kernel].refusal(device)
+    if why is not None:
+        raise AttncodaError(why)
+    return kernel
+
+
+def check_dtype(device: object, dtype: object) -> None:
+    """Refuse ``method="fast"`` in ``dtype`` on ``device`` when no kernel takes it there
+    (float64 on CUDA: neither PyTorch's memory-efficient attention nor the Triton kernel
+    has it), before anything runs; devices no kernel declares are left to the kernels."""
+    if dtype is None:
+        return
+    where, name = _device_type(device), dtype_name(dtype)
+    tables = [k.dtypes[where] for k in ORDER if where in k.dtypes]
+    if not tables or any(name in table for table in tables):
+        return
+    takes = list(dict.fromkeys(d for table in tables for d in table))
+    listed = f"{', '.join(takes[:-1])} or {takes[-1]}" if len(takes) > 1 else takes[0]
+    raise AttncodaError(
+        f"method='fast' on {where} takes {listed} (its kernels have no {name}): use "
+        f"dtype='float32', or method='exact' to keep {name}"
+    )
+
+
+def declines(kernel: Kernel, device: str, dtype: object, kwargs: Mapping[str, Any]) -> str | None:
+    """Why ``kernel`` does not serve a layer of ``dtype`` on ``device`` called with
+    ``kwargs`` (a dtype it does not take there, or an attention keyword it does not model):
+    the reason a note prints; None when it may."""
+    if dtype_name(dtype) not in kernel.dtypes.get(device, ()):
+        return f"{dtype} inputs" if device in kernel.dtypes else f"{device} tensors"
+    missing = [w for w in KEYWORDS if kwargs.get(w) is not None and w not in kernel.covers]
+    if missing:
+        return f"{' and '.join(missing)} layers"
+    return None
+
+
+def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs):
+    """The fast path of one routed layer: statistics into ``recorder``; the layer's output.
+
+    The kernel is resolved from where the layer runs (:func:`resolve_kernel` on the query's
+    device: a device map may spread the layers over the CPU and GPUs), from the recorder's
+    ``kernel`` (:data:`PORTABLE` when it names none); a dtype no kernel takes on the device
+    is refused (:func:`check_dtype`). That kernel goes first, then those
+    after it in :data:`ORDER`: each that :func:`declines` the layer says so (its
+    :meth:`Kernel.note`), and each may decline it itself (a mask it cannot describe, a
+    failed first-use check). ``recorder.ran[layer]`` records which served the layer
+    (``"exact"`` when none did).
+
+    Returns
+    -------
+    torch.Tensor or None
+        ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None: the caller runs
+        the exact path.
+    """
+    asked = recorder.kernel or PORTABLE
+    device = query.device.type
+    check_dtype(device, query.dtype)
+    first = NAMES.index(resolve_kernel(asked, device))
+    for kernel in ORDER[first:]:
+        why = declines(kernel, device, query.dtype, kwargs)
+        if why is not None:
+            kernel.note(recorder, why)
+            continue
+        out = kernel.record_layer(
+            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs,
+            auto=asked == "auto",
+        )  # fmt: skip
+        if out is not None:
+            recorder.ran[layer] = kernel.name
+            return out
+    recorder.ran[layer] = "exact"
+    return None

@@ -1,0 +1,58 @@
+"""The ``sdpa`` kernel: PyTorch's fused attention called twice per layer.
+
+Its declaration for :mod:`attncoda.capture.kernels.registry`, free of torch at import; the
+two-call path itself is :mod:`attncoda.capture.kernels._sdpa` (:func:`sdpa_attention`), its
+bounds :func:`attncoda.capture.kernels.fast_bounds`. It runs on the CPU
+(``_scaled_dot_product_flash_attention_for_cpu``, float64 included) and on CUDA
+(``_scaled_dot_product_efficient_attention``, which has no float64), everywhere the fast
+path does; it does not model soft-capped scores or learned sinks, whose layers take the
+exact path.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["KERNEL", "Sdpa"]
+
+_FLOATS = ("float32", "bfloat16", "float16")
+
+
+class Sdpa:
+    """The two-call SDPA path as a :class:`attncoda.capture.kernels.registry.Kernel`."""
+
+    name = "sdpa"
+    title = "the two-call SDPA path"
+    summary = "PyTorch's fused attention twice per layer"
+    covers = frozenset({"sliding_window"})
+    dtypes = MappingProxyType({"cpu": (*_FLOATS, "float64"), "cuda": _FLOATS})
+    auto_devices: tuple[str, ...] | None = None
+    portable = True
+
+    def refusal(self, device: str) -> str | None:
+        """None: it is asked for anywhere (a device it has no op for fails when it runs)."""
+        return None
+
+    def bounds(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """:func:`attncoda.capture.kernels.fast_bounds`."""
+        from ._bounds import fast_bounds
+
+        return fast_bounds(*args, **kwargs)
+
+    def note(self, recorder: Any, reason: str) -> None:
+        """Nothing: a layer it declines takes the exact path, which ``Capture.kernel``
+        records per layer."""
+
+    def record_layer(
+        self, recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto
+    ):
+        """:func:`attncoda.capture.kernels._sdpa.record_layer` (``kwargs`` and ``auto``
+        unused: its keywords are in the mask, and it has no first-use check)."""
+        from ._sdpa import record_layer
+
+        return record_layer(recorder, layer, module, query, key, value, attention_mask, scaling)
+
+
+#: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.
+KERNEL = Sdpa()

@@ -1,0 +1,82 @@
+"""The ``triton`` kernel: one fused Triton pass per layer (docs/design.md, "The fused kernel").
+
+Its declaration for :mod:`attncoda.capture.kernels.registry`, free of torch (and of triton)
+at import; whether triton runs here is :func:`attncoda.capture.kernels.triton_available`
+and :func:`attncoda.capture.kernels.interpreting`.
+The kernel itself is two modules: :mod:`attncoda.capture.kernels._triton`, the launcher
+(:func:`triton_attention`: the launch table, the grid, the float64 statistics after the
+pass, and its ``record_layer``), and :mod:`attncoda.capture.kernels._triton_jit`, the
+``@triton.jit`` source it launches. Its bounds are
+:func:`attncoda.capture.kernels.fused_bounds`; ``"auto"`` takes it on CUDA, each
+configuration after its first-use check (:func:`attncoda.capture.kernels.first_use_check`).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+from . import _triton_jit
+
+__all__ = ["KERNEL", "Triton"]
+
+_FLOATS = ("float32", "bfloat16", "float16")
+
+
+class Triton:
+    """The fused Triton kernel as a :class:`attncoda.capture.kernels.registry.Kernel`."""
+
+    name = "triton"
+    title = "the fused Triton kernel"
+    summary = "one fused Triton pass per layer"
+    covers = frozenset({"softcap", "sliding_window", "s_aux"})
+    dtypes = MappingProxyType({"cpu": _FLOATS, "cuda": _FLOATS})
+    #: Where ``"auto"`` takes it, after its first-use check; the tests add ``"cpu"`` under
+    #: the interpreter to exercise the check.
+    auto_devices: tuple[str, ...] | None = ("cuda",)
+    portable = False
+
+    def refusal(self, device: str) -> str | None:
+        """No triton, or a device other than CUDA without Triton's interpreter."""
+        if not _triton_jit.triton_available():
+            return (
+                "kernel='triton' needs the triton package, which does not import here: "
+                "install triton or use kernel='sdpa'"
+            )
+        if device != "cuda" and not _triton_jit.interpreting():
+            return (
+                f"kernel='triton' runs on cuda, or on the cpu under Triton's interpreter "
+                f"(TRITON_INTERPRET=1, for tests); got device {device!r}: use kernel='sdpa'"
+            )
+        return None
+
+    def bounds(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """:func:`attncoda.capture.kernels.fused_bounds`."""
+        from ._bounds import fused_bounds
+
+        return fused_bounds(*args, **kwargs)
+
+    def note(self, recorder: Any, reason: str) -> None:
+        """One printed line per capture and reason (:func:`attncoda.capture.kernels.
+        _triton.note`)."""
+        from ._triton import note
+
+        note(recorder, reason)
+
+    def record_layer(
+        self, recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto
+    ):
+        """:func:`attncoda.capture.kernels._triton.record_layer`, each configuration
+        checked on first use where ``"auto"`` chose it."""
+        from ._check import first_use_check
+        from ._triton import record_layer
+
+        checked = auto and self.auto_devices is not None and query.device.type in self.auto_devices
+        return record_layer(
+            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs,
+            check=first_use_check if checked else None,
+        )  # fmt: skip
+
+
+#: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.
+KERNEL = Triton()

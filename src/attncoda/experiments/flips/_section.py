@@ -1,0 +1,111 @@
+"""The report section of flips: verdicts that change between keep and drop.
+
+It reads the run folder's tables only (:class:`attncoda.experiments.view.Context`), and
+captions every table and figure with its convention.
+"""
+
+from __future__ import annotations
+
+from attncoda.experiments.contract import MIN_BOOTSTRAP_N
+from attncoda.experiments.flips._figure import draw
+from attncoda.experiments.view import (
+    Context,
+    esc,
+    figure_or_note,
+    fmt_count,
+    fmt_interval,
+    fmt_pct,
+    groups,
+    interval_method,
+    model_label,
+    paper_vs_measured,
+    table,
+)
+
+__all__ = ["flips_section"]
+
+
+def flips_section(ctx: Context) -> str:
+    """Flip rates keep vs drop per model and metric, with CIs; the range over all of them."""
+    flips = ctx.need("flips")
+    convention = f"keep vs drop (sink = {ctx.sink})"
+    rates = flips["flip_rate"].astype(float)
+    finite = rates[rates.notna()]
+    labels = [model_label(m, r) for m, r in zip(flips["model"], flips["revision"], strict=True)]
+    n_models, n_metrics = len(dict.fromkeys(labels)), flips["metric"].nunique()
+    overall = (
+        f"{fmt_pct(finite.min())}–{fmt_pct(finite.max())} over {n_models} model(s) × "
+        f"{n_metrics} metric(s)"
+        if len(finite)
+        else "no decided triplets"
+    )
+    claims = [("Verdicts “which head is more similar” that flip", "17–47%", overall)]
+    for label, g in groups(flips):
+        r = g["flip_rate"].astype(float).dropna()
+        if len(r):
+            low, high = g.loc[r.idxmin(), "metric"], g.loc[r.idxmax(), "metric"]
+            measured = f"{fmt_pct(r.min())} ({low}) – {fmt_pct(r.max())} ({high})"
+            claims.append((f"Flip-rate range over metrics, {label}", "—", measured))
+    rows = [
+        (
+            label,
+            r["metric"],
+            fmt_count(r["n_heads"]),
+            fmt_count(r.get("n_docs")),
+            fmt_count(r["n_triplets"]),
+            fmt_count(r["n_ties"]),
+            fmt_count(r["flips"]),
+            fmt_pct(r["flip_rate"]),
+            fmt_interval(r, "ci_low", "ci_high"),
+            interval_method(r, "n_docs", "documents"),
+        )
+        for label, g in groups(flips)
+        for r in g.to_dict("records")
+    ]
+    plotted = flips.assign(model=labels)
+    parts = [
+        paper_vs_measured(convention, claims),
+        table(
+            "Flip rate per model and row metric, with its 95% interval: a percentile bootstrap "
+            f"over documents, given only from {MIN_BOOTSTRAP_N} documents up (with fewer, the "
+            "note says so)",
+            convention,
+            (
+                "model",
+                "metric",
+                "heads",
+                "documents",
+                "triplets",
+                "ties",
+                "flips",
+                "flip rate",
+                "95% interval",
+                "interval method and n",
+            ),
+            rows,
+        ),
+        figure_or_note(
+            lambda: draw({"flips": plotted}),
+            alt="Bar chart of the keep vs drop flip rate per row metric and model, with "
+            "bootstrap 95% intervals where there are enough documents for one",
+            caption="Flip rate of head-similarity verdicts per row metric; whiskers: the "
+            f"percentile bootstrap 95% interval over documents (none below {MIN_BOOTSTRAP_N} "
+            "documents).",
+            convention=convention,
+        ),
+    ]
+    by_layer = ctx.get("flips_by_layer")
+    if by_layer is not None:
+        for label, g in groups(by_layer):
+            metrics = list(dict.fromkeys(g["metric"]))
+            pivot = g.pivot_table(index="layer", columns="metric", values="flip_rate")
+            body = [
+                (str(layer), *(fmt_pct(pivot.loc[layer].get(m)) for m in metrics))
+                for layer in pivot.index
+            ]
+            parts.append(
+                f"<details><summary>{esc(f'Flip rate by layer — {label}')}</summary>"
+                + table(f"Flip rate by layer — {label}", convention, ("layer", *metrics), body)
+                + "</details>\n"
+            )
+    return "".join(parts)

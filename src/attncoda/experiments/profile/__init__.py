@@ -1,0 +1,34 @@
+"""profile: per-head summaries of captured row statistics, sink mass and the exact entropy
+split (the tables of ``attncoda profile``; docs/design.md, "The experiments").
+
+Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`entropy_terms`,
+:func:`head_summary`, :func:`layer_summary`, :data:`ROW_COLUMNS` and :data:`MEANS`.
+
+Modules: ``_experiment`` (the summaries, the declaration and its run), ``_figure`` (the
+layer × head heatmaps), ``_section`` (the report section), ``_summary`` (what the command
+prints, and the per-layer means).
+"""
+
+from __future__ import annotations
+
+from attncoda.experiments.profile._experiment import (
+    EXPERIMENT,
+    MEANS,
+    ROW_COLUMNS,
+    Settings,
+    entropy_terms,
+    head_summary,
+    run,
+)
+from attncoda.experiments.profile._summary import layer_summary
+
+__all__ = [
+    "EXPERIMENT",
+    "MEANS",
+    "ROW_COLUMNS",
+    "Settings",
+    "entropy_terms",
+    "head_summary",
+    "layer_summary",
+    "run",
+]

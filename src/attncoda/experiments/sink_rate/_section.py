@@ -1,0 +1,101 @@
+"""The report section of the sink rate: Gu et al.'s metric per model and key position.
+
+It reads the run folder's tables only (:class:`attncoda.experiments.view.Context`), and
+captions every table and figure with its convention.
+"""
+
+from __future__ import annotations
+
+from attncoda.experiments.sink_rate._figure import draw
+from attncoda.experiments.view import (
+    Context,
+    figure_or_note,
+    fmt_count,
+    fmt_num,
+    fmt_pct,
+    groups,
+    paper_vs_measured,
+    table,
+)
+
+__all__ = ["sink_rate_section"]
+
+
+def sink_rate_section(ctx: Context) -> str:
+    """Per model and position: the sink rate with its counts, the heads that are sinks most
+    often, and the figure."""
+    rates = ctx.need("sink_rate")
+    heads = ctx.get("sink_rate_heads")
+    convention = (
+        "none — the full row, sink included: Gu et al.'s score is the mean attention a key "
+        f"receives from the queries that see it (sink = {ctx.sink}: not used, every key "
+        "position is scored)"
+    )
+    first = rates[rates["position"] == rates["position"].min()]
+    measured = "; ".join(
+        f"{label} {fmt_pct(g['sink_rate'].iloc[0] / 100)} at position "
+        f"{int(g['position'].iloc[0])}"
+        for label, g in groups(first)
+    )
+    claims = [
+        (
+            "Sink rate at the first token (ε = 0.3, windows of 64 tokens)",
+            "high in trained language models; it emerges with training (Gu et al. 2025)",
+            measured or "n/a",
+        )
+    ]
+    rows = [
+        (
+            label,
+            str(int(r["position"])),
+            fmt_num(r["epsilon"]),
+            fmt_pct(r["sink_rate"] / 100),
+            fmt_count(r["n_windows"]),
+            fmt_count(r["n_heads"]),
+            fmt_count(r["n_triples"]),
+        )
+        for label, g in groups(rates)
+        for r in g.to_dict("records")
+    ]
+    parts = [
+        paper_vs_measured(convention, claims),
+        table(
+            "Sink rate per model and key position: % of (window, layer, head) triples whose "
+            "score exceeds ε",
+            convention,
+            ("model", "position", "ε", "sink rate", "windows", "heads", "triples"),
+            rows,
+        ),
+    ]
+    if heads is not None:
+        top = []
+        for label, g in groups(heads):
+            at = g[g["position"] == g["position"].min()].sort_values("score", ascending=False)
+            for r in at.head(5).to_dict("records"):
+                top.append(
+                    (
+                        label,
+                        f"L{int(r['layer'])}H{int(r['head'])}",
+                        str(int(r["position"])),
+                        fmt_num(r["score"]),
+                        fmt_pct(r["above"] / 100),
+                    )
+                )
+        parts.append(
+            table(
+                "The five heads whose first position receives the most attention, per model",
+                convention,
+                ("model", "head", "position", "mean score", "windows above ε"),
+                top,
+            )
+        )
+    parts.append(
+        figure_or_note(
+            lambda: draw({"sink_rate": rates}),
+            alt="Bar chart of the sink rate per key position, one bar per model",
+            caption="Sink rate per key position: the percentage of (window, layer, head) "
+            "triples whose score exceeds ε.",
+            convention=convention,
+        )
+    )
+    return "".join(parts)

@@ -1,0 +1,320 @@
+"""The units of a run in parallel on this machine: a pool of worker processes.
+
+:class:`LocalPool` is an executor (:class:`attncoda.run.executors.Executor`), as
+:class:`~attncoda.run.executors.InProcess` and :class:`~attncoda.run.executors.OnRay` are:
+a unit cannot tell where it runs. Each worker is a process of its own (started with
+``spawn``, so it imports torch itself) with its share of the cores as torch threads, and
+keeps the model it last loaded (the runner's per-process cache), so a model is loaded
+once per worker, not once per unit.
+
+:class:`Schedule` chooses what each idle worker runs next, in plan order:
+
+- a unit waits for the units it runs after and for the unit that provides its inputs (the
+  train unit of a series), as the plan says;
+- a worker takes a unit of the model it holds first, then one of a model no other worker
+  holds, then any;
+- models never run together when their peaks (:func:`attncoda.models.peak.peak_bytes`)
+  exceed the memory budget: a unit whose model would not fit beside the models of the
+  busy workers waits (alone, it always runs).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from attncoda._errors import AttncodaError
+from attncoda.run.job import Job, Progress, describe, failed_before
+from attncoda.store.runs import Unit
+
+__all__ = ["LocalPool", "Schedule", "available_memory", "cores"]
+
+
+def cores() -> int:
+    """The cores this process may use (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def available_memory() -> int:
+    """The memory the pool may fill, in bytes: 90% of what the kernel calls available."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(int(line.split()[1]) * 1024 * 0.9)
+    except OSError:
+        pass
+    pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    return int(pages * os.sysconf("SC_PAGE_SIZE") * 0.5) if pages else 8 * 2**30
+
+
+@dataclass
+class Schedule:
+    """Which ready unit each worker runs next (see the module docstring).
+
+    Parameters
+    ----------
+    job : Job
+        The plan and the units to compute.
+    workers : int
+        How many workers there are.
+    spec_of : callable
+        ``spec_of(unit)``: the model spec the unit loads (``None``: none, such as the train
+        unit or given attention).
+    peak_of : callable
+        ``peak_of(spec)``: its peak memory in bytes.
+    budget : int
+        The memory the workers may fill together, in bytes.
+    """
+
+    job: Job
+    workers: int
+    spec_of: Callable[[Unit], str | None]
+    peak_of: Callable[[str], int]
+    budget: int
+    pending: list[Unit] = field(init=False)
+    running: dict[int, Unit] = field(default_factory=dict, init=False)
+    held: dict[int, str | None] = field(default_factory=dict, init=False)
+    finished: set[str] = field(default_factory=set, init=False)
+    failed: dict[str, str] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.pending = list(self.job.todo)
+        todo = {u.key for u in self.job.todo}
+        # units of the plan not in todo finished earlier
+        self.finished = {u.key for u in self.job.plan.units if u.key not in todo}
+
+    def _peak(self, spec: str | None) -> int:
+        return 0 if spec is None else int(self.peak_of(spec))
+
+    def blocked(self) -> list[tuple[Unit, str]]:
+        """Pending units whose awaited unit failed, with their error; taken off the queue."""
+        out = []
+        for unit in list(self.pending):
+            error = failed_before(unit, self.job, self.failed)
+            if error is not None:
+                self.pending.remove(unit)
+                self.failed[unit.key] = error
+                out.append((unit, error))
+        return out
+
+    def _ready(self, unit: Unit) -> bool:
+        return all(p.key in self.finished for p in self.job.plan.waits_for(unit))
+
+    def fits(self, worker: int, spec: str | None) -> bool:
+        """Whether ``spec`` fits beside the models the other busy workers hold."""
+        busy = [w for w in self.running if w != worker]
+        if not busy:
+            return True
+        beside = sum(self._peak(self.held.get(w)) for w in busy)
+        return beside + self._peak(spec) <= self.budget
+
+    def next_for(self, worker: int) -> Unit | None:
+        """The unit ``worker`` (idle) runs next, or ``None`` (nothing ready that fits)."""
+        ready = [u for u in self.pending if self._ready(u)]
+        if not ready:
+            return None
+        mine = self.held.get(worker)
+        others = {self.held.get(w) for w in range(self.workers) if w != worker}
+        ranked = sorted(
+            ready,
+            key=lambda u: (
+                0 if self.spec_of(u) == mine else 1 if self.spec_of(u) not in others else 2
+            ),
+        )
+        for unit in ranked:
+            spec = self.spec_of(unit)
+            if self.fits(worker, spec):
+                self.pending.remove(unit)
+                self.running[worker] = unit
+                if spec is not None:
+                    self.held[worker] = spec
+                return unit
+        return None
+
+    def finish(self, worker: int, error: str | None = None) -> Unit:
+        """``worker``'s unit is done (or failed with ``error``); returns it."""
+        unit = self.running.pop(worker)
+        if error is None:
+            self.finished.add(unit.key)
+        else:
+            self.failed[unit.key] = error
+        return unit
+
+    @property
+    def over(self) -> bool:
+        """Whether every unit finished or failed."""
+        return not self.pending and not self.running
+
+
+def _worker(
+    index: int, threads: int, tasks: Any, results: Any, shown_progress: bool
+) -> None:  # pragma: no cover - runs in a child process
+    """A worker: run the units sent on ``tasks`` until ``None``, one result each."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    from attncoda._progress import shown
+    from attncoda.run.execute import run_unit
+    from attncoda.run.provide import clear_cache
+
+    held = None
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        unit, config, root, command, spec = task
+        if spec is not None and held is not None and spec != held:
+            clear_cache()  # one model per worker: the last one goes before the next loads
+        held = spec if spec is not None else held
+        start = time.perf_counter()
+        try:
+            with shown(shown_progress):
+                facts = run_unit(unit, config, root, command)
+        except BaseException as exc:  # reported to the parent, which decides
+            results.put((index, "failed", describe(exc), isinstance(exc, AttncodaError)))
+            if isinstance(exc, KeyboardInterrupt):
+                return
+        else:
+            results.put((index, "done", facts, time.perf_counter() - start))
+
+
+class LocalPool:
+    """The units of a run on ``workers`` processes of this machine, each with its share of
+    the cores (see the module docstring).
+
+    Parameters
+    ----------
+    workers : int
+        Worker processes (at least 1).
+    keep_going : bool
+        Carry on after a failed unit; ``False``: stop the pool and raise.
+    retries : int
+        Times a failed unit is run again before it is reported.
+    budget : int, optional
+        The memory the workers may fill together, in bytes (default
+        :func:`available_memory`).
+    peak_of : callable, optional
+        ``peak_of(spec)`` in bytes (default :func:`attncoda.models.peak.peak_bytes`).
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        *,
+        keep_going: bool = True,
+        retries: int = 0,
+        budget: int | None = None,
+        peak_of: Callable[[str], int] | None = None,
+    ):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise AttncodaError(f"workers must be a positive integer; got {workers!r}")
+        self.workers = workers
+        self.keep_going = keep_going
+        self.retries = int(retries)
+        self.budget = budget
+        self.peak_of = peak_of
+
+    def run(self, job: Job, log: Progress) -> dict[str, str]:
+        import multiprocessing
+
+        from attncoda.models.peak import peak_bytes
+        from attncoda.run.provide import source
+
+        def spec_of(unit: Unit) -> str | None:
+            if unit.experiment == "train":
+                return None
+            found = source(unit, job.config, job.root)
+            return None if found.given else found.spec
+
+        n = min(self.workers, max(1, len(job.todo)))
+        schedule = Schedule(
+            job,
+            n,
+            spec_of,
+            self.peak_of or peak_bytes,
+            available_memory() if self.budget is None else self.budget,
+        )
+        threads = max(1, cores() // n)
+        context = multiprocessing.get_context("spawn")
+        results = context.Queue()
+        tasks = [context.Queue() for _ in range(n)]
+        procs = [
+            context.Process(
+                target=_worker,
+                args=(i, threads, tasks[i], results, log.enabled),
+                daemon=True,
+            )
+            for i in range(n)
+        ]
+        for proc in procs:
+            proc.start()
+        attempts: dict[str, int] = {}
+        try:
+            while not schedule.over:
+                for blocked, error in schedule.blocked():
+                    log.failed(blocked, error)
+                for worker in range(n):
+                    if worker in schedule.running:
+                        continue
+                    chosen = schedule.next_for(worker)
+                    if chosen is not None:
+                        log.start(chosen)
+                        spec = schedule.held.get(worker)
+                        tasks[worker].put((chosen, job.config, job.root, job.command, spec))
+                if schedule.over:
+                    break
+                if not schedule.running:
+                    raise AttncodaError("the pool has units left but none can start")
+                try:
+                    worker, kind, payload, extra = results.get(timeout=5)
+                except queue.Empty:
+                    dead = [i for i, p in enumerate(procs) if not p.is_alive()]
+                    if dead:
+                        raise AttncodaError(
+                            f"worker {dead[0]} of the pool died (exit code "
+                            f"{procs[dead[0]].exitcode}) while running "
+                            f"{schedule.running.get(dead[0], '?')}"
+                        ) from None
+                    continue
+                if kind == "done":
+                    unit = schedule.finish(worker)
+                    log.done(unit, payload, extra)
+                    continue
+                unit = schedule.running[worker]
+                tries = attempts.get(unit.key, 0)
+                if not self.keep_going:
+                    schedule.finish(worker, payload)
+                    message = payload.split(": ", 1)[1] if extra and ": " in payload else payload
+                    raise AttncodaError(f"unit {unit.key} failed: {message}")
+                if tries < self.retries:
+                    attempts[unit.key] = tries + 1
+                    log.retry(unit, payload, tries + 1, self.retries)
+                    schedule.running.pop(worker)
+                    schedule.pending.insert(0, unit)
+                    continue
+                schedule.finish(worker, payload)
+                log.failed(unit, payload)
+        finally:
+            for task in tasks:
+                task.put(None)
+            deadline = time.monotonic() + 30
+            for proc in procs:
+                proc.join(timeout=max(0.1, deadline - time.monotonic()))
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(timeout=5)
+        return dict(schedule.failed)
+
+    def __repr__(self) -> str:
+        return f"LocalPool(workers={self.workers})"
+

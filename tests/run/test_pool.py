@@ -1,0 +1,82 @@
+"""The local pool: units in parallel on worker processes, waiting for the units they run
+after and for memory, giving the tables of a run in one process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attncoda import AttncodaError
+from attncoda.run.job import Job
+from attncoda.run.plan import Plan
+from attncoda.run.pool import LocalPool, Schedule
+from attncoda.store.runs import Unit
+from tiny_runs import TINY_SETTINGS, assert_same_tables
+
+GB = 2**30
+
+
+def _job(units: list[Unit], after: dict[Unit, tuple[Unit, ...]] | None = None) -> Job:
+    plan = Plan(units=tuple(units), after=after or {})
+    return Job(plan=plan, todo=list(units), config={}, root=Path("."), command="reproduce")
+
+
+def test_a_model_that_would_not_fit_beside_a_running_one_waits():
+    big = [Unit("profile", "big", "-"), Unit("flips", "big", "-")]
+    other = [Unit("profile", "other", "-"), Unit("profile", "small", "-")]
+    peaks = {"big": 7 * GB, "other": 6 * GB, "small": 1 * GB}
+    schedule = Schedule(
+        _job([*big, *other]), 2, lambda u: u.model, peaks.__getitem__, budget=10 * GB
+    )
+    assert schedule.next_for(0) == big[0]
+    # 'other' (6 GB) would not fit beside 'big' (7 GB) in 10 GB; 'small' (1 GB) does, and
+    # a second unit of 'big' would load a second copy (14 GB): it waits for worker 0.
+    assert schedule.next_for(1) == other[1]
+    schedule.finish(1)
+    assert schedule.next_for(1) is None  # only 'big' and 'other' are left: neither fits
+    schedule.finish(0)
+    assert schedule.next_for(0) == big[1]  # the model worker 0 holds comes first
+    schedule.finish(0)
+    assert schedule.next_for(1) == other[0]  # alone, anything runs
+    schedule.finish(1)
+    assert schedule.over and not schedule.failed
+
+
+def test_a_unit_waits_for_the_units_it_runs_after_and_fails_with_them():
+    flips, safety = Unit("flips", "m", "-"), Unit("safety", "m", "-")
+    profile = Unit("profile", "n", "-")
+    schedule = Schedule(
+        _job([flips, safety, profile], {safety: (flips,)}),
+        2,
+        lambda u: u.model,
+        lambda spec: GB,
+        budget=10 * GB,
+    )
+    assert schedule.next_for(0) == flips
+    assert schedule.next_for(1) == profile  # safety waits for flips
+    schedule.finish(1)
+    assert schedule.next_for(1) is None
+    schedule.finish(0, "RuntimeError: boom")
+    ((blocked, error),) = schedule.blocked()
+    assert blocked == safety and "unit flips/m@-" in error and "boom" in error
+    assert schedule.over
+
+
+def test_workers_must_be_a_positive_integer(tmp_path):
+    from attncoda.run.reproduce import reproduce
+
+    with pytest.raises(AttncodaError, match="workers must be a positive integer; got 0"):
+        LocalPool(0)
+    with pytest.raises(AttncodaError, match="workers must be a positive integer; got 1.5"):
+        reproduce(["minilm"], tmp_path / "r", workers=1.5)  # type: ignore[arg-type]
+    assert not (tmp_path / "r").exists()
+
+
+def test_two_workers_give_the_tables_of_one_process(tiny_run, tiny_models, tmp_path):
+    from attncoda.run.reproduce import reproduce
+
+    out = tmp_path / "pool"
+    result = reproduce(tiny_models, out, settings=TINY_SETTINGS, progress=False, workers=2)
+    assert result.ran == len(result.units) and not result.failed
+    assert_same_tables(tiny_run, out)
