@@ -25,11 +25,11 @@ from attncoda.experiments.collapse import (  # noqa: E402
     SHARE_METHOD,
     CheckpointStats,
     check_same_layout,  # noqa: E402
-    checkpoint_stats,
     collapse_from_stats,
     series_tables,
 )
 from attncoda.models.series import SeriesPoint  # noqa: E402
+from attncoda.run.direct import checkpoint_stats  # noqa: E402
 
 VOCAB = 120
 N_LAYERS, N_HEADS = 2, 4

@@ -21,7 +21,6 @@ from pandas.testing import assert_frame_equal  # noqa: E402
 from attncoda import AttncodaError, capture_windows, from_attentions  # noqa: E402
 from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, cluster  # noqa: E402
 from attncoda.experiments.collapse import (  # noqa: E402
-    checkpoint_stats,
     collapse_from_stats,
     stats_frames,
 )
@@ -47,9 +46,10 @@ from attncoda.experiments.predictor import (  # noqa: E402
     verdict,
 )
 from attncoda.experiments.profile import head_summary  # noqa: E402
-from attncoda.experiments.prune import prune, split_windows  # noqa: E402
+from attncoda.experiments.prune import split_windows  # noqa: E402
 from attncoda.experiments.safety import safety_map  # noqa: E402
 from attncoda.models.series import SeriesPoint  # noqa: E402
+from attncoda.run.direct import checkpoint_stats, prune_model  # noqa: E402
 from attncoda.store import atomic_write_json  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
@@ -465,7 +465,7 @@ def test_prune_run_equals_prune_with_the_ks_the_model_has():
     inputs = Inputs(model="tiny", seed=2, loaded=(loaded, None, info), windows=wins, capture=cap)
     tables = e.run(inputs, settings)
     no_run_columns(tables, "prune")
-    want = prune(
+    want = prune_model(
         loaded,
         None,
         profile,

@@ -20,12 +20,12 @@ from attncoda.experiments.prune import (  # noqa: E402
     COLUMNS,
     gradient_importance,
     head_ranking,
-    prune,
     ratio_interval,
     split_windows,
     window_losses,
     window_resamples,
 )
+from attncoda.run.direct import prune_model  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -54,7 +54,7 @@ def hf_perplexity(model, wins) -> float:
 def test_unpruned_perplexity_equals_transformers_loss(family):
     model = tiny(family)
     profile, evaluation = split_windows(windows(), 3, 3)
-    result = prune(
+    result = prune_model(
         model, None, profile, evaluation, channels=["random"], orders=["high"], ks=[1], batch_size=2
     )
     base = result.table[result.table["k"] == 0].iloc[0]
@@ -147,7 +147,7 @@ def test_head_ranking_errors():
 def grid():
     model = tiny("llama")
     profile, evaluation = split_windows(windows(8), 4, 4)
-    result = prune(
+    result = prune_model(
         model,
         None,
         profile,
@@ -238,7 +238,7 @@ def test_prune_errors():
     def call(**kwargs):
         args = dict(channels=["random"], orders=["high"], ablations=["zero"], ks=[1])
         args.update(kwargs)
-        return prune(model, None, profile, evaluation, **args)
+        return prune_model(model, None, profile, evaluation, **args)
 
     with raises(
         "unknown channel 'entropy': use one of sink_mass, sink_balance, content_entropy, "
@@ -265,13 +265,13 @@ def test_prune_errors():
         "eval window 0 equals profile window 3: evaluate on held-out windows, disjoint "
         "from the profiling ones"
     ):
-        prune(model, None, windows()[:4], evaluation, channels=["random"], ks=[1])
+        prune_model(model, None, windows()[:4], evaluation, channels=["random"], ks=[1])
     with raises("profile_windows is empty: give at least one window of token ids"):
-        prune(model, None, [], evaluation, channels=["random"], ks=[1])
+        prune_model(model, None, [], evaluation, channels=["random"], ks=[1])
     with raises(
         "eval_windows window 1 has 1 tokens: a window needs at least 2 (one predicted token)"
     ):
-        prune(model, None, profile, [[1, 2], [3]], channels=["random"], ks=[1])
+        prune_model(model, None, profile, [[1, 2], [3]], channels=["random"], ks=[1])
 
 
 def test_prune_ranks_by_the_capture_it_is_given_or_captures_by_its_method():
@@ -284,9 +284,9 @@ def test_prune_ranks_by_the_capture_it_is_given_or_captures_by_its_method():
     fast_cap = capture_windows(model, profile, record_rows="none", method="fast", kernel="sdpa")
     # the reference: the head table of a capture made apart, by the fast method
     want = head_summary(capture_frame(fast_cap))
-    by_method = prune(model, None, profile, evaluation, method="fast", kernel="sdpa", **args)
-    given = prune(model, None, profile, evaluation, capture=fast_cap, **args)
-    exact = prune(model, None, profile, evaluation, **args)
+    by_method = prune_model(model, None, profile, evaluation, method="fast", kernel="sdpa", **args)
+    given = prune_model(model, None, profile, evaluation, capture=fast_cap, **args)
+    exact = prune_model(model, None, profile, evaluation, **args)
     for result in (by_method, given):
         pd.testing.assert_frame_equal(result.heads, want, check_exact=True)
         assert (result.summary["method"], result.summary["kernel"]) == ("fast", "sdpa")
@@ -299,17 +299,17 @@ def test_prune_ranks_by_the_capture_it_is_given_or_captures_by_its_method():
         "method='fast' and kernel='auto' say how prune captures, but a capture is given (made "
         "by its own method, 'fast'): drop method= and kernel="
     ):
-        prune(model, None, profile, evaluation, capture=fast_cap, method="fast", **args)
+        prune_model(model, None, profile, evaluation, capture=fast_cap, method="fast", **args)
     with raises(
         "the capture's window 0 is not profile_windows window 0: capture the "
         "profile_windows, in their order"
     ):
-        prune(model, None, evaluation, profile, capture=fast_cap, **args)
+        prune_model(model, None, evaluation, profile, capture=fast_cap, **args)
     with raises(
         "the capture read 3 windows, but there are 2 profile_windows: capture the "
         "profile_windows"
     ):
-        prune(model, None, profile[:2], evaluation, capture=fast_cap, **args)
+        prune_model(model, None, profile[:2], evaluation, capture=fast_cap, **args)
 
 
 def test_split_windows():
@@ -388,7 +388,7 @@ def test_too_few_windows_give_no_interval_and_say_why():
 def test_prune_gives_each_ratio_the_paired_interval_of_its_window_losses():
     model = tiny("llama")
     profile, evaluation = split_windows(windows(12), 2, 10)
-    result = prune(
+    result = prune_model(
         model,
         None,
         profile,
@@ -418,4 +418,4 @@ def test_prune_gives_each_ratio_the_paired_interval_of_its_window_losses():
         "",
     )
     with raises("n_boot must be a positive int (bootstrap resamples over windows); got 0"):
-        prune(model, None, profile, evaluation, channels=["random"], ks=[1], n_boot=0)
+        prune_model(model, None, profile, evaluation, channels=["random"], ks=[1], n_boot=0)

@@ -12,7 +12,7 @@ from attncoda.run.job import Job
 from attncoda.run.plan import Plan
 from attncoda.run.pool import LocalPool, Schedule
 from attncoda.store.runs import Unit
-from tiny_runs import TINY_SETTINGS, run_tables
+from tiny_runs import TINY_SETTINGS, assert_same_tables, run_tables
 
 GB = 2**30
 
@@ -73,25 +73,25 @@ def test_workers_must_be_a_positive_integer(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_two_workers_give_the_tables_of_one_process(tiny_run, tiny_models, tmp_path):
+def test_two_workers_give_the_tables_of_one_process(tiny_models, tmp_path):
     """Profile, flips and safety of the two tiny models on two workers (safety waits for
-    flips): every table equals the one-process run's, bit for bit."""
-    import pandas as pd
+    flips) against the same run in this process with a worker's threads, torch's and numpy's
+    BLAS alike: the same ops in the same order, so every table is the same, bit for bit."""
+    import torch
+    from threadpoolctl import threadpool_limits
 
+    from attncoda.run.pool import cores
     from attncoda.run.reproduce import reproduce
 
-    out = tmp_path / "pool"
-    result = reproduce(
-        tiny_models,
-        out,
-        experiments=["profile", "flips", "safety"],
-        settings=TINY_SETTINGS,
-        progress=False,
-        workers=2,
-    )
+    run = dict(experiments=["profile", "flips", "safety"], settings=TINY_SETTINGS, progress=False)
+    result = reproduce(tiny_models, tmp_path / "pool", workers=2, **run)
     assert result.ran == len(result.units) == 6 and not result.failed
-    mine, whole = run_tables(out), run_tables(tiny_run)
-    assert len(mine) > 4
-    for name, frame in mine.items():
-        if name != "units.parquet":  # the one-process run has more units
-            pd.testing.assert_frame_equal(frame, whole[name], check_exact=True, obj=name)
+    threads, before = max(1, cores() // 2), torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(threads):
+            reproduce(tiny_models, tmp_path / "one", workers=1, **run)
+    finally:
+        torch.set_num_threads(before)
+    assert len(run_tables(tmp_path / "one")) > 4
+    assert_same_tables(tmp_path / "pool", tmp_path / "one")

@@ -14,9 +14,10 @@ import pytest
 
 from attncoda import AttncodaError
 from attncoda.cli import main
-from attncoda.experiments.collapse import checkpoint_stats, collapse_from_stats, stats_frames
+from attncoda.experiments.collapse import collapse_from_stats, stats_frames
 from attncoda.report.html import render_report
 from attncoda.run.config import run_config
+from attncoda.run.direct import checkpoint_stats
 from attncoda.run.plan import plan
 from attncoda.run.reproduce import reproduce
 from tiny_runs import TINY_SETTINGS, assert_same_tables, done_units, run_tables

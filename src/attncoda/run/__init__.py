@@ -12,10 +12,11 @@ Modules:
   training series);
 - how it runs: ``provide`` (load, capture and keep a model's objects per process),
   ``execute`` (one unit, and the run's finish), ``executors`` and ``ray_tasks`` (in this
-  process or on Ray), ``job``;
+  process or on Ray), ``pool`` (a local pool of worker processes), ``job``;
 - what a unit reads: ``options`` (devices, dtypes, placement), ``windows`` (corpus windows and
   their facts), ``captured`` (one model's capture and its manifest facts), ``given``
-  (attention from a file), ``identity`` (a loaded model's weights hash and recipe).
+  (attention from a file), ``identity`` (a loaded model's weights hash and recipe);
+- ``direct``: prune and collapse on a model loaded by hand, its capture made there.
 
 It may import every layer below it (experiments, capture, models, training, store, data,
 coda); never the API or the CLI.

@@ -5,7 +5,9 @@
 a unit cannot tell where it runs. Each worker is a process of its own (started with
 ``spawn``, so it imports torch itself) with its share of the cores as torch threads, and
 keeps the model it last loaded (the runner's per-process cache), so a model is loaded
-once per worker, not once per unit.
+once per worker, not once per unit. Its threads (torch's and numpy's BLAS) are
+``cores() // workers``: a unit computes there exactly as in one process with as many
+threads.
 
 :class:`Schedule` chooses what each idle worker runs next, in plan order:
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.run.job import Job, Progress, describe, failed_before
+from attncoda.run.plan import TRAIN
 from attncoda.store.runs import Unit
 
 __all__ = ["LocalPool", "Schedule", "available_memory", "cores"]
@@ -163,6 +166,12 @@ def _worker(
     import torch
 
     torch.set_num_threads(threads)
+    try:  # numpy's BLAS was loaded before the variables above were set: limit it too
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        pass
+    else:
+        threadpool_limits(threads)
     from attncoda._progress import shown
     from attncoda.run.execute import run_unit
     from attncoda.run.provide import clear_cache
@@ -230,11 +239,13 @@ class LocalPool:
         from attncoda.models.peak import peak_bytes
         from attncoda.run.provide import source
 
-        def spec_of(unit: Unit) -> str | None:
-            if unit.experiment == "train":
-                return None
-            found = source(unit, job.config, job.root)
-            return None if found.given else found.spec
+        specs: dict[Unit, str | None] = {}
+
+        def spec_of(unit: Unit) -> str | None:  # asked at every turn: found once a unit
+            if unit not in specs:
+                found = None if unit.experiment == TRAIN else source(unit, job.config, job.root)
+                specs[unit] = None if found is None or found.given else found.spec
+            return specs[unit]
 
         n = min(self.workers, max(1, len(job.todo)))
         schedule = Schedule(

@@ -172,9 +172,9 @@ def reproduce(
         Units run at the same time, each in a process of its own with its share of the
         cores (:class:`attncoda.run.pool.LocalPool`), as their dependencies and the
         machine's memory allow; 1 (the default): one after another in this process. The
-        tables are the same either way (to float32 rounding: the threads per process
-        differ); the run config does not record it, so a run may resume with another
-        number.
+        tables equal those of one process with as many threads as a worker has, bit for
+        bit (other thread counts may differ at float32 rounding); the run config does not
+        record it, so a run may resume with another number.
 
     Returns
     -------

@@ -2,16 +2,16 @@
 content parts (docs/design.md, "The experiments").
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :class:`CollapseResult`, one
-checkpoint's statistics (:class:`CheckpointStats`, :func:`checkpoint_stats`,
-:func:`capture_stats`) and the split between two of them, its Shapley share and the range
-of the two one-sided orderings (:func:`collapse_pair`, :func:`series_tables`,
+checkpoint's statistics (:class:`CheckpointStats`, :func:`capture_stats`,
+:func:`check_windows`) and the split between two of them, its Shapley share and the range of
+the two one-sided orderings (:func:`collapse_pair`, :func:`series_tables`,
 :data:`SHARE_METHOD`).
 
 Modules: ``_experiment`` (the declaration, its run and the combination of a series' units),
 ``_stats`` (per-checkpoint row statistics and their frames), ``_split`` (the exact split per
 head, layer and model). They may import :mod:`attncoda.coda`,
-:mod:`attncoda.experiments.contract`, :mod:`attncoda.models.spec` and, lazily,
-:mod:`attncoda.capture`; nothing above the experiments.
+:mod:`attncoda.experiments.contract` and :mod:`attncoda.models.spec`; they capture nothing
+(a run's captures are the runner's; :mod:`attncoda.run.direct` captures for a direct call).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from attncoda.experiments.collapse._stats import (
     capture_stats,
     check_same_layout,
     check_windows,
-    checkpoint_stats,
     stats_frames,
     stats_from_frames,
     windows_hash,
@@ -54,7 +53,6 @@ __all__ = [
     "capture_stats",
     "check_same_layout",
     "check_windows",
-    "checkpoint_stats",
     "collapse_from_stats",
     "collapse_pair",
     "combine",

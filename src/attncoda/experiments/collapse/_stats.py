@@ -3,7 +3,7 @@
 
 Every checkpoint of a series reads the same windows; :func:`capture_stats` reads one
 checkpoint's statistics from its capture (in a run, the runner's, made with the run's
-options), :func:`checkpoint_stats` captures one directly,
+options; for a direct call, :func:`attncoda.run.direct.checkpoint_stats`),
 :func:`stats_frames` stores it as two tables and :func:`stats_from_frames` reads them back, so
 the checkpoints of a series can be captured apart and assembled by
 :func:`attncoda.experiments.collapse.collapse_from_stats`.
@@ -28,7 +28,6 @@ __all__ = [
     "capture_stats",
     "check_same_layout",
     "check_windows",
-    "checkpoint_stats",
     "stats_frames",
     "stats_from_frames",
     "windows_hash",
@@ -39,7 +38,7 @@ __all__ = [
 class CheckpointStats:
     """One checkpoint's row statistics, float64 ``(doc, layer, head, query_pos)``.
 
-    Made by :func:`checkpoint_stats`; stored and read back with :func:`stats_frames` and
+    Made by :func:`capture_stats`; stored and read back with :func:`stats_frames` and
     :func:`stats_from_frames`, so the checkpoints of a series can be captured apart (in
     other processes) and assembled by :func:`collapse_from_stats`.
     """
@@ -74,71 +73,6 @@ def check_windows(windows_ids: object) -> list[np.ndarray]:
             )
         out.append(array.astype(np.int64))
     return out
-
-
-def checkpoint_stats(
-    model: Any,
-    tokenizer: Any,
-    windows_ids: Sequence[Sequence[int]] | Sequence[np.ndarray],
-    point: Any,
-    *,
-    sink: str | int | Sequence[int] = "first",
-    batch_size: int = 8,
-    method: str = "exact",
-    kernel: str = "auto",
-    seed: int = 0,
-) -> CheckpointStats:
-    """Capture one checkpoint's row statistics on the series' windows (a direct call; in a
-    run the runner captures each checkpoint with the run's options and collapse reads the
-    capture, :func:`capture_stats`).
-
-    Parameters
-    ----------
-    model, tokenizer
-        The checkpoint, loaded (the runner loads it).
-    windows_ids : sequence of sequence of int
-        The series' token windows (the same for every checkpoint).
-    point : SeriesPoint
-        Which checkpoint this is (its ``step`` and ``label`` are recorded).
-    sink : str, int or sequence of int
-        Sink spec (``"first"``: the first real token); it must give the same sink keys at
-        every checkpoint (``"auto"`` usually does not).
-    batch_size : int
-        Windows per forward pass.
-    method : {"exact", "fast"}
-        The capture method (:func:`attncoda.capture_windows`).
-    kernel : str
-        The fast method's kernel (a name of :data:`attncoda.capture.KERNELS`); anything
-        but ``"auto"`` needs ``method="fast"``.
-    seed : int
-        The capture's seed.
-
-    Returns
-    -------
-    CheckpointStats
-    """
-    from attncoda.capture import capture_windows
-
-    windows = check_windows(windows_ids)
-    vocab = getattr(model.config.get_text_config(), "vocab_size", None)
-    top = max(int(w.max()) for w in windows)
-    if isinstance(vocab, int) and top >= vocab:
-        raise AttncodaError(
-            f"checkpoint {point.label} has a vocabulary of {vocab} tokens, but the windows hold "
-            f"token id {top}: make the windows with this series' tokenizer"
-        )
-    cap = capture_windows(
-        model,
-        windows,
-        batch_size=batch_size,
-        sink=sink,
-        tokenizer=tokenizer,
-        record_rows="none",
-        seed=seed,
-        method=method,
-        kernel=kernel,
-    )
-    return capture_stats(cap, point)
 
 
 def capture_stats(cap: Any, point: Any) -> CheckpointStats:

@@ -3,7 +3,7 @@
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`prune` and
 :class:`PruneResult`, the ranking (:func:`head_ranking`, :data:`CHANNELS`, :data:`ORDERS`,
-:data:`ABLATIONS`), the windows it measures on (:func:`split_windows`,
+:data:`ABLATIONS`), the windows it measures on (:func:`split_windows`, :func:`check_windows`,
 :func:`window_losses`, :func:`gradient_importance`) and the paired bootstrap interval of a
 perplexity ratio (:func:`ratio_interval`, :func:`window_resamples`).
 
@@ -26,7 +26,7 @@ from attncoda.experiments.prune._interval import (
     ratio_interval,
     window_resamples,
 )
-from attncoda.experiments.prune._losses import gradient_importance, window_losses
+from attncoda.experiments.prune._losses import check_windows, gradient_importance, window_losses
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
     CHANNEL_COLUMNS,
@@ -52,6 +52,7 @@ __all__ = [
     "Settings",
     "check_choices",
     "check_ks",
+    "check_windows",
     "gradient_importance",
     "head_ranking",
     "profiling_windows",

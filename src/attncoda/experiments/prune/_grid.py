@@ -3,8 +3,8 @@
 
 Heads are profiled on one set of windows and pruned models are evaluated on another,
 disjoint set. The profiling statistics are a capture of the profiling windows: in a run the
-runner's, made with the run's options (method, kernel, sink, seed, dtype, device); a direct
-call of :func:`prune` is handed one or captures by its ``method`` and ``kernel``. A
+runner's, made with the run's options (method, kernel, sink, seed, dtype, device); for a
+direct call, :func:`attncoda.run.direct.prune_model` makes one. Prune captures nothing. A
 *channel* ranks the heads (the channels, orders and ablations are those of
 :mod:`attncoda.experiments.prune._ranking`), and the top ``k`` are ablated.
 
@@ -31,7 +31,7 @@ from attncoda.data.windows import windows_hash
 from attncoda.experiments.contract import check_n_boot
 from attncoda.experiments.prune._interval import BASELINE_NOTE, ratio_interval, window_resamples
 from attncoda.experiments.prune._losses import check_batch_size, check_windows, window_losses
-from attncoda.experiments.prune._profiling import head_table, profile_capture
+from attncoda.experiments.prune._profiling import head_table
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
     CHANNELS,
@@ -121,9 +121,7 @@ def prune(
     batch_size: int = 8,
     model_name: str | None = None,
     progress: bool = False,
-    capture: Any = None,
-    method: str = "exact",
-    kernel: str = "auto",
+    capture: Any,
 ) -> PruneResult:
     """Rank heads by each channel on the profiling windows, prune the top ``k``, and measure
     perplexity on the held-out evaluation windows.
@@ -146,11 +144,10 @@ def prune(
         Heads pruned, each from 1 to the number of heads.
     sink : str, int or sequence of int
         Sink spec of the profiling statistics (and the ``sink_mass``/``sink_balance``
-        channels): the one prune captures with, or the one ``capture`` was made with
-        (recorded); the ``sink`` ablation always redirects to the first real token.
+        channels): the one ``capture`` was made with (recorded); the ``sink`` ablation
+        always redirects to the first real token.
     seed : int
-        Seeds the ``random`` channel and the bootstrap's resamples (and the capture prune
-        makes).
+        Seeds the ``random`` channel and the bootstrap's resamples.
     n_boot : int
         Paired bootstrap resamples of the evaluation windows for the interval of each ratio
         (``>= 1``; drawn only from 10 windows up, docs/design.md, "Intervals").
@@ -161,17 +158,11 @@ def prune(
     progress : bool
         Show progress over evaluations (a bar on a terminal, a line every 10 s elsewhere);
         ``False``: only inside a run that shows progress.
-    capture : Capture, optional
+    capture : Capture
         The capture of ``profile_windows`` (in their order) by ``model``, statistics of
-        every row: how a run hands prune its profiling statistics, made by the runner with
-        the run's options (method, kernel, sink, seed, dtype, device). ``None``: prune
-        captures them itself, by ``method`` and ``kernel``.
-    method : {"exact", "fast"}
-        How prune captures the profiling windows when it is handed no ``capture``
-        (:func:`attncoda.capture_windows`).
-    kernel : str
-        The fast method's kernel (a name of :data:`attncoda.capture.KERNELS`); anything
-        but ``"auto"`` needs ``method="fast"``.
+        every row: in a run, the runner's, made with the run's options (method, kernel,
+        sink, seed, dtype, device); in a direct call, :func:`attncoda.run.direct.prune_model`
+        makes it. Prune captures nothing itself.
 
     Returns
     -------
@@ -182,8 +173,7 @@ def prune(
     AttncodaError
         Empty or unknown channels, orders or ablations; a ``k`` that is not a positive
         integer or exceeds the number of heads; ``n_boot < 1``; overlapping windows; a
-        ``capture`` that did not read ``profile_windows``, or one given with a ``method`` or
-        ``kernel`` (it was made with its own); and any error of capture or ablation.
+        ``capture`` that did not read ``profile_windows``; and any error of ablation.
     """
     from attncoda.capture.ablation import ablate, head_counts, head_labels
 
@@ -204,22 +194,6 @@ def prune(
     n_layers, n_heads = head_counts(model)
     name = model_name or getattr(model.config, "name_or_path", "") or type(model).__name__
     ks = check_ks(ks, n_layers * n_heads, name)
-    if capture is None:
-        capture = profile_capture(
-            model,
-            tokenizer,
-            profile_ids,
-            sink=sink,
-            method=method,
-            kernel=kernel,
-            seed=seed,
-            batch_size=batch_size,
-        )
-    elif (method, kernel) != ("exact", "auto"):
-        raise AttncodaError(
-            f"method={method!r} and kernel={kernel!r} say how prune captures, but a capture "
-            f"is given (made by its own method, {capture.method!r}): drop method= and kernel="
-        )
     heads = head_table(
         capture, model, profile_ids, batch_size=batch_size, with_gradient="gradient" in channels
     )

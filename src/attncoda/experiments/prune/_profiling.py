@@ -1,10 +1,9 @@
 """The profiling head table prune ranks its heads by: from a capture of the profiling
-windows, which the runner makes with the run's options (or :func:`profile_capture` makes
-for a direct call of :func:`attncoda.experiments.prune.prune`)."""
+windows, which the runner makes with the run's options (or, for a direct call,
+:func:`attncoda.run.direct.prune_model`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,36 +14,7 @@ from attncoda.experiments.prune._losses import gradient_importance
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["head_table", "profile_capture"]
-
-
-def profile_capture(
-    model: Any,
-    tokenizer: Any,
-    windows: Sequence[np.ndarray],
-    *,
-    sink: str | int | Sequence[int],
-    method: str,
-    kernel: str,
-    seed: int,
-    batch_size: int,
-) -> Any:
-    """The capture of the profiling ``windows`` by ``model`` (statistics of every row, no
-    full rows), by ``method`` and ``kernel`` with ``sink`` and ``seed``: what a direct call
-    of prune captures when it is handed no capture (a run hands it the runner's)."""
-    from attncoda.capture import capture_windows
-
-    return capture_windows(
-        model,
-        list(windows),
-        batch_size=batch_size,
-        sink=sink,
-        tokenizer=tokenizer,
-        record_rows="none",
-        seed=seed,
-        method=method,
-        kernel=kernel,
-    )
+__all__ = ["head_table"]
 
 
 def head_table(
