@@ -6,6 +6,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -133,6 +134,22 @@ def test_gguf_crash_while_writing_leaves_nothing(fake_gguf, cache, monkeypatch):
     assert _cache_folders(cache) == []
 
 
+def test_gguf_cache_without_room_is_not_started_and_the_load_goes_on(
+    fake_gguf, cache, monkeypatch
+):
+    path, _ = fake_gguf
+    real = shutil.disk_usage
+    with pytest.MonkeyPatch.context() as full:
+        full.setattr(_gguf.shutil, "disk_usage", lambda p: real(p)._replace(free=1000))
+        with pytest.warns(RuntimeWarning, match=r"GGUF cache not written .*need 0\.00 GB"):
+            model, _, info = load_model(str(path))
+    assert info.notes == ("GGUF cache not written; the next load dequantises again",)
+    assert not info.from_cache and _cache_folders(cache) == []
+    # With room, the next load writes the cache: the same model.
+    assert torch.equal(logits_of(model), logits_of(load_model(str(path))[0]))
+    assert len(_cache_folders(cache)) == 1
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gguf_unwritable_cache_still_loads(fake_gguf, tmp_path, monkeypatch, dtype):
     path, _ = fake_gguf
@@ -155,7 +172,8 @@ def smollm2(tmp_path_factory):
     """SmolLM2 loaded twice into a fresh cache: from the GGUF file, then from the cache."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("ATTNCODA_CACHE", str(tmp_path_factory.mktemp("smollm2-cache")))
+        folder = tmp_path_factory.mktemp("smollm2-cache")
+        patch.setenv("ATTNCODA_CACHE", str(folder))
         first = load_model("smollm2")
 
         def refuse(path):
@@ -164,6 +182,7 @@ def smollm2(tmp_path_factory):
         patch.setattr(_gguf, "_dequantise", refuse)
         second = load_model("smollm2")
         yield first, second, cache_dir()
+    shutil.rmtree(folder)  # 0.5 GB: freed with the module, not kept for pytest's last runs
 
 
 @pytest.mark.slow

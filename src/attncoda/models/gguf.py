@@ -10,6 +10,7 @@ a half-written or damaged folder is never read.
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import os
@@ -216,6 +217,16 @@ def _read_cache_meta(folder: Path) -> dict[str, Any] | None:
 
 def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprint: str) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
+    # Refused before a byte is written when the weights cannot fit (Qwen2.5-1.5B: 7.1 GB):
+    # the caller warns and goes on with the model in memory.
+    needed = sum(p.numel() * p.element_size() for p in model.parameters())
+    free = shutil.disk_usage(final.parent).free
+    if free < needed:
+        raise OSError(
+            errno.ENOSPC,
+            f"the float32 weights need {needed / 1e9:.2f} GB and the disk has "
+            f"{free / 1e9:.2f} GB free",
+        )
     temp = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{final.name}-", dir=final.parent))
     try:
         model.save_pretrained(temp)

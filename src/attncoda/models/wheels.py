@@ -5,13 +5,16 @@ of one file. The chunks are found with :func:`importlib.util.find_spec` (some of
 folders have hyphenated names and cannot be imported at all, and importing others would run
 code attncoda does not need), joined in order while hashing, and the joined bytes must match
 a sha256 recorded here. A zip is then unpacked. The result is written into a folder of the
-user cache keyed by every chunk's name, size and modification time, under a temporary name,
-synced, and renamed into place, with a metadata file listing every file's size: a
-half-written or damaged folder is never read.
+user cache keyed by the model's name and that recorded sha256, so every installation of the
+same wheels (another virtual environment, a reinstall) finds the one folder: the joined bytes
+are checked against the sha256 before the folder is published, so the key names exactly the
+bytes inside. It is written under a temporary name, synced, and renamed into place, with a
+metadata file listing every file's size: a half-written or damaged folder is never read.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -179,10 +182,10 @@ def chunk_paths(model: ChunkedModel) -> list[Path]:
 def cached_path(model: ChunkedModel) -> Path | None:
     """The joined model in the cache if it is complete there, else None (nothing is written)."""
     try:
-        paths = chunk_paths(model)
+        chunk_paths(model)  # every part still installed
     except MissingWheelError:
         return None
-    folder = cache_dir() / "wheels" / _cache_key(model, paths)
+    folder = cache_dir() / "wheels" / _cache_key(model)
     if _read_meta(folder) is None:
         return None
     return folder / (model.unzip or model.joined)
@@ -201,7 +204,7 @@ def join(model: ChunkedModel) -> Joined:
     """
     paths = chunk_paths(model)
     parent = cache_dir() / "wheels"
-    final = parent / _cache_key(model, paths)
+    final = parent / _cache_key(model)
     remove_stale_temps(parent)
     meta = _read_meta(final)
     if meta is not None:
@@ -209,6 +212,7 @@ def join(model: ChunkedModel) -> Joined:
     if final.exists():
         discard_folder(final)
     parent.mkdir(parents=True, exist_ok=True)
+    _check_room(model, parent, model.size, "joining its parts")
     temp = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{final.name}-", dir=parent))
     try:
         joined = temp / model.joined
@@ -221,23 +225,42 @@ def join(model: ChunkedModel) -> Joined:
                 f"reinstall the parts with: {model.install_line} --force-reinstall"
             )
         if model.unzip is not None:
+            with zipfile.ZipFile(joined) as zipped:
+                unpacked = sum(entry.file_size for entry in zipped.infolist())
+            _check_room(model, parent, unpacked, "unpacking its joined zip")
             _unzip(joined, model.unzip, temp / model.unzip)
             joined.unlink()
         _write_meta(temp, model, paths, digest)
         publish_folder(temp, final, lambda folder: _read_meta(folder) is not None)
+    except OSError as err:
+        shutil.rmtree(temp, ignore_errors=True)
+        if err.errno != errno.ENOSPC:
+            raise
+        raise AttncodaError(
+            f"embedded model {model.name!r}: the disk of {str(parent)!r} filled up while its "
+            f"parts were joined ({err}); nothing was kept; free some space there or set "
+            f"ATTNCODA_CACHE to a folder on a disk with room"
+        ) from err
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return Joined(final / (model.unzip or model.joined), False, digest)
 
 
-def _cache_key(model: ChunkedModel, paths: list[Path]) -> str:
-    stamps = []
-    for path in paths:
-        stat = path.stat()
-        stamps.append(f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}")
-    stamp = "\n".join([*stamps, model.sha256, str(_CACHE_FORMAT)])
+def _cache_key(model: ChunkedModel) -> str:
+    stamp = f"{model.joined}|{model.size}|{model.sha256}|{model.unzip}|{_CACHE_FORMAT}"
     return f"{model.name}-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
+
+
+def _check_room(model: ChunkedModel, parent: Path, needed: int, what: str) -> None:
+    """Refuse to write ``needed`` bytes into ``parent`` when its disk has less room."""
+    free = shutil.disk_usage(parent).free
+    if free < needed:
+        raise AttncodaError(
+            f"embedded model {model.name!r}: {what} needs {needed / 1e9:.2f} GB in "
+            f"{str(parent)!r}, which has {free / 1e9:.2f} GB free; free some space there or "
+            f"set ATTNCODA_CACHE to a folder on a disk with room"
+        )
 
 
 def _join_chunks(paths: list[Path], target: Path) -> str:
