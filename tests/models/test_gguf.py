@@ -72,14 +72,31 @@ def test_gguf_cache_dtype(fake_gguf, dtype):
     assert torch.equal(logits_of(first), logits_of(second))
 
 
-def test_gguf_changed_file_invalidates_cache(fake_gguf, cache):
+def test_gguf_changed_file_invalidates_cache_and_its_old_copy_is_removed(fake_gguf, cache):
     path, dequantise = fake_gguf
     load_model(str(path))
+    [old] = _cache_folders(cache)
     path.write_bytes(b"GGUF other weights, another size")
     _, _, info = load_model(str(path))
     assert dequantise.calls == 2
     assert not info.from_cache
-    assert len(_cache_folders(cache)) == 2
+    [new] = _cache_folders(cache)
+    assert new != old
+
+
+def test_gguf_cache_of_a_deleted_file_is_removed_by_the_next_write(fake_gguf, cache, tmp_path):
+    path, _ = fake_gguf
+    elsewhere = tmp_path / "copy" / "other.gguf"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(path.read_bytes())
+    load_model(str(elsewhere))
+    load_model(str(path))
+    assert [name.split("-")[0] for name in _cache_folders(cache)] == ["other", "tiny"]
+    elsewhere.unlink()  # a wheel uninstalled, a virtual environment deleted
+    path.write_bytes(b"GGUF changed")
+    load_model(str(path))
+    [left] = _cache_folders(cache)
+    assert left.startswith("tiny-")
 
 
 def test_gguf_leftover_temp_folders(fake_gguf, cache):

@@ -88,6 +88,7 @@ def load_gguf(
         return model, tokenizer, True, meta["fingerprint"]
     if final.exists():
         discard_folder(final)
+    discard_superseded(parent)
     model, tokenizer = _dequantise(path)
     if tokenizer is None:
         notes.append("no tokenizer: transformers could not read one from the GGUF file")
@@ -236,6 +237,7 @@ def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprin
         meta = {
             "format": _CACHE_FORMAT,
             "gguf_name": gguf.name,
+            "gguf_path": str(gguf.resolve()),
             "gguf_size": stat.st_size,
             "gguf_mtime_ns": stat.st_mtime_ns,
             "fingerprint": fingerprint,
@@ -309,6 +311,31 @@ def remove_stale_temps(parent: Path) -> None:
             continue
         if stale:
             shutil.rmtree(temp, ignore_errors=True)
+
+
+def discard_superseded(parent: Path) -> None:
+    """Remove the cache folders whose GGUF file is gone or changed since they were written.
+
+    No load reads them again (the key of a changed file is another), so without this every
+    reinstall of a model's wheel, or every fresh virtual environment, would leave its whole
+    float32 copy behind (0.5 GB for SmolLM2, 6.7 GB for Qwen2.5-Coder). Folders written
+    before the source path was recorded are left alone.
+    """
+    if not parent.is_dir():
+        return
+    for folder in parent.iterdir():
+        if folder.name.startswith(_TEMP_PREFIX):
+            continue
+        meta = _read_cache_meta(folder)
+        if meta is None or "gguf_path" not in meta:
+            continue
+        try:
+            stat = Path(meta["gguf_path"]).stat()
+            current = (stat.st_size, stat.st_mtime_ns) == (meta["gguf_size"], meta["gguf_mtime_ns"])
+        except OSError:
+            current = False
+        if not current:
+            discard_folder(folder)
 
 
 def discard_folder(folder: Path) -> None:
