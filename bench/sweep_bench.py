@@ -86,7 +86,7 @@ def bench_sweep(quick: bool = False) -> dict[str, Any]:
     """P5 figures (see the module docstring) as a dict."""
     import torch
 
-    from attncoda.run.provide import clear_cache
+    from attncoda.run.loaded import clear_cache
     from attncoda.run.sweep import sweep
 
     settings = QUICK_SETTINGS if quick else SETTINGS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -120,6 +122,31 @@ def test_collapse_over_captures_splits_the_change_of_their_mean_entropy(windows)
     assert row["entropy_from"] == pytest.approx(mean_h(caps[0]), rel=1e-12)
     assert row["entropy_to"] == pytest.approx(mean_h(caps[2]), rel=1e-12)
     assert set(table["model"]) == {"toy"}
+
+
+def test_captures_run_through_the_runner_and_store_a_run_folder_with_out(cap, tmp_path):
+    from attncoda.store.runs import read_run_tables
+
+    result = ac.cluster(cap, names=["toy"], out=tmp_path / "run")
+    stored = read_run_tables(tmp_path / "run")
+    for name, table in result.tables.items():
+        pd.testing.assert_frame_equal(table, stored[name], check_exact=True)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["config"]["models"] == ["toy"]
+    assert manifest["model_info"]["toy@-"]["source"] == "capture"
+    # Each model's summary is its unit's (cluster's artifact: the MDS stress of each view).
+    assert set(result.summary) == {"toy"}
+    assert {"keep", "drop"} <= set(result.summary["toy"]["mds_stress"])
+
+
+def test_collapse_over_captures_keeps_the_series_summary(windows):
+    caps = [ac.capture_windows(tiny("llama", seed=k), windows) for k in range(2)]
+    result = ac.collapse(caps, steps=[5, 9], names="toy")
+    points = result.summary["series"]["points"]
+    assert [(p["step"], p["label"], p["spec"]) for p in points] == [
+        (5, "step5", "toy@step5"),
+        (9, "step9", "toy@step9"),
+    ]
 
 
 def test_result_figure_and_notebook_views(cap):

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 import attncoda as ac  # noqa: E402
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.run import provide  # noqa: E402
+from attncoda.run import loaded  # noqa: E402
 from models.tiny_hf import tiny_tokenizer  # noqa: E402
 
 DOCS, TOKENS = 3, 24
@@ -126,8 +126,8 @@ def test_flips_on_live_models_names_each_and_equals_its_spec(folder):
     # A tuple of two models is two models, not (model, tokenizer).
     pair = ac.flips((_bridge(folder), _nnsight(folder)), names=["a", "b"], n_boot=20).table
     assert set(pair["model"]) == {"a", "b"}
-    assert not [k for k in provide.cache_keys() if len(k) > 1 and k[1] in ("a", "b")]
-    assert not provide.lent("a")
+    assert not [k for k in loaded.cache_keys() if len(k) > 1 and k[1] in ("a", "b")]
+    assert not loaded.lent("a")
 
 
 def test_what_load_model_returned_keeps_its_provenance(tmp_path):
@@ -162,4 +162,4 @@ def test_live_models_refuse_what_they_cannot_do(folder):
         ac.profile([(hf, tok), (hf, tok)], names=["x", "x"])
     with pytest.raises(AttncodaError, match=r"second item of a live model must be its tokenizer"):
         ac.profile((hf, 5))
-    assert not provide.lent("live")
+    assert not loaded.lent("live")

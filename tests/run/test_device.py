@@ -38,7 +38,7 @@ def test_dtype_option():
 
 
 def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
-    from attncoda.run import provide
+    from attncoda.run import loaded
 
     plain = run_config(["smollm2"], experiments=["profile"])
     assert not {"device_map", "max_memory", "offload_folder"} & set(plain)
@@ -56,13 +56,13 @@ def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
     )
     assert given["offload_folder"] == str(Path.cwd().resolve())
     try:
-        provide.use_options(config, tmp_path / "run")
-        assert provide._OPTIONS.offload_folder == str(tmp_path / "run" / "offload")
-        assert provide._OPTIONS.max_memory == {"0": "2GiB"}
-        provide.use_options(plain, tmp_path / "run")
-        assert provide._OPTIONS.device_map is None and provide._OPTIONS.offload_folder is None
+        loaded.use_options(config, tmp_path / "run")
+        assert loaded._OPTIONS.offload_folder == str(tmp_path / "run" / "offload")
+        assert loaded._OPTIONS.max_memory == {"0": "2GiB"}
+        loaded.use_options(plain, tmp_path / "run")
+        assert loaded._OPTIONS.device_map is None and loaded._OPTIONS.offload_folder is None
     finally:
-        provide.use_options(plain)
+        loaded.use_options(plain)
     with pytest.raises(AttncodaError, match=r"--device auto and --device-map auto both say"):
         run_config(["smollm2"], options=CaptureOptions(device="auto", device_map="auto"))
     with pytest.raises(AttncodaError, match=r"max_memory=\{0: '1GiB'\} needs a device map"):

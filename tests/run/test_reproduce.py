@@ -295,17 +295,17 @@ def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupt
 
 
 def test_the_process_cache_holds_one_model_at_a_time():
-    from attncoda.run import provide
+    from attncoda.run import loaded
 
-    provide.clear_cache()
+    loaded.clear_cache()
     try:
         for kind, value in (("load", 1), ("rows", 2), ("after", 3), ("series_windows", 4)):
-            provide.cached((kind, "a"), lambda v=value: v)
-        assert provide.cached(("rows", "a"), lambda: 99) == 2  # cached: not made again
-        provide.cached(("load", "b"), lambda: 5)
-        assert provide.cache_keys() == [("series_windows", "a"), ("load", "b")]
+            loaded.cached((kind, "a"), lambda v=value: v)
+        assert loaded.cached(("rows", "a"), lambda: 99) == 2  # cached: not made again
+        loaded.cached(("load", "b"), lambda: 5)
+        assert loaded.cache_keys() == [("series_windows", "a"), ("load", "b")]
     finally:
-        provide.clear_cache()
+        loaded.clear_cache()
 
 
 def test_the_default_series_is_the_shipped_one_and_a_retrain_is_asked_for():
@@ -490,7 +490,7 @@ def test_the_weights_are_hashed_only_for_the_predictor(models, tmp_path, monkeyp
     """Only the predictor recognises models by content: a run without it hashes nothing,
     and a run with it hashes each model once."""
     import attncoda.training.identity as identity
-    from attncoda.run import provide
+    from attncoda.run import loaded
 
     real, calls = identity.model_identity, []
 
@@ -499,7 +499,7 @@ def test_the_weights_are_hashed_only_for_the_predictor(models, tmp_path, monkeyp
         return real(model, folder)
 
     monkeypatch.setattr(identity, "model_identity", counted)
-    provide.clear_cache()
+    loaded.clear_cache()
     reproduce(models[:1], tmp_path / "f", experiments=["flips"], settings=SETTINGS, progress=False)
     assert calls == []
     reproduce(

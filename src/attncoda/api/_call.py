@@ -1,5 +1,6 @@
-"""How an experiment function runs: on model specs and live models through the runner, on
-captures in this process (docs/design.md, "Runs")."""
+"""How an experiment function runs: on model specs, live models and captures, all through
+the one runner in this process (docs/design.md, "Runs"); live models and captures are lent
+to it (:func:`attncoda.run.loaded.lend`) under their labels."""
 
 from __future__ import annotations
 
@@ -9,122 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
-from attncoda.api._result import GIVEN_FAMILY, Result
+from attncoda.api._result import Result
 from attncoda.api._signatures import COMMON_OPTIONS, check_common, rows_settings
 from attncoda.api._sources import capture_names, sources
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from attncoda.run.options import CaptureOptions
 
 __all__ = ["call", "run_function"]
-
-
-def _concat(
-    units: Sequence[tuple[Mapping[str, pd.DataFrame], str, str]], family: str
-) -> dict[str, Any]:
-    """The tables of ``(frames, model, revision)`` units as a run stores them: ``model``,
-    ``revision`` and ``family`` first, the units' rows in order."""
-    import pandas as pd
-
-    out: dict[str, Any] = {}
-    for name in dict.fromkeys(n for frames, _, _ in units for n in frames):
-        parts = []
-        for frames, model, revision in units:
-            if name not in frames:
-                continue
-            frame = frames[name].drop(
-                columns=[c for c in ("model", "revision", "family") if c in frames[name]]
-            )
-            frame.insert(0, "family", family)
-            frame.insert(0, "revision", revision)
-            frame.insert(0, "model", model)
-            parts.append(frame)
-        out[name] = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    return out
-
-
-def _on_captures(
-    name: str,
-    captures: Sequence[Any],
-    names: Sequence[str],
-    settings: Any,
-    *,
-    sink: str,
-    seed: int,
-    device: str,
-    steps: Sequence[int] | None = None,
-) -> Result:
-    from attncoda.experiments.contract import Inputs, experiment, head_rows
-    from attncoda.models.spec import NO_REVISION
-
-    exp = experiment(name)
-    model_free = not {"model", "windows"} & set(exp.needs)
-    if not model_free and exp.given is None:
-        raise AttncodaError(
-            f"{name} needs the model itself, which a capture does not hold: pass a model "
-            "spec instead"
-        )
-    needs = set(exp.needs if model_free else exp.given or ())
-    for dep in exp.after:
-        needs.update(experiment(dep).needs)
-
-    def inputs_for(cap: Any, label: str, **extra: Any) -> Any:
-        return Inputs(
-            model=label,
-            seed=seed,
-            sink=sink,
-            device=device,
-            rows=head_rows(cap, label) if "rows" in needs else None,
-            capture=cap if "capture" in needs else None,
-            **extra,
-        )
-
-    def with_after(base: Any, target: Any) -> Any:
-        """``base`` with the tables of ``target``'s ``after`` experiments (their defaults)."""
-        from dataclasses import replace
-
-        after = {}
-        for dep in target.after:
-            dep_exp = experiment(dep)
-            after[dep] = dep_exp.run(with_after(base, dep_exp), dep_exp.settings())
-        return replace(base, after=after)
-
-    if exp.combine is not None:
-        from attncoda.models.series import SeriesPoint
-
-        if steps is None:
-            steps = list(range(len(captures)))
-        if len(steps) != len(captures):
-            raise AttncodaError(
-                f"steps {list(steps)!r} must give one training step per capture "
-                f"({len(captures)} captures)"
-            )
-        series_name = names[0]
-        units = [
-            exp.run(
-                inputs_for(
-                    cap,
-                    series_name,
-                    checkpoint=SeriesPoint(step=int(s), label=f"step{int(s)}", spec=label),
-                    revision=f"step{int(s)}",
-                ),
-                settings,
-            )
-            for cap, label, s in zip(captures, names, steps, strict=True)
-        ]
-        combined = exp.combine(units, settings)
-        series = _concat([(combined.frames, series_name, NO_REVISION)], GIVEN_FAMILY)
-        return Result(name, series, {"series": dict(combined.summary)}, None, sink)
-
-    frames: list[tuple[Mapping[str, Any], str, str]] = []
-    summary: dict[str, dict[str, Any]] = {}
-    for cap, label in zip(captures, names, strict=True):
-        tables = exp.run(with_after(inputs_for(cap, label), exp), settings)
-        frames.append((tables.frames, label, NO_REVISION))
-        summary[label] = dict(tables.summary)
-    return Result(name, _concat(frames, GIVEN_FAMILY), summary, None, sink)
 
 
 def _on_specs(
@@ -171,12 +64,30 @@ def _on_specs(
             units = stored["units"]
             notes = "; ".join(str(n) for n in units[units["experiment"] == name]["note"] if n)
             raise AttncodaError(f"{name} wrote no table: {notes or 'every unit was skipped'}")
-        return Result(name, tables, {}, None if out is None else Path(out), sink)
+        summary = _summaries(folder, name, series)
+        return Result(name, tables, summary, None if out is None else Path(out), sink)
 
     if out is None:
         with tempfile.TemporaryDirectory(prefix="attncoda-") as folder:
             return run(Path(folder) / "run")
     return run(Path(out))
+
+
+def _summaries(folder: Path, name: str, series: str | None) -> dict[str, dict[str, Any]]:
+    """Each model's summary of ``name`` in the run folder: its units' facts, or for a series
+    experiment the combined summary the manifest keeps (as ``"series"``)."""
+    from attncoda.store import read_json
+    from attncoda.store.runs import DONE, MANIFEST, NO_REVISION, Unit, read_run_tables
+
+    if series is not None:
+        combined = read_json(folder / MANIFEST).get("combined", {})
+        return {"series": dict(combined.get(name, {}))}
+    units = read_run_tables(folder)["units"]
+    out: dict[str, dict[str, Any]] = {}
+    for model in units[(units["experiment"] == name) & (units["status"] == "done")]["model"]:
+        done = read_json(folder / "units" / Unit(name, model, NO_REVISION).folder / DONE)
+        out[str(model)] = dict(done.get("facts", {}).get("summary", {}))
+    return out
 
 
 def call(
@@ -200,7 +111,6 @@ def call(
             f"steps= is for an experiment over a checkpoint series' captures, not for {name}"
         )
     items, kind = sources(source)
-    sink, seed, device = options.sink, options.seed, options.device
     if kind == "live":
         return _on_live(name, items, chosen, common, options, windows)
     if kind == "capture":
@@ -209,23 +119,7 @@ def call(
                 f"docs= and max_tokens= say which windows of a model spec {name} reads: a "
                 "capture holds its own rows; capture other windows instead"
             )
-        given = common.get("names")
-        if exp.combine is not None:  # one series: one name for every checkpoint's capture
-            if given is not None and not isinstance(given, str):
-                raise AttncodaError(f"names={given!r}: give the series one name (a str)")
-            labels = [given or "series"] * len(items)
-        else:
-            labels = capture_names(items, given)
-        return _on_captures(
-            name,
-            items,
-            labels,
-            chosen,
-            sink=sink,
-            seed=seed,
-            device=device,
-            steps=common.get("steps"),
-        )
+        return _on_captures(name, items, chosen, common, options)
     if common.get("steps") is not None or common.get("names") is not None:
         raise AttncodaError(
             "steps= and names= are for captures: a run names its models by their specs and "
@@ -252,9 +146,9 @@ def _on_live(
     rows: Mapping[str, Any] | None = None,
 ) -> Result:
     """Run ``name`` on live models through the runner with ``options``, as on specs (the
-    runner is lent them: :func:`attncoda.run.provide.lend`)."""
+    runner is lent them: :func:`attncoda.run.loaded.lend`)."""
     from attncoda.api._sources import live_entries
-    from attncoda.run.provide import lend
+    from attncoda.run.loaded import lend
 
     entries = live_entries(items, common.get("names"), name)
     for option, default in (("device", "cpu"), ("dtype", None), ("device_map", None)):
@@ -272,6 +166,55 @@ def _on_live(
             text=common.get("text"),
             options=options,
             rows=rows,
+        )
+
+
+def _on_captures(
+    name: str,
+    captures: Sequence[Any],
+    settings: Any,
+    common: Mapping[str, Any],
+    options: CaptureOptions,
+) -> Result:
+    """Run ``name`` on captures through the runner, as on specs: each capture is lent to
+    it under its label (a series experiment's as the checkpoints of one series, at
+    ``steps``) and read as attention handed in."""
+    from attncoda.experiments.contract import experiment
+    from attncoda.run.given import handed_in
+    from attncoda.run.loaded import lend
+
+    exp = experiment(name)
+    model_free = not {"model", "windows"} & set(exp.needs)
+    if not model_free and exp.given is None:
+        raise AttncodaError(
+            f"{name} needs the model itself, which a capture does not hold: pass a model "
+            "spec instead"
+        )
+    given = common.get("names")
+    if exp.combine is None:
+        labels = capture_names(captures, given)
+        entries = {label: handed_in(c, label) for label, c in zip(labels, captures, strict=True)}
+        with lend(entries):
+            return _on_specs(
+                name, labels, settings, out=common.get("out"), text=None, options=options
+            )
+    # One series: one name for every checkpoint's capture, a step for each.
+    if given is not None and not isinstance(given, str):
+        raise AttncodaError(f"names={given!r}: give the series one name (a str)")
+    series = given or "series"
+    steps = common.get("steps")
+    steps = list(range(len(captures))) if steps is None else list(steps)
+    if len(steps) != len(captures):
+        raise AttncodaError(
+            f"steps {steps!r} must give one training step per capture ({len(captures)} "
+            "captures)"
+        )
+    labels = [f"{series}@step{int(s)}" for s in steps]
+    entries = {label: handed_in(c, label) for label, c in zip(labels, captures, strict=True)}
+    points = [(int(s), label) for s, label in zip(steps, labels, strict=True)]
+    with lend(entries, {series: points}):
+        return _on_specs(
+            name, [series], settings, out=common.get("out"), text=None, options=options
         )
 
 

@@ -43,14 +43,14 @@ COMMON_OPTIONS = {
         ":func:`attncoda.load_model` returned, a TransformerLens ``TransformerBridge``, an "
         "nnsight ``LanguageModel``), run through the same runner and captured through the "
         "object itself; or captures (:func:`attncoda.capture_windows`, "
-        ":func:`attncoda.from_attentions`), run in this process.",
+        ":func:`attncoda.from_attentions`), lent to the same runner as attention handed in.",
     ),
     "sink": ("str", 'Sink spec (docs/design.md, "Sinks").'),
     "seed": ("int", "The run's seed (bootstrap resamples, MDS, random pruning)."),
     "out": (
         "str or path, optional",
-        "Model specs and live models: the run folder to keep (``attncoda report OUT`` renders it); "
-        "None: a temporary folder.",
+        "The run folder to keep (``attncoda report OUT`` renders it); None: a temporary "
+        "folder, removed when the function returns.",
     ),
     "device": ("str", 'Model specs only: where models run (``"cpu"``, ``"cuda"``, ``"auto"``).'),
     "dtype": ("str, optional", "Model specs only: the models' parameter dtype (None: float32)."),

@@ -369,6 +369,15 @@ def _series_config(
                 else []
             ),
         }
+    from attncoda.run.loaded import lent_series
+
+    handed = lent_series(series)
+    if handed is not None:  # captures of a series, handed in (attncoda.run.loaded.lend)
+        return {
+            "name": series,
+            "spec": series,
+            "points": [[step, f"step{step}", label] for step, label in handed],
+        }
     from attncoda.models.series import parse_series
 
     points = parse_series(series)

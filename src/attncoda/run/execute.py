@@ -4,8 +4,9 @@
 inputs (:mod:`attncoda.run.provide`), calls ``Experiment.run``, puts the model family first
 in every table, and writes the unit's partition of the run folder (its tables, its arrays,
 then ``_done.json`` with the summary among the unit's facts). :func:`finalise` unions the
-partitions into ``DIR/tables``, combines the units of a series experiment (collapse), and
-writes the ``units`` table and the model facts. Executors (:mod:`attncoda.run.executors`)
+partitions into ``DIR/tables``, combines the units of a series experiment (collapse, its
+summary kept in the manifest under ``combined``), and writes the ``units`` table and the
+model facts. Executors (:mod:`attncoda.run.executors`)
 decide where each :func:`run_unit` call happens.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Tables, experiment
 from attncoda.run.config import run_config, settings_of
+from attncoda.run.loaded import use_options
 from attncoda.run.plan import TRAIN, TRAIN_TABLES, Plan, plan
 from attncoda.run.provide import (
     model_info,
@@ -29,7 +31,6 @@ from attncoda.run.provide import (
     read_unit,
     remember,
     source,
-    use_options,
     with_family,
     write_arrays,
 )
@@ -158,13 +159,16 @@ def finalise(store: RunStore, run: Plan, failed: Mapping[str, str] | None = None
     names = [e for e in store.config["experiments"] if experiment(e).combine is None]
     for name in dict.fromkeys([t for e in names for t in experiment(e).tables] + [*TRAIN_TABLES]):
         store.write_union(name, done)
+    combined: dict[str, Any] = {}
     for name in store.config["experiments"]:
         exp = experiment(name)
         parts = [u for u in units if u.experiment == name]
         if exp.combine is None or not parts or any(u.key in failed for u in parts):
             continue
         settings = settings_of(store.config, name)
-        _write_combined(store, exp.combine([read_unit(store, u) for u in parts], settings))
+        tables = exp.combine([read_unit(store, u) for u in parts], settings)
+        _write_combined(store, tables)
+        combined[name] = dict(tables.summary)
     if (store.config.get("train") or {}).get("retrain"):
         from attncoda.run.train import retrain_table
         from attncoda.store.files import read_table
@@ -194,7 +198,7 @@ def finalise(store: RunStore, run: Plan, failed: Mapping[str, str] | None = None
             }
         )
     store.write_table("units", pd.DataFrame(records))
-    store.update_manifest(model_info=infos)
+    store.update_manifest(model_info=infos, **({"combined": combined} if combined else {}))
 
 
 def _write_combined(store: RunStore, tables: Tables) -> None:

@@ -1,4 +1,5 @@
-"""Attention read from a file instead of a model: its :class:`Captured` and manifest facts."""
+"""Attention handed in instead of a model, read from a file or given as a capture: its
+:class:`Captured` and manifest facts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 from attncoda._errors import AttncodaError
 from attncoda.run.captured import Captured
 
-__all__ = ["GivenInfo", "capture_file"]
+__all__ = ["GivenInfo", "capture_file", "handed_in"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,23 @@ def capture_file(
         "seed": seed,
     }
     return Captured(spec=name, info=info, capture=cap, config=config)
+
+
+def handed_in(cap: Any, label: str) -> Captured:
+    """The :class:`Captured` of a capture handed to an experiment function, labelled
+    ``label``: what the runner reads when it is lent (:func:`attncoda.run.loaded.lend`)."""
+    info = GivenInfo(
+        spec=label,
+        path="",
+        fingerprint="",
+        kind="capture",
+        n_layers=cap.n_layers,
+        n_heads=cap.n_heads,
+        causal=cap.causal,
+        source="capture",
+    )
+    config = {"model": label, "attentions": "capture", "sink": cap.sink_spec}
+    return Captured(spec=label, info=info, capture=cap, config=config)
 
 
 def _read_ids(path: str) -> Any:

@@ -174,7 +174,7 @@ def _worker(
         threadpool_limits(threads)
     from attncoda._progress import shown
     from attncoda.run.execute import run_unit
-    from attncoda.run.provide import clear_cache
+    from attncoda.run.loaded import clear_cache
 
     held = None
     while True:

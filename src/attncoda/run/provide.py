@@ -2,18 +2,15 @@
 tables of the experiments it runs after (the ``needs`` and ``after`` of
 :class:`attncoda.experiments.contract.Experiment`).
 
-A process keeps one model's objects at a time (its load, its recorded rows, the tables of
-its units), so a process that runs several units of one model loads and captures it once;
-loading another model forgets the previous one's. Nothing of the results depends on what
-the process ran before: every cache key holds what determines its value.
+What a process keeps between units (its models, their rows, the tables of its units) and
+what a caller lends it live in :mod:`attncoda.run.loaded`.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,14 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Experiment, Inputs, Tables, experiment
 from attncoda.models.spec import join_spec
 from attncoda.run.config import settings_of
-from attncoda.run.options import CaptureOptions
+from attncoda.run.loaded import (
+    cached,
+    capture_options,
+    keep,
+    lent_capture,
+    loaded,
+    tokenizer_of,
+)
 from attncoda.run.plan import reads_series, series_point
 from attncoda.store.runs import RunStore, Unit
 
@@ -30,124 +34,17 @@ __all__ = [
     "ARRAYS",
     "Provided",
     "Source",
-    "cache_keys",
-    "cached",
-    "clear_cache",
-    "lend",
-    "lent",
-    "loaded",
     "model_info",
     "provide",
     "read_unit",
     "remember",
     "source",
-    "use_options",
     "with_family",
     "write_arrays",
 ]
 
 #: Where a unit's :attr:`Tables.arrays` are kept, beside its tables (one ``.npz``).
 ARRAYS = "arrays.npz"
-
-_CACHE: dict[tuple, Any] = {}
-#: Cache entries of one model (key[1] is its spec): dropped when another model loads.
-_PER_MODEL = ("load", "rows", "after", "identity")
-#: How this process loads and captures models: the run config's options (set by
-#: :func:`use_options`; changing how models load or capture forgets every cached model).
-_OPTIONS = CaptureOptions()
-
-
-#: Live models lent to the runner by label (:func:`lend`): ``(model, tokenizer, info)``.
-_LENT: dict[str, tuple] = {}
-
-
-@contextmanager
-def lend(entries: Mapping[str, tuple]) -> Iterator[None]:
-    """Within the block, :func:`loaded` gives ``entries[label]`` for each label: the runner
-    runs on live models of this process (:mod:`attncoda.api._sources`) as on specs."""
-    taken = sorted(set(entries) & set(_LENT))
-    if taken:
-        raise AttncodaError(f"live models {taken} are already lent to a run of this process")
-    _LENT.update(entries)
-    try:
-        yield
-    finally:
-        for label in entries:
-            _LENT.pop(label, None)
-        for key in [k for k in _CACHE if len(k) > 1 and k[1] in entries]:
-            del _CACHE[key]  # what was captured of a live model goes with it
-
-
-def lent(spec: str) -> bool:
-    """Whether ``spec`` is the label of a live model lent to this process's runner."""
-    return spec in _LENT
-
-
-def use_options(config: Mapping[str, Any], root: str | Path | None = None) -> None:
-    """Load and capture as the run config ``config`` says
-    (:meth:`CaptureOptions.from_config`: with a device map, weights it puts on the disk go to
-    the config's ``offload_folder``, else to ``<root>/offload``)."""
-    global _OPTIONS
-    options = CaptureOptions.from_config(config, root)
-    if replace(options, sink="first", seed=0) != replace(_OPTIONS, sink="first", seed=0):
-        _CACHE.clear()
-    _OPTIONS = options
-
-
-def clear_cache() -> None:
-    """Forget every loaded model, capture and table of this process."""
-    _CACHE.clear()
-
-
-def cache_keys() -> list[tuple]:
-    """What this process keeps, by key (``(kind, spec, ...)``), in the order kept."""
-    return list(_CACHE)
-
-
-def cached(key: tuple, make: Callable[[], Any]) -> Any:
-    """``make()``, computed once per ``key`` (see the module docstring for what is kept)."""
-    if key not in _CACHE:
-        # A Ray worker may run units of hundreds of models: one model's objects at a time.
-        if key[0] == "load":
-            for old in [k for k in _CACHE if k[0] in _PER_MODEL and k[1] != key[1]]:
-                del _CACHE[old]
-        _CACHE[key] = make()
-    return _CACHE[key]
-
-
-def _quiet_load(spec: str) -> tuple:
-    """:func:`attncoda.load_model` without transformers' per-load progress bar (a run prints
-    one line per unit instead)."""
-    from transformers.utils import logging as hf_logging
-
-    from attncoda.models.load import load_model
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        return load_model(spec, dtype=_OPTIONS.dtype, **_OPTIONS.placement())
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-
-
-def loaded(spec: str) -> tuple:
-    """``(model, tokenizer, info)`` of ``spec``, loaded once per process (a lent live
-    model's as it was lent)."""
-    if spec in _LENT:
-        return _LENT[spec]
-    return cached(("load", spec), lambda: _quiet_load(spec))
-
-
-def _tokenizer_of(spec: str) -> Any:
-    """The tokenizer of ``spec``: from its cached load, else from a load kept apart (the
-    series' first checkpoint cuts the windows of every checkpoint)."""
-    if spec in _LENT:
-        return _LENT[spec][1]
-    key = ("load", spec)
-    found = _CACHE[key] if key in _CACHE else cached(("tokenizer", spec), lambda: _quiet_load(spec))
-    return found[1]
-
 
 @dataclass(frozen=True)
 class Source:
@@ -157,9 +54,11 @@ class Source:
     ----------
     spec : str
         What :func:`attncoda.load_model` loads (a series checkpoint: its folder or hub
-        revision), or the path of a given attention file.
+        revision), the path of a given attention file, or the label of a capture lent to
+        the runner (:func:`attncoda.run.loaded.lend`).
     given : bool
-        Whether ``spec`` is an attention file (no model is loaded).
+        Whether ``spec`` is attention handed in, a file or a lent capture (no model is
+        loaded).
     point : SeriesPoint or None
         The series checkpoint the unit reads.
     """
@@ -173,12 +72,13 @@ def source(unit: Unit, config: Mapping[str, Any], root: str | Path) -> Source:
     """What ``unit`` of the run of ``config`` in folder ``root`` reads."""
     if reads_series(unit, config):
         point = series_point(config, root, unit.revision, unit.model)
-        return Source(spec=point.spec, point=point)
+        return Source(spec=point.spec, given=lent_capture(point.spec) is not None, point=point)
     given = config.get("attentions")
     if given:
         by_name = {Path(f).name: f for f in given["files"]}
         return Source(spec=by_name[unit.model], given=True)
-    return Source(spec=join_spec(unit.model, unit.revision))
+    spec = join_spec(unit.model, unit.revision)
+    return Source(spec=spec, given=lent_capture(spec) is not None)
 
 
 def _key(*parts: Any) -> str:
@@ -186,8 +86,13 @@ def _key(*parts: Any) -> str:
 
 
 def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
+    """The :class:`Captured` of attention handed in: a capture lent to the runner as it is,
+    or an attention file's."""
     from attncoda.run.given import capture_file
 
+    handed = lent_capture(src.spec)
+    if handed is not None:
+        return handed
     given = config["attentions"]
     return capture_file(
         src.spec,
@@ -273,12 +178,6 @@ def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any
     return captured.capture, _read_from(captured)
 
 
-def _options(config: Mapping[str, Any]) -> CaptureOptions:
-    """How this process captures for the run of ``config``: its options, with its sink and
-    seed."""
-    return replace(_OPTIONS, sink=config["sink"], seed=config["seed"])
-
-
 def _capture_windows(
     exp: Experiment, src: Source, config: Mapping[str, Any], settings: Any, windows: list
 ) -> tuple[Any, dict]:
@@ -293,7 +192,7 @@ def _capture_windows(
             "capture: give its Experiment a captures function"
         )
     chosen = list(exp.captures(windows, settings))
-    cap = capture_ids(loaded(src.spec), chosen, _options(config), record_rows="none")
+    cap = capture_ids(loaded(src.spec), chosen, capture_options(config), record_rows="none")
     return cap, {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
 
 
@@ -309,7 +208,7 @@ def _captured(
     return capture_corpus(
         src.spec,
         text=config["corpus"]["text"],
-        options=_options(config),
+        options=capture_options(config),
         max_tokens=max_tokens,
         docs=docs,
         loaded=loaded(src.spec),
@@ -335,7 +234,7 @@ def _windows(
 
     def make() -> list:
         windows, _ = corpus_windows(
-            _tokenizer_of(first.spec), text=text, max_tokens=settings.max_tokens, docs=settings.docs
+            tokenizer_of(first.spec), text=text, max_tokens=settings.max_tokens, docs=settings.docs
         )
         return [w.input_ids for w in windows]
 
@@ -392,14 +291,16 @@ def provide(
     found, device = info or model_info(src, config)
     values: dict[str, Any] = {}
     facts: dict[str, Any] = {}
-    for need in exp.needs:
+    # Attention handed in stands in for the model and its windows (Experiment.given).
+    needs = exp.given if src.given and exp.given is not None else exp.needs
+    for need in needs:
         if need == "rows":
             at = None if exp.rows_at is None else exp.rows_at(settings)
             values["rows"], facts["read"] = _rows(src, unit.model, config, at)
             values["read"] = _rows_read(src, config, at, facts["read"])
             if exp.identifies and not src.given:  # hashed only for an experiment that needs it
                 values["rows"] = replace(values["rows"], identity=_identity(src))
-        elif need == "capture" and "windows" in exp.needs:  # of the unit's own windows
+        elif need == "capture" and "windows" in needs:  # of the unit's own windows
             if "windows" not in values:
                 values["windows"] = _windows(exp, src, config, root, settings)
             values["capture"], facts["captured"] = _capture_windows(
@@ -445,7 +346,7 @@ def _after_key(name: str, unit: Unit, src: Source, config: Mapping[str, Any]) ->
 def remember(unit: Unit, config: Mapping[str, Any], root: str | Path, tables: Tables) -> None:
     """Keep the tables ``unit`` stored, for the units of this process that run after it."""
     src = source(unit, config, root)
-    _CACHE[_after_key(unit.experiment, unit, src, config)] = tables
+    keep(_after_key(unit.experiment, unit, src, config), tables)
 
 
 def _after(

@@ -97,10 +97,13 @@ def check_models(models: Sequence[str], series: str | None = None, *, cache: boo
     """Refuse a model spec or series checkpoint that cannot load, before a run folder is
     made (:func:`attncoda.models.resolve.check_spec`; with ``cache``, a hub id must be in
     the local Hugging Face cache while ``HF_HUB_OFFLINE`` is set). A live model lent to
-    this process's runner (:func:`attncoda.run.provide.lend`) is no spec to check."""
-    from attncoda.run.provide import lent
+    this process's runner (:func:`attncoda.run.loaded.lend`), or a series of lent captures,
+    is no spec to check."""
+    from attncoda.run.loaded import lent
 
     specs = [m.strip() for m in models if m and m.strip() and not lent(m)]
+    if series is not None and lent(series):
+        series = None
     if not specs and series is None:
         return
     from attncoda.models.resolve import check_spec
