@@ -115,8 +115,19 @@ def add_settings(
         if f.name in skip:
             continue
         dest = prefix + f.name
-        kind, shown = _kind(f.default)
         strings = tuple((flags or {}).get(f.name, ())) or ("--" + dest.replace("_", "-"),)
+        if isinstance(f.default, bool):  # a switch; given, it says the opposite of the default
+            parser.add_argument(
+                *strings,
+                dest=dest,
+                action="store_false" if f.default else "store_true",
+                default=None,
+                help=f.metadata.get("help", f.name),
+            )
+            shown_as[dest] = strings[0]
+            checked[dest] = f
+            continue
+        kind, shown = _kind(f.default)
         parser.add_argument(
             *strings,
             dest=dest,
@@ -203,11 +214,6 @@ def _files(args: argparse.Namespace) -> None:
         from attncoda.data.corpus import read_corpus
 
         read_corpus(text)  # exists, UTF-8, at least one document, or a named error
-    predictor = getattr(args, "predictor", None)
-    if predictor is not None:
-        from attncoda.experiments.predictor import check_predictor_file
-
-        check_predictor_file(predictor)
     for name in ("attentions", "tokens"):
         value = getattr(args, name, None)
         files = [value] if isinstance(value, str) else list(value or [])

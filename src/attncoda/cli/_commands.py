@@ -136,30 +136,31 @@ def _experiment(args: argparse.Namespace) -> int:
     return _finish(out)
 
 
-def _predictor_fit(args: argparse.Namespace) -> int:
-    from attncoda.run.config import Rows
-    from attncoda.run.fit import fit_and_freeze, predictor_rows
-    from attncoda.run.reproduce import check_models
+def _tool(args: argparse.Namespace) -> int:
+    """A tool beside an experiment's command (:class:`~attncoda.experiments.contract.Tool`,
+    ``predictor fit``): its options parsed from its declaration, carried out by the layer it
+    names, its lines printed."""
+    import importlib
 
-    if not args.out:
-        raise AttncodaError("predictor fit needs --out: the JSON file to write the predictor to")
-    check_models(args.models)
-    rows = predictor_rows(
-        args.models,
-        rows=settings_values(args, Rows),
-        text=args.text,
-        **capture_options(args),
-    )
-    predictor = fit_and_freeze(rows, args.out, overwrite=args.overwrite, alpha=args.alpha)
-    print(f"fitted on {', '.join(r['model'] for r in rows)}; wrote {args.out}")
-    runs = dict.fromkeys(predictor.training_runs)
+    from attncoda.experiments.contract import experiment
+    from attncoda.run.config import Rows
+
+    name, action = args.tool
+    command = experiment(name).command
+    assert command is not None  # the parser built this tool from it
+    tool = next(t for t in command.tools if t.action == action)
+    module, function = tool.run.split(":")
+    run = getattr(importlib.import_module(module), function)
     print(
-        f"  CV+ over {len(runs)} runs ({', '.join(runs)}), alpha {predictor.alpha:g}; "
-        f"leave-one-run-out RMSE {predictor.interval.rmse:.4f}, constant baseline "
-        f"{predictor.baseline.interval.rmse:.4f}"
+        run(
+            list(args.models),
+            settings_values(args, tool.settings),
+            rows=settings_values(args, Rows) if tool.shared_rows else {},
+            text=args.text,
+            out=args.out,
+            **capture_options(args),
+        )
     )
-    for name, (low, high) in zip(predictor.features, predictor.training_range, strict=True):
-        print(f"  {name}: training range [{low:.4g}, {high:.4g}]")
     return 0
 
 
@@ -249,10 +250,17 @@ def _shipped() -> None:
 
 def _run_options_of(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments that ``reproduce`` and ``sweep`` share."""
+    from attncoda.experiments.contract import EXPERIMENTS, experiment
+
+    given = [
+        (flag, name, flag)
+        for name in EXPERIMENTS
+        for flag in getattr(experiment(name).command, "run_flags", ())
+    ]
     settings: dict[str, dict[str, Any]] = {}
     for dest, group, key in (
         ("rows_docs", "rows", "docs"),
-        ("n_boot", "flips", "n_boot"),
+        *given,
         ("retrain", "train", "retrain"),
         ("train_steps", "train", "steps"),
         ("train_task", "train", "task"),
@@ -333,7 +341,6 @@ def _sweep(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "demo": _demo,
     "models": _models,
-    "predictor fit": _predictor_fit,
     "reproduce": _reproduce,
     "report": _report,
     "sweep": _sweep,
@@ -342,8 +349,10 @@ _COMMANDS = {
 
 
 def run_command(name: str, args: argparse.Namespace) -> int:
-    """Run the command ``name`` (``"predictor fit"`` for a subcommand) on ``args``: an
-    experiment's (the parser set ``args.experiment``) or one of the others."""
+    """Run the command ``name`` on ``args``: an experiment's (the parser set
+    ``args.experiment``), a tool beside one (``args.tool``) or one of the others."""
+    if getattr(args, "tool", None) is not None:
+        return _tool(args)
     if getattr(args, "experiment", None) is not None:
         return _experiment(args)
     return int(_COMMANDS[name](args))

@@ -119,10 +119,19 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         choices=("demo", "full"),
         help="demo: minutes on a 2-core CPU; full: the README's settings (default: demo)",
     )
-    p.add_argument("--rows-docs", type=int, help="windows whose full rows feed flips/cluster")
-    p.add_argument("--n-boot", type=int, help="bootstrap resamples of the flip-rate CI")
+    p.add_argument("--rows-docs", type=int, help="windows whose full rows feed the experiments")
     bind_setting(p, "rows_docs", Rows, "docs")
-    bind_setting(p, "n_boot", experiment("flips").settings, "n_boot")
+    for name in EXPERIMENTS:  # the settings an experiment lets a whole run set
+        declared = experiment(name)
+        fields = {f.name: f for f in dataclasses.fields(declared.settings)}
+        for flag in declared.command.run_flags if declared.command is not None else ():
+            p.add_argument(
+                "--" + flag.replace("_", "-"),
+                dest=flag,
+                type=type(fields[flag].default),
+                help=f"{fields[flag].metadata.get('help', flag)} ({name})",
+            )
+            bind_setting(p, flag, declared.settings, flag)
     p.add_argument(
         "--retrain",
         action="store_true",
@@ -154,7 +163,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 def _sources(p: argparse.ArgumentParser, command: Any) -> None:
     """The command's sources argument (:data:`attncoda.experiments.contract.SOURCES`)."""
-    kind, shown = command.sources, command.source_help or None
+    kind, shown = command.sources, getattr(command, "source_help", "") or None
     if kind == "model":
         p.add_argument("model", help=shown)
     elif kind == "model?":
@@ -169,10 +178,10 @@ def _sources(p: argparse.ArgumentParser, command: Any) -> None:
         p.add_argument("series", help=shown)
 
 
-def _experiment_parsers(sub: Any) -> dict[str, Any]:
+def _experiment_parsers(sub: Any) -> None:
     """One subcommand per experiment of the registry, built from its
-    :class:`~attncoda.experiments.contract.Command` and ``Settings``; returns the
-    subparsers of the commands that take an action (``predictor apply``), by name."""
+    :class:`~attncoda.experiments.contract.Command` and ``Settings``, and one per tool
+    beside it (:class:`~attncoda.experiments.contract.Tool`, ``predictor fit``)."""
     from attncoda.experiments.contract import EXPERIMENTS, experiment
 
     actions: dict[str, Any] = {}
@@ -191,6 +200,7 @@ def _experiment_parsers(sub: Any) -> dict[str, Any]:
         if command.positional is not None:
             field = {f.name: f for f in dataclasses.fields(declared.settings)}[command.positional]
             p.add_argument(command.positional, help=field.metadata.get("help"))
+            bind_setting(p, command.positional, declared.settings, command.positional)
         _sources(p, command)
         skip = (command.positional,) if command.positional else ()
         add_settings(p, declared.settings, flags=command.flags, skip=skip)
@@ -199,27 +209,14 @@ def _experiment_parsers(sub: Any) -> dict[str, Any]:
         _corpus_options(p)
         shown = typed if command.action is None else f"{typed} {command.action}"
         p.set_defaults(command_name=shown, experiment=name)
-    return actions
-
-
-def _predictor_fit_parser(actions: Any) -> None:
-    """``attncoda predictor fit``: the release tool that fits a predictor file (the run
-    layer's :func:`attncoda.run.fit.fit_and_freeze`), beside the experiment's ``apply``."""
-    from attncoda.experiments.predictor import DEFAULT_ALPHA
-
-    fit = actions.add_parser("fit", help="fit on models, write a frozen JSON file")
-    fit.add_argument("models", nargs="+")
-    _rows(fit)
-    _corpus_options(fit)
-    fit.add_argument("--overwrite", action="store_true")
-    fit.add_argument(
-        "--alpha",
-        type=float,
-        default=DEFAULT_ALPHA,
-        help="miscoverage of the CV+ interval over runs (the jackknife+ guarantee is "
-        "1 - 2 alpha); needs at least 1/alpha - 1 models",
-    )
-    fit.set_defaults(command_name="predictor fit")
+        for tool in command.tools:
+            t = actions[name].add_parser(tool.action, help=tool.help)
+            _sources(t, tool)
+            add_settings(t, tool.settings)
+            if tool.shared_rows:
+                _rows(t)
+            _corpus_options(t)
+            t.set_defaults(command_name=f"{typed} {tool.action}", tool=(name, tool.action))
 
 
 def _run_parsers(sub: Any) -> None:
@@ -323,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mo.set_defaults(command_name="models")
 
-    _predictor_fit_parser(_experiment_parsers(sub)["predictor"])
+    _experiment_parsers(sub)
     _run_parsers(sub)
     _train_parser(sub)
     return parser

@@ -55,25 +55,26 @@ def result_html(result: Any) -> str:
 
 
 def capture_html(cap: Any, sink: str = "first") -> str:
-    """The notebook view of a capture: the per-layer means of its statistics (nats) and
-    the profile figure of the report."""
-    from attncoda.experiments.profile import head_summary, layer_summary
+    """The notebook view of a capture: a compact table and a figure, as the first
+    experiment of the registry whose view shows a capture says
+    (:attr:`attncoda.experiments.contract.View.of_capture`)."""
+    from attncoda.experiments.contract import EXPERIMENTS, experiment
+    from attncoda.report.figures import figure
 
-    heads = head_summary(cap.to_frame())
-    # Keyed as a run stores it (docs/design.md, "Runs"), so the report's figure reads it.
-    heads.insert(0, "family", type(cap).__name__)
-    heads.insert(0, "revision", "-")
-    heads.insert(0, "model", "capture")
-    layers = layer_summary(heads)
     n_docs = cap.n_docs
     head = (
         f"Capture: {n_docs} document{'s' if n_docs != 1 else ''}, {cap.n_layers} layers x "
         f"{cap.n_heads} heads, method {getattr(cap, 'method', 'exact')}"
     )
-    from attncoda.report.figures import figure
+    title = f"<div><b>{html.escape(head)}</b></div>"
+    views = [(n, v.of_capture) for n in EXPERIMENTS if (v := experiment(n).view) is not None]
+    shows = [(n, of_capture) for n, of_capture in views if of_capture is not None]
+    if not shows:
+        return f"<div>{title}</div>"
+    name, of_capture = shows[0]
+    shown, tables = of_capture(cap)
 
     def draw() -> Any:
-        return figure("profile", {"profile_heads": heads}, sink=sink)
+        return figure(name, tables, sink=sink)
 
-    title = f"<div><b>{html.escape(head)}</b></div>"
-    return f"<div>{title}{_table(layers)}{_figure_or_note(draw)}</div>"
+    return f"<div>{title}{_table(shown)}{_figure_or_note(draw)}</div>"

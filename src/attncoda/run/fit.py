@@ -14,6 +14,7 @@ from attncoda.run.options import CaptureOptions
 
 __all__ = [
     "fit_and_freeze",
+    "fit_tool",
     "freeze_predictor",
     "measured_row",
     "model_rows",
@@ -156,3 +157,38 @@ def fit_and_freeze(
     predictor = fit_predictor(rows, alpha=DEFAULT_ALPHA if alpha is None else alpha)
     freeze_predictor(predictor, path, overwrite=overwrite)
     return predictor
+
+
+def fit_tool(
+    models: Sequence[str],
+    settings: Mapping[str, Any],
+    *,
+    rows: Mapping[str, Any],
+    text: str | None,
+    out: str | None,
+    options: CaptureOptions,
+) -> str:
+    """``attncoda predictor fit``: fit on ``models`` (their rows read at the ``rows``
+    windows of ``text`` with ``options``) and write the frozen predictor to ``out``, with
+    the predictor's :class:`attncoda.experiments.predictor.FitSettings` ``settings``.
+    Returns the lines the command prints: what it fitted on, the interval's leave-one-run-out
+    RMSE beside the constant baseline's, and each feature's training range."""
+    from attncoda.experiments.predictor import FitSettings
+    from attncoda.run.reproduce import check_models
+
+    chosen = settings_from(FitSettings, settings)
+    if not out:
+        raise AttncodaError("predictor fit needs --out: the JSON file to write the predictor to")
+    check_models(models)
+    found = predictor_rows(models, rows=rows, text=text, options=options)
+    predictor = fit_and_freeze(found, out, overwrite=chosen.overwrite, alpha=chosen.alpha)
+    runs = dict.fromkeys(predictor.training_runs)
+    lines = [
+        f"fitted on {', '.join(r['model'] for r in found)}; wrote {out}",
+        f"  CV+ over {len(runs)} runs ({', '.join(runs)}), alpha {predictor.alpha:g}; "
+        f"leave-one-run-out RMSE {predictor.interval.rmse:.4f}, constant baseline "
+        f"{predictor.baseline.interval.rmse:.4f}",
+    ]
+    for name, (low, high) in zip(predictor.features, predictor.training_range, strict=True):
+        lines.append(f"  {name}: training range [{low:.4g}, {high:.4g}]")
+    return "\n".join(lines)

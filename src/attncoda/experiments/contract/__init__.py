@@ -4,34 +4,33 @@
 Public names: the declaration (:class:`Experiment`, :func:`experiment`, :data:`REGISTRY`,
 :data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back
 (:class:`Inputs`, :class:`Tables`), how it is shown and run (:class:`View`,
-:class:`Command`, :data:`SOURCES`), settings (:func:`setting`, :func:`check_settings`,
-:func:`settings_from`, :func:`settings_dict`), the recorded rows an experiment reads
-(:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the windows a capture read
-(:func:`captured_ids`, :func:`check_captured`), the shared verdict helpers
+:class:`Command`, :class:`Tool`, :data:`SOURCES`), settings (:func:`setting`,
+:func:`check_settings`, :func:`settings_from`, :func:`settings_dict`), the recorded rows an
+experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the windows a
+capture read (:func:`captured_ids`, :func:`check_captured`), the shared verdict helpers
 (:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`),
 and what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
 :func:`no_interval_note`, :func:`percentile_interval`, :func:`resample_weights`,
 :func:`check_n_boot`).
 
-Modules: ``_experiment`` (the declaration, inputs and tables), ``_settings`` (setting fields
-and their checks), ``_inputs`` (recorded rows), ``_verdicts`` (metrics, tolerances and flip
-rates), ``_intervals`` (the fewest observations of a bootstrap, method names, notes). They
-may import :mod:`attncoda.coda` and each other; no experiment, nothing above.
+Modules: ``_experiment`` (the declaration, inputs and tables), ``_command`` (views,
+commands and tools), ``_settings`` (setting fields and their checks), ``_inputs`` (recorded
+rows), ``_verdicts`` (metrics, tolerances and flip rates), ``_intervals`` (the fewest
+observations of a bootstrap, method names, notes). They may import :mod:`attncoda.coda` and
+each other; no experiment, nothing above.
 """
 
 from __future__ import annotations
 
+from attncoda.experiments.contract._command import SOURCES, Command, Tool, View
 from attncoda.experiments.contract._experiment import (
     EXPERIMENTS,
     NEEDS,
     REGISTRY,
     RUN_COLUMNS,
-    SOURCES,
-    Command,
     Experiment,
     Inputs,
     Tables,
-    View,
     experiment,
     settings_dict,
     settings_from,
@@ -94,6 +93,7 @@ __all__ = [
     "RUN_COLUMNS",
     "SOURCES",
     "Tables",
+    "Tool",
     "View",
     "allowed_text",
     "captured_ids",

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract._command import Command, View
 from attncoda.experiments.contract._settings import check_settings
 
 if TYPE_CHECKING:
@@ -45,12 +46,9 @@ __all__ = [
     "NEEDS",
     "REGISTRY",
     "RUN_COLUMNS",
-    "SOURCES",
-    "Command",
     "Experiment",
     "Inputs",
     "Tables",
-    "View",
     "experiment",
     "settings_dict",
     "settings_from",
@@ -91,11 +89,6 @@ REGISTRY = {
 
 #: Every experiment, in the order a run computes them for one model.
 EXPERIMENTS = tuple(REGISTRY)
-
-#: How a command takes what it reads (:attr:`Command.sources`): ``"model"`` one model spec;
-#: ``"model?"`` one spec or ``--attentions FILE``; ``"models*"`` specs or ``--attentions
-#: FILE...``; ``"models+"`` one spec or more; ``"series"`` one checkpoint series spec.
-SOURCES = ("model", "model?", "models*", "models+", "series")
 
 #: Columns a run adds to an experiment's frames when it stores them (``model`` the frames
 #: carry themselves): :func:`without_run_columns` takes them off a stored frame.
@@ -179,91 +172,6 @@ class Inputs:
                 f"the runner gave no {name!r} tables for {self.model!r}: run {name} first"
             )
         return self.after[name]
-
-
-@dataclass(frozen=True)
-class View:
-    """How an experiment is shown: its report section and its figure.
-
-    Attributes
-    ----------
-    title : str
-        The section's heading in the report.
-    needs : tuple of str
-        The tables the section reads; when the first is absent from a run folder, the
-        report says the experiment was not run instead of calling ``section``.
-    section : callable
-        ``section(ctx) -> str``: the inner HTML of the section from a
-        :class:`attncoda.experiments.view.Context` (the run folder's tables and sink spec):
-        the paper's claim beside what was measured, the measured tables and the figures,
-        each captioned with its convention.
-    figure_tables : tuple of str
-        The tables the figure is drawn from.
-    figure : callable
-        ``figure(tables, *, sink) -> matplotlib.figure.Figure`` from those tables by name
-        (``sink``: the run's sink spec, named in titles).
-    units : tuple of str
-        Other unit names whose skipped or failed units the section reports beside its own
-        (collapse reports the ``train`` unit that made its series).
-    """
-
-    title: str
-    needs: tuple[str, ...]
-    section: Callable[[Any], str]
-    figure_tables: tuple[str, ...]
-    figure: Callable[..., Any]
-    units: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Command:
-    """How the command line and the Python API run an experiment: ``attncoda <name>
-    SOURCES [options]`` and ``attncoda.<function>(source, **options)``.
-
-    The options come from the experiment's ``Settings`` (and the shared rows' when it needs
-    ``rows``), the command runs the experiment into a run folder and prints ``summary``.
-
-    Attributes
-    ----------
-    help : str
-        The command's line in ``attncoda --help``.
-    sources : str
-        How it takes what it reads (:data:`SOURCES`).
-    summary : callable
-        ``summary(tables, facts, sink) -> str``: the lines printed after the run, from the
-        run folder's tables by name; ``facts(model, revision)`` gives a unit's stored facts
-        (``read``: what its rows were read from) and ``sink`` is the run's sink spec.
-    source_help : str
-        The help of the sources argument.
-    flags : mapping of str to tuple of str
-        Option strings of settings fields whose option is not ``--<field-name>`` alone (the
-        first is shown, the others are older names kept as aliases).
-    doc : str
-        The summary line of the Python function's docstring (its parameters are documented
-        from the settings fields).
-    positional : str or None
-        A settings field given as the first argument (the predictor's file), ``None``: none.
-    files : tuple of str
-        Settings fields that name a file, made absolute before the run records them.
-    action : str or None
-        The command is ``attncoda <name> <action>`` (``predictor apply``); ``None``: none.
-    """
-
-    help: str
-    sources: str
-    summary: Callable[..., str]
-    source_help: str = ""
-    doc: str = ""
-    flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    positional: str | None = None
-    files: tuple[str, ...] = ()
-    action: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.sources not in SOURCES:
-            raise AttncodaError(
-                f"unknown command sources {self.sources!r}: use one of {', '.join(SOURCES)}"
-            )
 
 
 @dataclass(frozen=True)

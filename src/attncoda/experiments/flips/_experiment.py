@@ -379,5 +379,6 @@ EXPERIMENT = Experiment(
         sources="models*",
         summary=summary,
         doc="How often keep and drop reverse 'which head is closer', per metric, with a CI.",
+        run_flags=("n_boot",),
     ),
 )

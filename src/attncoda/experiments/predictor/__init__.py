@@ -44,6 +44,7 @@ from attncoda.experiments.predictor._file import (
     FILE_KIND,
 )
 from attncoda.experiments.predictor._fit import (
+    FitSettings,
     fit_predictor,
 )
 from attncoda.experiments.predictor._identity import (
@@ -80,6 +81,7 @@ from attncoda.experiments.predictor._verdict import (
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "FitSettings",
     "EXPERIMENT",
     "FEATURES",
     "FILE_FORMAT",

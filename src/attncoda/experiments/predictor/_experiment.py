@@ -48,12 +48,14 @@ from attncoda.experiments.contract import (
     HeadRows,
     Inputs,
     Tables,
+    Tool,
     View,
     setting,
 )
 from attncoda.experiments.flips import FlipsResult, flips
 from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD
 from attncoda.experiments.predictor._figure import draw
+from attncoda.experiments.predictor._fit import FitSettings
 from attncoda.experiments.predictor._model import Predictor
 from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
 from attncoda.experiments.predictor._section import predictor_section
@@ -368,5 +370,15 @@ EXPERIMENT = Experiment(
         positional="predictor",
         files=("predictor",),
         action="apply",
+        tools=(
+            Tool(
+                action="fit",
+                help="fit on models, write a frozen JSON file",
+                sources="models+",
+                settings=FitSettings,
+                run="attncoda.run.fit:fit_tool",
+                shared_rows=True,
+            ),
+        ),
     ),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from attncoda import __version__
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import setting
 from attncoda.experiments.predictor._cvplus import cv_plus_ranks, fit_cv_plus
 from attncoda.experiments.predictor._identity import TrainingIdentity, training_runs
 from attncoda.experiments.predictor._model import DEFAULT_ALPHA, FEATURES, Baseline, Predictor
@@ -21,7 +23,21 @@ from attncoda.experiments.predictor._protocol import Protocol
 from attncoda.experiments.predictor._support import fit_support
 from attncoda.training.identity import recipe_key
 
-__all__ = ["fit_predictor"]
+__all__ = ["FitSettings", "fit_predictor"]
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """Settings of ``attncoda predictor fit`` (a tool beside the experiment's ``apply``)."""
+
+    alpha: float = setting(
+        DEFAULT_ALPHA,
+        "miscoverage of the CV+ interval over runs (the jackknife+ guarantee is 1 - 2 alpha); "
+        "needs at least 1/alpha - 1 models",
+        above=0.0,
+        at_most=0.5,
+    )
+    overwrite: bool = setting(False, "replace the predictor file if it exists")
 
 
 def fit_predictor(

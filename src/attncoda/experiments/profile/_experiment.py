@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -116,6 +116,19 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     return Tables(frames={"profile_heads": head_summary(capture.to_frame())})
 
 
+def of_capture(capture: Any) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """What a notebook shows of one capture: the per-layer means of its head statistics
+    (nats; :func:`layer_summary`) and ``profile_heads`` keyed as a run stores it (model
+    ``"capture"``, family the capture's class), which the profile figure is drawn from."""
+    from attncoda.experiments.profile._summary import layer_summary
+
+    heads = head_summary(capture.to_frame())
+    heads.insert(0, "family", type(capture).__name__)
+    heads.insert(0, "revision", "-")
+    heads.insert(0, "model", "capture")
+    return layer_summary(heads), {"profile_heads": heads}
+
+
 EXPERIMENT = Experiment(
     name="profile",
     needs=("capture",),
@@ -129,6 +142,7 @@ EXPERIMENT = Experiment(
         section=profile_section,
         figure_tables=("profile_heads",),
         figure=draw,
+        of_capture=of_capture,
     ),
     command=Command(
         help="per-row and per-head sink/entropy statistics",
