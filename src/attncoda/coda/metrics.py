@@ -31,7 +31,7 @@ from attncoda.coda._validate import (
     closed_logs,
     sink_positions,
 )
-from attncoda.coda.core import aitchison_split
+from attncoda.coda.geometry import aitchison_split
 
 __all__ = ["CLASSIC_METRICS", "CONVENTIONS", "head_distances", "row_distance"]
 
