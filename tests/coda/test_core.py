@@ -1,4 +1,5 @@
-"""Tests of attncoda.coda.core: clr, log_probs, sink balance, the Aitchison and entropy splits.
+"""Tests of attncoda.coda.geometry and attncoda.coda.entropies: clr, log_probs, sink balance,
+the Aitchison and entropy splits.
 
 Every expected value comes from somewhere else than the code under test: numbers worked out
 by hand, scikit-bio, scipy, or a plain numpy computation along a different route (the sink
@@ -23,7 +24,8 @@ from hypothesis.extra import numpy as hnp
 from skbio.stats.composition import clr as skbio_clr
 from skbio.stats.composition import multi_replace
 
-import attncoda.coda.core
+import attncoda.coda.entropies
+import attncoda.coda.geometry
 import attncoda.coda.metrics
 from attncoda import (
     aitchison,
@@ -545,7 +547,9 @@ def test_inputs_are_not_modified(backend, dtype, name):
 
 
 @pytest.mark.parametrize(
-    "module", [attncoda.coda.core, attncoda.coda.metrics], ids=["core", "metrics"]
+    "module",
+    [attncoda.coda.geometry, attncoda.coda.entropies, attncoda.coda.metrics],
+    ids=["geometry", "entropies", "metrics"],
 )
 def test_docstring_examples_hold(module):
     """The numbers printed in the docstrings are what the functions return."""

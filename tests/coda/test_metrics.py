@@ -214,10 +214,10 @@ def test_head_distances_of_shuffled_rows_with_holes_in_small_blocks(
     # Rows come out of causal order and some keys inside a row's extent are absent, and the
     # blocks are a few rows each: the blocks trimmed to their rows' extent must still see
     # every key of every row.
-    from attncoda.coda import metrics
+    from attncoda.coda import _pairs
 
-    monkeypatch.setattr(metrics, "_PAIR_BYTES", 256)
-    monkeypatch.setattr(metrics, "_CHUNK_BYTES", 256)
+    monkeypatch.setattr(_pairs, "_PAIR_BYTES", 256)
+    monkeypatch.setattr(_pairs, "_CHUNK_BYTES", 256)
     rng = np.random.default_rng(21)
     heads, n = 4, 12
     z, mask = causal_case(rng, heads, n, np.nan)
@@ -352,7 +352,7 @@ def test_head_distances_causal_rows_with_a_two_key_sink(backend):
 def test_head_distances_float32_pairs_just_above_the_recompute_threshold(backend, metric):
     # Pairs with d^2 just above 1e-4 (|x_a|^2 + |x_b|^2), in float32. There the Gram form
     # alone is ~6e-4 relative off (eps32 * 1e4 / 2), ~2e-4 on a distance of ~0.33: so
-    # _gram_mean's recompute threshold is max(1e-4, 1e5 eps) of the scale, 1.2e-2 in
+    # _pairs.gram_mean's recompute threshold is max(1e-4, 1e5 eps) of the scale, 1.2e-2 in
     # float32, and these pairs are recomputed from their difference, within 1e-4 of the
     # float64 reference. (In float64, 1e-4 is ample: eps64 * 1e4 ~ 2e-12.)
     rng = np.random.default_rng(17)

@@ -4,16 +4,18 @@ mathematics").
 Works on numpy arrays and torch tensors alike (any device) and never imports torch itself.
 """
 
-from attncoda.coda.core import (
-    AitchisonSplit,
+from attncoda.coda.entropies import (
     EntropyChange,
     EntropySplit,
-    aitchison,
-    aitchison_split,
-    clr,
     entropy,
     entropy_change_split,
     entropy_split,
+)
+from attncoda.coda.geometry import (
+    AitchisonSplit,
+    aitchison,
+    aitchison_split,
+    clr,
     log_probs,
     sink_balance,
 )

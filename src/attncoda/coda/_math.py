@@ -1,7 +1,7 @@
 """The pure maths of docs/design.md, "The mathematics", one or two lines each.
 
 Every function takes the array namespace ``xp`` first and works on the last axis (the keys).
-Nothing here validates: the public functions in :mod:`attncoda.coda.core` do that.
+Nothing here validates: the public functions of :mod:`attncoda.coda` do that.
 """
 
 from __future__ import annotations

@@ -186,6 +186,14 @@ def check_convention(metric: str, convention: Any) -> None:
         raise AttncodaError(f"convention must be 'keep' or 'drop'; got {convention!r}")
 
 
+def check_rows(x: Any, name: str, axis: int, *, allow_neg_inf: bool) -> tuple[Any, Any]:
+    """``(xp, x)``: one array of logs, keys last, checked as :func:`check_logs` does."""
+    xp, x = as_array(x, name)
+    x = move_axis_last(xp, x, axis, name)
+    check_logs(xp, x, name, allow_neg_inf=allow_neg_inf)
+    return xp, x
+
+
 def check_pair(
     a: Any, b: Any, names: tuple[str, str], axis: int, *, allow_neg_inf: bool
 ) -> tuple[Any, Any, Any]:
