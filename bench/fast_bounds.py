@@ -12,7 +12,7 @@ closest to its bound (measured / bound, with its input, layer, head and query), 
 for comparison, the largest difference between two whole captures (``method="fast"`` and
 ``method="exact"``, each its own forward: later layers' inputs then differ by the outputs'
 float32 rounding, which no per-row bound covers). Nothing is asserted: the test
-(tests/capture/test_fast_bounds.py) checks the first layers.
+(tests/capture/kernels/test_fast_bounds.py) checks the first layers.
 
 ``--record`` replaces (or appends) the section "The fast path's error bounds" of
 bench/RESULTS.md.

@@ -4,7 +4,7 @@ It runs from the source tree on a CUDA machine that has PyTorch (2.4 or later), 
 (3.6 or later) and transformers already installed, with no network, in at most 8 minutes
 on one H100/H200-class GPU:
 
-1. the ``pytest -m gpu`` tests (``tests/capture/test_gpu.py``: the compiled fused kernel
+1. the ``pytest -m gpu`` tests (``tests/capture/kernels/test_gpu.py``: the compiled fused kernel
    against the exact path on random Llama-3-8B-, Gemma-3- and GPT-OSS-shaped layers);
 2. the first-use check (:func:`attncoda.capture.kernels.first_use_check`) for every
    configuration the launcher can meet: float32, bfloat16 and float16; head dims 64, 80,
@@ -104,7 +104,7 @@ def run_gpu_tests(timeout: float) -> dict:
     env.pop("TRITON_INTERPRET", None)
     command = [
         sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-        str(ROOT / "tests" / "capture" / "test_gpu.py"),
+        str(ROOT / "tests" / "capture" / "kernels" / "test_gpu.py"),
     ]  # fmt: skip
     try:
         done = subprocess.run(

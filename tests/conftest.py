@@ -37,7 +37,7 @@ if _WORKERS > 1:
 # final three minutes. Measured with ``pytest --durations`` (docs/design.md, "Tests").
 FIRST = (
     "tests/models/test_zoo_models.py",  # Qwen2.5-Coder's and Gemma 3's first loads
-    "tests/capture/test_fused.py",  # the Triton kernel interpreted on real weights
+    "tests/capture/kernels/test_fused.py",  # the Triton kernel interpreted on real weights
 )
 
 

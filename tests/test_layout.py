@@ -14,6 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "attncoda"
+TESTS = ROOT / "tests"
 MODULES = sorted(p for p in SRC.rglob("*.py"))
 MAX_LINES = 400
 
@@ -54,6 +55,25 @@ def test_every_layer_of_the_design_is_a_package():
         "training",
     ):
         assert (SRC / layer / "__init__.py").is_file(), layer
+
+
+def test_every_folder_of_the_tests_mirrors_a_package():
+    """``tests/<a>/<b>/`` holds the tests of ``attncoda.<a>.<b>``: every folder under
+    ``tests/`` that holds Python files (or a folder that does) is a package of the source."""
+    folders = {
+        folder
+        for path in TESTS.rglob("*.py")
+        if "__pycache__" not in path.parts
+        for folder in path.relative_to(TESTS).parents
+        if folder != Path(".")
+    }
+    assert Path("capture", "kernels") in folders
+    missing = sorted(
+        f"tests/{folder.as_posix()}: no src/attncoda/{folder.as_posix()}/__init__.py"
+        for folder in folders
+        if not (SRC / folder / "__init__.py").is_file()
+    )
+    assert missing == []
 
 
 # A document cited for the reader (design notes, READMEs): files a run writes (manifest.json)

@@ -49,6 +49,32 @@ def test_every_public_name_resolves():
     assert result.stdout.startswith("OK")
 
 
+def test_the_public_names_of_dir_are_all():
+    """``dir(attncoda)``'s public names are ``__all__`` exactly, also once submodules are
+    imported (each binds itself as an attribute of the package) and lazy names are cached in
+    the package's globals: the package's ``__dir__`` lists ``__all__``, not its namespace,
+    which also holds its own imports (``importlib``, ``REGISTRY``) and its subpackages."""
+    result = _run(
+        """
+        import attncoda
+
+        def public():
+            return {name for name in dir(attncoda) if not name.startswith("_")}
+
+        assert public() == set(attncoda.__all__), sorted(public() ^ set(attncoda.__all__))
+        import attncoda.experiments.flips
+        import attncoda.store
+
+        attncoda.Result, attncoda.profile  # served lazily, then kept in the globals
+        assert {"store", "experiments", "Result"} <= set(vars(attncoda))
+        assert public() == set(attncoda.__all__), sorted(public() ^ set(attncoda.__all__))
+        print("OK")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "OK"
+
+
 def test_coda_names_are_exported_at_top_level():
     import attncoda
     import attncoda.coda

@@ -151,7 +151,7 @@ def test_errors_are_one_line(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["profile", "no-such-model"]) == 2
     err = capsys.readouterr().err
-    # Refused before the run folder is made, not by the unit (tests/test_cli_errors.py).
+    # Refused before the run folder is made, not by the unit (tests/cli/test_cli_errors.py).
     head = "attncoda: error: unknown model spec 'no-such-"
     assert err.startswith(head) and len(err.splitlines()) == 1
     assert not (tmp_path / "attncoda-out").exists(), "a refused run left a folder"

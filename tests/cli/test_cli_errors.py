@@ -405,7 +405,7 @@ def test_an_uncached_hub_id_is_refused_offline(tmp_path):
 
 def test_bad_attention_files_are_one_line_and_leave_no_folder(tmp_path):
     """A real pickle of an object, a truncated file and a text file (the messages of every
-    kind of bad file: tests/capture/test_given_files.py). A new --out, an existing empty
+    kind of bad file: tests/capture/given/test_given_files.py). A new --out, an existing empty
     folder and the default attncoda-out/ stay as they were: what the failed run made goes,
     with the parents it made."""
     import fractions

@@ -124,7 +124,7 @@ def test_padded_batches_and_sliding_windows_are_aligned(cuda_branch, monkeypatch
 
 
 def test_float64_with_the_fast_path_on_cuda_is_refused():
-    # The registry's one rule (also per routed layer: tests/capture/test_registry.py).
+    # The registry's one rule (also per routed layer: tests/capture/kernels/test_registry.py).
     with pytest.raises(AttncodaError, match=r"method='fast' on cuda takes float32"):
         check_dtype("cuda", torch.float64)
     check_dtype("cpu", torch.float64)  # the CPU op takes float64
