@@ -3,7 +3,7 @@
 
 Each entry gives the query and key block sizes, the warps, the software-pipelining stages
 and, for float32, the dot precision. Every entry was compiled without a GPU for its
-architecture (``bench/gpu_compile.py``; a subset in ``tests/capture/test_gpu_compile.py``):
+architecture (``bench/gpu_compile.py``; a subset in ``tests/capture/kernels/test_gpu_compile.py``):
 it fits the architecture's opt-in shared memory per block and spills no register. A
 float32 entry that cannot do both is :class:`Refused`, by name, for that architecture: the
 two-call SDPA path serves it, with a note.

@@ -37,10 +37,11 @@ kernels.fast_bounds`), against exact arithmetic on the same float32 queries and 
 - ``H``: ``(4 + 4 H) eta + (1 - s)`` times the ``H(q)`` bound.
 
 The exact path has its own (:func:`attncoda.capture.kernels.exact_bounds`); the two paths
-on the same layer inputs differ by at most the sum, which ``tests/capture/
-test_fast_bounds.py`` checks on every row of SmolLM2 and Gemma 3 layers (the corpus and
-random tokens, L = 1024 and 4096) and against float64 up to ``1 - s = 1e-11``. The bounds
-are worst-case, far above what is measured (bench/fast_bounds.py, bench/RESULTS.md).
+on the same layer inputs differ by at most the sum, which
+``tests/capture/kernels/test_fast_bounds.py`` checks on every row of SmolLM2 and Gemma 3
+layers (the corpus and random tokens, L = 1024 and 4096) and against float64 up to
+``1 - s = 1e-11``. The bounds are worst-case, far above what is measured
+(bench/fast_bounds.py, bench/RESULTS.md).
 
 Kernels: on CPU ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` (returns the
 output and the log-sum-exp; an additive float mask of the query's dtype); on CUDA
