@@ -43,6 +43,28 @@ def test_a_model_that_would_not_fit_beside_a_running_one_waits():
     assert schedule.over and not schedule.failed
 
 
+def test_the_largest_model_starts_first_and_spreads_while_a_worker_keeps_its_own():
+    # Plan order lists the small model first; its units are quick. The big model's units
+    # take longest: both workers start on them, and each then keeps the model it holds.
+    small = [Unit("profile", "small", "-"), Unit("flips", "small", "-")]
+    big = [Unit("profile", "big", "-"), Unit("flips", "big", "-"), Unit("cluster", "big", "-")]
+    peaks = {"big": 3 * GB, "small": 1 * GB}
+    schedule = Schedule(
+        _job([*small, *big]), 2, lambda u: u.model, peaks.__getitem__, budget=10 * GB
+    )
+    assert schedule.next_for(0) == big[0]
+    assert schedule.next_for(1) == big[1]  # fits twice in 10 GB: a second copy, started now
+    schedule.finish(0)
+    assert schedule.next_for(0) == big[2]  # worker 0 holds 'big': no reload
+    schedule.finish(1)
+    assert schedule.next_for(1) == small[0]
+    schedule.finish(1)
+    assert schedule.next_for(1) == small[1]
+    schedule.finish(0)
+    schedule.finish(1)
+    assert schedule.over
+
+
 def test_a_unit_waits_for_the_units_it_runs_after_and_fails_with_them():
     flips, safety = Unit("flips", "m", "-"), Unit("safety", "m", "-")
     profile = Unit("profile", "n", "-")

@@ -13,8 +13,9 @@ threads.
 
 - a unit waits for the units it runs after and for the unit that provides its inputs (the
   train unit of a series), as the plan says;
-- a worker takes a unit of the model it holds first, then one of a model no other worker
-  holds, then any;
+- a worker takes a unit of the model it holds first (no second load); otherwise a unit of
+  the largest model (by peak) first, so the units of the big models, which take longest,
+  start early and spread over the workers, and the small models fill in around them;
 - models never run together when their peaks (:func:`attncoda.models.peak.peak_bytes`)
   exceed the memory budget: a unit whose model would not fit beside the models of the
   busy workers waits (alone, it always runs).
@@ -125,12 +126,9 @@ class Schedule:
         if not ready:
             return None
         mine = self.held.get(worker)
-        others = {self.held.get(w) for w in range(self.workers) if w != worker}
-        ranked = sorted(
+        ranked = sorted(  # stable: plan order among equals
             ready,
-            key=lambda u: (
-                0 if self.spec_of(u) == mine else 1 if self.spec_of(u) not in others else 2
-            ),
+            key=lambda u: (0 if self.spec_of(u) == mine else 1, -self._peak(self.spec_of(u))),
         )
         for unit in ranked:
             spec = self.spec_of(unit)
