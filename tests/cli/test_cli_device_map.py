@@ -19,7 +19,7 @@ PROFILE = ["profile", "smollm2", "--docs", "1", "--max-tokens", "32"]
 
 def test_profile_with_a_device_map_records_it_and_agrees_with_the_whole_model(tmp_path):
     from attncoda.store import read_json
-    from attncoda.store.runs import is_run_manifest
+    from attncoda.store.manifest import is_run_manifest
 
     whole, placed = tmp_path / "whole", tmp_path / "placed"
     assert main([*PROFILE, "--out", str(whole)]) == 0

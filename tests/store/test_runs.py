@@ -9,16 +9,8 @@ import pandas as pd
 import pytest
 
 from attncoda import AttncodaError
-from attncoda.store.runs import (
-    RunStore,
-    Unit,
-    check_run_folder,
-    config_differences,
-    new_folders,
-    read_run_tables,
-    remove_created,
-    slug,
-)
+from attncoda.store.guard import check_run_folder, new_folders, remove_created
+from attncoda.store.runs import RunStore, Unit, config_differences, read_run_tables, slug
 
 CONFIG = {"models": ["a", "b"], "settings": {"n_boot": 10, "ks": [1, 2]}, "seed": 0}
 

@@ -295,7 +295,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from attncoda.report.worked_example import worked_example
-    from attncoda.store.runs import check_run_folder
+    from attncoda.store.guard import check_run_folder
 
     if not args.example_only:
         args.out = args.out or str(Path("attncoda-out") / "demo")
@@ -317,7 +317,7 @@ def _report(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from attncoda.run.reproduce import check_models
     from attncoda.run.sweep import expand_models, sweep
-    from attncoda.store.runs import check_run_folder
+    from attncoda.store.guard import check_run_folder
 
     out = Path(args.out or Path("attncoda-out") / "sweep")
     check_run_folder(out)

@@ -23,14 +23,8 @@ from attncoda.run.executors import Executor, InProcess, Job, Progress
 from attncoda.run.options import CaptureOptions
 from attncoda.run.plan import Plan
 from attncoda.run.pool import LocalPool
-from attncoda.store.runs import (
-    DONE,
-    RunStore,
-    Unit,
-    check_run_folder,
-    new_folders,
-    remove_created,
-)
+from attncoda.store.guard import check_run_folder, new_folders, remove_created
+from attncoda.store.runs import DONE, RunStore, Unit
 
 __all__ = ["ReproduceResult", "check_models", "execute_run", "reproduce", "run_experiment"]
 
@@ -227,7 +221,7 @@ def run_experiment(
     :func:`reproduce`; ``attentions`` (with ``tokens`` and ``kind``) reads attention files
     instead of models; ``series`` is the checkpoint series of collapse.
 
-    ``out`` must be new, empty or a run folder (:func:`attncoda.store.runs.check_run_folder`),
+    ``out`` must be new, empty or a run folder (:func:`attncoda.store.guard.check_run_folder`),
     and every model spec must resolve (:func:`check_models`), before anything is written.
     When the run fails, what this call made goes again (the folder and the parents it
     created, or the contents of a folder that was empty); a folder that held a run before

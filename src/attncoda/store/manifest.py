@@ -8,6 +8,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+#: The file of a run folder that holds its manifest.
+MANIFEST = "manifest.json"
+
 _PACKAGES = (
     "attncoda",
     "numpy",
@@ -70,6 +73,12 @@ def run_manifest(command: str, config: dict[str, Any], **extra: Any) -> dict[str
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }
+
+
+def is_run_manifest(manifest: Any) -> bool:
+    """Whether ``manifest`` (a parsed ``manifest.json``) is one :func:`run_manifest` wrote:
+    a JSON object with the ``command``, ``config`` and ``packages`` it always holds."""
+    return isinstance(manifest, dict) and {"command", "config", "packages"} <= set(manifest)
 
 
 def write_manifest(out: str | Path, command: str, config: dict[str, Any], **extra: Any) -> Path:

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
 from attncoda.store.files import atomic_write_json, jsonable, read_json, read_table, write_table
-from attncoda.store.manifest import run_manifest
+from attncoda.store.guard import check_run_folder
+from attncoda.store.manifest import MANIFEST, run_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
 
 DONE = "_done.json"
-MANIFEST = "manifest.json"
 _SLUG = re.compile(r"[^A-Za-z0-9_.+-]+")
 _TABLE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 #: ``revision`` of a unit whose model has no revision (an embedded model, a local folder).
@@ -105,86 +105,6 @@ _MISSING = object()
 def _plain(obj: Any) -> Any:
     """JSON's view of ``obj`` (tuples become lists), so a stored and a given config compare."""
     return json.loads(json.dumps(obj, default=jsonable))
-
-
-def is_run_manifest(manifest: Any) -> bool:
-    """Whether ``manifest`` (a parsed ``manifest.json``) is one :func:`run_manifest` wrote:
-    a JSON object with the ``command``, ``config`` and ``packages`` it always holds."""
-    return isinstance(manifest, dict) and {"command", "config", "packages"} <= set(manifest)
-
-
-def check_run_folder(root: str | os.PathLike[str]) -> bool:
-    """Refuse ``root`` as a run folder unless writing there can harm nothing of a user's.
-
-    A run folder (``--out DIR``, ``out=``) is accepted when it does not exist, is an empty
-    folder, or holds a run manifest (:func:`is_run_manifest`; the run is resumed, or refused
-    for another config, by :class:`RunStore`). Nothing is written here.
-
-    Returns
-    -------
-    bool
-        Whether ``root`` exists already (as an empty folder or a run folder).
-
-    Raises
-    ------
-    AttncodaError
-        ``root`` is a file, or a folder holding anything but an attncoda run (the message
-        names one of its entries and says what to give instead).
-    """
-    path = Path(root)
-    if not path.exists():
-        return False
-    if not path.is_dir():
-        raise AttncodaError(f"--out {str(path)!r} is a file: give a folder")
-    manifest = path / MANIFEST
-    if manifest.is_file():
-        try:
-            stored = read_json(manifest)
-        except AttncodaError:
-            return True  # a run's manifest damaged: RunStore says so, naming it
-        if is_run_manifest(stored):
-            return True
-        raise AttncodaError(
-            f"--out {str(path)!r} holds a manifest.json that attncoda did not write: give a "
-            f"new or empty folder, or the folder of an earlier attncoda run"
-        )
-    entries = sorted(p.name for p in path.iterdir())
-    if entries:
-        more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
-        raise AttncodaError(
-            f"--out {str(path)!r} is not empty ({entries[0]!r}{more}) and is no attncoda run "
-            f"folder: give a new or empty folder, or the folder of an earlier attncoda run"
-        )
-    return True
-
-
-def new_folders(root: str | os.PathLike[str]) -> tuple[Path, ...]:
-    """``root`` and each of its parents that does not exist yet, innermost first: what a
-    run into ``root`` creates (for :func:`remove_created`)."""
-    path = Path(root).absolute()
-    return tuple(p for p in (path, *path.parents) if not p.exists())
-
-
-def remove_created(root: str | os.PathLike[str], created: tuple[Path, ...]) -> None:
-    """Remove what a failed run made in ``root``, a folder that was new or empty before it.
-
-    Everything inside ``root`` goes (the run wrote all of it); ``root`` itself and the
-    parents in ``created`` (:func:`new_folders`, taken before the run) go when they are
-    empty then, so a folder that another process filled meanwhile stays, and a folder that
-    existed before the run is never removed.
-    """
-    path = Path(root)
-    if path.is_dir():
-        for entry in path.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-    for folder in created:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty (another writer's), or gone already
-            break
 
 
 class RunStore:
@@ -430,11 +350,7 @@ __all__ = [
     "NO_REVISION",
     "RunStore",
     "Unit",
-    "check_run_folder",
     "config_differences",
-    "is_run_manifest",
-    "new_folders",
-    "remove_created",
     "read_run_tables",
     "slug",
 ]

@@ -6,11 +6,11 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`cluster` and
 (:func:`document_terms`, :func:`used_row_mask`, :data:`SMOOTHING`) and the tidy table of the
 summed distances (:func:`distance_table`, the run's ``cluster_distances``).
 
-Modules: ``_experiment`` (the pipeline and its measures of the artifact), ``_distances``
-(the variants, per-document JS and Aitchison terms, the table of the summed distances) and
-``_embedding`` (metric MDS, k-means and the rank correlations of an embedding). They may
-import :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract` and each other; nothing
-above the experiments.
+Modules: ``_experiment`` (the pipeline and its measures of the artifact), ``_result`` (its
+result and the tables a run stores of it), ``_distances`` (the variants, per-document JS and
+Aitchison terms, the table of the summed distances) and ``_embedding`` (metric MDS, k-means
+and the rank correlations of an embedding). They may import :mod:`attncoda.coda`,
+:mod:`attncoda.experiments.contract` and each other; nothing above the experiments.
 """
 
 from __future__ import annotations
@@ -23,13 +23,8 @@ from attncoda.experiments.cluster._distances import (
     document_terms,
     used_row_mask,
 )
-from attncoda.experiments.cluster._experiment import (
-    EXPERIMENT,
-    ClusterResult,
-    Settings,
-    cluster,
-    result_tables,
-)
+from attncoda.experiments.cluster._experiment import EXPERIMENT, Settings, cluster
+from attncoda.experiments.cluster._result import ClusterResult, result_tables
 
 __all__ = [
     "ClusterResult",

@@ -33,13 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import (
-    CLOPPER_PEARSON,
     DEFAULT_TOL,
     FLIP_METRICS,
     Command,
@@ -50,11 +49,16 @@ from attncoda.experiments.contract import (
     View,
     check_metrics,
     check_tol,
-    flip_rate,
-    flip_rate_interval,
     setting,
 )
-from attncoda.experiments.flips import FlipsResult, document_sums, tie_tolerance
+from attncoda.experiments.flips import FlipsResult, document_sums
+from attncoda.experiments.safety._bins import (
+    CELL_COLUMNS,
+    assign_bins,
+    bin_edges,
+    cell_counts,
+    cell_values,
+)
 from attncoda.experiments.safety._figure import draw
 from attncoda.experiments.safety._section import safety_section
 from attncoda.experiments.safety._split import (
@@ -79,22 +83,8 @@ __all__ = [
 
 #: A bin is safe when the upper end of its 95% interval on the flip rate is below this.
 DEFAULT_SAFE_THRESHOLD = 0.05
-_BLOCK_ELEMS = 1 << 22  # triplets per block of heads A
 
-#: A cell's counts and verdict, the last columns of both tables (:func:`_cell`).
-_CELL_COLUMNS = (
-    "n_triplets",
-    "n_ties",
-    "flips",
-    "flip_rate",
-    "flip_rate_low",
-    "flip_rate_high",
-    "ci_method",
-    "n_decided",
-    "safe_threshold",
-    "safe",
-)
-SAFETY_COLUMNS = ("model", "metric", "bin_kind", "bin", "bin_low", "bin_high", *_CELL_COLUMNS)
+SAFETY_COLUMNS = ("model", "metric", "bin_kind", "bin", "bin_low", "bin_high", *CELL_COLUMNS)
 GRID_COLUMNS = (
     "model",
     "metric",
@@ -104,7 +94,7 @@ GRID_COLUMNS = (
     "sink_gap_bin",
     "sink_gap_low",
     "sink_gap_high",
-    *_CELL_COLUMNS,
+    *CELL_COLUMNS,
 )
 BIN_KINDS = ("sink_share", "sink_gap")
 
@@ -200,15 +190,16 @@ def safety_map(
     distances = _distances(head_rows, metrics, flips_result)
     squares = mean_squared_split(head_rows)
     share, gap, valid, _ = triplet_coordinates(squares, np.asarray(head_rows.sink_mass, float))
-    s_edges = _edges(share[valid], n_bins, share_edges, "sink_share")
-    g_edges = _edges(gap, n_bins, gap_edges, "sink_gap")
+    s_edges = bin_edges(share[valid], n_bins, share_edges, "sink_share")
+    g_edges = bin_edges(gap, n_bins, gap_edges, "sink_gap")
     n_s, n_g = len(s_edges) - 1, len(g_edges) - 1
-    cell = (_assign(share, s_edges) * n_g + _assign(gap, g_edges)[None, :]).astype(np.int32)
+    cell = assign_bins(share, s_edges) * n_g + assign_bins(gap, g_edges)[None, :]
+    cell = cell.astype(np.int32)
     del share
     n_triplets = np.bincount(cell[valid], minlength=n_s * n_g)
     grid_rows, table_rows = [], []
     for metric in metrics:
-        ties, flip = _cell_counts(
+        ties, flip = cell_counts(
             distances[(metric, "keep")], distances[(metric, "drop")], cell, valid, tol, n_s * n_g
         )
         for i in range(n_s):
@@ -224,7 +215,7 @@ def safety_map(
                         j,
                         g_edges[j],
                         g_edges[j + 1],
-                        *_cell(n_triplets[k], ties[k], flip[k], threshold),
+                        *cell_values(n_triplets[k], ties[k], flip[k], threshold),
                     )
                 )
         for kind, axis, edges in (("sink_share", 1, s_edges), ("sink_gap", 0, g_edges)):
@@ -239,7 +230,7 @@ def safety_map(
                         b,
                         edges[b],
                         edges[b + 1],
-                        *_cell(tot[b], tie[b], fl[b], threshold),
+                        *cell_values(tot[b], tie[b], fl[b], threshold),
                     )
                 )
     ints = ("bin", "sink_share_bin", "sink_gap_bin", "n_triplets", "n_ties", "flips", "n_decided")
@@ -273,17 +264,6 @@ def safety_map(
     )
 
 
-def _cell(n: int, ties: int, flips: int, threshold: float) -> tuple[Any, ...]:
-    """A cell's values of :data:`_CELL_COLUMNS`: its triplets, ties and flips, the flip rate
-    over the decided triplets with its 95% interval, the interval's method and n, the
-    threshold, and whether it is safe."""
-    decided = n - ties
-    low, high = flip_rate_interval(flips, decided)
-    safe = bool(decided > 0 and high < threshold)
-    rate = flip_rate(flips, decided)
-    return n, ties, flips, rate, low, high, CLOPPER_PEARSON, decided, float(threshold), safe
-
-
 def _resolve_tol(tol: float | None, flips_result: FlipsResult | None) -> float:
     if tol is None:
         return flips_result.tol if flips_result is not None else DEFAULT_TOL
@@ -315,61 +295,6 @@ def _distances(
             f"flips_result has no distances for metric {missing[0]!r}; run flips with it"
         )
     return flips_result.distances
-
-
-def _edges(values: np.ndarray, n_bins: int, fixed: Any, name: str) -> np.ndarray:
-    if fixed is None:
-        edges = np.unique(np.quantile(values, np.linspace(0.0, 1.0, n_bins + 1)))
-        return edges if len(edges) > 1 else np.array([edges[0], edges[0]])
-    try:
-        edges = np.asarray(fixed, dtype=np.float64)
-    except (TypeError, ValueError):
-        edges = np.array([np.nan])
-    if edges.ndim != 1 or len(edges) < 2 or not np.isfinite(edges).all():
-        raise AttncodaError(f"{name}_edges must be at least 2 finite numbers; got {fixed!r}")
-    if not (np.diff(edges) > 0).all():
-        raise AttncodaError(f"{name}_edges must be strictly increasing; got {edges.tolist()}")
-    outside = (values < edges[0]) | (values > edges[-1])
-    if outside.any():
-        value = float(values[outside][0])
-        raise AttncodaError(
-            f"{name} value {value:.6g} lies outside the fixed bin edges "
-            f"[{edges[0]:g}, {edges[-1]:g}]; give edges that cover [0, 1]"
-        )
-    return edges
-
-
-def _assign(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Bin of each value: ``[e_i, e_(i+1))``, the last bin closed; int64, same shape."""
-    return np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
-
-
-def _cell_counts(
-    d_keep: np.ndarray,
-    d_drop: np.ndarray,
-    cell: np.ndarray,
-    valid: np.ndarray,
-    tol: float,
-    n_cells: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Ties and flips per cell, triplet by triplet (the definition of ``triplet_flips``)."""
-    n = d_keep.shape[0]
-    b, c = np.triu_indices(n, 1)
-    tk = float(tie_tolerance(d_keep, tol))
-    td = float(tie_tolerance(d_drop, tol))
-    ties = np.zeros(n_cells, dtype=np.int64)
-    flips = np.zeros(n_cells, dtype=np.int64)
-    step = max(1, _BLOCK_ELEMS // max(1, len(b)))
-    for a0 in range(0, n, step):
-        a = slice(a0, a0 + step)
-        dx = d_keep[a][:, c] - d_keep[a][:, b]
-        dy = d_drop[a][:, c] - d_drop[a][:, b]
-        tie = (np.abs(dx) <= tk) | (np.abs(dy) <= td)
-        flip = ~tie & ((dx > 0) != (dy > 0))
-        ok = valid[a]
-        ties += np.bincount(cell[a][ok & tie], minlength=n_cells)
-        flips += np.bincount(cell[a][ok & flip], minlength=n_cells)
-    return ties, flips
 
 
 @dataclass(frozen=True)
