@@ -77,7 +77,8 @@ def _summaries(folder: Path, name: str, series: str | None) -> dict[str, dict[st
     """Each model's summary of ``name`` in the run folder: its units' facts, or for a series
     experiment the combined summary the manifest keeps (as ``"series"``)."""
     from attncoda.store import read_json
-    from attncoda.store.runs import DONE, MANIFEST, NO_REVISION, Unit, read_run_tables
+    from attncoda.store.manifest import MANIFEST
+    from attncoda.store.runs import DONE, NO_REVISION, Unit, read_run_tables
 
     if series is not None:
         combined = read_json(folder / MANIFEST).get("combined", {})
