@@ -6,11 +6,15 @@ import-linter contract of ``pyproject.toml`` checks it):
 :mod:`attncoda.capture._capture`
     The entry point: :func:`capture` (one batch) and :func:`capture_windows` (token windows
     in batches) run a model into a :class:`Capture`, routed or through eager outputs.
+:mod:`attncoda.capture._pass`
+    One pass of a Hugging Face model into a recorder, routed or through eager outputs;
+    whether a model's forward reaches the attention function; the kernels that served it.
 :mod:`attncoda.capture.live`, :mod:`attncoda.capture.given`, :mod:`attncoda.capture.ablation`
-    Live passes (:func:`recording`, the pass recorder, the wrappers of TransformerBridge and
-    nnsight models); attention that comes from elsewhere (:func:`from_attentions`, attention
-    files, eager ``output_attentions``); head ablation and head gates (:func:`ablate`,
-    :func:`head_gates`).
+    Live passes (:func:`recording`, the documents it keeps, the pass recorder, the wrappers
+    of TransformerBridge and nnsight models and the batch :func:`capture` runs through
+    them); attention that comes from elsewhere (:func:`from_attentions` and the input forms
+    it reads, attention files, eager ``output_attentions``); head ablation and head gates
+    (:func:`ablate`, :func:`head_gates`).
 :mod:`attncoda.capture._result`, :mod:`attncoda.capture._forward`
     The :class:`Capture` container and its table; the batch and forward helpers.
 :mod:`attncoda.capture.routing`

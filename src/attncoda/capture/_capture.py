@@ -8,6 +8,10 @@ a policy (``zeros="raise"`` or ``"floor"``) because the statistics take logs.
 ``mode="auto"`` (the default) routes a model that can be routed and reads the others'
 eager outputs; ``Capture.mode`` records which was used.
 
+Here are the arguments' checks, the sinks and the row plan, and the result's facts; the
+pass itself is :func:`attncoda.capture._pass.run_pass`, and a TransformerBridge or nnsight
+model is run by :func:`attncoda.capture.live.capture_live`.
+
 The pieces live beside this module and are served here too: :class:`Capture`,
 :func:`assemble` and :func:`capture_frame` (:mod:`attncoda.capture._result`), the batch and
 forward helpers (:mod:`attncoda.capture._forward`) and :func:`record_plan`
@@ -20,10 +24,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from attncoda._errors import AttncodaError, check_choice
 from attncoda.capture._forward import (
+    bos_id,
     check_batch,
     first_position,
     forward,
@@ -31,14 +35,14 @@ from attncoda.capture._forward import (
     pad,
     position_ids,
 )
+from attncoda.capture._pass import kernels_ran, routes_a_call, run_pass
 from attncoda.capture._result import Capture, assemble, capture_frame, concatenate
-from attncoda.capture.given import read_outputs
-from attncoda.capture.kernels.registry import KERNELS, NAMES, PORTABLE, check_dtype, resolve_kernel
-from attncoda.capture.live import kind_of, live_model, run_live
+from attncoda.capture.kernels.registry import KERNELS, PORTABLE, check_dtype, resolve_kernel
+from attncoda.capture.live import capture_live, kind_of, live_model
 from attncoda.capture.names import METHODS, MODES, ZEROS
-from attncoda.capture.routing import routable, routed, unroutable_message
+from attncoda.capture.routing import routable, unroutable_message
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
-from attncoda.capture.stats import Recorder, record_plan
+from attncoda.capture.stats import record_plan
 from attncoda.models.placement import input_device
 
 __all__ = [
@@ -56,20 +60,8 @@ __all__ = [
     "record_plan",
 ]
 
-_CALLS_ROUTED: dict[type, bool] = {}
 #: The one forward pass (:func:`attncoda.capture.forward`), under its former name.
 _forward = forward
-
-
-def _bos_id(tokenizer, model) -> int:
-    for source in (tokenizer, getattr(model, "config", None)):
-        bos = getattr(source, "bos_token_id", None)
-        if isinstance(bos, int):
-            return bos
-    raise AttncodaError(
-        "prepend_bos=True needs a BOS id: neither the tokenizer nor the model config defines "
-        "bos_token_id"
-    )
 
 
 def capture(
@@ -141,7 +133,7 @@ def capture(
         ``TRITON_INTERPRET=1``); ``"auto"`` is ``triton`` on CUDA when triton imports and
         ``sdpa`` otherwise (:func:`attncoda.capture.kernels.resolve_kernel`).
         ``Capture.kernel`` records what ran, per layer where the layers differ
-        (:func:`kernels_ran`).
+        (:func:`attncoda.capture._pass.kernels_ran`).
     keep_outputs : bool
         Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
         language models the next-token log-likelihoods in ``Capture.token_logprob``.
@@ -174,7 +166,7 @@ def capture(
                 f"pass; a {type(model).__name__} is recorded through its wrapper, whose fast "
                 f"path runs the {PORTABLE} kernel: use kernel={PORTABLE!r} or 'auto'"
             )
-        return _capture_live(
+        return capture_live(
             model,
             input_ids,
             attention_mask,
@@ -211,11 +203,11 @@ def capture(
     docs = [ids[b][mask[b].bool()].numpy() for b in range(ids.shape[0])]
     bos = None
     if prepend_bos:
-        bos = _bos_id(tokenizer, model)
+        bos = bos_id(tokenizer, model)
         docs = [np.concatenate([[bos], doc]).astype(np.int64) for doc in docs]
         ids, mask = pad(docs, 0, bool((mask[:, 0] == 0).any()))
     sinks = None if spec.kind == "auto" else resolve_sinks(spec, docs, tokenizer)
-    if mode == "attention" and not _routes_a_call(model, ids, mask, block_size):
+    if mode == "attention" and not routes_a_call(model, ids, mask, block_size):
         if not asked_auto:
             raise AttncodaError(unroutable_message(model))
         mode = "outputs"
@@ -229,7 +221,7 @@ def capture(
     ids, mask = ids.to(device), mask.to(device)
     offsets = mask.argmax(-1).cpu()
     if sinks is None:
-        first, _, _ = _run(
+        first, _, _ = run_pass(
             model, ids, mask, None, [r[:0] for r in record], mode, zeros, block_size, spec.learned
         )
         received, count = first.received.numpy(), first.received_count.numpy()
@@ -237,7 +229,7 @@ def capture(
             auto_sinks(received[d, o : o + n], count[d, o : o + n])
             for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
         ]
-    rec, out, floored = _run(
+    rec, out, floored = run_pass(
         model,
         ids,
         mask,
@@ -273,143 +265,6 @@ def capture(
         "kernel": kernels_ran(rec.ran) if method == "fast" else None,
     }
     return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
-
-
-def kernels_ran(ran: dict[int, str]) -> str | None:
-    """What served ``method="fast"``, from the recorder's per-layer record: the kernel's
-    name when one kernel served every layer; otherwise the kernel of most layers (ties to
-    the one ``"auto"`` prefers first) and the others by layer, e.g. ``triton; sdpa on
-    layers 3, 7`` (``exact`` for a layer the fast kernels do not cover)."""
-    if not ran:
-        return None
-    by_kernel: dict[str, list[int]] = {}
-    for layer, name in sorted(ran.items()):
-        by_kernel.setdefault(name, []).append(layer)
-    main = max(by_kernel, key=lambda name: (len(by_kernel[name]), name == NAMES[0]))
-    others = [
-        f"{name} on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
-        for name, layers in by_kernel.items()
-        if name != main
-    ]
-    return "; ".join([main, *others])
-
-
-def _capture_live(
-    model,
-    input_ids,
-    attention_mask,
-    *,
-    sink,
-    tokenizer,
-    block_size,
-    record_rows,
-    seed,
-    mode,
-    prepend_bos,
-    method,
-    keep_outputs,
-    first_doc,
-) -> Capture:
-    """:func:`capture` of a TransformerBridge or an nnsight model: one recorded pass."""
-    from dataclasses import replace
-
-    from attncoda.capture.live import recording
-
-    name = type(model).__name__
-    if mode == "outputs":
-        raise AttncodaError(
-            f"mode='outputs' reads eager output_attentions of a Hugging Face model: capture "
-            f"the {name} with mode='attention', or its Hugging Face model with mode='outputs'"
-        )
-    if keep_outputs:
-        raise AttncodaError(
-            f"keep_outputs=True is not available for a {name}: read the outputs of your own "
-            f"call inside attncoda.recording, or capture its Hugging Face model"
-        )
-    ids, mask = check_batch(input_ids, attention_mask)
-    bos = None
-    if prepend_bos:
-        bos = _bos_id(tokenizer, live_model(model))
-        docs = [np.concatenate([[bos], ids[b][mask[b].bool()].numpy()]) for b in range(len(ids))]
-        ids, mask = pad([d.astype(np.int64) for d in docs], 0, False)
-    if bool((mask[:, 0] == 0).any()):
-        raise AttncodaError(
-            f"a {name} numbers positions itself, so a left-padded document would not get "
-            f"the positions it has alone: pad on the right (padding_side='right')"
-        )
-    device = input_device(live_model(model))
-    with recording(
-        model,
-        sink=sink,
-        method=method,
-        record_rows=record_rows,
-        tokenizer=tokenizer,
-        block_size=block_size,
-        seed=seed,
-        _first_doc=first_doc,
-    ) as rec:
-        run_live(model, ids.to(device), mask.to(device))
-    return replace(rec.capture(), bos_token_id=bos)
-
-
-def _run(
-    model,
-    ids,
-    mask,
-    sinks,
-    record,
-    mode,
-    zeros,
-    block_size,
-    learned=False,
-    method="exact",
-    logits=False,
-    kernel=None,
-):
-    """One forward pass; returns (recorder, model output, n_floored)."""
-    real = mask.bool()
-    offsets = real.long().argmax(-1)
-    record_padded = [
-        torch.as_tensor(r) + int(o) for r, o in zip(record, offsets.tolist(), strict=True)
-    ]
-    sink_mask = None
-    if sinks is not None:
-        sink_mask = torch.zeros_like(real)
-        for doc, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
-            sink_mask[doc, torch.as_tensor(pos) + off] = True
-    rec = Recorder(
-        real.cpu(),
-        offsets.cpu(),
-        sink_mask,
-        record_padded,
-        block_size,
-        learned=learned,
-        method=method,
-        kernel=kernel,
-    )
-    if mode == "attention":
-        with routed(model, rec):
-            out = forward(model, ids, mask, logits=logits)
-        return rec, out, 0
-    out, floored = read_outputs(model, ids, mask, rec, zeros, logits=logits)
-    return rec, out, floored
-
-
-def _routes_a_call(model, ids, mask, block_size: int) -> bool:
-    """Whether a forward pass of one short document reaches the attention function.
-
-    Some classes pass transformers' source heuristic yet compute attention themselves;
-    one forward of a few tokens tells (cached per class).
-    """
-    cls = type(model)
-    if cls not in _CALLS_ROUTED:
-        probe = Recorder(
-            torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.long), None, [], 2
-        )
-        with routed(model, probe):
-            forward(model, ids[:1, -2:], torch.ones_like(mask[:1, -2:]))
-        _CALLS_ROUTED[cls] = bool(probe.stats)
-    return _CALLS_ROUTED[cls]
 
 
 def capture_windows(

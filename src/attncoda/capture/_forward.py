@@ -1,9 +1,10 @@
 """The forward pass over a padded batch: padding, positions, keywords, the next-token NLL.
 
-Every forward pass of the package goes through here: :func:`pad` makes the batch,
-:func:`check_batch` checks one that is handed in, :func:`forward_kwargs` gives a model the
-positions each document would have alone (docs/design.md, "Positions"), and
-:func:`next_token_nll` is the one mean next-token loss of a batch (nats).
+Every forward pass of the package goes through here: :func:`pad` makes the batch (with
+:func:`bos_id` when a BOS is prepended), :func:`check_batch` checks one that is handed in,
+:func:`forward_kwargs` gives a model the positions each document would have alone
+(docs/design.md, "Positions"), and :func:`next_token_nll` is the one mean next-token loss of
+a batch (nats).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from attncoda._errors import AttncodaError
 
 __all__ = [
+    "bos_id",
     "check_batch",
     "first_position",
     "forward",
@@ -83,6 +85,24 @@ def pad(
         ids[index, span] = torch.as_tensor(np.asarray(doc), dtype=torch.long)
         mask[index, span] = 1
     return ids, mask
+
+
+def bos_id(tokenizer, model) -> int:
+    """The BOS id ``prepend_bos=True`` writes: the tokenizer's, else the model config's.
+
+    Raises
+    ------
+    AttncodaError
+        Neither defines an integer ``bos_token_id``.
+    """
+    for source in (tokenizer, getattr(model, "config", None)):
+        bos = getattr(source, "bos_token_id", None)
+        if isinstance(bos, int):
+            return bos
+    raise AttncodaError(
+        "prepend_bos=True needs a BOS id: neither the tokenizer nor the model config defines "
+        "bos_token_id"
+    )
 
 
 def first_position(model) -> int:

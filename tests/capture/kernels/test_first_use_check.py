@@ -23,7 +23,7 @@ from triton.compiler.errors import CompilationError  # noqa: E402
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
 from attncoda.capture import capture  # noqa: E402
-from attncoda.capture._capture import kernels_ran  # noqa: E402
+from attncoda.capture._pass import kernels_ran  # noqa: E402
 from attncoda.capture.kernels import _check, _triton, registry  # noqa: E402
 from tiny_models import tiny  # noqa: E402
 

@@ -13,7 +13,8 @@ numpy and torch.
 from __future__ import annotations
 
 from ._attention_file import read_attentions
-from ._given import KINDS, from_attentions, transformer_lens_layers
+from ._given import KINDS, from_attentions
+from ._inputs import transformer_lens_layers
 from ._outputs import eager_attention, read_outputs
 
 __all__ = [

@@ -16,7 +16,7 @@ import torch
 from attncoda._errors import AttncodaError
 from attncoda.capture.names import ATTENTION_FILES
 
-from ._given import transformer_lens_layers
+from ._inputs import transformer_lens_layers
 
 __all__ = ["read_attentions"]
 

@@ -13,7 +13,8 @@ continues a KV cache the recording has seen (``generate()`` with ``use_cache=Tru
 pass that filled that cache: each new query's row runs over every key the cache holds for
 the layer, so a sliding-window layer's row runs over the window and a learned sink is one
 more key, as in a full pass. ``Capture.n_prompt`` says how many positions of each document
-came from its first pass; the rest were generated.
+came from its first pass; the rest were generated. The documents themselves, and their
+assembly into a :class:`Capture`, are :mod:`attncoda.capture.live._documents`.
 
 Leaving the block removes the hooks and restores the model's own attention implementation,
 also when the block raised.
@@ -23,22 +24,20 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError, check_choice
-from attncoda.capture._result import Capture, assemble, concatenate
+from attncoda.capture._result import Capture, concatenate
 from attncoda.capture.kernels.registry import PORTABLE
 from attncoda.capture.names import METHODS
 from attncoda.capture.routing import active_recorder, is_recorded, marked, routed
-from attncoda.capture.sinks import parse_sink, resolve_sinks
+from attncoda.capture.sinks import parse_sink
 from attncoda.capture.stats import record_plan
 
+from ._documents import Documents
 from ._live import bridge_score_hooks, kind_of, live_model
 from ._pass_recorder import (
     PassRecorder,
@@ -49,28 +48,6 @@ from ._pass_recorder import (
 )
 
 __all__ = ["PassRecorder", "Recording", "is_recorded", "recording"]
-
-
-@dataclass
-class _Documents:
-    """The documents one sequence-starting pass opened, grown by the passes that continue
-    its cache. Positions are padded ``(batch, pos)`` coordinates of the whole sequence."""
-
-    first_doc: int
-    mask: torch.Tensor
-    ids: torch.Tensor
-    offsets: torch.Tensor
-    sink_keys: torch.Tensor
-    sinks: list[np.ndarray]
-    n_prompt: np.ndarray
-    stats: list[dict[str, list[torch.Tensor]]] = field(default_factory=list)
-    rows: list[list[list[torch.Tensor]]] = field(default_factory=list)
-    record: list[list[np.ndarray]] = field(default_factory=list)
-    virtual: list[bool] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return int(self.mask.shape[1])
 
 
 class Recording:
@@ -98,11 +75,11 @@ class Recording:
         self._tokenizer = tokenizer
         self._block_size = block_size
         self._seed = seed
-        self._groups: list[_Documents] = []
+        self._groups: list[Documents] = []
         # id(cache) -> (the cache, the documents it holds); the cache is kept so its id
         # is not reused while the recording lasts.
-        self._caches: dict[int, tuple[Any, _Documents]] = {}
-        self._open: list[tuple[contextvars.Token, PassRecorder, _Documents, Any]] = []
+        self._caches: dict[int, tuple[Any, Documents]] = {}
+        self._open: list[tuple[contextvars.Token, PassRecorder, Documents, Any]] = []
 
     # -- the hooks ------------------------------------------------------------------------
 
@@ -155,7 +132,7 @@ class Recording:
             group = self._open_documents(mask, new_ids)
         else:
             group = self._continued(cache, batch, past)
-            self._extend(group, mask, new_ids)
+            group.extend(mask, new_ids)
         rec = self._pass_recorder(group, past, q)
         token = active_recorder().set(rec)
         self._open.append((token, rec, group, cache))
@@ -173,7 +150,7 @@ class Recording:
                 f"attention function in a recorded forward pass: capture this model with "
                 f"mode='outputs'"
             )
-        self._fold(group, rec)
+        group.fold(rec)
         self.n_passes += 1
         returned = cache_of(output)
         for held in (cache, returned):
@@ -182,29 +159,13 @@ class Recording:
 
     # -- the documents --------------------------------------------------------------------
 
-    def _open_documents(self, mask, ids) -> _Documents:
-        real = mask.bool()
-        docs = [ids[b][real[b]].numpy() for b in range(ids.shape[0])]
-        sinks = resolve_sinks(self._spec, docs, self._tokenizer)
-        offsets = real.long().argmax(-1)
-        sink_keys = torch.zeros_like(real)
-        for doc, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
-            sink_keys[doc, torch.as_tensor(pos, dtype=torch.long) + off] = True
+    def _open_documents(self, mask, ids) -> Documents:
         first_doc = self._first_doc + sum(int(g.mask.shape[0]) for g in self._groups)
-        group = _Documents(
-            first_doc=first_doc,
-            mask=mask,
-            ids=ids,
-            offsets=offsets,
-            sink_keys=sink_keys,
-            sinks=sinks,
-            n_prompt=real.sum(-1).numpy().astype(np.int64),
-            record=[[] for _ in docs],
-        )
+        group = Documents.start(mask, ids, self._spec, self._tokenizer, first_doc)
         self._groups.append(group)
         return group
 
-    def _continued(self, cache, batch: int, past: int) -> _Documents:
+    def _continued(self, cache, batch: int, past: int) -> Documents:
         found = self._caches.get(id(cache)) if cache is not None else None
         if found is None or found[0] is not cache:
             raise AttncodaError(
@@ -220,20 +181,7 @@ class Recording:
             )
         return group
 
-    @staticmethod
-    def _extend(group: _Documents, mask, ids) -> None:
-        past = group.length
-        if not bool((mask[:, :past] == group.mask).all()):
-            raise AttncodaError(
-                "a recorded forward pass changes the attention_mask of its cached positions: "
-                "keep the mask of the cached positions as it was"
-            )
-        group.mask = mask
-        group.ids = torch.cat([group.ids, ids], dim=1)
-        extra = torch.zeros((mask.shape[0], mask.shape[1] - past), dtype=torch.bool)
-        group.sink_keys = torch.cat([group.sink_keys, extra], dim=1)
-
-    def _pass_recorder(self, group: _Documents, past: int, q: int) -> PassRecorder:
+    def _pass_recorder(self, group: Documents, past: int, q: int) -> PassRecorder:
         real = group.mask.bool()
         query_real = real[:, past:]
         counts = query_real.sum(-1).tolist()
@@ -256,27 +204,6 @@ class Recording:
             requested=self._method,
         )
 
-    @staticmethod
-    def _fold(group: _Documents, rec: PassRecorder) -> None:
-        if group.stats and len(group.stats) != len(rec.stats):
-            raise AttncodaError(
-                f"a recorded forward pass ran {len(rec.stats)} attention layers where the "
-                f"pass that started its sequence ran {len(group.stats)}: recording needs "
-                f"every pass over all layers"
-            )
-        if not group.stats:
-            group.stats = [{name: [] for name in rec.stats[0]} for _ in rec.stats]
-            group.rows = [[[] for _ in rec.record] for _ in rec.stats]
-            group.virtual = list(rec.virtual)
-        for layer, stats in enumerate(rec.stats):
-            for name, value in stats.items():
-                group.stats[layer][name].append(value)
-            for doc, rows in enumerate(rec.rows[layer]):
-                group.rows[layer][doc].append(rows)
-        for doc, positions in enumerate(rec.record):
-            real = positions.numpy() + rec.past - int(group.offsets[doc])
-            group.record[doc].append(real.astype(np.int64))
-
     # -- the result -----------------------------------------------------------------------
 
     def capture(self) -> Capture:
@@ -296,29 +223,6 @@ class Recording:
                 f"inside the recording block"
             )
         virtual = int(any(groups[0].virtual))
-        parts = [self._assemble(group, virtual) for group in groups]
-        return parts[0] if len(parts) == 1 else concatenate(parts)
-
-    def _assemble(self, group: _Documents, virtual: int) -> Capture:
-        real = group.mask.bool()
-        docs = [group.ids[b][real[b]].numpy() for b in range(real.shape[0])]
-        widths = [len(doc) for doc in docs]
-        stats = [
-            {name: torch.cat(parts, dim=2) for name, parts in layer.items()}
-            for layer in group.stats
-        ]
-        rows = [
-            [
-                torch.cat([_widen(part, width, virtual) for part in parts], dim=1)
-                for parts, width in zip(layer, widths, strict=True)
-            ]
-            for layer in group.rows
-        ]
-        record = [np.concatenate(parts) for parts in group.record]
-        sinks = group.sinks
-        if self._spec.learned:
-            sinks = [np.append(s, len(doc)) for s, doc in zip(sinks, docs, strict=True)]
-        filled = _Filled(stats=stats, rows=rows, virtual=group.virtual)
         about: dict[str, Any] = {
             "virtual_keys": virtual,
             "sink_spec": self._spec.text,
@@ -333,33 +237,9 @@ class Recording:
             # A recorded pass's fast path is the kernel that runs everywhere (the recorder
             # names none: capture/kernels/registry.py).
             "kernel": PORTABLE if self._method == "fast" else None,
-            "n_prompt": group.n_prompt,
         }
-        return assemble(filled, None, docs, sinks, record, group.offsets, False, about)
-
-
-@dataclass
-class _Filled:
-    """The per-layer statistics and rows of a group of documents, as :func:`assemble`
-    reads them from a :class:`Recorder`."""
-
-    stats: list[dict[str, torch.Tensor]]
-    rows: list[list[torch.Tensor]]
-    virtual: list[bool]
-
-
-def _widen(rows: torch.Tensor, width: int, virtual: int) -> torch.Tensor:
-    """Rows ``(head, r, w + virtual)`` of an earlier pass padded with ``-inf`` to the
-    document's final ``width`` token columns (keys it could not see yet), the virtual key
-    kept last."""
-    tokens = rows.shape[-1] - virtual
-    if tokens == width:
-        return rows
-    out = torch.full((*rows.shape[:-1], width + virtual), -math.inf)
-    out[..., :tokens] = rows[..., :tokens]
-    if virtual:
-        out[..., -1] = rows[..., -1]
-    return out
+        parts = [group.capture(self._spec.learned, virtual, about) for group in groups]
+        return parts[0] if len(parts) == 1 else concatenate(parts)
 
 
 def _layers_module(model):

@@ -1,0 +1,101 @@
+"""One capture pass of a Hugging Face model over a padded batch, and what served it.
+
+:func:`run_pass` runs the batch into a :class:`attncoda.capture.stats.Recorder`, routed
+through the registered ``"attncoda"`` attention function (``mode="attention"``) or read from
+eager ``output_attentions`` (``mode="outputs"``); :func:`routes_a_call` tells whether a
+model's forward reaches the attention function at all; :func:`kernels_ran` names the
+kernels of a ``method="fast"`` pass for ``Capture.kernel``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attncoda.capture._forward import forward
+from attncoda.capture.given import read_outputs
+from attncoda.capture.kernels.registry import NAMES
+from attncoda.capture.routing import routed
+from attncoda.capture.stats import Recorder
+
+__all__ = ["kernels_ran", "routes_a_call", "run_pass"]
+
+_CALLS_ROUTED: dict[type, bool] = {}
+
+
+def run_pass(
+    model,
+    ids,
+    mask,
+    sinks,
+    record,
+    mode,
+    zeros,
+    block_size,
+    learned=False,
+    method="exact",
+    logits=False,
+    kernel=None,
+):
+    """One forward pass; returns (recorder, model output, n_floored)."""
+    real = mask.bool()
+    offsets = real.long().argmax(-1)
+    record_padded = [
+        torch.as_tensor(r) + int(o) for r, o in zip(record, offsets.tolist(), strict=True)
+    ]
+    sink_mask = None
+    if sinks is not None:
+        sink_mask = torch.zeros_like(real)
+        for doc, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
+            sink_mask[doc, torch.as_tensor(pos) + off] = True
+    rec = Recorder(
+        real.cpu(),
+        offsets.cpu(),
+        sink_mask,
+        record_padded,
+        block_size,
+        learned=learned,
+        method=method,
+        kernel=kernel,
+    )
+    if mode == "attention":
+        with routed(model, rec):
+            out = forward(model, ids, mask, logits=logits)
+        return rec, out, 0
+    out, floored = read_outputs(model, ids, mask, rec, zeros, logits=logits)
+    return rec, out, floored
+
+
+def routes_a_call(model, ids, mask, block_size: int) -> bool:
+    """Whether a forward pass of one short document reaches the attention function.
+
+    Some classes pass transformers' source heuristic yet compute attention themselves;
+    one forward of a few tokens tells (cached per class).
+    """
+    cls = type(model)
+    if cls not in _CALLS_ROUTED:
+        probe = Recorder(
+            torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.long), None, [], 2
+        )
+        with routed(model, probe):
+            forward(model, ids[:1, -2:], torch.ones_like(mask[:1, -2:]))
+        _CALLS_ROUTED[cls] = bool(probe.stats)
+    return _CALLS_ROUTED[cls]
+
+
+def kernels_ran(ran: dict[int, str]) -> str | None:
+    """What served ``method="fast"``, from the recorder's per-layer record: the kernel's
+    name when one kernel served every layer; otherwise the kernel of most layers (ties to
+    the one ``"auto"`` prefers first) and the others by layer, e.g. ``triton; sdpa on
+    layers 3, 7`` (``exact`` for a layer the fast kernels do not cover)."""
+    if not ran:
+        return None
+    by_kernel: dict[str, list[int]] = {}
+    for layer, name in sorted(ran.items()):
+        by_kernel.setdefault(name, []).append(layer)
+    main = max(by_kernel, key=lambda name: (len(by_kernel[name]), name == NAMES[0]))
+    others = [
+        f"{name} on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
+        for name, layers in by_kernel.items()
+        if name != main
+    ]
+    return "; ".join([main, *others])
