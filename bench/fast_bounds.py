@@ -66,7 +66,7 @@ def inputs(tokenizer, length, n_random, seed):
     tokenizer prepends one."""
     import numpy as np
 
-    from attncoda.run.windows import corpus_windows
+    from attncoda.run.captured import corpus_windows
 
     first = tokenizer("a")["input_ids"][0]
     bos = first if first == tokenizer.bos_token_id else None

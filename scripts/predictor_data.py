@@ -135,7 +135,7 @@ def identify(name: str, root: str | Path) -> dict[str, Any]:
     loading it (training its series into ``root/series`` first when needed), in float32 on
     the CPU."""
     from attncoda.models.load import load_model
-    from attncoda.run.identity import identity_of
+    from attncoda.run.loaded import identity_of
 
     return identity_of(load_model(_spec(name, Path(root))))
 
@@ -176,7 +176,7 @@ def as_read(row: dict[str, Any]) -> dict[str, Any]:
     hash are returned as they are."""
     from attncoda.data.corpus import corpus_source
     from attncoda.data.tasks import BigramBackcopy
-    from attncoda.run.windows import TASK_CORPUS, task_sha256
+    from attncoda.run.captured import TASK_CORPUS, task_sha256
 
     protocol = dict(row["protocol"])
     if "corpus_sha256" in protocol:

@@ -125,8 +125,7 @@ def test_capture_is_exported_and_runs_one_batch():
 def test_record_rows_has_one_default():
     from attncoda.capture import capture, recording
     from attncoda.capture.given import from_attentions
-    from attncoda.run.captured import capture_corpus
-    from attncoda.run.given import capture_file
+    from attncoda.run.captured import capture_corpus, capture_file
 
     # capture_windows passes its keywords to capture.
     defaults = {

@@ -130,9 +130,9 @@ def _at_edge(triplet, scale):
 def test_minilm_flips_equal_an_independent_count(tmp_path):
     from attncoda.experiments.flips import CAPTURE_TOL
     from attncoda.models.load import load_model
+    from attncoda.run.captured import corpus_windows
     from attncoda.run.fit import model_rows
     from attncoda.run.reproduce import run_experiment
-    from attncoda.run.windows import corpus_windows
 
     # 4 windows of 128 tokens: 512 rows per head, 178,920 triplets per metric.
     settings = {"flips": {"n_boot": 10}, "rows": {"docs": 4, "max_tokens": 128}}

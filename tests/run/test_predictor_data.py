@@ -220,7 +220,7 @@ def test_refit_from_the_stored_rows_gives_the_shipped_fit(tmp_path):
 
 def test_as_read_records_the_task_sequences_of_a_bigram_backcopy_checkpoint():
     from attncoda.data.tasks import BigramBackcopy
-    from attncoda.run.windows import task_sha256
+    from attncoda.run.captured import task_sha256
 
     stored = json.loads(ROWS.read_text())["training"]
     checkpoint = next(r for r in stored if r["model"] == "bigram-backcopy-seed0@step64")

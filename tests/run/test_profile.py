@@ -15,8 +15,8 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize(("name", "docs"), [("minilm", 8), ("smollm2", 4)])
 def test_head_sink_mass_equals_eager_output_attentions(tmp_path, name, docs):
     from attncoda.models.load import load_model
+    from attncoda.run.captured import corpus_windows
     from attncoda.run.reproduce import run_experiment
-    from attncoda.run.windows import corpus_windows
 
     settings = {"profile": {"docs": docs, "max_tokens": 128}}
     run_experiment("profile", [name], tmp_path, settings=settings, progress=False)

@@ -28,7 +28,7 @@ SETTINGS = TINY_SETTINGS
 def _series_windows(first_checkpoint: Path) -> list:
     """The collapse windows of the tiny settings, cut by the series' first tokenizer."""
     from attncoda.models.load import load_model
-    from attncoda.run.windows import corpus_windows
+    from attncoda.run.captured import corpus_windows
 
     _, tokenizer, _ = load_model(str(first_checkpoint))
     collapse_settings = SETTINGS["collapse"]

@@ -168,7 +168,7 @@ def test_the_predictor_knows_every_shipped_training_checkpoint_by_weights(defaul
     the weights hash its file records: the shipped bits are those it was fitted on."""
     from attncoda.experiments.predictor import Predictor, shipped_predictor
     from attncoda.models.load import load_model
-    from attncoda.run.identity import identity_of
+    from attncoda.run.loaded import identity_of
 
     predictor = Predictor.from_json(shipped_predictor())
     fitted = [m for m in predictor.training_models if m.startswith("bigram-backcopy-seed0@")]

@@ -181,7 +181,7 @@ def _on_captures(
     it under its label (a series experiment's as the checkpoints of one series, at
     ``steps``) and read as attention handed in."""
     from attncoda.experiments.contract import experiment
-    from attncoda.run.given import handed_in
+    from attncoda.run.captured import handed_in
     from attncoda.run.loaded import lend
 
     exp = experiment(name)

@@ -1,19 +1,40 @@
-"""One model's capture of the corpus windows, with the facts its manifest records."""
+"""What a unit reads and what its manifest records of it: the corpus windows of a run
+(:func:`corpus_windows`), one model's capture of them (:func:`capture_corpus`,
+:func:`capture_ids`), and attention handed in instead of a model, read from a file
+(:func:`capture_file`) or given as a capture (:func:`handed_in`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import HeadRows
 from attncoda.experiments.contract import head_rows as rows_of_capture
 from attncoda.run.options import CaptureOptions
-from attncoda.run.windows import corpus_windows
 
-__all__ = ["Captured", "capture_corpus", "capture_ids", "head_rows"]
+__all__ = [
+    "TASK_CORPUS",
+    "Captured",
+    "GivenInfo",
+    "capture_corpus",
+    "capture_file",
+    "capture_ids",
+    "corpus_windows",
+    "handed_in",
+    "head_rows",
+    "task_sha256",
+]
+
+#: The corpus name of a Bigram-Backcopy checkpoint's task sequences, in facts and protocols.
+TASK_CORPUS = "bigram-backcopy"
 
 
 @dataclass(frozen=True)
@@ -181,3 +202,170 @@ def head_rows(captured: Captured) -> HeadRows:
     """The recorded rows of every head of a captured model (see
     :func:`attncoda.experiments.contract.head_rows`), labelled with its spec."""
     return rows_of_capture(captured.capture, captured.spec)
+
+
+def task_sha256(task: Any) -> str:
+    """The sha256 of a Bigram-Backcopy task's definition (its ``to_dict()`` as canonical
+    JSON: sorted keys, no spaces), 64 hex digits: what its sequences are read from."""
+    text = json.dumps(task.to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: int) -> tuple:
+    """Windows of the corpus (at most ``docs``), and the corpus facts a manifest records.
+
+    When ``max_tokens`` is longer than every document, the documents are joined (in order,
+    separated by blank lines) before cutting, so long-context runs get full windows. A
+    tokenizer saved with a Bigram-Backcopy checkpoint gets the task's held-out sequences
+    instead (``text`` is ignored): the corpus facts then name the task (``spec``
+    :data:`TASK_CORPUS`, ``sha256`` :func:`task_sha256`) and record the sequences' length as
+    read (``max_tokens``: 64 for the default task, whatever longer length was asked).
+    """
+    from attncoda.data import corpus
+    from attncoda.data.tasks import task_windows
+    from attncoda.training.train import checkpoint_task
+
+    # A Bigram-Backcopy checkpoint reads its task's held-out sequences: text means nothing to it.
+    task = checkpoint_task(getattr(tokenizer, "name_or_path", None))
+    if task is not None:
+        found = task_windows(task, docs, max_tokens)
+        facts = {
+            "spec": TASK_CORPUS,
+            "source": "bigram-backcopy",
+            "sha256": task_sha256(task),
+            **task.to_dict(),
+            "windows": docs,
+        }
+        return found, {**facts, "max_tokens": len(found[0].input_ids), "joined": False}
+    documents = corpus.load_corpus(text)
+    source = corpus.corpus_source(text)
+    joined = False
+    lengths = tokenizer([d.text for d in documents], add_special_tokens=False, verbose=False)
+    if max_tokens > max(len(ids) for ids in lengths["input_ids"]):
+        whole = "\n\n".join(d.text for d in documents)
+        documents = [corpus.Document(id="joined", text=whole, title="all documents")]
+        joined = True
+    found = corpus.windows(documents, tokenizer, max_tokens, n_windows=docs)
+    if len(found) < docs:
+        # docs is an upper bound: a short text is used whole, and the run says so.
+        print(
+            f"note: the corpus gives {len(found)} window{'s' if len(found) != 1 else ''} of "
+            f"up to {max_tokens} tokens (docs={docs} asked for): using all of them",
+            file=sys.stderr,
+        )
+    facts = {**source, "windows": len(found), "max_tokens": max_tokens, "joined": joined}
+    return found, facts
+
+
+@dataclass(frozen=True)
+class GivenInfo:
+    """What a manifest records of attention read from a file instead of a model."""
+
+    spec: str
+    path: str
+    fingerprint: str
+    kind: str
+    n_layers: int
+    n_heads: int
+    causal: bool
+    source: str = "attentions file"
+    architecture: str = "given attention"
+    family: str = "given attention"
+    capture_mode: str = "given"
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {**asdict(self), "n_kv_heads": self.n_heads, "prepends_bos": None}
+
+
+def capture_file(
+    path: str,
+    *,
+    tokens: str | None = None,
+    kind: str | None = None,
+    sink: str = "first",
+    record_rows: Any = "auto",
+    seed: int = 0,
+) -> Captured:
+    """The :class:`Captured` of attention saved in ``path`` (``.npz``, ``.pt`` or
+    ``.safetensors``; see :func:`attncoda.capture.given.read_attentions`), with token ids
+    from the file or from ``tokens`` (a file of one array)."""
+    from attncoda.capture.given import from_attentions, read_attentions
+
+    found = read_attentions(path)
+    ids = found["tokens"] if tokens is None else _read_ids(tokens)
+    chosen = kind or found["kind"] or "probs"
+    cap = from_attentions(
+        found["attn"],
+        kind=chosen,
+        sink=sink,
+        tokens=ids,
+        attention_mask=found["attention_mask"],
+        record_rows=record_rows,
+        seed=seed,
+    )
+    name = Path(path).name
+    info = GivenInfo(
+        spec=name,
+        path=str(Path(path).resolve()),
+        fingerprint="sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        kind=chosen,
+        n_layers=cap.n_layers,
+        n_heads=cap.n_heads,
+        causal=cap.causal,
+    )
+    config = {
+        "model": name,
+        "attentions": info.path,
+        "kind": chosen,
+        "sink": sink,
+        "record_rows": record_rows,
+        "seed": seed,
+    }
+    return Captured(spec=name, info=info, capture=cap, config=config)
+
+
+def handed_in(cap: Any, label: str) -> Captured:
+    """The :class:`Captured` of a capture handed to an experiment function, labelled
+    ``label``: what the runner reads when it is lent (:func:`attncoda.run.loaded.lend`)."""
+    info = GivenInfo(
+        spec=label,
+        path="",
+        fingerprint="",
+        kind="capture",
+        n_layers=cap.n_layers,
+        n_heads=cap.n_heads,
+        causal=cap.causal,
+        source="capture",
+    )
+    config = {"model": label, "attentions": "capture", "sink": cap.sink_spec}
+    return Captured(spec=label, info=info, capture=cap, config=config)
+
+
+def _read_ids(path: str) -> Any:
+    """Token ids ``(batch, pos)`` from a ``.npy``, ``.npz`` (``input_ids`` or its only
+    array) or ``.pt`` file."""
+    file = Path(path)
+    if not file.is_file():
+        raise AttncodaError(f"token file {path!r} does not exist")
+    try:
+        if file.suffix == ".npy":
+            return np.load(file, allow_pickle=False)
+        if file.suffix == ".npz":
+            with np.load(file, allow_pickle=False) as data:
+                key = "input_ids" if "input_ids" in data.files else data.files[0]
+                return data[key]
+        if file.suffix == ".pt":
+            import torch
+
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # the readers raise many types for a damaged file
+        raise AttncodaError(
+            f"token file {path!r} could not be read ({type(err).__name__}: {err})"
+        ) from None
+    raise AttncodaError(f"token file {path!r} is not .npy, .npz or .pt: save the ids with numpy")

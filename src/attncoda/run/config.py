@@ -210,7 +210,7 @@ def run_config(
     attentions, tokens, kind
         Attention files read instead of models (``.npz``, ``.pt``, ``.safetensors``), token
         ids for token sinks and what the saved numbers are (see
-        :func:`attncoda.run.given.capture_file`).
+        :func:`attncoda.run.captured.capture_file`).
 
     Raises
     ------

@@ -73,7 +73,7 @@ def _read_rows(
 
     from attncoda.models.load import load_model
     from attncoda.run.captured import capture_corpus, head_rows
-    from attncoda.run.identity import identity_of
+    from attncoda.run.loaded import identity_of
 
     options = options or CaptureOptions()
     windows = settings_from(Rows, rows)

@@ -1,6 +1,7 @@
-"""What a runner process keeps: its loaded models and their objects, the options it loads
-and captures with, and what a caller lends it (live models, captures, a series of
-captures) instead of specs to load (docs/design.md, "Runs").
+"""What a runner process keeps: its loaded models and their objects (and what identifies
+a loaded model by content, :func:`identity_of`), the options it loads and captures with,
+and what a caller lends it (live models, captures, a series of captures) instead of specs
+to load (docs/design.md, "Runs").
 
 A process keeps one model's objects at a time (its load, its recorded rows, the tables of
 its units), so a process that runs several units of one model loads and captures it once;
@@ -26,6 +27,7 @@ __all__ = [
     "capture_options",
     "clear_cache",
     "forget",
+    "identity_of",
     "lend",
     "lent",
     "lent_capture",
@@ -178,3 +180,23 @@ def tokenizer_of(spec: str) -> Any:
     key = ("load", spec)
     found = _CACHE[key] if key in _CACHE else cached(("tokenizer", spec), lambda: _quiet_load(spec))
     return found[1]
+
+
+def identity_of(loaded: tuple) -> dict[str, Any]:
+    """:func:`attncoda.training.identity.model_identity` of a loaded ``(model, tokenizer,
+    info)``: its weights hash and sketch and, for a ``train-tiny`` checkpoint read from a
+    folder (a local one, or one attncoda ships: ``bigram-backcopy@step1000``), its recipe,
+    which says which run it belongs to."""
+    from attncoda.training.identity import model_identity
+
+    model, _, info = loaded
+    source = getattr(info, "source", None)
+    folder = None
+    if source == "local":
+        folder = info.name_or_path
+    elif source == "shipped":  # recorded as "bigram-backcopy@step1000"
+        from attncoda.models.shipped import checkpoint_folder
+
+        name, _, step = info.name_or_path.partition("@")
+        folder = str(checkpoint_folder(name, step or None))
+    return model_identity(model, folder)

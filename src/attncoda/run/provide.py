@@ -88,7 +88,7 @@ def _key(*parts: Any) -> str:
 def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
     """The :class:`Captured` of attention handed in: a capture lent to the runner as it is,
     or an attention file's."""
-    from attncoda.run.given import capture_file
+    from attncoda.run.captured import capture_file
 
     handed = lent_capture(src.spec)
     if handed is not None:
@@ -134,8 +134,8 @@ def _rows(
 
 def _identity(src: Source) -> dict[str, Any]:
     """The identity (weights hash, ``train-tiny`` recipe) of the model a unit reads, computed
-    once per model and process (:func:`attncoda.run.identity.identity_of`)."""
-    from attncoda.run.identity import identity_of
+    once per model and process (:func:`attncoda.run.loaded.identity_of`)."""
+    from attncoda.run.loaded import identity_of
 
     return cached(("identity", src.spec), lambda: identity_of(loaded(src.spec)))
 
@@ -222,7 +222,7 @@ def _windows(
     """Token windows of the corpus, ``settings.docs`` of ``settings.max_tokens`` tokens: cut by
     the unit's own tokenizer, or for a checkpoint by the series' first checkpoint's (every
     checkpoint reads the same token ids)."""
-    from attncoda.run.windows import corpus_windows
+    from attncoda.run.captured import corpus_windows
 
     text = config["corpus"]["text"]
     if "checkpoint" not in exp.needs:

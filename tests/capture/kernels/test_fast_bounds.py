@@ -113,7 +113,7 @@ def _model(name):
 def _inputs(model, tokenizer, length, n_random, seed):
     """The corpus window of ``length`` tokens and ``n_random`` random-token documents, BOS
     first where the model's tokenizer prepends one (Gemma 3)."""
-    from attncoda.run.windows import corpus_windows
+    from attncoda.run.captured import corpus_windows
 
     first = tokenizer("a")["input_ids"][0]
     bos = first if first == tokenizer.bos_token_id else None

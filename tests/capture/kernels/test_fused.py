@@ -346,7 +346,7 @@ def test_a_mask_the_kernel_does_not_cover_falls_back_with_a_note(capsys):
 def test_fused_on_real_weights_at_48_tokens(name, capsys):
     # The acceptance bounds on real weights: sink mass within 1e-5, H within 1e-4 nats.
     from attncoda.models.load import load_model
-    from attncoda.run.windows import corpus_windows
+    from attncoda.run.captured import corpus_windows
 
     try:
         model, tokenizer, _ = load_model(name)

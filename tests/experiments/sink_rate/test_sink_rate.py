@@ -68,7 +68,7 @@ def test_sampled_rows_and_bad_settings_are_refused_by_name():
 def test_the_rates_equal_gu_et_al_s_formula_on_eager_attentions(embedded_model, tmp_path):
     torch = pytest.importorskip("torch")
     from attncoda.cli import main
-    from attncoda.run.windows import corpus_windows
+    from attncoda.run.captured import corpus_windows
 
     out = tmp_path / "run"
     assert main(["sink-rate", "smollm2", "--docs", "3", "--out", str(out)]) == 0

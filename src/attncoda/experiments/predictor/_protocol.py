@@ -58,7 +58,7 @@ class Reading:
         ``"bigram-backcopy"`` (a checkpoint's task sequences).
     corpus_sha256 : str
         The sha256 of the corpus (:func:`attncoda.data.corpus.corpus_hash`) or of the task's
-        definition (:func:`attncoda.run.windows.task_sha256`): a row matches by it, not by
+        definition (:func:`attncoda.run.captured.task_sha256`): a row matches by it, not by
         the name.
     windows : int
         Windows (or task sequences) read per model.
