@@ -16,10 +16,29 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import CLOPPER_PEARSON, flip_rate, flip_rate_interval
 from attncoda.experiments.flips import tie_tolerance
 
-__all__ = ["CELL_COLUMNS", "assign_bins", "bin_edges", "cell_counts", "cell_values"]
+__all__ = [
+    "CELL_COLUMNS",
+    "GRID_KEYS",
+    "assign_bins",
+    "bin_edges",
+    "cell_counts",
+    "cell_values",
+]
 
 _BLOCK_ELEMS = 1 << 22  # triplets per block of heads A
 
+#: The columns that name a cell of the grid: the model, the metric, and the bin of each
+#: coordinate with its range (the first columns of the grid table).
+GRID_KEYS = (
+    "model",
+    "metric",
+    "sink_share_bin",
+    "sink_share_low",
+    "sink_share_high",
+    "sink_gap_bin",
+    "sink_gap_low",
+    "sink_gap_high",
+)
 #: A cell's counts and verdict, the last columns of both tables (:func:`cell_values`).
 CELL_COLUMNS = (
     "n_triplets",

@@ -54,6 +54,7 @@ from attncoda.experiments.contract import (
 from attncoda.experiments.flips import FlipsResult, document_sums
 from attncoda.experiments.safety._bins import (
     CELL_COLUMNS,
+    GRID_KEYS,
     assign_bins,
     bin_edges,
     cell_counts,
@@ -85,17 +86,7 @@ __all__ = [
 DEFAULT_SAFE_THRESHOLD = 0.05
 
 SAFETY_COLUMNS = ("model", "metric", "bin_kind", "bin", "bin_low", "bin_high", *CELL_COLUMNS)
-GRID_COLUMNS = (
-    "model",
-    "metric",
-    "sink_share_bin",
-    "sink_share_low",
-    "sink_share_high",
-    "sink_gap_bin",
-    "sink_gap_low",
-    "sink_gap_high",
-    *CELL_COLUMNS,
-)
+GRID_COLUMNS = (*GRID_KEYS, *CELL_COLUMNS)
 BIN_KINDS = ("sink_share", "sink_gap")
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.safety._bins import GRID_KEYS
 from attncoda.experiments.view import need_columns, new_agg_figure, save_png
 
 if TYPE_CHECKING:
@@ -45,22 +46,7 @@ def safety_figure(grid: pd.DataFrame, metrics: Sequence[str] | None = None) -> F
         Suptitle "Flip rate keep vs drop by sink share of d_A² and sink-mass gap — model";
         empty cells (no decided triplet) are grey.
     """
-    need_columns(
-        grid,
-        (
-            "model",
-            "metric",
-            "sink_share_bin",
-            "sink_share_low",
-            "sink_share_high",
-            "sink_gap_bin",
-            "sink_gap_low",
-            "sink_gap_high",
-            "n_triplets",
-            "flip_rate",
-        ),
-        "the safety grid",
-    )
+    need_columns(grid, (*GRID_KEYS, "n_triplets", "flip_rate"), "the safety grid")
     models = list(dict.fromkeys(grid["model"]))
     if len(models) != 1:
         raise AttncodaError(f"the safety grid must hold one model; got {models}")
