@@ -139,6 +139,12 @@ def test_captures_run_through_the_runner_and_store_a_run_folder_with_out(cap, tm
     assert {"keep", "drop"} <= set(result.summary["toy"]["mds_stress"])
 
 
+def test_a_spec_at_a_revision_names_its_summary_by_both():
+    result = ac.cluster("bigram-backcopy@step1000", docs=2)
+    assert set(result.summary) == {"bigram-backcopy@step1000"}
+    assert {"keep", "drop"} <= set(result.summary["bigram-backcopy@step1000"]["mds_stress"])
+
+
 def test_collapse_over_captures_keeps_the_series_summary(windows):
     caps = [ac.capture_windows(tiny("llama", seed=k), windows) for k in range(2)]
     result = ac.collapse(caps, steps=[5, 9], names="toy")

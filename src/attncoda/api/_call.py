@@ -84,10 +84,13 @@ def _summaries(folder: Path, name: str, series: str | None) -> dict[str, dict[st
         combined = read_json(folder / MANIFEST).get("combined", {})
         return {"series": dict(combined.get(name, {}))}
     units = read_run_tables(folder)["units"]
+    done = units[(units["experiment"] == name) & (units["status"] == "done")]
     out: dict[str, dict[str, Any]] = {}
-    for model in units[(units["experiment"] == name) & (units["status"] == "done")]["model"]:
-        done = read_json(folder / "units" / Unit(name, model, NO_REVISION).folder / DONE)
-        out[str(model)] = dict(done.get("facts", {}).get("summary", {}))
+    for model, revision in zip(done["model"], done["revision"], strict=True):
+        unit = Unit(name, str(model), str(revision))
+        facts = read_json(folder / "units" / unit.folder / DONE).get("facts", {})
+        label = str(model) if revision == NO_REVISION else f"{model}@{revision}"
+        out[label] = dict(facts.get("summary", {}))
     return out
 
 

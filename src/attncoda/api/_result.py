@@ -13,10 +13,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["GIVEN_FAMILY", "Result"]
-
-#: The family column of tables made from captures handed in (no model facts to read).
-GIVEN_FAMILY = "given attention"
+__all__ = ["Result"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +27,9 @@ class Result:
     tables : dict of str to pandas.DataFrame
         Its tables by name, every model's rows together, ``family`` first.
     summary : dict of str to dict
-        Each model's JSON summary (cluster's artifact, collapse's facts; empty for most).
+        Each unit's JSON summary by model (``name@revision`` for a revision), as its unit
+        recorded it (cluster's artifact, prune's baseline; empty for some); for an experiment
+        over a checkpoint series, ``{"series": ...}``, the combined summary.
     path : pathlib.Path or None
         The run folder the tables were stored in, when ``out`` was given.
     sink : str

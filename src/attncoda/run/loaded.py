@@ -28,6 +28,7 @@ __all__ = [
     "clear_cache",
     "forget",
     "identity_of",
+    "keep",
     "lend",
     "lent",
     "lent_capture",
