@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -473,3 +474,28 @@ def test_argument_errors():
         lambda: capture(model, ids),
         "LlamaForCausalLM is in training mode: capture runs in eval mode only (call model.eval())",
     )
+
+
+def test_options_handed_whole_choose_the_sink_seed_and_method_and_refuse_a_second_word():
+    from attncoda.capture import capture_windows
+    from attncoda.capture.options import CaptureOptions
+
+    model = tiny("llama")
+    rng = np.random.default_rng(3)
+    windows = [rng.integers(3, VOCAB, size=n).tolist() for n in (20, 33)]
+    options = CaptureOptions(sink="0,1", seed=4, method="fast", kernel="sdpa")
+    given = capture_windows(model, windows, options=options, record_rows=3)
+    spelled = capture_windows(
+        model, windows, sink="0,1", seed=4, method="fast", kernel="sdpa", record_rows=3
+    )
+    assert (given.sink_spec, given.seed, given.method, given.kernel) == ("0,1", 4, "fast", "sdpa")
+    for name in ("sink_mass", "entropy", "content_entropy"):
+        np.testing.assert_array_equal(getattr(given, name), getattr(spelled, name))
+    exact = capture_windows(model, windows, sink="0,1", seed=4, record_rows=3)
+    assert not np.array_equal(exact.entropy, given.entropy)  # the fast path did run
+    message = (
+        "options= already says the sink, seed, method and kernel: drop sink='first,learned', "
+        "seed=2 or set it in the options"
+    )
+    with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
+        capture_windows(model, windows, options=options, sink="first,learned", seed=2)

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from attncoda import AttncodaError
+from attncoda.capture.options import CaptureOptions
 from attncoda.cli import main
-from attncoda.run.options import CaptureOptions
 from attncoda.run.reproduce import run_experiment
 
 pytestmark = pytest.mark.slow

@@ -10,10 +10,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attncoda._errors import AttncodaError  # noqa: E402
+from attncoda.capture.options import (  # noqa: E402
+    DEVICES,
+    DTYPES,
+    CaptureOptions,
+    check_dtype,
+    resolve_device,
+)
 from attncoda.experiments.contract import DocRows, HeadRows  # noqa: E402
 from attncoda.experiments.flips import document_sums, flips  # noqa: E402
 from attncoda.run.config import run_config  # noqa: E402
-from attncoda.run.options import DEVICES, DTYPES, CaptureOptions, check_dtype, resolve_device  # noqa: E402  # noqa: E402
 
 
 def test_resolve_device(monkeypatch):

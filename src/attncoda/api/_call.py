@@ -15,7 +15,7 @@ from attncoda.api._signatures import COMMON_OPTIONS, check_common, rows_settings
 from attncoda.api._sources import capture_names, sources
 
 if TYPE_CHECKING:
-    from attncoda.run.options import CaptureOptions
+    from attncoda.capture.options import CaptureOptions
 
 __all__ = ["call", "run_function"]
 

@@ -20,7 +20,7 @@ from attncoda.capture.kernels.registry import describe
 from attncoda.experiments.contract import RENAMED
 
 if TYPE_CHECKING:
-    from attncoda.run.options import CaptureOptions
+    from attncoda.capture.options import CaptureOptions
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -235,10 +235,10 @@ def python_spelling(
 
 
 def check_common(common: Mapping[str, Any]) -> CaptureOptions:
-    """The :class:`~attncoda.run.options.CaptureOptions` of the common options, built once:
+    """The :class:`~attncoda.capture.options.CaptureOptions` of the common options, built once:
     a value the run would refuse later is refused here, before anything loads (the CLI builds
     the same object from its options, :func:`attncoda.cli._args.validate`)."""
-    from attncoda.run.options import CaptureOptions
+    from attncoda.capture.options import CaptureOptions
 
     options = CaptureOptions(
         **{

@@ -17,9 +17,11 @@ import-linter contract of ``pyproject.toml`` checks it):
     (:func:`ablate`, :func:`head_gates`).
 :mod:`attncoda.capture._result`, :mod:`attncoda.capture._forward`
     The :class:`Capture` container and its table; the batch and forward helpers.
-:mod:`attncoda.capture.routing`
+:mod:`attncoda.capture.routing`, :mod:`attncoda.capture.options`
     The registered ``"attncoda"`` attention function: registration and :func:`routed`, the
-    exact kernel, the recording state, the dispatch to the fast kernels, the head edit.
+    exact kernel, the recording state, the dispatch to the fast kernels, the head edit;
+    :class:`~attncoda.capture.options.CaptureOptions`, how a run loads and captures (built
+    and checked once, handed whole to :func:`capture`).
 :mod:`attncoda.capture.kernels`
     The fast kernels (one module each, named as users type them), their registry (the
     choices, selection and every capability check), their mask geometry and bounds.

@@ -21,7 +21,7 @@ forward helpers (:mod:`attncoda.capture._forward`) and :func:`record_plan`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from attncoda.capture.routing import routable, unroutable_message
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
 from attncoda.capture.stats import record_plan
 from attncoda.models.placement import input_device
+
+if TYPE_CHECKING:
+    from attncoda.capture.options import CaptureOptions
 
 __all__ = [
     "METHODS",
@@ -80,6 +83,7 @@ def capture(
     method: str = "exact",
     kernel: str = "auto",
     keep_outputs: bool = False,
+    options: CaptureOptions | None = None,
     _first_doc: int = 0,
 ) -> Capture:
     """Run ``model`` over a padded batch and capture per-row attention statistics.
@@ -137,6 +141,11 @@ def capture(
     keep_outputs : bool
         Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
         language models the next-token log-likelihoods in ``Capture.token_logprob``.
+    options : CaptureOptions, optional
+        How a run captures, built and checked once
+        (:class:`attncoda.capture.options.CaptureOptions`) and handed down whole: its
+        ``sink``, ``seed``, ``method`` and ``kernel`` are used, and those keywords must be
+        left at their defaults.
 
     Returns
     -------
@@ -148,6 +157,8 @@ def capture(
         Bad arguments, a model whose attention cannot be routed (``mode="attention"``), a
         zero probability under ``zeros="raise"``, sink specs that do not fit a document.
     """
+    if options is not None:
+        sink, seed, method, kernel = _from_options(options, sink, seed, method, kernel)
     if mode not in MODES:
         raise AttncodaError(
             f"unknown mode {mode!r}: use 'auto' (route when possible), 'attention' (routed, "
@@ -265,6 +276,29 @@ def capture(
         "kernel": kernels_ran(rec.ran) if method == "fast" else None,
     }
     return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
+
+
+def _from_options(
+    options: CaptureOptions, sink: Any, seed: int, method: str, kernel: str
+) -> tuple[Any, int, str, str]:
+    """The sink, seed, method and kernel of ``options``; a keyword of the same name given
+    beside it (not its default) is refused, since the two could disagree."""
+    given = [
+        f"{name}={value!r}"
+        for name, value, default in (
+            ("sink", sink, "first"),
+            ("seed", seed, 0),
+            ("method", method, "exact"),
+            ("kernel", kernel, "auto"),
+        )
+        if value != default
+    ]
+    if given:
+        raise AttncodaError(
+            f"options= already says the sink, seed, method and kernel: drop {', '.join(given)} "
+            "or set it in the options"
+        )
+    return options.sink, options.seed, options.method, options.kernel
 
 
 def capture_windows(

@@ -229,13 +229,13 @@ def _files(args: argparse.Namespace) -> None:
 
 
 def _options(args: argparse.Namespace) -> None:
-    """Build the command's :class:`~attncoda.run.options.CaptureOptions` once, as
+    """Build the command's :class:`~attncoda.capture.options.CaptureOptions` once, as
     ``args.options``: ``--device``, ``--dtype``, ``--method``, ``--kernel``, ``--device-map``
     with ``--max-memory`` and ``--offload-folder``, ``--sink`` and ``--seed``."""
     if not hasattr(args, "device_map"):
         return
+    from attncoda.capture.options import CaptureOptions
     from attncoda.models.placement import parse_max_memory
-    from attncoda.run.options import CaptureOptions
 
     if args.device_map is None:
         for dest in ("max_memory", "offload_folder"):

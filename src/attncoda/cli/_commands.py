@@ -39,7 +39,7 @@ def _one_source(models: Sequence[str], files: Sequence[str] | None, command: str
 
 
 def capture_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The command's :class:`~attncoda.run.options.CaptureOptions`, built once by
+    """The command's :class:`~attncoda.capture.options.CaptureOptions`, built once by
     :func:`attncoda.cli._args.validate`, as the runner's ``options`` keyword."""
     return {"options": args.options}
 

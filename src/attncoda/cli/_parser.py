@@ -35,8 +35,8 @@ def _corpus_options(p: argparse.ArgumentParser) -> None:
 def _capture_options(p: argparse.ArgumentParser) -> None:
     from attncoda.capture.kernels.registry import KERNELS, describe
     from attncoda.capture.names import METHODS
+    from attncoda.capture.options import DEVICES, DTYPES
     from attncoda.models.placement import DEVICE_MAPS
-    from attncoda.run.options import DEVICES, DTYPES
 
     p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")
     p.add_argument(

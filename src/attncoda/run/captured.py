@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import HeadRows
 from attncoda.experiments.contract import head_rows as rows_of_capture
-from attncoda.run.options import CaptureOptions
 
 __all__ = [
     "TASK_CORPUS",
@@ -187,14 +187,11 @@ def capture_ids(
         model,
         ids,
         batch_size=batch_size,
-        sink=options.sink,
         tokenizer=tokenizer,
         record_rows=record_rows,
-        seed=options.seed,
         block_size=block_size,
         progress=progress,
-        method=options.method,
-        kernel=options.kernel,
+        options=options,
     )
 
 

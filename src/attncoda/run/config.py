@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.options import CaptureOptions, resolve_device
 from attncoda.experiments.contract import (
     EXPERIMENTS,
     experiment,
@@ -45,7 +46,6 @@ from attncoda.experiments.contract import (
     settings_from,
 )
 from attncoda.models.spec import parse_spec
-from attncoda.run.options import CaptureOptions, resolve_device
 
 __all__ = [
     "DEMO_MODELS",

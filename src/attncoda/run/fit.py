@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import settings_from
 from attncoda.run.config import Rows
-from attncoda.run.options import CaptureOptions
 
 __all__ = [
     "fit_and_freeze",

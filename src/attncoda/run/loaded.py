@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.options import CaptureOptions
 from attncoda.run.captured import Captured
-from attncoda.run.options import CaptureOptions
 
 __all__ = [
     "cache_keys",

@@ -266,8 +266,8 @@ class Provided:
 def model_info(src: Source, config: Mapping[str, Any]) -> tuple[Any, str]:
     """The facts of the model a unit reads, and the device its tensors live on (input ids
     go there; a model placed by a device map moves them on itself)."""
+    from attncoda.capture.options import resolve_device
     from attncoda.models.placement import input_device
-    from attncoda.run.options import resolve_device
 
     if src.given:
         return _given(src, config, "none").info, resolve_device(config.get("device", "cpu"))

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import EXPERIMENTS
 from attncoda.run.execute import RUN, finalise, open_run, writing
 from attncoda.run.executors import Executor, InProcess, Job, Progress
-from attncoda.run.options import CaptureOptions
 from attncoda.run.plan import Plan
 from attncoda.run.pool import LocalPool
 from attncoda.store.guard import check_run_folder, new_folders, remove_created
@@ -159,7 +159,7 @@ def reproduce(
         The corpus file or folder (default: the embedded one).
     options : CaptureOptions, optional
         How models load and capture: device or device map, dtype, method, kernel, sink and
-        seed (:class:`attncoda.run.options.CaptureOptions`). Weights a device map puts on the
+        seed (:class:`attncoda.capture.options.CaptureOptions`). Weights a device map puts on the
         disk go to its ``offload_folder``, by default ``out/offload``; the manifest's config
         records the map.
     progress : bool

@@ -57,11 +57,11 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import EXPERIMENTS
 from attncoda.models.spec import join_spec, parse_spec
 from attncoda.run.execute import RUN, open_run
 from attncoda.run.executors import InProcess, OnRay
-from attncoda.run.options import CaptureOptions
 from attncoda.run.pool import LocalPool
 from attncoda.run.ray_tasks import TASK_CPUS
 from attncoda.run.reproduce import ReproduceResult, execute_run

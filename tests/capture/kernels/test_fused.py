@@ -367,8 +367,8 @@ def test_fused_on_real_weights_at_48_tokens(name, capsys):
 
 
 def test_the_run_config_records_the_kernel_that_runs(monkeypatch):
+    from attncoda.capture.options import CaptureOptions
     from attncoda.run.config import run_config
-    from attncoda.run.options import CaptureOptions
 
     def config(**kwargs):
         return run_config(["smollm2"], experiments=["profile"], options=CaptureOptions(**kwargs))

@@ -40,7 +40,7 @@ class Tool:
         ``"module:function"`` of the layer that carries it out, called as
         ``function(models, settings, rows=..., text=..., out=..., options=...)`` with the
         sources, the dict of its settings given, the shared rows' settings given, the corpus,
-        the ``--out`` path and the :class:`attncoda.run.options.CaptureOptions`; it returns
+        the ``--out`` path and the :class:`attncoda.capture.options.CaptureOptions`; it returns
         the lines to print.
     shared_rows : bool
         Whether it takes the shared rows' options (``--docs``, ``--max-tokens``).
