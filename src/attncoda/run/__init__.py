@@ -4,19 +4,22 @@
 This layer sits between the command line and the API (which only parse, call and print) and
 the pure experiments. Every run writes tidy Parquet tables, figures and a ``manifest.json``.
 
-Modules:
+Its modules stand on floors, each importing only the floors below it (an import-linter
+contract of ``pyproject.toml`` checks it), from the top:
 
-- what a run is: ``config`` (the run config), ``plan`` (units and what each waits for),
-  ``reproduce`` (``reproduce``, single-experiment runs), ``sweep``, ``fit`` (the predictor's
-  fit; ``scripts/predictor_data.py`` regenerates its shipped rows), ``train`` (a run's
-  training series);
-- how it runs: ``provide`` (load, capture and keep a model's objects per process),
-  ``execute`` (one unit, and the run's finish), ``executors`` and ``ray_tasks`` (in this
-  process or on Ray), ``pool`` (a local pool of worker processes), ``job``;
-- what a unit reads: ``options`` (devices, dtypes, placement), ``windows`` (corpus windows and
-  their facts), ``captured`` (one model's capture and its manifest facts), ``given``
-  (attention from a file), ``identity`` (a loaded model's weights hash and recipe);
-- ``direct``: prune and collapse on a model loaded by hand, its capture made there.
+- the commands: ``fit`` (the predictor's fit and ``predictor fit``;
+  ``scripts/predictor_data.py`` regenerates its shipped rows), ``sweep``, ``direct`` (prune
+  and collapse on a model loaded by hand, its capture made there); ``reproduce``
+  (``reproduce``, single-experiment runs, the model checks);
+- execution: ``executors`` (the one executor interface: in this process or on Ray), ``pool``
+  (a local pool of worker processes) and ``ray_tasks``, ``execute`` (one unit, and the run's
+  finish);
+- a unit's inputs: ``provide`` (rows, captures, windows, series points, the tables of the
+  experiments a unit runs after);
+- what a run is: ``config`` (the run config), ``loaded`` (what a process keeps and what a
+  caller lends it, a loaded model's identity), ``job`` (what an executor is handed),
+  ``captured`` (the corpus windows a run reads, a model's capture of them, attention handed
+  in), ``train`` (a run's training series), ``plan`` (units and what each waits for).
 
 It may import every layer below it (experiments, capture, models, training, store, data,
 coda); never the API or the CLI.
