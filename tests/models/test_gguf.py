@@ -84,6 +84,24 @@ def test_gguf_changed_file_invalidates_cache_and_its_old_copy_is_removed(fake_gg
     assert new != old
 
 
+def test_gguf_cache_that_does_not_record_its_file_is_removed_by_the_next_write(
+    fake_gguf, cache, tmp_path
+):
+    path, _ = fake_gguf
+    load_model(str(path))
+    [old] = _cache_folders(cache)
+    meta_path = cache / "gguf" / old / "attncoda-cache.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["gguf_path"]  # as the cache wrote it before paths were recorded
+    meta_path.write_text(json.dumps(meta))
+    other = tmp_path / "other" / "other.gguf"
+    other.parent.mkdir()
+    other.write_bytes(b"GGUF other")
+    load_model(str(other))
+    [left] = _cache_folders(cache)
+    assert left.startswith("other-")
+
+
 def test_gguf_cache_of_a_deleted_file_is_removed_by_the_next_write(fake_gguf, cache, tmp_path):
     path, _ = fake_gguf
     elsewhere = tmp_path / "copy" / "other.gguf"

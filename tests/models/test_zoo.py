@@ -296,6 +296,24 @@ def test_join_is_found_again_by_a_reinstall_and_by_another_installation(site, ca
     assert [p.name for p in (cache / "wheels").iterdir()] == [first.path.parent.name]
 
 
+def test_a_join_removes_the_other_joins_of_its_model_and_keeps_other_models(site, cache):
+    payload = b"joined once" * 50
+    model = _chunked(_fake_wheels(site, payload, 2), payload)
+    first = join(model).path.parent
+    # A join of the same model under another key (an older key scheme, another version of
+    # its wheels) and another model's join.
+    older = first.with_name("fake-0123456789abcdef")
+    other = first.with_name("other-0123456789abcdef")
+    shutil.copytree(first, older)
+    shutil.copytree(first, other)
+    meta = json.loads((other / "attncoda-wheels.json").read_text())
+    (other / "attncoda-wheels.json").write_text(json.dumps({**meta, "name": "other"}))
+    shutil.rmtree(first)  # the next join misses
+    again = join(model)
+    assert not again.from_cache and again.path.read_bytes() == payload
+    assert sorted(p.name for p in (cache / "wheels").iterdir()) == sorted([first.name, other.name])
+
+
 def test_join_without_room_is_refused_before_writing(site, cache, monkeypatch):
     payload = b"r" * 4096
     model = _chunked(_fake_wheels(site, payload, 2), payload)

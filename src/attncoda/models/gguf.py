@@ -318,8 +318,10 @@ def discard_superseded(parent: Path) -> None:
 
     No load reads them again (the key of a changed file is another), so without this every
     reinstall of a model's wheel, or every fresh virtual environment, would leave its whole
-    float32 copy behind (0.5 GB for SmolLM2, 6.7 GB for Qwen2.5-Coder). Folders written
-    before the source path was recorded are left alone.
+    float32 copy behind (0.5 GB for SmolLM2, 6.7 GB for Qwen2.5-Coder). A complete folder
+    that does not record its file (written before the path was recorded, when every
+    environment made its own copy) goes too; an incomplete one, or one of another cache
+    format, is left to its writer.
     """
     if not parent.is_dir():
         return
@@ -327,12 +329,12 @@ def discard_superseded(parent: Path) -> None:
         if folder.name.startswith(_TEMP_PREFIX):
             continue
         meta = _read_cache_meta(folder)
-        if meta is None or "gguf_path" not in meta:
+        if meta is None:
             continue
         try:
             stat = Path(meta["gguf_path"]).stat()
             current = (stat.st_size, stat.st_mtime_ns) == (meta["gguf_size"], meta["gguf_mtime_ns"])
-        except OSError:
+        except (KeyError, OSError):
             current = False
         if not current:
             discard_folder(folder)

