@@ -64,7 +64,7 @@ def _on_specs(
             units = stored["units"]
             notes = "; ".join(str(n) for n in units[units["experiment"] == name]["note"] if n)
             raise AttncodaError(f"{name} wrote no table: {notes or 'every unit was skipped'}")
-        summary = _summaries(folder, name, series)
+        summary = _summaries(folder, name, series, stored["units"])
         return Result(name, tables, summary, None if out is None else Path(out), sink)
 
     if out is None:
@@ -73,17 +73,19 @@ def _on_specs(
     return run(Path(out))
 
 
-def _summaries(folder: Path, name: str, series: str | None) -> dict[str, dict[str, Any]]:
-    """Each model's summary of ``name`` in the run folder: its units' facts, or for a series
-    experiment the combined summary the manifest keeps (as ``"series"``)."""
+def _summaries(
+    folder: Path, name: str, series: str | None, units: Any
+) -> dict[str, dict[str, Any]]:
+    """Each model's summary of ``name`` in the run folder (``units``: its ``units`` table):
+    its units' facts, or for a series experiment the combined summary the manifest keeps
+    (as ``"series"``)."""
     from attncoda.store import read_json
     from attncoda.store.manifest import MANIFEST
-    from attncoda.store.runs import DONE, NO_REVISION, Unit, read_run_tables
+    from attncoda.store.runs import DONE, NO_REVISION, Unit
 
     if series is not None:
         combined = read_json(folder / MANIFEST).get("combined", {})
         return {"series": dict(combined.get(name, {}))}
-    units = read_run_tables(folder)["units"]
     done = units[(units["experiment"] == name) & (units["status"] == "done")]
     out: dict[str, dict[str, Any]] = {}
     for model, revision in zip(done["model"], done["revision"], strict=True):
