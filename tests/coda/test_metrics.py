@@ -217,6 +217,7 @@ def test_head_distances_of_shuffled_rows_with_holes_in_small_blocks(
     from attncoda.coda import _pairs
 
     monkeypatch.setattr(_pairs, "_PAIR_BYTES", 256)
+    monkeypatch.setattr(_pairs, "_SLAB_BYTES", 256)
     monkeypatch.setattr(_pairs, "_CHUNK_BYTES", 256)
     rng = np.random.default_rng(21)
     heads, n = 4, 12

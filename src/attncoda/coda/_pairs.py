@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,7 +22,8 @@ import array_api_compat
 __all__ = ["gram_mean", "pairwise_mean"]
 
 _CHUNK_BYTES = 1 << 22  # working memory per Gram block: small blocks stay in cache
-_PAIR_BYTES = 1 << 20  # working memory per JSD / TV block on the host: a core's L2
+_PAIR_BYTES = 1 << 20  # rows per JSD / TV block on the host: their keys fill a core's L2
+_SLAB_BYTES = 1 << 22  # working memory per JSD / TV block on the host (a slab of heads)
 _DEVICE_BYTES = 1 << 28  # the same on an accelerator, where launches cost more than memory
 
 
@@ -99,11 +101,14 @@ def _dot(xp: Any, a: Any, b: Any) -> Any:
 def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
     """Mean over rows of JSD or TV for every head pair, in blocks (upper triangle).
 
-    Each block is a few rows, trimmed to the keys they see (:func:`_row_blocks`), against a
-    slab of heads; on the host its temporaries (``_PAIR_BYTES``) stay in a core's cache.
-    numpy releases the GIL in its elementwise loops, so for numpy input the blocks run on a
-    few threads (one per core, at most 4); the per-pair sums are still added in block order,
-    so the result does not depend on the thread count. Other namespaces (torch) use their
+    Each block is a few rows (their keys fill ``_PAIR_BYTES``), trimmed to the keys they see
+    (:func:`_row_blocks`), against a slab of heads (``_SLAB_BYTES`` of temporaries, which
+    numpy computes in buffers each thread reuses: a fresh temporary's pages fault in on first
+    touch, measured at several times the arithmetic). The slab only groups pairs: each
+    pair's sum over its rows is the same whatever the slab. numpy releases the GIL in its
+    elementwise loops, so for numpy input the blocks run on a few threads (one per core, at
+    most 4); the per-pair sums are still added in block order, so the result does not depend
+    on the thread count. Other namespaces (torch) use their
     own intra-op threads, with larger blocks off the host, and run the blocks in order.
     """
     heads, rows, keys = p.shape
@@ -112,22 +117,47 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
     tiny = float(xp.finfo(p.dtype).smallest_normal)
     on_host = array_api_compat.is_numpy_namespace(xp) or str(device) == "cpu"
     budget = _PAIR_BYTES if on_host else _DEVICE_BYTES
+    slab = _SLAB_BYTES if on_host else _DEVICE_BYTES
     pr_all = xp.permute_dims(p, (1, 0, 2))  # rows heads keys
     hr_all = xp.permute_dims(h, (1, 0))  # rows heads
+
+    host_numpy = array_api_compat.is_numpy_namespace(xp)
+    local = threading.local()
+
+    def scratch(shape: tuple[int, ...], slot: int) -> Any:
+        """A numpy buffer of ``shape`` that this thread's blocks reuse (``slot`` 0 or 1)."""
+        size = math.prod(shape)
+        buffers = getattr(local, "buffers", None)
+        if buffers is None:
+            buffers = local.buffers = [None, None]
+        if buffers[slot] is None or buffers[slot].size < size:
+            buffers[slot] = xp.empty(size, dtype=p.dtype)
+        return buffers[slot][:size].reshape(shape)
 
     def block(task: tuple[int, int, int, int, int]) -> Any:
         r0, r1, n_keys, a0, a1 = task
         pr = pr_all[r0:r1, :, :n_keys]
         pa, pb = pr[:, a0:a1, None, :], pr[:, None, a0:, :]
+        shape = (r1 - r0, a1 - a0, heads - a0, n_keys)
         if metric == "tv":
             # A product with ones sums the last axis faster than ``sum`` does.
             ones = xp.ones((n_keys,), dtype=p.dtype, device=device)
-            d = xp.matmul(xp.abs(pa - pb), ones) / 2
+            if host_numpy:  # the same values, computed in reused buffers
+                diff = xp.subtract(pa, pb, out=scratch(shape, 0))
+                d = xp.matmul(xp.abs(diff, out=diff), ones) / 2
+            else:
+                d = xp.matmul(xp.abs(pa - pb), ones) / 2
         else:
-            both = pa + pb  # = 2 m; sum(m log m) = sum(both log both)/2 - log 2
-            # Adding the smallest normal number leaves every positive entry's log as it is
-            # and turns 0 log 0 into 0 * log(tiny) = 0, without a masking pass.
-            logs = xp.log(both + tiny)
+            # both = 2 m; sum(m log m) = sum(both log both)/2 - log 2. Adding the smallest
+            # normal number leaves every positive entry's log as it is and turns 0 log 0
+            # into 0 * log(tiny) = 0, without a masking pass.
+            if host_numpy:  # the same values, computed in reused buffers
+                both = xp.add(pa, pb, out=scratch(shape, 0))
+                logs = xp.add(both, tiny, out=scratch(shape, 1))
+                logs = xp.log(logs, out=logs)
+            else:
+                both = pa + pb
+                logs = xp.log(both + tiny)
             h_m = math.log(2.0) - _dot(xp, both, logs) / 2
             hr = hr_all[r0:r1]
             d = xp.clip(h_m - (hr[:, a0:a1, None] + hr[:, None, a0:]) / 2, min=0.0)
@@ -136,7 +166,7 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
     row_step = max(1, min(rows, budget // max(1, heads * keys * item)))
     tasks = []
     for r0, r1, n_keys in _row_blocks(width, row_step):
-        head_step = max(1, budget // max(1, heads * (r1 - r0) * max(1, n_keys) * item))
+        head_step = max(1, slab // max(1, heads * (r1 - r0) * max(1, n_keys) * item))
         tasks += [
             (r0, r1, n_keys, a0, min(heads, a0 + head_step)) for a0 in range(0, heads, head_step)
         ]

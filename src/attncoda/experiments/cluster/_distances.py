@@ -17,7 +17,9 @@ rounding error (about 1e-7) instead of 0.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -107,11 +109,22 @@ def _aitchison_terms(
     clr_all = np.where(mask, z - zc.sum(axis=-1, keepdims=True) / mask.sum(axis=-1)[:, None], 0)
     clr_content = np.where(content, z - content_mean[..., None], 0.0)
     d_content, total_sq = np.zeros((heads, heads)), np.zeros((heads, heads))
-    for a in range(heads - 1):
-        diff = clr_content[a + 1 :] - clr_content[a]
-        d_content[a, a + 1 :] = np.sqrt(np.einsum("hrk,hrk->hr", diff, diff)).sum(axis=-1)
-        diff = clr_all[a + 1 :] - clr_all[a]
-        total_sq[a, a + 1 :] = np.einsum("hrk,hrk->h", diff, diff)
+
+    def pairs_of(first: range) -> None:
+        # One buffer for the differences of the heads ``first`` pair with: a fresh temporary
+        # per head would be a fresh mapping of memory whose pages fault in on first touch.
+        scratch = np.empty_like(z)
+        for a in first:
+            diff = np.subtract(clr_content[a + 1 :], clr_content[a], out=scratch[a + 1 :])
+            d_content[a, a + 1 :] = np.sqrt(np.einsum("hrk,hrk->hr", diff, diff)).sum(axis=-1)
+            diff = np.subtract(clr_all[a + 1 :], clr_all[a], out=scratch[a + 1 :])
+            total_sq[a, a + 1 :] = np.einsum("hrk,hrk->h", diff, diff)
+
+    # numpy releases the GIL in these loops: the heads are dealt out to a few threads (every
+    # pair is computed as on one thread, into its own cells).
+    threads = min(4, os.cpu_count() or 1, max(1, heads - 1))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(pairs_of, [range(t, heads - 1, threads) for t in range(threads)]))
     return (
         np.abs(b_diff).sum(axis=-1),
         d_content + d_content.T,
