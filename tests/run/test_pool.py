@@ -22,7 +22,10 @@ def _job(units: list[Unit], after: dict[Unit, tuple[Unit, ...]] | None = None) -
     return Job(plan=plan, todo=list(units), config={}, root=Path("."), command="reproduce")
 
 
-def test_a_model_that_would_not_fit_beside_a_running_one_waits():
+def test_a_model_that_would_not_fit_beside_a_running_one_waits(monkeypatch):
+    from attncoda.run import pool
+
+    monkeypatch.setattr(pool, "unit_cost", lambda unit: 1.0)  # memory alone decides here
     big = [Unit("profile", "big", "-"), Unit("flips", "big", "-")]
     other = [Unit("profile", "other", "-"), Unit("profile", "small", "-")]
     peaks = {"big": 7 * GB, "other": 6 * GB, "small": 1 * GB}
@@ -43,9 +46,13 @@ def test_a_model_that_would_not_fit_beside_a_running_one_waits():
     assert schedule.over and not schedule.failed
 
 
-def test_the_largest_model_starts_first_and_spreads_while_a_worker_keeps_its_own():
-    # Plan order lists the small model first; its units are quick. The big model's units
-    # take longest: both workers start on them, and each then keeps the model it holds.
+def test_the_largest_model_starts_first_and_spreads_while_a_worker_keeps_its_own(monkeypatch):
+    # Plan order lists the small model first; its units are quick. Among units that cost
+    # the same, the big model's start first: both workers start on them, and each then
+    # keeps the model it holds.
+    from attncoda.run import pool
+
+    monkeypatch.setattr(pool, "unit_cost", lambda unit: 1.0)
     small = [Unit("profile", "small", "-"), Unit("flips", "small", "-")]
     big = [Unit("profile", "big", "-"), Unit("flips", "big", "-"), Unit("cluster", "big", "-")]
     peaks = {"big": 3 * GB, "small": 1 * GB}
@@ -62,6 +69,33 @@ def test_the_largest_model_starts_first_and_spreads_while_a_worker_keeps_its_own
     assert schedule.next_for(1) == small[1]
     schedule.finish(0)
     schedule.finish(1)
+    assert schedule.over
+
+
+def test_the_longest_unit_starts_first_and_a_worker_keeps_its_model(monkeypatch):
+    # SmolLM2's cluster unit is the longest: it starts first, on worker 0, and flips (the
+    # next longest) on worker 1. A worker then stays with its model, longest first, before
+    # it takes another model's unit (the small model's longer flips before its profile).
+    from attncoda.run import pool
+
+    costs = {"cluster": 100.0, "flips": 55.0, "profile": 5.0}
+    monkeypatch.setattr(pool, "unit_cost", lambda unit: costs[unit.experiment])
+    smol = [Unit(e, "smollm2", "-") for e in ("profile", "flips", "cluster")]
+    mini = [Unit(e, "minilm", "-") for e in ("profile", "flips")]
+    peaks = {"smollm2": 2 * GB, "minilm": 1 * GB}
+    schedule = Schedule(
+        _job([*smol, *mini]), 2, lambda u: u.model, peaks.__getitem__, budget=10 * GB
+    )
+    assert schedule.next_for(0) == smol[2]
+    assert schedule.next_for(1) == smol[1]
+    schedule.finish(1)
+    assert schedule.next_for(1) == smol[0]  # its own model's, though minilm's flips costs more
+    schedule.finish(1)
+    assert schedule.next_for(1) == mini[1]
+    schedule.finish(1)
+    assert schedule.next_for(1) == mini[0]
+    schedule.finish(1)
+    schedule.finish(0)
     assert schedule.over
 
 

@@ -16,6 +16,7 @@ The order of :attr:`Plan.units` puts every unit after those it waits for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "reads_series",
     "resolve",
     "series_point",
+    "unit_cost",
 ]
 
 #: The unit that trains the run's default checkpoint series (it is no experiment: its
@@ -48,6 +50,13 @@ TRAIN_TABLES = ("train", "train_heads")
 SERIES_ENDS = ("predictor",)
 #: A series point's spec under the run folder (a checkpoint the run trains).
 RUN_PREFIX = "run:"
+
+
+def unit_cost(unit: Unit) -> float:
+    """How long ``unit`` is expected to take, for the order in which executors start units
+    (longest first): the train unit (minutes of one core) before any other, else its
+    experiment's :attr:`~attncoda.experiments.contract.Experiment.cost`."""
+    return math.inf if unit.experiment == TRAIN else float(experiment(unit.experiment).cost)
 
 
 @dataclass(frozen=True)

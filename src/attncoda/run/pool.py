@@ -13,9 +13,11 @@ threads.
 
 - a unit waits for the units it runs after and for the unit that provides its inputs (the
   train unit of a series), as the plan says;
-- a worker takes a unit of the model it holds first (no second load); otherwise a unit of
-  the largest model (by peak) first, so the units of the big models, which take longest,
-  start early and spread over the workers, and the small models fill in around them;
+- a worker takes a unit of the model it holds first (no second load); among those, and
+  otherwise, the longest unit first (:attr:`Experiment.cost
+  <attncoda.experiments.contract.Experiment>`, then the largest model by peak), so that
+  the long units start early and spread over the workers, and the short ones fill in
+  around them;
 - models never run together when their peaks (:func:`attncoda.models.peak.peak_bytes`)
   exceed the memory budget: a unit whose model would not fit beside the models of the
   busy workers waits (alone, it always runs).
@@ -32,7 +34,7 @@ from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.run.job import Job, Progress, describe, failed_before
-from attncoda.run.plan import TRAIN
+from attncoda.run.plan import TRAIN, unit_cost
 from attncoda.store.runs import Unit
 
 __all__ = ["LocalPool", "Schedule", "available_memory", "cores"]
@@ -128,7 +130,11 @@ class Schedule:
         mine = self.held.get(worker)
         ranked = sorted(  # stable: plan order among equals
             ready,
-            key=lambda u: (0 if self.spec_of(u) == mine else 1, -self._peak(self.spec_of(u))),
+            key=lambda u: (
+                0 if self.spec_of(u) == mine else 1,
+                -unit_cost(u),
+                -self._peak(self.spec_of(u)),
+            ),
         )
         for unit in ranked:
             spec = self.spec_of(unit)

@@ -4,8 +4,8 @@ Each task calls :func:`attncoda.run.execute.run_unit`, which writes the unit's o
 of the run folder atomically, so the folder is exactly that of an in-process run. A task
 waits for the tasks of the units its unit waits for (the plan's dependencies, passed as
 arguments so Ray holds it back until they finish). Units others wait for are handed to Ray
-first, then the rest, longest first (:data:`COST_RANK`), so that no worker is left with a
-long unit while the others have nothing to do.
+first, then the rest, longest first (:func:`attncoda.run.plan.unit_cost`), so that no
+worker is left with a long unit while the others have nothing to do.
 
 Each task asks for one CPU (torch runs with one thread), and for one GPU when the cluster
 has GPUs and the run's device is ``cuda`` or ``auto``. A task that raises, or whose worker
@@ -21,28 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
 from attncoda.run.job import describe, failed_before
+from attncoda.run.plan import unit_cost
 from attncoda.store.runs import Unit
 
 if TYPE_CHECKING:
     from attncoda.run.job import Job, Progress
 
-__all__ = ["COST_RANK", "TASK_CPUS", "connect", "run_on_ray", "task_gpus"]
+__all__ = ["TASK_CPUS", "connect", "run_on_ray", "task_gpus"]
 
 #: CPUs each Ray task asks for (and torch threads it runs with).
 TASK_CPUS = 1
-
-#: The order in which units are handed to Ray: longest first. Measured at the demo scale
-#: on a small train-tiny model, each unit in a process of its own (as on Ray, where flips,
-#: cluster, safety and predictor each capture their model's rows): cluster 1.6 s, safety
-#: 0.9 s, flips and predictor 0.8 s, prune 0.7 s, profile 0.4 s. Prune runs dozens of full
-#: forward passes, so it grows fastest with the model and goes first.
-COST_RANK = {
-    name: rank
-    for rank, name in enumerate(
-        ("train", "prune", "cluster", "safety", "flips", "predictor", "profile", "collapse")
-    )
-}
-
 
 def _unit_task(
     unit: Unit, config: dict[str, Any], root: str, command: str, *after: Any
@@ -135,8 +123,8 @@ def _submission_order(job: Job) -> list[Unit]:
     every unit after those it waits for."""
     awaited = job.plan.awaited()
 
-    def rank(unit: Unit) -> int:
-        return COST_RANK.get(unit.experiment, len(COST_RANK))
+    def rank(unit: Unit) -> float:
+        return -unit_cost(unit)
 
     order: list[Unit] = []
     placed: set[Unit] = set()

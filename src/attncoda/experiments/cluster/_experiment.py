@@ -301,6 +301,7 @@ EXPERIMENT = Experiment(
     name="cluster",
     needs=("rows",),
     after=(),
+    cost=60.0,
     settings=Settings,
     run=run,
     tables=("cluster", "cluster_summary", "cluster_agreement", "cluster_distances"),

@@ -207,6 +207,10 @@ class Experiment:
     #: recipe) to its ``rows`` (:attr:`HeadRows.identity`): hashed only for the experiments
     #: that need it (the predictor, which recognises its training models by content).
     identifies: bool = False
+    #: Seconds one unit takes at the demo scale on SmolLM2 (2-core CPU), as measured: a
+    #: hint only, by which the executors start the longest units first, so that no worker is
+    #: left with a long unit while the others have nothing to do (0: a short one).
+    cost: float = 0.0
     #: How the report and a result object show the experiment (:class:`View`).
     view: View | None = None
     #: How ``attncoda <name>`` takes its sources and what it prints (:class:`Command`).

@@ -364,6 +364,7 @@ EXPERIMENT = Experiment(
     name="flips",
     needs=("rows",),
     after=(),
+    cost=55.0,
     settings=Settings,
     run=run,
     tables=("flips", "flips_by_layer"),

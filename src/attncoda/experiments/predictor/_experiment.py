@@ -350,6 +350,7 @@ EXPERIMENT = Experiment(
     name="predictor",
     needs=("rows",),
     after=("flips",),
+    cost=6.0,
     settings=Settings,
     run=run,
     tables=("predictor",),

@@ -133,6 +133,7 @@ EXPERIMENT = Experiment(
     name="profile",
     needs=("capture",),
     after=(),
+    cost=8.0,
     settings=Settings,
     run=run,
     tables=("profile_heads",),

@@ -125,6 +125,7 @@ EXPERIMENT = Experiment(
     name="prune",
     needs=("model", "windows", "capture"),
     after=(),
+    cost=80.0,
     settings=Settings,
     run=run,
     tables=("prune", "prune_heads"),

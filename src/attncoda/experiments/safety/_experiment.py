@@ -319,6 +319,7 @@ EXPERIMENT = Experiment(
     name="safety",
     needs=("rows",),
     after=("flips",),
+    cost=5.0,
     settings=Settings,
     run=run,
     tables=("safety", "safety_grid"),

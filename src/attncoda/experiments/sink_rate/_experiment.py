@@ -208,6 +208,7 @@ EXPERIMENT = Experiment(
     name="sink_rate",
     needs=("rows",),
     after=(),
+    cost=3.0,
     settings=Settings,
     run=run,
     tables=("sink_rate", "sink_rate_heads"),
