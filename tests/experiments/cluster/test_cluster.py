@@ -387,3 +387,22 @@ def test_the_distance_table_refuses_a_matrix_its_pairs_cannot_hold() -> None:
         AttncodaError, match=r"the keep distances of 'm' must be a \(head, head\) matrix; got"
     ):
         distance_table("m", {"keep": square[:2]})
+
+
+def test_the_distances_report_their_documents_inside_a_shown_block(
+    random_rows: HeadRows, monkeypatch, capsys
+) -> None:
+    # cluster runs for minutes on a large model: inside a run that shows progress it says
+    # how many documents' distances are done; outside one it says nothing.
+    from attncoda import _progress
+    from attncoda._progress import shown
+
+    monkeypatch.setattr(_progress, "EVERY", 0.0)
+    cluster(random_rows, seed=0)
+    assert "head distances" not in capsys.readouterr().err
+    with shown():
+        cluster(random_rows, seed=0)
+    n = len(random_rows.docs)
+    assert f"cluster {random_rows.model}: head distances: {n}/{n} doc, done" in (
+        capsys.readouterr().err
+    )

@@ -58,6 +58,7 @@ from itertools import combinations
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda._progress import steps
 from attncoda.experiments.cluster._distances import (
     SMOOTHING,
     VARIANT_TITLES,
@@ -181,7 +182,13 @@ def cluster(
     sink_sq = np.zeros((heads, heads))
     total_sq = np.zeros((heads, heads))
     n_rows = n_docs_used = 0
-    for i, doc in enumerate(head_rows.docs):
+    documents = steps(
+        enumerate(head_rows.docs),
+        desc=f"cluster {model}: head distances",
+        unit="doc",
+        total=len(head_rows.docs),
+    )
+    for i, doc in documents:
         used = used_row_mask(doc, i, model)
         if not used.any():
             continue
@@ -301,7 +308,7 @@ EXPERIMENT = Experiment(
     name="cluster",
     needs=("rows",),
     after=(),
-    cost=60.0,
+    cost=85.0,
     settings=Settings,
     run=run,
     tables=("cluster", "cluster_summary", "cluster_agreement", "cluster_distances"),
