@@ -86,3 +86,18 @@ def test_the_flip_count_reports_its_blocks_inside_a_shown_block(every, monkeypat
     with shown():
         count_rows(x, y, np.zeros(4), np.zeros(4))
     assert "flips: 4 pairs: 1/1 block, done" in capsys.readouterr().err
+
+
+def test_what_a_process_does_between_steps_runs_after_every_step_shown_or_not(monkeypatch):
+    # The pool's workers follow their share of the cores there, shown progress or not.
+    calls = []
+    monkeypatch.setattr(_progress, "_BETWEEN", [])
+    _progress.between_steps(lambda: calls.append(len(calls)))
+    assert list(steps(range(3), desc="quiet", unit="step", force=False)) == [0, 1, 2]
+    assert len(calls) == 3
+    out = io.StringIO()
+    assert list(steps(range(2), desc="shown", unit="step", force=True, stream=out)) == [0, 1]
+    assert len(calls) == 5
+    meter = Meter(desc="train", unit="step", total=4, enabled=False)
+    meter.update(1)
+    assert len(calls) == 6

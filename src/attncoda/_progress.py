@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-__all__ = ["EVERY", "Meter", "shown", "showing", "steps"]
+__all__ = ["EVERY", "Meter", "between_steps", "shown", "showing", "steps"]
 
 _T = TypeVar("_T")
 
@@ -27,6 +27,22 @@ _SHOWN: ContextVar[bool] = ContextVar("attncoda_progress", default=False)
 
 #: Seconds between two lines of progress when stderr is not a terminal.
 EVERY = 10.0
+
+#: What this process does between two steps of long work (:func:`between_steps`).
+_BETWEEN: list[Any] = []
+
+
+def between_steps(callback: Any) -> None:
+    """Call ``callback()`` after every step of :func:`steps` and every
+    :meth:`Meter.update` in this process, shown or not: a worker of the local pool follows
+    its share of the cores there, in the thread that computes
+    (:mod:`attncoda.run.pool`)."""
+    _BETWEEN.append(callback)
+
+
+def _stepped() -> None:
+    for callback in _BETWEEN:
+        callback()
 
 
 @contextmanager
@@ -77,6 +93,7 @@ class Meter:
 
     def update(self, done: int, postfix: str = "") -> None:
         """``done`` steps are done (a running figure, such as the loss, in ``postfix``)."""
+        _stepped()
         if not self.enabled:
             return
         step, self.done, self.postfix = done - self.done, done, postfix
@@ -151,7 +168,9 @@ def steps(
     """
     enabled = showing() if force is None else force
     if not enabled:
-        yield from iterable
+        for item in iterable:
+            yield item
+            _stepped()
         return
     if total is None and hasattr(iterable, "__len__"):
         total = len(iterable)  # type: ignore[arg-type]

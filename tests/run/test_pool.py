@@ -10,7 +10,7 @@ import pytest
 from attncoda import AttncodaError
 from attncoda.run.job import Job
 from attncoda.run.plan import Plan
-from attncoda.run.pool import LocalPool, Schedule
+from attncoda.run.pool import LocalPool, Schedule, shares
 from attncoda.store.runs import Unit
 from tiny_runs import TINY_SETTINGS, assert_same_tables, run_tables
 
@@ -97,6 +97,19 @@ def test_the_longest_unit_starts_first_and_a_worker_keeps_its_model(monkeypatch)
     schedule.finish(1)
     schedule.finish(0)
     assert schedule.over
+
+
+def test_the_running_workers_share_the_cores_of_the_idle_ones():
+    unit = Unit("prune", "gemma3", "-")
+    # 2 workers on 2 cores: one core each, both cores for the last unit running
+    assert shares({0: unit, 1: unit}, 2, 2) == {0: 1, 1: 1}
+    assert shares({1: unit}, 2, 2) == {0: 1, 1: 2}
+    assert shares({}, 2, 2) == {0: 1, 1: 1}
+    # 3 workers on 8 cores: 2 each; two running share the 8 (4 each), one takes all 8
+    assert shares({0: unit, 2: unit}, 3, 8) == {0: 4, 1: 2, 2: 4}
+    assert shares({1: unit}, 3, 8) == {0: 2, 1: 8, 2: 2}
+    # more workers than cores: never fewer than one thread
+    assert shares({0: unit, 1: unit, 2: unit}, 3, 2) == {0: 1, 1: 1, 2: 1}
 
 
 def test_a_unit_waits_for_the_units_it_runs_after_and_fails_with_them():

@@ -7,7 +7,12 @@ a unit cannot tell where it runs. Each worker is a process of its own (started w
 keeps the model it last loaded (the runner's per-process cache), so a model is loaded
 once per worker, not once per unit. Its threads (torch's and numpy's BLAS) are
 ``cores() // workers``: a unit computes there exactly as in one process with as many
-threads.
+threads. When fewer units are running than there are workers (the others have nothing
+ready), the running ones take the idle cores too (:func:`shares`), from their next step of
+long work on (:func:`attncoda._progress.between_steps`): the last long unit of a run
+(Gemma 3's prune in the demo) does not run on one core while the other sits idle. A thread
+count changes no value the tables hold: the test of the pool compares its tables with one
+process's.
 
 :class:`Schedule` chooses what each idle worker runs next, in plan order:
 
@@ -37,7 +42,7 @@ from attncoda.run.job import Job, Progress, describe, failed_before
 from attncoda.run.plan import TRAIN, unit_cost
 from attncoda.store.runs import Unit
 
-__all__ = ["LocalPool", "Schedule", "available_memory", "cores"]
+__all__ = ["LocalPool", "Schedule", "available_memory", "cores", "shares"]
 
 
 def cores() -> int:
@@ -161,10 +166,20 @@ class Schedule:
         return not self.pending and not self.running
 
 
+def shares(running: Any, workers: int, total: int) -> dict[int, int]:
+    """The torch threads of each worker: its share of the ``total`` cores, ``total //
+    workers``; when fewer workers are busy than there are (the rest have nothing ready), the
+    busy ones share the idle ones' cores, so the last long unit of a run uses them all."""
+    base = max(1, total // workers)
+    each = max(base, total // max(1, len(running)))
+    return {w: each if w in running else base for w in range(workers)}
+
+
 def _worker(
-    index: int, threads: int, tasks: Any, results: Any, shown_progress: bool
+    index: int, threads: int, tasks: Any, results: Any, shown_progress: bool, allowed: Any
 ) -> None:  # pragma: no cover - runs in a child process
-    """A worker: run the units sent on ``tasks`` until ``None``, one result each."""
+    """A worker: run the units sent on ``tasks`` until ``None``, one result each; between two
+    steps of long work it follows its share of the cores (``allowed[index]``, :func:`shares`)."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = str(threads)
     import torch
@@ -173,12 +188,24 @@ def _worker(
     try:  # numpy's BLAS was loaded before the variables above were set: limit it too
         from threadpoolctl import threadpool_limits
     except ImportError:
-        pass
-    else:
+        threadpool_limits = None
+    if threadpool_limits is not None:
         threadpool_limits(threads)
-    from attncoda._progress import shown
+    from attncoda._progress import between_steps, shown
     from attncoda.run.execute import run_unit
     from attncoda.run.loaded import clear_cache
+
+    current = [threads]
+
+    def follow() -> None:
+        want = int(allowed[index])
+        if want != current[0]:
+            torch.set_num_threads(want)
+            if threadpool_limits is not None:
+                threadpool_limits(want)
+            current[0] = want
+
+    between_steps(follow)
 
     held = None
     while True:
@@ -190,6 +217,7 @@ def _worker(
             clear_cache()  # one model per worker: the last one goes before the next loads
         held = spec if spec is not None else held
         start = time.perf_counter()
+        follow()
         try:
             with shown(shown_progress):
                 facts = run_unit(unit, config, root, command)
@@ -263,10 +291,11 @@ class LocalPool:
         context = multiprocessing.get_context("spawn")
         results = context.Queue()
         tasks = [context.Queue() for _ in range(n)]
+        allowed = context.Array("i", [threads] * n, lock=False)
         procs = [
             context.Process(
                 target=_worker,
-                args=(i, threads, tasks[i], results, log.enabled),
+                args=(i, threads, tasks[i], results, log.enabled, allowed),
                 daemon=True,
             )
             for i in range(n)
@@ -290,6 +319,8 @@ class LocalPool:
                     break
                 if not schedule.running:
                     raise AttncodaError("the pool has units left but none can start")
+                for worker, share in shares(schedule.running, n, cores()).items():
+                    allowed[worker] = share
                 try:
                     worker, kind, payload, extra = results.get(timeout=5)
                 except queue.Empty:
