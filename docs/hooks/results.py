@@ -281,11 +281,12 @@ def _prune_cell() -> str:
         for o in ("high", "low")
     )
     row = prune_row("smollm2", worst[1], worst[2], k)
+    tokens = manifest()["config"]["settings"]["prune"]["max_tokens"]
     return (
         f"SmolLM2, k = {k} of 270 heads: worst {_ratio('smollm2', worst[1], worst[2], k)} "
         f"({worst[1]}, {worst[2]}est first), best {_ratio('smollm2', best[1], best[2], k)} "
         f"({best[1]}, {best[2]}est first); 95% intervals: {row['ci_method']} over "
-        f"{int(row['n_windows'])} windows"
+        f"{int(row['n_windows'])} windows of {tokens} tokens"
     )
 
 

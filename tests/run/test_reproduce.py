@@ -201,7 +201,10 @@ def test_the_scales_are_overrides_of_the_settings_defaults():
 
     demo = run_config(["x"])
     assert demo["settings"]["flips"]["n_boot"] == FlipsSettings().n_boot == 200
-    assert demo["settings"]["prune"]["ks"] == list(PruneSettings().ks) == [4, 16, 64]
+    assert PruneSettings().ks == (4, 16, 64) and PruneSettings().max_tokens == 128
+    # the demo prunes at two head counts over windows of 64 tokens: minutes, not ten
+    assert demo["settings"]["prune"]["ks"] == [16, 64]
+    assert demo["settings"]["prune"]["max_tokens"] == 64
     # 16 held-out windows: each perplexity ratio gets its paired interval (10 at least)
     assert demo["settings"]["prune"]["eval_docs"] == PruneSettings().eval_docs == 16
     # 16 windows: flips' interval needs 10 documents, and the predictor's protocol reads 16
@@ -211,6 +214,7 @@ def test_the_scales_are_overrides_of_the_settings_defaults():
     assert full["settings"]["flips"]["n_boot"] == 7  # a setting given wins over the scale
     assert full["settings"]["profile"]["docs"] == 32
     assert full["settings"]["prune"]["ks"] == [1, 2, 4, 8, 16, 32, 64]
+    assert full["settings"]["prune"]["max_tokens"] == 128
     # an experiment that needs no rows records none
     assert run_config(["x"], experiments=["profile"])["rows"] is None
 
