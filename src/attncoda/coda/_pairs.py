@@ -108,8 +108,8 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
     pair's sum over its rows is the same whatever the slab. numpy releases the GIL in its
     elementwise loops, so for numpy input the blocks run on a few threads (one per core, at
     most 4); the per-pair sums are still added in block order, so the result does not depend
-    on the thread count. Other namespaces (torch) use their
-    own intra-op threads, with larger blocks off the host, and run the blocks in order.
+    on the thread count. Other namespaces (torch) use their own intra-op threads, with
+    larger blocks off the host, and run the blocks in order.
     """
     heads, rows, keys = p.shape
     item = p.dtype.itemsize

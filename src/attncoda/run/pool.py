@@ -199,7 +199,8 @@ def _worker(
 
     def follow() -> None:
         want = int(allowed[index])
-        if want != current[0]:
+        # A unit that set its own thread count (a pinned block) keeps it.
+        if want != current[0] and torch.get_num_threads() == current[0]:
             torch.set_num_threads(want)
             if threadpool_limits is not None:
                 threadpool_limits(want)
