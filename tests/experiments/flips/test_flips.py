@@ -548,3 +548,18 @@ def test_flip_rate_bars_errors(synthetic):
         flip_rate_figure(result.table.drop(columns="ci_low"))
     with pytest.raises(AttncodaError, match=re.escape("the flips table has no rows to plot")):
         flip_rate_figure(result.table.iloc[:0])
+
+
+def test_flips_reports_its_metrics_inside_a_shown_block(monkeypatch, capsys):
+    # The flips unit runs for most of a minute on SmolLM2, its head distances in no loop of
+    # their own long enough to report: inside a run that shows progress it counts metrics.
+    from attncoda import _progress
+    from attncoda._progress import shown
+
+    monkeypatch.setattr(_progress, "EVERY", 0.0)
+    head_rows = random_head_rows()
+    with shown():
+        flips(head_rows, metrics=("jsd", "cosine"), n_boot=5, seed=0)
+    err = capsys.readouterr().err
+    assert f"flips {head_rows.model}: metrics: 1/2 metric" in err
+    assert f"flips {head_rows.model}: metrics: 2/2 metric, done" in err

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attncoda._errors import AttncodaError
+from attncoda._progress import steps
 from attncoda.experiments.contract import (
     BOOTSTRAP_DOCUMENTS,
     DEFAULT_TOL,
@@ -257,7 +258,7 @@ def flips(
     weights: np.ndarray | None = None
     n_docs = n_rows = 0
     note = ""
-    for metric in metrics:
+    for metric in steps(metrics, desc=f"flips {head_rows.model}: metrics", unit="metric"):
         keep = document_sums(head_rows, metric, "keep", device=on)
         drop = document_sums(head_rows, metric, "drop", device=on)
         if weights is None:
