@@ -392,7 +392,7 @@ def test_the_distance_table_refuses_a_matrix_its_pairs_cannot_hold() -> None:
 def test_the_distances_report_their_documents_inside_a_shown_block(
     random_rows: HeadRows, monkeypatch, capsys
 ) -> None:
-    # cluster runs for minutes on a large model: inside a run that shows progress it says
+    # cluster runs for a minute or more on SmolLM2: inside a run that shows progress it says
     # how many documents' distances are done; outside one it says nothing.
     from attncoda import _progress
     from attncoda._progress import shown
