@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -29,10 +29,10 @@ _SHOWN: ContextVar[bool] = ContextVar("attncoda_progress", default=False)
 EVERY = 10.0
 
 #: What this process does between two steps of long work (:func:`between_steps`).
-_BETWEEN: list[Any] = []
+_BETWEEN: list[Callable[[], None]] = []
 
 
-def between_steps(callback: Any) -> None:
+def between_steps(callback: Callable[[], None]) -> None:
     """Call ``callback()`` after every step of :func:`steps` and every
     :meth:`Meter.update` in this process, shown or not: a worker of the local pool follows
     its share of the cores there, in the thread that computes

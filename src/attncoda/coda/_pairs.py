@@ -115,13 +115,13 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
     item = p.dtype.itemsize
     device = array_api_compat.device(p)
     tiny = float(xp.finfo(p.dtype).smallest_normal)
-    on_host = array_api_compat.is_numpy_namespace(xp) or str(device) == "cpu"
+    host_numpy = array_api_compat.is_numpy_namespace(xp)
+    on_host = host_numpy or str(device) == "cpu"
     budget = _PAIR_BYTES if on_host else _DEVICE_BYTES
     slab = _SLAB_BYTES if on_host else _DEVICE_BYTES
     pr_all = xp.permute_dims(p, (1, 0, 2))  # rows heads keys
     hr_all = xp.permute_dims(h, (1, 0))  # rows heads
 
-    host_numpy = array_api_compat.is_numpy_namespace(xp)
     local = threading.local()
 
     def scratch(shape: tuple[int, ...], slot: int) -> Any:
@@ -172,7 +172,7 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
         ]
     workers = min(4, os.cpu_count() or 1)
     with _one_blas_thread(xp):
-        if array_api_compat.is_numpy_namespace(xp) and workers > 1 and len(tasks) > 1:
+        if host_numpy and workers > 1 and len(tasks) > 1:
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 blocks = list(pool.map(block, tasks))
         else:

@@ -288,7 +288,8 @@ class LocalPool:
             self.peak_of or peak_bytes,
             available_memory() if self.budget is None else self.budget,
         )
-        threads = max(1, cores() // n)
+        total = cores()
+        threads = max(1, total // n)
         context = multiprocessing.get_context("spawn")
         results = context.Queue()
         tasks = [context.Queue() for _ in range(n)]
@@ -320,7 +321,7 @@ class LocalPool:
                     break
                 if not schedule.running:
                     raise AttncodaError("the pool has units left but none can start")
-                for worker, share in shares(schedule.running, n, cores()).items():
+                for worker, share in shares(schedule.running, n, total).items():
                     allowed[worker] = share
                 try:
                     worker, kind, payload, extra = results.get(timeout=5)

@@ -32,6 +32,7 @@ __all__ = ["TASK_CPUS", "connect", "run_on_ray", "task_gpus"]
 #: CPUs each Ray task asks for (and torch threads it runs with).
 TASK_CPUS = 1
 
+
 def _unit_task(
     unit: Unit, config: dict[str, Any], root: str, command: str, *after: Any
 ) -> dict[str, Any]:
