@@ -196,7 +196,7 @@ BAD_CALLS = [
     ),
     (
         "ac.flips('minilm', method='fast', kernel='cuda', out=OUT)",
-        "unknown kernel 'cuda': use one of auto, triton, sdpa",
+        "unknown kernel 'cuda': use one of auto, triton, cpp, sdpa",
     ),
 ]
 

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from attncoda import AttncodaError
+from attncoda.capture.kernels import registry
 from attncoda.capture.options import CaptureOptions
 from attncoda.cli import main
 from attncoda.run.reproduce import run_experiment
@@ -88,7 +89,8 @@ def test_collapse_captures_each_checkpoint_by_the_runs_method(tmp_path):
             progress=False,
         )
         checkpoints[method] = pd.read_parquet(out / "tables" / "collapse_checkpoints.parquet")
-        kernel = None if method == "exact" else "sdpa"  # the fast path's kernel on a CPU
+        # The fast path's kernel on a CPU: cpp where it can be built, else sdpa.
+        kernel = None if method == "exact" else registry.resolve_kernel("auto", "cpu")
         facts = _facts(out, "collapse")
         assert [f["captured"] for f in facts] == [
             {"windows": 2, "method": method, "kernel": kernel}

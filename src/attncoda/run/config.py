@@ -18,7 +18,7 @@ A run config is a JSON-able dict. Its keys:
   whose last checkpoints the run applies it (:func:`attncoda.run.train.unseen_points`);
 - ``attentions``: given attention files read instead of models, or ``None``;
 - ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast
-  path's, resolved: ``triton`` or ``sdpa``) for ``method="fast"`` only;
+  path's, resolved: ``triton``, ``cpp`` or ``sdpa``) for ``method="fast"`` only;
 - ``device_map`` (a strategy such as ``"auto"``, or ``{module: device}``) and
   ``max_memory`` (``{device: size}``, keys as text) only when a device map places the
   models (docs/design.md, "Models over several devices"); ``offload_folder`` (absolute)

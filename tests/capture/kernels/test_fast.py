@@ -81,6 +81,20 @@ def sink_at(b, length, positions):
     return sink
 
 
+@pytest.fixture(params=["sdpa", "cpp"])
+def content(request):
+    """The content pass of each CPU kernel: None (the ``sdpa`` kernel's two calls) or the
+    ``cpp`` kernel's one pass over ``[V | K]``."""
+    if request.param == "sdpa":
+        return None
+    from attncoda.capture.kernels import _cpp, cpp
+
+    why = cpp.prerequisites()
+    if why is not None:
+        pytest.skip(f"the cpp kernel: {why}")
+    return _cpp.content_pass
+
+
 CAUSAL = lambda b, n: torch.ones(n, n, dtype=torch.bool).tril()[None, None].expand(b, 1, n, n)  # noqa: E731
 
 
@@ -94,7 +108,7 @@ CAUSAL = lambda b, n: torch.ones(n, n, dtype=torch.bool).tril()[None, None].expa
         ("bidirectional", (3,), False, False),
     ],
 )
-def test_fast_statistics_equal_the_float64_definition(name, sinks, causal, explicit):
+def test_fast_statistics_equal_the_float64_definition(name, sinks, causal, explicit, content):
     q, k, v = inputs()
     b, length = q.shape[0], q.shape[2]
     sink = sink_at(b, length, sinks)
@@ -108,6 +122,7 @@ def test_fast_statistics_equal_the_float64_definition(name, sinks, causal, expli
         visible=visible if explicit else None,
         causal=causal and not explicit,
         block_size=16,
+        content_pass=content,
     )
     ref_out, ref = definition(q, k, v, 0.25, sink, visible)
     assert set(stats) == set(FAST_STATISTICS)
@@ -119,7 +134,7 @@ def test_fast_statistics_equal_the_float64_definition(name, sinks, causal, expli
     np.testing.assert_allclose(out.numpy(), ref_out.float().numpy(), atol=1e-5)
 
 
-def test_fast_statistics_under_an_arbitrary_mask_with_rows_without_content_or_sink():
+def test_fast_statistics_under_an_arbitrary_mask_with_rows_without_content_or_sink(content):
     q, k, v = inputs(length=24)
     b, length = q.shape[0], q.shape[2]
     generator = torch.Generator().manual_seed(3)
@@ -129,7 +144,9 @@ def test_fast_statistics_under_an_arbitrary_mask_with_rows_without_content_or_si
     visible[0, 0, 7, 0] = True  # sink only: m = 0
     visible[1, 0, 9, 0] = False  # no visible sink: k = 0
     sink = sink_at(b, length, (0,))
-    out, stats = sdpa_attention(q, k, v, scaling=0.25, sink=sink, visible=visible, block_size=5)
+    out, stats = sdpa_attention(
+        q, k, v, scaling=0.25, sink=sink, visible=visible, block_size=5, content_pass=content
+    )
     ref_out, ref = definition(q, k, v, 0.25, sink, visible)
     for key in FLOATS:
         got = stats[key].numpy()
@@ -141,13 +158,15 @@ def test_fast_statistics_under_an_arbitrary_mask_with_rows_without_content_or_si
     np.testing.assert_allclose(out.numpy(), ref_out.float().numpy(), atol=1e-5)
 
 
-def test_fast_statistics_under_a_sliding_window():
+def test_fast_statistics_under_a_sliding_window(content):
     # Blocks send only the keys their queries see as content (the window) to the kernel.
     q, k, v = inputs(length=48)
     b, length = q.shape[0], q.shape[2]
     window = CAUSAL(b, length) & ~torch.ones(length, length, dtype=torch.bool).tril(-7)
     sink = sink_at(b, length, (0,))
-    out, stats = sdpa_attention(q, k, v, scaling=0.25, sink=sink, visible=window, block_size=8)
+    out, stats = sdpa_attention(
+        q, k, v, scaling=0.25, sink=sink, visible=window, block_size=8, content_pass=content
+    )
     ref_out, ref = definition(q, k, v, 0.25, sink, window)
     for key in FLOATS:
         np.testing.assert_allclose(stats[key].numpy(), ref[key].numpy(), atol=1e-5, err_msg=key)
@@ -170,7 +189,7 @@ def test_masks_are_read_in_chunks():
 
 
 @pytest.mark.parametrize("gap", [2.0, 8.0, 14.0, 20.0, 30.0])
-def test_content_entropy_bound_does_not_grow_as_the_sink_mass_goes_to_one(gap):
+def test_content_entropy_bound_does_not_grow_as_the_sink_mass_goes_to_one(gap, content):
     # The sink logit sits ``gap`` above the content logits, so 1 - s ~ n e^-gap reaches
     # 1e-11. H(q) is read from the content keys' own log-sum-exp, never divided by 1 - s,
     # so it stays within the same 1e-5 nats of the float64 definition for every s; a
@@ -186,7 +205,7 @@ def test_content_entropy_bound_does_not_grow_as_the_sink_mass_goes_to_one(gap):
     k[:, :, 0] = 0.0
     k[:, :, 0, 0] = gap
     sink = sink_at(b, length, (0,))
-    _, stats = sdpa_attention(q, k, v, scaling=1.0, sink=sink, causal=True)
+    _, stats = sdpa_attention(q, k, v, scaling=1.0, sink=sink, causal=True, content_pass=content)
     _, ref = definition(q, k, v, 1.0, sink, CAUSAL(b, length))
     has = ref["n_keys"] > 1
     s = ref["sink_mass"][has]
@@ -259,8 +278,8 @@ def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch)
 
     model = _tiny("gemma3")  # sliding-window and full layers: two mask kinds
     seen: list[torch.dtype | None] = []
-    sdpa = registry.lookup("sdpa")
-    inner = sdpa.record_layer
+    chosen = registry.lookup(registry.resolve_kernel("auto", "cpu"))  # cpp, else sdpa
+    inner = chosen.record_layer
 
     def spy(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
         seen.append(None if attention_mask is None else attention_mask.dtype)
@@ -268,7 +287,7 @@ def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch)
             recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, auto=auto
         )
 
-    monkeypatch.setattr(sdpa, "record_layer", spy)
+    monkeypatch.setattr(chosen, "record_layer", spy)
     before = model.config._attn_implementation
     capture_windows(model, [[5, 6, 7, 8, 9, 10], [11, 12, 13]], method="fast")
     assert len(seen) == model.config.num_hidden_layers and set(seen) == {torch.bool}

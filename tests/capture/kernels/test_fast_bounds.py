@@ -22,9 +22,11 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import MissingWheelError  # noqa: E402
 from attncoda.capture import capture  # noqa: E402
-from attncoda.capture.kernels import (  # noqa: E402
+from attncoda.capture.kernels import (  # noqa: E402  # noqa: E402
     FLOAT64_ROUNDOFF,
     UNIT_ROUNDOFF,
+    _cpp,
+    cpp,
     difference_bounds,
     exact_bounds,
     fast_bounds,
@@ -47,11 +49,12 @@ LAYERS = {"smollm2": 3, "gemma3": 2}
 RANDOM_INPUTS = 6
 
 
-def paired(model, ids, head_dim):
-    """``(exact capture, per-layer fast statistics, per-layer A)`` of one forward."""
+def paired(model, ids, head_dim, kernel="sdpa"):
+    """``(exact capture, per-layer fast statistics, per-layer A)`` of one forward, the fast
+    statistics from ``kernel``."""
     fast, scales = [], []
-    sdpa = registry.lookup("sdpa")
-    inner = sdpa.record_layer
+    chosen = registry.lookup(kernel)
+    inner = chosen.record_layer
 
     def both(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
         out = inner(
@@ -63,8 +66,8 @@ def paired(model, ids, head_dim):
         return None  # the exact path now runs on the same tensors; its output goes on
 
     with pytest.MonkeyPatch.context() as patch, torch.inference_mode():
-        patch.setattr(sdpa, "record_layer", both)
-        cap = capture(model, ids, record_rows="none", method="fast")
+        patch.setattr(chosen, "record_layer", both)
+        cap = capture(model, ids, record_rows="none", method="fast", kernel=kernel)
     assert len(fast) == model.config.num_hidden_layers
     return cap, fast, scales
 
@@ -136,15 +139,20 @@ def truncated(request):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["cpp", "sdpa"])
 @pytest.mark.parametrize(("length", "n_random"), [(1024, RANDOM_INPUTS), (4096, 2)])
-def test_the_fast_path_is_within_its_derived_bound_on_every_row(truncated, length, n_random):
+def test_the_fast_path_is_within_its_derived_bound_on_every_row(
+    truncated, length, n_random, kernel
+):
     # The corpus window and random-token documents in one batch; every row of every head of
     # every kept layer is checked against its own bound.
     name, model, tokenizer = truncated
     corpus, random = _inputs(model, tokenizer, length, n_random, seed=length)
     ids = np.concatenate([corpus, random])
     head_dim = model.config.head_dim
-    cap, fast, scales = paired(model, ids, head_dim)
+    if kernel == "cpp" and cpp.prerequisites() is not None:
+        pytest.skip(f"the cpp kernel: {cpp.prerequisites()}")
+    cap, fast, scales = paired(model, ids, head_dim, kernel)
     found = worst(cap, fast, scales, head_dim)
     for quantity, (ratio, err, layer, (doc, head, query)) in found.items():
         assert ratio <= 1.0, (name, quantity, err, layer, doc, head, query)
@@ -210,6 +218,12 @@ def test_each_path_is_within_its_own_bound_of_exact_arithmetic(gap, size):
     sink = torch.zeros(b, length, dtype=torch.bool)
     sink[:, 0] = True
     _, fast = sdpa_attention(q, k, v, scaling=scaling, sink=sink, causal=True)
+    paths = [("fast", fast, fast_bounds)]
+    if cpp.prerequisites() is None:  # the cpp kernel's pass, under the same bound
+        _, fused = sdpa_attention(
+            q, k, v, scaling=scaling, sink=sink, causal=True, content_pass=_cpp.content_pass
+        )
+        paths.append(("cpp", fused, fast_bounds))
     exact = exact_path(q, k, scaling, [0])
     ref = definition(torch.matmul(q.double(), k.double().transpose(-1, -2)) * scaling, sink[0])
     drivers = {
@@ -219,10 +233,8 @@ def test_each_path_is_within_its_own_bound_of_exact_arithmetic(gap, size):
         **{name: ref[name].numpy() for name in QUANTITIES},
     }
     has = (fast["n_keys"] > 1).numpy()
-    for label, stats, bound in (
-        ("fast", fast, fast_bounds(**drivers)),
-        ("exact", exact, exact_bounds(**drivers)),
-    ):
+    for label, stats, bounds in (*paths, ("exact", exact, exact_bounds)):
+        bound = bounds(**drivers)
         for name in QUANTITIES:
             err = np.abs(stats[name].numpy() - ref[name].numpy())[has]
             # The float64 reference rounds too: as the path's own float64 steps, at most.

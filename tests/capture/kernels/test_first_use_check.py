@@ -33,8 +33,10 @@ FLOATS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sin
 @pytest.fixture
 def auto_on_the_cpu(interpreter, monkeypatch):
     """``auto`` takes (and checks) the fused kernel on the CPU, interpreted; a fresh record
-    of checked configurations."""
+    of checked configurations. The CPU stands in for CUDA, so the chain after ``triton`` is
+    CUDA's: the ``cpp`` kernel, which serves the CPU only, is taken out of it."""
     monkeypatch.setattr(registry.lookup("triton"), "auto_devices", ("cuda", "cpu"))
+    monkeypatch.setattr(registry.lookup("cpp"), "dtypes", {})
     monkeypatch.setattr(_check, "_CHECKED", {})
 
 

@@ -1,8 +1,8 @@
 """The kernel registry (capture/kernels/registry.py): what each kernel declares, which one
 ``auto`` takes, the one dtype rule, and the chain a routed layer goes down. The kernels
 themselves are faked here: what is tested is the choice, against the behaviour the fast
-path has had (triton on CUDA under ``auto``, sdpa otherwise; the exact path for what
-neither covers)."""
+path has had (triton on CUDA under ``auto``, cpp on the CPU where it can be built, sdpa
+otherwise; the exact path for what none covers)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,22 @@ from types import SimpleNamespace
 import pytest
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.kernels import _triton_jit, registry
+from attncoda.capture.kernels import _triton_jit, cpp, registry
 
 
 def test_a_kernel_is_named_as_its_module_and_the_choices_follow_the_registry():
-    assert registry.NAMES == ("triton", "sdpa")  # auto's order of preference
-    assert registry.KERNELS == ("auto", "triton", "sdpa")
+    assert registry.NAMES == ("triton", "cpp", "sdpa")  # auto's order of preference
+    assert registry.KERNELS == ("auto", "triton", "cpp", "sdpa")
     for kernel in registry.ORDER:
         assert type(kernel).__module__ == f"attncoda.capture.kernels.{kernel.name}"
         assert registry.lookup(kernel.name) is kernel
     assert registry.PORTABLE == "sdpa"  # runs everywhere: recorded passes take it
-    with pytest.raises(AttncodaError, match=r"^unknown kernel 'cuda': use one of triton, sdpa$"):
+    unknown = r"^unknown kernel 'cuda': use one of triton, cpp, sdpa$"
+    with pytest.raises(AttncodaError, match=unknown):
         registry.lookup("cuda")
-    # The command line's help, as it read when it was written by hand.
-    assert registry.describe() == "auto (triton on cuda, else sdpa), triton or sdpa"
+    assert registry.describe() == (
+        "auto (triton on cuda, else cpp on cpu, else sdpa), triton, cpp or sdpa"
+    )
 
 
 def test_the_registry_and_the_command_line_import_no_torch():
@@ -50,7 +52,10 @@ def test_the_registry_and_the_command_line_import_no_torch():
 def test_auto_takes_triton_on_cuda_only_when_it_imports(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(_triton_jit, "triton_available", lambda: True)
+    monkeypatch.setattr(cpp, "prerequisites", lambda: None)
     assert registry.resolve_kernel("auto", "cuda") == "triton"
+    assert registry.resolve_kernel("auto", "cpu") == "cpp"
+    monkeypatch.setattr(cpp, "prerequisites", lambda: "no C++ compiler was found")
     assert registry.resolve_kernel("auto", "cpu") == "sdpa"
     assert registry.resolve_kernel("auto", "mps") == "sdpa"  # its op fails when it runs
     assert registry.resolve_kernel("sdpa", "cuda") == "sdpa"
@@ -111,6 +116,7 @@ def fakes(monkeypatch):
     declining: set[str] = set()
     monkeypatch.setattr(_triton_jit, "triton_available", lambda: True)
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # triton asked for on the cpu too
+    monkeypatch.setattr(cpp, "prerequisites", lambda: None)  # cpp can be built
     for kernel in registry.ORDER:
 
         def record(*args, auto, _name=kernel.name):
@@ -134,18 +140,31 @@ def _record(kernel, layer):
 def test_a_layer_goes_down_the_chain_from_the_chosen_kernel(fakes):
     assert _record("auto", _Layer()) == ("triton", "triton")
     assert fakes.calls == [("triton", True)]
-    assert _record("auto", _Layer("cpu")) == ("sdpa", "sdpa")
+    assert _record("auto", _Layer("cpu")) == ("cpp", "cpp")
     assert _record(None, _Layer()) == ("sdpa", "sdpa")  # a recorded pass: the portable one
+    assert _record(None, _Layer("cpu")) == ("sdpa", "sdpa")
     fakes.calls.clear()
     fakes.declining.add("triton")  # a mask it cannot describe, a failed first-use check
-    assert _record("triton", _Layer()) == ("sdpa", "sdpa")
-    assert fakes.calls == [("triton", False), ("sdpa", False)]
+    assert _record("triton", _Layer()) == ("sdpa", "sdpa")  # cpp takes no cuda tensors
+    assert _record("triton", _Layer("cpu")) == ("cpp", "cpp")
+    fakes.declining.add("cpp")  # its library failed to build
+    assert _record("cpp", _Layer("cpu")) == ("sdpa", "sdpa")
+    assert fakes.calls == [
+        ("triton", False), ("sdpa", False), ("triton", False), ("cpp", False), ("cpp", False),
+        ("sdpa", False),
+    ]  # fmt: skip
+    assert fakes.notes == [("cpp", "cuda tensors")]
     # What sdpa does not model takes the exact path, without a call or a word from sdpa.
     fakes.calls.clear()
+    fakes.notes.clear()
     assert _record("auto", _Layer(softcap=30.0)) == (None, "exact")
     assert _record("sdpa", _Layer(s_aux=[0.5])) == (None, "exact")
+    assert _record("cpp", _Layer("cpu", softcap=30.0)) == (None, "exact")
     assert fakes.calls == [("triton", True)]
-    assert fakes.notes == [("sdpa", "softcap layers"), ("sdpa", "s_aux layers")]
+    assert fakes.notes == [
+        ("cpp", "cuda tensors"), ("sdpa", "softcap layers"), ("sdpa", "s_aux layers"),
+        ("cpp", "softcap layers"), ("sdpa", "softcap layers"),
+    ]  # fmt: skip
 
 
 def test_a_dtype_a_kernel_does_not_take_is_said_once_and_passed_on(fakes):
@@ -153,5 +172,5 @@ def test_a_dtype_a_kernel_does_not_take_is_said_once_and_passed_on(fakes):
         _record("triton", _Layer("cuda", "torch.float64"))  # no kernel takes it there
     assert fakes.calls == [] and fakes.notes == []
     assert _record("triton", _Layer("cpu", "torch.float64")) == ("sdpa", "sdpa")
-    assert fakes.notes == [("triton", "torch.float64 inputs")]
+    assert fakes.notes == [("triton", "torch.float64 inputs"), ("cpp", "torch.float64 inputs")]
     assert fakes.calls == [("sdpa", False)]

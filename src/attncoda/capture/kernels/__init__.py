@@ -11,7 +11,9 @@ What it holds:
   (which kernel runs a routed layer);
 - one module per kernel, named as users type it, declaring it to the registry:
   :mod:`~attncoda.capture.kernels.sdpa` (PyTorch's fused attention called twice,
-  :func:`sdpa_attention`, in ``_sdpa``) and :mod:`~attncoda.capture.kernels.triton` (one
+  :func:`sdpa_attention`, in ``_sdpa``), :mod:`~attncoda.capture.kernels.cpp` (one fused
+  pass on the CPU over the values ``[V | K]``, C++ compiled here on first use: its loader
+  and call in ``_cpp``, its source ``_cpp.cpp``) and :mod:`~attncoda.capture.kernels.triton` (one
   fused Triton pass, :func:`triton_attention`: its launcher in ``_triton``, its
   ``@triton.jit`` source in ``_triton_jit``; whether triton runs here,
   :func:`triton_available`, :func:`interpreting`), and the fused kernel's first-use check
@@ -24,9 +26,10 @@ What it holds:
   compile for CUDA targets without a GPU (:func:`launch_config`, :func:`compile_offline`).
 
 What it may import: :mod:`attncoda.capture.stats`, :mod:`attncoda.capture.names`,
-:mod:`attncoda._errors`, torch (and triton, lazily). The names below are served lazily, so
-that the registry and the kernels' declarations import without torch (the command line
-reads :data:`KERNELS`).
+:mod:`attncoda._errors`, torch (and triton, lazily), and the cache folder of
+:mod:`attncoda.models.load` (where the ``cpp`` kernel's library is kept). The names below
+are served lazily, so that the registry and the kernels' declarations import without torch
+(the command line reads :data:`KERNELS`).
 """
 
 from __future__ import annotations

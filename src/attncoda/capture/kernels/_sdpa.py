@@ -27,21 +27,12 @@ row_statistics`) up to the kernel's float32 rounding. Because ``H(q)`` is read f
 content keys' own log-sum-exp, never as ``(H - h(s) - s H_S) / (1 - s)``, its error does not
 grow as ``s -> 1``: no row is handed back to an exact recomputation.
 
-Error bounds (derived, per row; docs/design.md, "Error bounds"; :func:`attncoda.capture.
-kernels.fast_bounds`), against exact arithmetic on the same float32 queries and keys, with
-``u = 2**-24``, ``n`` visible keys, ``m`` content keys, head dim ``d``,
-``A = scaling * ||q|| * max_j ||k_j||`` and ``eta = (d + 2) u A + (8 n + 6 A + 8) u``:
-
-- sink mass: ``2 s (1 - s) eta + 2 s (A + ln n + 8) 2**-53`` (the float64 steps);
-- ``H(q)``: ``(2 H(q) + 2) eta + (4 m + d) u A`` (nothing divided by ``1 - s``);
-- ``H``: ``(4 + 4 H) eta + (1 - s)`` times the ``H(q)`` bound.
-
-The exact path has its own (:func:`attncoda.capture.kernels.exact_bounds`); the two paths
-on the same layer inputs differ by at most the sum, which
-``tests/capture/kernels/test_fast_bounds.py`` checks on every row of SmolLM2 and Gemma 3
-layers (the corpus and random tokens, L = 1024 and 4096) and against float64 up to
-``1 - s = 1e-11``. The bounds are worst-case, far above what is measured
-(bench/fast_bounds.py, bench/RESULTS.md).
+Error bounds: derived per row against exact arithmetic on the same float32 queries and keys
+(docs/design.md, "Error bounds"; :func:`attncoda.capture.kernels.fast_bounds`), worst-case
+and far above what is measured (bench/fast_bounds.py); ``tests/capture/kernels/
+test_fast_bounds.py`` checks them on every row of SmolLM2 and Gemma 3 layers and against
+float64 up to ``1 - s = 1e-11``. Everything after the content pass also serves the ``cpp``
+kernel, whose one pass over ``[V | K]`` replaces the two calls (``content_pass``).
 
 Kernels: on CPU ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` (returns the
 output and the log-sum-exp; an additive float mask of the query's dtype); on CUDA
@@ -55,6 +46,7 @@ keys those queries can see.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -64,7 +56,7 @@ from attncoda.capture.stats import sink_columns, split_rows
 from ._masks import layer_mask
 from ._record import record_rows, store
 
-__all__ = ["FAST_STATISTICS", "record_layer", "sdpa_attention", "visible_keys"]
+__all__ = ["FAST_STATISTICS", "record_layer", "sdpa_attention", "two_calls", "visible_keys"]
 
 #: What the fast path returns per (batch, head, query_pos), as ``row_statistics`` does.
 FAST_STATISTICS = (
@@ -159,14 +151,24 @@ def _kernel_for(device: torch.device):
     return kernel
 
 
-def _content_pass(kernel, query, key, value, mask, causal, scale, has_content=None):
-    """``(o_C, E_q[k], lse_C)`` over the keys the mask leaves: the values, then the keys as
-    values (two calls of the kernel; one call on ``[V | K]`` would need zero-padded queries
-    and keys, measured slower on CPU with the copies). Rows without content
-    (``has_content`` False, ``(b, 1, q)``) get a zero output and ``lse_C = -inf``, never
-    whatever a kernel leaves in a row it masks entirely."""
-    out, lse = kernel(query, key, value, mask, causal, scale)
-    mean_k, _ = kernel(query, key, key, mask, causal, scale)
+def two_calls(kernel):
+    """The ``sdpa`` kernel's content pass: ``(o_C, E_q[k], lse_C)`` from ``kernel`` called
+    with the values, then the keys as values (docs/design.md, "The fast path")."""
+
+    def content(query, key, value, mask, causal, scale):
+        out, lse = kernel(query, key, value, mask, causal, scale)
+        mean_k, _ = kernel(query, key, key, mask, causal, scale)
+        return out, mean_k, lse
+
+    content.grouped = kernel.grouped  # type: ignore[attr-defined]
+    return content
+
+
+def _content_pass(content, query, key, value, mask, causal, scale, has_content=None):
+    """``(o_C, E_q[k], lse_C)`` over the keys the mask leaves, from the pass ``content``.
+    Rows without content (``has_content`` False, ``(b, 1, q)``) get a zero output and
+    ``lse_C = -inf``, never whatever a kernel leaves in a row it masks entirely."""
+    out, mean_k, lse = content(query, key, value, mask, causal, scale)
     if has_content is not None:
         empty = ~has_content
         out = out.masked_fill(empty[..., None], 0.0)
@@ -207,6 +209,7 @@ def sdpa_attention(
     visible: torch.Tensor | None = None,
     causal: bool = False,
     block_size: int = 512,
+    content_pass: Callable | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Attention output and compositional row statistics from the fused kernel.
 
@@ -233,6 +236,9 @@ def sdpa_attention(
         kernel mask by itself and blocks skip the keys after their last query.
     block_size : int
         Queries per kernel call when the mask is explicit.
+    content_pass : callable, optional
+        ``(query, key, value, mask, causal, scale) -> (o_C, E_q[k], lse_C)``; its
+        ``grouped``: whether it takes unexpanded keys. None: :func:`two_calls` (``sdpa``).
 
     Returns
     -------
@@ -257,11 +263,11 @@ def sdpa_attention(
     work = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
     qf, kf, vf = query.to(work), key.to(work), value.to(work)
     device = query.device
-    kernel = _kernel_for(device)
+    kernel = content_pass or two_calls(_kernel_for(device))
     # The kernel's keys and values: unexpanded where it takes groups (the CPU op); else
     # expanded once per layer (the CUDA op), never per call.
     kx, vx = kf, vf
-    if group > 1 and not kernel.grouped:
+    if group > 1 and not getattr(kernel, "grouped", False):
         kx, vx = kf.repeat_interleave(group, 1), vf.repeat_interleave(group, 1)
     sink = sink.to(device)
     index, valid = sink_columns(sink)  # (b, ks)
@@ -356,8 +362,11 @@ def sdpa_attention(
     return out.to(query.dtype), stats
 
 
-def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling):
-    """The fast path of one routed layer: statistics into ``recorder``; the layer's output.
+def record_layer(
+    recorder, layer, module, query, key, value, attention_mask, scaling, content_pass=None
+):
+    """One routed layer's statistics into ``recorder`` (``content_pass``: as
+    :func:`sdpa_attention` takes it); the layer's output.
 
     Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None when this
     layer's mask carries a bias the fast statistics do not model (the caller then runs the
@@ -369,15 +378,9 @@ def record_layer(recorder, layer, module, query, key, value, attention_mask, sca
     if not ok:
         return None
     out, stats = sdpa_attention(
-        query,
-        key,
-        value,
-        scaling=scaling,
-        sink=recorder.sink,
-        visible=visible,
-        causal=causal,
-        block_size=recorder.block_size,
-    )
+        query, key, value, scaling=scaling, sink=recorder.sink, visible=visible, causal=causal,
+        block_size=recorder.block_size, content_pass=content_pass,
+    )  # fmt: skip
     store(recorder, layer, stats)
 
     def seen(doc, pos):

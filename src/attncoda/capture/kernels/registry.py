@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from attncoda._errors import AttncodaError, check_choice
 
-from . import sdpa, triton
+from . import cpp, sdpa, triton
 
 __all__ = [
     "KERNELS",
@@ -114,7 +114,7 @@ class Kernel(Protocol):
 
 #: The registered kernels, in the order ``"auto"`` prefers them; a layer one declines goes
 #: to those after it.
-ORDER: tuple[Kernel, ...] = (triton.KERNEL, sdpa.KERNEL)
+ORDER: tuple[Kernel, ...] = (triton.KERNEL, cpp.KERNEL, sdpa.KERNEL)
 #: Their names.
 NAMES: tuple[str, ...] = tuple(kernel.name for kernel in ORDER)
 #: The choices of ``kernel=`` and ``--kernel``.
@@ -134,8 +134,8 @@ def lookup(name: str) -> Kernel:
 
 
 def describe(quoted: bool = False) -> str:
-    """The choices in words: ``auto (triton on cuda, else sdpa), triton or sdpa``; with
-    ``quoted``, for docstrings, the names quoted and each kernel's summary."""
+    """The choices in words: ``auto (triton on cuda, else cpp on cpu, else sdpa), triton, cpp
+    or sdpa``; with ``quoted``, for docstrings, the names quoted and each kernel's summary."""
 
     def said(name: str) -> str:
         return f'``"{name}"``' if quoted else name

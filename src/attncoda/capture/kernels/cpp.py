@@ -1,0 +1,68 @@
+"""The ``cpp`` kernel: one fused pass per layer on the CPU (docs/design.md, "The fused CPU
+kernel").
+
+Its declaration for :mod:`attncoda.capture.kernels.registry`, free of torch (the checks of
+what the build needs import none either). The
+pass is C++ (``_cpp.cpp``), compiled here on first use and cached; its loader and the call
+are :mod:`attncoda.capture.kernels._cpp`. It computes each score once where the ``sdpa``
+kernel's two calls compute it twice, and has the same error bounds
+(:func:`attncoda.capture.kernels.fast_bounds`). ``"auto"`` takes it on the CPU wherever it
+can be built (:func:`prerequisites`: Linux x86-64 with AVX2 and FMA, a C++ compiler), else
+the ``sdpa`` kernel; a build that fails all the same is said once, and ``sdpa`` serves. It
+models sliding windows (through the mask, as ``sdpa``), not soft-capped scores or learned
+sinks, and takes
+float32, bfloat16 and float16 layers (their statistics accumulate in float32); a float64
+layer goes to ``sdpa``.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+from ._cpp_host import compiler, prerequisites, torch_library
+
+__all__ = ["KERNEL", "Cpp", "compiler", "prerequisites", "torch_library"]
+
+class Cpp:
+    """The fused CPU pass as a :class:`attncoda.capture.kernels.registry.Kernel`."""
+
+    name = "cpp"
+    title = "the fused CPU kernel"
+    summary = "one fused pass per layer on the CPU, compiled here on first use"
+    covers = frozenset({"sliding_window"})
+    dtypes = MappingProxyType({"cpu": ("float32", "bfloat16", "float16")})
+    auto_devices: tuple[str, ...] | None = ("cpu",)
+    portable = False
+
+    def refusal(self, device: str) -> str | None:
+        """Another device than the CPU, or a machine it is not built on
+        (:func:`prerequisites`; no build happens here)."""
+        if device != "cpu":
+            return f"kernel='cpp' runs on the cpu; got device {device!r}: use kernel='auto'"
+        why = prerequisites()
+        return None if why is None else f"kernel='cpp' cannot run here: {why}; use kernel='sdpa'"
+
+    def bounds(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """:func:`attncoda.capture.kernels.fast_bounds` (the ``sdpa`` kernel's model)."""
+        from ._bounds import fast_bounds
+
+        return fast_bounds(*args, **kwargs)
+
+    def note(self, recorder: Any, reason: str) -> None:
+        """Nothing: a layer it declines goes to ``sdpa``, which ``Capture.kernel`` records
+        per layer."""
+
+    def record_layer(
+        self, recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto
+    ):
+        """:func:`attncoda.capture.kernels._cpp.record_layer` (``kwargs`` and ``auto``
+        unused, as for ``sdpa``): None, so that ``sdpa`` serves the layer, where the pass
+        cannot be built or loaded (said once per process)."""
+        from ._cpp import record_layer
+
+        return record_layer(recorder, layer, module, query, key, value, attention_mask, scaling)
+
+
+#: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.
+KERNEL = Cpp()
