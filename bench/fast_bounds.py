@@ -1,9 +1,10 @@
 """The fast path's derived error bounds at full depth: ``python bench/fast_bounds.py
 [--models smollm2,gemma3] [--lengths 1024,4096] [--random N] [--random-long N] [--threads T]
-[--record [FILE]]``.
+[--kernel auto|cpp|sdpa] [--record [FILE]]``.
 
-For each model and length, one forward over the corpus window and ``N`` random-token
-documents (``--random-long`` of them at lengths above 1024), every layer: the fast
+For the CPU kernel ``--kernel`` names (``auto``: the one ``"auto"`` takes on the CPU, ``cpp``
+where it can be built), each model and length, one forward over the corpus window and ``N``
+random-token documents (``--random-long`` of them at lengths above 1024), every layer: the fast
 statistics from the layer's own queries, keys and values, then the exact path on the same
 tensors (its output goes on), so both paths see the same inputs in every layer. Prints,
 per quantity, the largest ``|fast - exact|``, the largest bound
@@ -31,16 +32,17 @@ QUANTITIES = ("sink_mass", "entropy", "content_entropy")
 TITLE = "## The fast path's error bounds (bench/fast_bounds.py)"
 
 
-def paired(model, ids):
-    """``(exact capture, per-layer fast statistics, per-layer A)`` of one forward."""
+def paired(model, ids, kernel):
+    """``(exact capture, per-layer fast statistics, per-layer A)`` of one forward, the fast
+    statistics from ``kernel``."""
     import torch
 
     from attncoda.capture import capture
     from attncoda.capture.kernels import registry, score_scale
 
     fast, scales = [], []
-    sdpa = registry.lookup("sdpa")
-    inner = sdpa.record_layer
+    chosen = registry.lookup(kernel)
+    inner = chosen.record_layer
 
     def both(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
         out = inner(
@@ -52,12 +54,12 @@ def paired(model, ids):
         scales.append(score_scale(query, key, scaling))
         return None  # the exact path now runs on the same tensors
 
-    sdpa.record_layer = both
+    chosen.record_layer = both
     try:
         with torch.inference_mode():
-            cap = capture(model, ids, record_rows="none", method="fast")
+            cap = capture(model, ids, record_rows="none", method="fast", kernel=kernel)
     finally:
-        del sdpa.record_layer  # the class's own again
+        del chosen.record_layer  # the class's own again
     return cap, fast, scales
 
 
@@ -81,14 +83,14 @@ def inputs(tokenizer, length, n_random, seed):
     return np.concatenate([corpus, random])
 
 
-def sweep(model, ids):
+def sweep(model, ids, kernel):
     """Per quantity: largest difference, largest bound, and the closest row to its bound."""
     import numpy as np
 
     from attncoda.capture.kernels import difference_bounds
 
     head_dim = model.config.head_dim
-    cap, fast, scales = paired(model, ids)
+    cap, fast, scales = paired(model, ids, kernel)
     out = {name: {"diff": 0.0, "bound": 0.0, "ratio": -1.0} for name in QUANTITIES}
     for layer, (stats, scale) in enumerate(zip(fast, scales, strict=True)):
         exact = {k: getattr(cap, k)[:, layer] for k in QUANTITIES}
@@ -120,7 +122,7 @@ def sweep(model, ids):
     return out
 
 
-def drift(model, ids):
+def drift(model, ids, kernel):
     """Largest difference between two whole captures (each its own forward)."""
     import numpy as np
     import torch
@@ -129,7 +131,7 @@ def drift(model, ids):
 
     with torch.inference_mode():
         exact = capture(model, ids, record_rows="none")
-        fast = capture(model, ids, record_rows="none", method="fast")
+        fast = capture(model, ids, record_rows="none", method="fast", kernel=kernel)
     found = {}
     for name in QUANTITIES:
         err = np.abs(getattr(fast, name) - getattr(exact, name))
@@ -160,7 +162,7 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def record(path: Path, started, seconds, command, text) -> None:
+def record(path: Path, started, seconds, command, text, kernel) -> None:
     from _machine import machine
 
     section = "\n".join(
@@ -168,7 +170,8 @@ def record(path: Path, started, seconds, command, text) -> None:
             TITLE,
             "",
             f"Written by `{command}`; {started.strftime('%Y-%m-%d %H:%M UTC')} "
-            f"({seconds / 60:.1f} minutes); {machine()}. Each row of the table is the worst",
+            f"({seconds / 60:.1f} minutes); {machine()}; kernel `{kernel}`. Each row of the "
+            "table is the worst",
             "case over every row, head and layer of one batch (the corpus window first, doc 0,",
             "then random-token documents), the bound the per-row `difference_bounds`",
             '(docs/design.md, "Error bounds"); the whole-capture difference (two forwards) is',
@@ -199,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random-long", type=int, default=2, help="random documents above")
     parser.add_argument("--drift-max", type=int, default=1024, help="whole captures up to L")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--kernel", default="auto", help="the CPU kernel: auto, cpp or sdpa")
     parser.add_argument(
         "--record",
         nargs="?",
@@ -210,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
 
+    from attncoda.capture.kernels import registry
     from attncoda.models.load import load_model
 
+    kernel = registry.resolve_kernel(args.kernel, "cpu")
+    print(f"kernel: {kernel}", flush=True)
     torch.set_num_threads(args.threads)
     started, clock = datetime.now(timezone.utc), time.perf_counter()
     rows = []
@@ -225,15 +232,15 @@ def main(argv: list[str] | None = None) -> int:
             n_random = args.random if length <= 1024 else args.random_long
             ids = inputs(tokenizer, length, n_random, seed=length)
             t0 = time.perf_counter()
-            found = sweep(model, ids)
-            whole = drift(model, ids) if length <= args.drift_max else {}
+            found = sweep(model, ids, kernel)
+            whole = drift(model, ids, kernel) if length <= args.drift_max else {}
             rows.append(
                 {"model": spec, "length": length, "docs": len(ids), "sweep": found, "drift": whole}
             )
             print(table(rows[-1:]), f"({time.perf_counter() - t0:.0f} s)", flush=True)
             if args.record:  # after every row, so an interrupted sweep keeps what it measured
                 seconds = time.perf_counter() - clock
-                record(Path(args.record), started, seconds, command, table(rows))
+                record(Path(args.record), started, seconds, command, table(rows), kernel)
     text = table(rows)
     print(text)
     if args.record:
