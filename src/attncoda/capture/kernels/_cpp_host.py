@@ -7,6 +7,7 @@ read it.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import platform
@@ -39,6 +40,17 @@ def torch_library() -> Path | None:
     return folder if (folder / "libtorch_cpu.so").exists() else None
 
 
+@functools.cache
+def _cpu_flags() -> frozenset[str] | None:
+    """The first CPU's flags in ``/proc/cpuinfo`` (read once per process), or None."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+    line = next((line for line in info.splitlines() if line.startswith("flags")), "flags:")
+    return frozenset(line.split(":", 1)[1].split())
+
+
 def prerequisites() -> str | None:
     """Why the pass cannot be built here (a clause), read without importing torch: it is
     built on Linux x86-64 with AVX2 and FMA, by a C++ compiler, against the installed
@@ -46,12 +58,9 @@ def prerequisites() -> str | None:
     :func:`attncoda.capture.kernels._cpp.unavailable`)."""
     if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
         return f"it is built on Linux x86-64, not {platform.system()} {platform.machine()}"
-    try:
-        info = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
+    flags = _cpu_flags()
+    if flags is None:
         return "it reads the CPU's flags from /proc/cpuinfo, which cannot be read here"
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
-                  if line.startswith("flags")), [])  # fmt: skip
     missing = [flag for flag in CPU_FLAGS if flag not in flags]
     if missing:
         lacks = " and ".join(flag.upper() for flag in missing)

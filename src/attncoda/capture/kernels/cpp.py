@@ -2,7 +2,7 @@
 kernel").
 
 Its declaration for :mod:`attncoda.capture.kernels.registry`, free of torch (the checks of
-what the build needs import none either). The
+what the build needs, :mod:`attncoda.capture.kernels._cpp_host`, import none either). The
 pass is C++ (``_cpp.cpp``), compiled here on first use and cached; its loader and the call
 are :mod:`attncoda.capture.kernels._cpp`. It computes each score once where the ``sdpa``
 kernel's two calls compute it twice, and has the same error bounds
@@ -10,9 +10,8 @@ kernel's two calls compute it twice, and has the same error bounds
 can be built (:func:`prerequisites`: Linux x86-64 with AVX2 and FMA, a C++ compiler), else
 the ``sdpa`` kernel; a build that fails all the same is said once, and ``sdpa`` serves. It
 models sliding windows (through the mask, as ``sdpa``), not soft-capped scores or learned
-sinks, and takes
-float32, bfloat16 and float16 layers (their statistics accumulate in float32); a float64
-layer goes to ``sdpa``.
+sinks, and takes float32, bfloat16 and float16 layers (their statistics accumulate in
+float32); a float64 layer goes to ``sdpa``.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from typing import Any
 from ._cpp_host import compiler, prerequisites, torch_library
 
 __all__ = ["KERNEL", "Cpp", "compiler", "prerequisites", "torch_library"]
+
 
 class Cpp:
     """The fused CPU pass as a :class:`attncoda.capture.kernels.registry.Kernel`."""
