@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 
 from attncoda._errors import MissingWheelError  # noqa: E402
 from attncoda.capture import capture  # noqa: E402
-from attncoda.capture.kernels import (  # noqa: E402  # noqa: E402
+from attncoda.capture.kernels import (  # noqa: E402
     FLOAT64_ROUNDOFF,
     UNIT_ROUNDOFF,
     _cpp,
