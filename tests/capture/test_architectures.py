@@ -30,7 +30,7 @@ from attncoda.capture import (  # noqa: E402
     forward,  # noqa: E402
 )
 from attncoda.capture.routing import routable, routed  # noqa: E402
-from tiny_models import VOCAB  # noqa: E402
+from tiny_models import ROUTES_FROM, VOCAB, routes_here  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
 #: Families that route their attention through transformers' AttentionInterface.
@@ -61,8 +61,11 @@ ROUTED = (
     "electra",
     "distilbert",
 )
-#: Families capture reads through eager output_attentions (the automatic fallback).
-FALLBACK = ("mpnet", "bloom", "falcon")
+#: Families capture reads through eager output_attentions (the automatic fallback), and
+#: those that moved to the AttentionInterface in a later transformers (``ROUTES_FROM``), on
+#: the side of the installed release.
+FALLBACK = ("mpnet", "bloom", *(f for f in ROUTES_FROM if not routes_here(f)))
+ROUTED = (*ROUTED, *(f for f in ROUTES_FROM if routes_here(f)))
 #: bfloat16 keeps 8 significant bits (unit roundoff 2**-9 ~ 2e-3). Eager returns its
 #: probabilities rounded to bfloat16, while capture takes a float32 log-softmax of the same
 #: scores: a sink mass differs by at most one rounding (2e-3), and an entropy by at most

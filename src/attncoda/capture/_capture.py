@@ -3,7 +3,7 @@
 ``mode="attention"`` routes every layer through the registered ``"attncoda"`` attention
 function (exact, bounded memory). ``mode="outputs"`` runs eager with
 ``output_attentions=True`` and reads the returned probabilities, for architectures that do
-not use transformers' AttentionInterface (e.g. MPNet, Bloom, Falcon); exact zeros then need
+not use transformers' AttentionInterface (e.g. MPNet, Bloom); exact zeros then need
 a policy (``zeros="raise"`` or ``"floor"``) because the statistics take logs.
 ``mode="auto"`` (the default) routes a model that can be routed and reads the others'
 eager outputs; ``Capture.mode`` records which was used.

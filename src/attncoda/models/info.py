@@ -70,7 +70,7 @@ class ModelInfo:
     capture_mode : str
         ``"attention"`` when the class routes its attention through transformers'
         AttentionInterface (capture reads its scores), ``"outputs"`` when capture reads its
-        eager ``output_attentions`` instead (MPNet, Bloom, Falcon, ...).
+        eager ``output_attentions`` instead (MPNet, Bloom, Falcon before transformers 5.25).
     device_map : dict or None
         For a model placed by a device map, where each module went (its ``hf_device_map``:
         ``{module name: GPU index, "cpu", "disk" or a device string}``); None otherwise.

@@ -14,7 +14,7 @@ from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture import forward  # noqa: E402
 from attncoda.capture.routing import _exact, _register, attncoda_attention, routed  # noqa: E402  # noqa: E402
 from attncoda.capture.stats import Recorder, row_statistics  # noqa: E402
-from tiny_models import VOCAB  # noqa: E402
+from tiny_models import ROUTES_FROM, VOCAB, routes_here  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
 
@@ -179,7 +179,7 @@ def test_function_without_recorder_returns_eager_weights():
     assert torch.allclose(out, (probs @ expanded_v).transpose(1, 2), atol=1e-6)
 
 
-@pytest.mark.parametrize("family", ["bloom", "falcon"])
+@pytest.mark.parametrize("family", ["bloom", *(f for f in ROUTES_FROM if not routes_here(f))])
 def test_unroutable_models_are_named(family):
     model = tiny(family)
     name = type(model).__name__

@@ -75,8 +75,9 @@ def read_outputs(
 def eager_attention(model) -> Iterator[None]:
     """Every config of ``model`` set to eager attention inside the block, then restored.
 
-    Set on the configs directly: classes outside the AttentionInterface (Falcon) still read
-    ``config._attn_implementation`` to choose their mask, and only eager masks are additive.
+    Set on the configs directly: classes outside the AttentionInterface (Falcon before
+    transformers 5.25) still read ``config._attn_implementation`` to choose their mask, and
+    only eager masks are additive.
     """
     found = (getattr(module, "config", None) for module in model.modules())
     configs: dict[int, Any] = {id(c): c for c in found if hasattr(c, "_attn_implementation")}

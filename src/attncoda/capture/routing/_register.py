@@ -81,7 +81,7 @@ def routed(
     Raises
     ------
     AttncodaError
-        When the model class does not use the AttentionInterface (e.g. Bloom, Falcon), or
+        When the model class does not use the AttentionInterface (e.g. Bloom, MPNet), or
         the model is inside a recording block.
     """
     register()
