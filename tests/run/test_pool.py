@@ -22,6 +22,11 @@ def _job(units: list[Unit], after: dict[Unit, tuple[Unit, ...]] | None = None) -
     return Job(plan=plan, todo=list(units), config={}, root=Path("."), command="reproduce")
 
 
+def _schedule(units: list[Unit], peaks: dict[str, int]) -> Schedule:
+    """Two workers, a 10 GB budget, each unit's model its spec with the peak ``peaks`` gives."""
+    return Schedule(_job(units), 2, lambda u: u.model, peaks.__getitem__, budget=10 * GB)
+
+
 def test_a_model_that_would_not_fit_beside_a_running_one_waits(monkeypatch):
     from attncoda.run import pool
 
@@ -29,9 +34,7 @@ def test_a_model_that_would_not_fit_beside_a_running_one_waits(monkeypatch):
     big = [Unit("profile", "big", "-"), Unit("flips", "big", "-")]
     other = [Unit("profile", "other", "-"), Unit("profile", "small", "-")]
     peaks = {"big": 7 * GB, "other": 6 * GB, "small": 1 * GB}
-    schedule = Schedule(
-        _job([*big, *other]), 2, lambda u: u.model, peaks.__getitem__, budget=10 * GB
-    )
+    schedule = _schedule([*big, *other], peaks)
     assert schedule.next_for(0) == big[0]
     # 'other' (6 GB) would not fit beside 'big' (7 GB) in 10 GB; 'small' (1 GB) does, and
     # a second unit of 'big' would load a second copy (14 GB): it waits for worker 0.
@@ -56,9 +59,7 @@ def test_the_largest_model_starts_first_and_spreads_while_a_worker_keeps_its_own
     small = [Unit("profile", "small", "-"), Unit("flips", "small", "-")]
     big = [Unit("profile", "big", "-"), Unit("flips", "big", "-"), Unit("cluster", "big", "-")]
     peaks = {"big": 3 * GB, "small": 1 * GB}
-    schedule = Schedule(
-        _job([*small, *big]), 2, lambda u: u.model, peaks.__getitem__, budget=10 * GB
-    )
+    schedule = _schedule([*small, *big], peaks)
     assert schedule.next_for(0) == big[0]
     assert schedule.next_for(1) == big[1]  # fits twice in 10 GB: a second copy, started now
     schedule.finish(0)
@@ -83,9 +84,7 @@ def test_the_longest_unit_starts_first_and_a_worker_keeps_its_model(monkeypatch)
     smol = [Unit(e, "smollm2", "-") for e in ("profile", "flips", "cluster")]
     mini = [Unit(e, "minilm", "-") for e in ("profile", "flips")]
     peaks = {"smollm2": 2 * GB, "minilm": 1 * GB}
-    schedule = Schedule(
-        _job([*smol, *mini]), 2, lambda u: u.model, peaks.__getitem__, budget=10 * GB
-    )
+    schedule = _schedule([*smol, *mini], peaks)
     assert schedule.next_for(0) == smol[2]
     assert schedule.next_for(1) == smol[1]
     schedule.finish(1)

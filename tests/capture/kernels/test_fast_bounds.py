@@ -49,7 +49,7 @@ LAYERS = {"smollm2": 3, "gemma3": 2}
 RANDOM_INPUTS = 6
 
 
-def paired(model, ids, head_dim, kernel="sdpa"):
+def paired(model, ids, head_dim, kernel):
     """``(exact capture, per-layer fast statistics, per-layer A)`` of one forward, the fast
     statistics from ``kernel``."""
     fast, scales = [], []

@@ -64,7 +64,8 @@ def prerequisites() -> str | None:
     missing = [flag for flag in CPU_FLAGS if flag not in flags]
     if missing:
         lacks = " and ".join(flag.upper() for flag in missing)
-        return f"it needs AVX2 and FMA, and this CPU lacks {lacks}"
+        needs = " and ".join(flag.upper() for flag in CPU_FLAGS)
+        return f"it needs {needs}, and this CPU lacks {lacks}"
     if compiler() is None:
         return "it is compiled on first use and no C++ compiler was found (set CXX to one)"
     if torch_library() is None:
