@@ -218,6 +218,8 @@ def capture(
         docs = [np.concatenate([[bos], doc]).astype(np.int64) for doc in docs]
         ids, mask = pad(docs, 0, bool((mask[:, 0] == 0).any()))
     sinks = None if spec.kind == "auto" else resolve_sinks(spec, docs, tokenizer)
+    # On the model's input device before any forward, the routing probe's included.
+    ids, mask = ids.to(device), mask.to(device)
     if mode == "attention" and not routes_a_call(model, ids, mask, block_size):
         if not asked_auto:
             raise AttncodaError(unroutable_message(model))
@@ -229,7 +231,6 @@ def capture(
         )
     lengths = [len(doc) for doc in docs]
     record = record_plan(lengths, record_rows, seed, _first_doc)
-    ids, mask = ids.to(device), mask.to(device)
     offsets = mask.argmax(-1).cpu()
     if sinks is None:
         first, _, _ = run_pass(

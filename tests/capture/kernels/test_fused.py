@@ -79,10 +79,10 @@ def definition(z, value, sink, visible, virtual_value=False):
 def bound(query, key, scaling, softcap, z, m, visible, value):
     """The first-order float32 error bound of docs/design.md ("The fused kernel"), per row.
 
-    ``dz``: a score's rounding, ``gamma_d sum_t |q_t k_t|`` (the dot product) and a few ulps
-    of the scale and soft-cap. ``Z``: the row's largest visible |score|; ``n``: its content
-    keys. Then ``H(q)`` and ``H`` move by at most ``2 Z dz`` (``dH/dz_j = -p_j (z_j - E z)``)
-    plus the accumulation ``(n + 4) u (2 Z + log n + 1)``; ``lse_C`` by ``dz + (n + 3) u``
+    ``dz``: a score's rounding, ``gamma_d sum_t |q_t k_t|`` (the dot product), a few ulps
+    of the scale and soft-cap, and ``3 u Z`` for the kernel's log2 units. ``Z``: the row's
+    largest visible |score|; ``n``: its content keys. Then ``H(q)`` and ``H`` move by at
+    most ``2 Z dz`` (``dH/dz_j = -p_j (z_j - E z)``) plus the accumulation ``(n + 4) u (2 Z + log n + 1)``; ``lse_C`` by ``dz + (n + 3) u``
     plus ``u |Z|``; ``s = sigmoid(lse_S - lse_C)`` by ``s (1 - s)`` times their sum; the
     balance by ``sqrt(k m / n) (2 dz + (m + 1) u Z)``; the output by ``max |v|`` times the
     change of the probabilities plus its own accumulation.
@@ -92,10 +92,12 @@ def bound(query, key, scaling, softcap, z, m, visible, value):
     gamma = d * U / (1 - d * U)
     qa = query.double().abs()
     ka = key.double().abs().repeat_interleave(h // kv, 1)
+    big = torch.where(visible, z.abs(), 0.0).amax(-1)
+    # The kernel's log2 units: the folded scale and the conversions back to nats, 3 u Z.
     dz = gamma * torch.matmul(qa, ka.transpose(-1, -2)).amax(-1) * scaling + 4 * U * 30
+    dz = dz + 3 * U * big
     if softcap is not None:
         dz = dz + 4 * U * softcap
-    big = torch.where(visible, z.abs(), 0.0).amax(-1)
     n = m.clamp(min=1).double()
     accumulate = (n + 4) * U * (2 * big + torch.log(n) + 1)
     e_entropy = 2 * big * dz + accumulate
@@ -191,6 +193,33 @@ def test_head_dims_and_grouped_query_attention(d):
     sink = torch.zeros(1, 24, dtype=torch.bool)
     sink[0, 0] = True
     check(q, k, v, shape, visible, sink, scaling=d**-0.5, block=16)
+
+
+@pytest.mark.parametrize("kind", ["causal", "left", "window", "bidirectional"])
+def test_sink_keys_inside_the_band_and_on_its_edges(kind):
+    # 80 keys in tiles of 16: the last query blocks run tiles 16..63 as the unmasked band.
+    # Each document has a two-key sink prefix (the loop starts after it) and sink keys
+    # after it: keys 37 and 50 (doc 0) or 50 (doc 1) sit in band tiles, which only their
+    # own tiles mask; keys 70 and 79 in the diagonal (edge) tiles. Four query heads on two
+    # key/value heads. Against the float64 definition, within the bound.
+    q, k, v = random_inputs(2, 4, 2, 80, 16, torch.float32, seed=3)
+    shape, visible = shape_of(2, 80, kind, window=40)
+    lo = shape.lo.tolist()
+    sink = torch.zeros(2, 80, dtype=torch.bool)
+    sink[0, [lo[0], lo[0] + 1, 37, 50, 70]] = True
+    sink[1, [lo[1], lo[1] + 1, 50, 79]] = True
+    k[:, :, 37] = k[:, :, 50] = k[:, :, 0]  # sinks strong enough to matter
+    check(q, k, v, shape, visible, sink, scaling=16**-0.5)
+
+
+def test_a_long_sink_list_takes_several_gathered_tiles():
+    # 20 sink keys, more than one gathered tile of the epilogue, spread over the rows.
+    q, k, v = random_inputs(1, 2, 1, 64, 16, torch.float32, seed=4)
+    shape, visible = shape_of(1, 64, "causal")
+    sink = torch.zeros(1, 64, dtype=torch.bool)
+    sink[0, 0] = True
+    sink[0, 3:63:3] = True
+    check(q, k, v, shape, visible, sink, scaling=16**-0.5)
 
 
 def test_softcap_and_a_two_key_sink_under_a_sliding_window():
@@ -312,8 +341,13 @@ def test_fused_capture_equals_exact_capture(family, sink, padding, capsys):
 
 
 def test_bfloat16_model_fused_equals_the_two_call_path(capsys):
-    # Both kernels take float32 scores of the same bfloat16 queries and keys (the exact
-    # path rounds its scores to bfloat16): float32 rounding apart, 1e-5 nats.
+    # In layer 0 both kernels take float32 scores of the same bfloat16 queries and keys
+    # (the exact path rounds its scores to bfloat16): float32 rounding apart, 1e-5 nats.
+    # Each kernel hands its own output to the model, rounded once to bfloat16 from
+    # float32 sums taken in another order, so an output element can round to the other
+    # side of a bfloat16 step (2**-8 relative) and the later layers see other inputs:
+    # there the statistics agree to what such a step moves (docs/design.md, "Device and
+    # dtype"), 1e-2 nats on this model.
     model = _tiny("llama", torch.bfloat16, positions=64)
     windows = docs((33, 20))
     kwargs = dict(batch_size=2, record_rows=0, block_size=16, method="fast")
@@ -321,7 +355,9 @@ def test_bfloat16_model_fused_equals_the_two_call_path(capsys):
     fused = capture_windows(model, windows, kernel="triton", keep_outputs=True, **kwargs)
     assert "note:" not in capsys.readouterr().err
     for name in FLOATS:
-        np.testing.assert_allclose(getattr(fused, name), getattr(sdpa, name), atol=1e-5)
+        got, want = getattr(fused, name), getattr(sdpa, name)
+        np.testing.assert_allclose(got[:, 0], want[:, 0], atol=1e-5)
+        np.testing.assert_allclose(got[:, 1:], want[:, 1:], atol=1e-2)
 
 
 def test_a_mask_the_kernel_does_not_cover_falls_back_with_a_note(capsys):

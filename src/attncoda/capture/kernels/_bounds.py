@@ -235,6 +235,9 @@ def fused_bounds(query, key, value, scaling, softcap, z, content, visible, compi
 
     - the score's rounding, ``gamma_d scaling sum_t |q_t k_t|`` with ``gamma_d = d u / (1 -
       d u)``, and a few ulps of the scale and the soft-cap;
+    - the kernel's log2 units: ``log2 e`` folded into the scale (one rounding of the scale,
+      one of the product) and the conversions of ``lse_C``, ``H(q)`` and ``sum_C z`` back
+      to nats, ``3 u Z``;
     - compiled on NVIDIA (``compiled`` is ``"ieee"`` or ``"tf32x3"``, the dot precision):
       tensor-core additions truncated (``d u`` more on the dot product), ``tf32x3``
       products (``12 u`` each, float32 only), ``ex2.approx`` (2 ulp, and the rounded
@@ -281,7 +284,7 @@ def fused_bounds(query, key, value, scaling, softcap, z, content, visible, compi
     spread = torch.matmul(qa, ka.transpose(-1, -2)).amax(-1) * abs(scaling)
     big = torch.where(visible, z.abs(), 0.0).amax(-1)
     n = content.clamp(min=1).double()
-    dz = gamma * spread + 4 * u * 30
+    dz = gamma * spread + 4 * u * 30 + 3 * u * big
     if softcap is not None:
         dz = dz + 4 * u * softcap
     if compiled is not None:

@@ -35,7 +35,9 @@ _CHECKED: dict[tuple, str | None] = {}
 _COMPARED = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
 
 
-def configuration(device, dtype, head_dim, *, causal, window, softcap, aux_content) -> tuple:
+def configuration(
+    device, dtype, head_dim, *, causal, window, softcap, aux_content, aux_sink=False, sparse=False
+) -> tuple:
     """The key of a compiled kernel: device, dtype, head dim and the compile-time flags."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
@@ -48,6 +50,8 @@ def configuration(device, dtype, head_dim, *, causal, window, softcap, aux_conte
         window is not None,
         softcap is not None,
         bool(aux_content),
+        bool(aux_sink),
+        bool(sparse),
     )
 
 
@@ -89,10 +93,11 @@ def reference(query, key, value, shape, sink, scaling, softcap=None, s_aux=None,
     return output, stats, z, content, visible
 
 
-def _problem(device, dtype, head_dim, causal, window, softcap, aux_content, seed=0):
+def _problem(device, dtype, head_dim, causal, window, softcap, aux, sparse, seed=0):
     """A small random problem of one configuration: two documents (the second padded),
-    two query heads on one key/value head, several query and key blocks of the launch."""
-    config = launch_for(device, dtype, head_dim)
+    two query heads on one key/value head, several query and key blocks of the launch;
+    with ``sparse``, one more sink key in each document's middle, after its prefix."""
+    config = launch_for(device, dtype, head_dim, bool(softcap is not None or aux or sparse))
     block = max(config.block_m, config.block_n)
     length = 2 * block + 19
     generator = torch.Generator().manual_seed(seed)
@@ -107,24 +112,32 @@ def _problem(device, dtype, head_dim, causal, window, softcap, aux_content, seed
     shape = MaskShape(lo.to(device), hi.to(device), causal, None if window is None else 37)
     sink = torch.zeros((2, length), dtype=torch.bool)
     sink[0, 0] = sink[1, 5] = True
-    s_aux = torch.tensor([1.5, -0.5]) if aux_content else None
+    if sparse:
+        sink[:, length // 2] = True
+    s_aux = torch.tensor([1.5, -0.5]) if aux else None
     tensors = [t.to(device=device, dtype=dtype) for t in (q, k, v)]
     return (*tensors, shape, sink.to(device), None if s_aux is None else s_aux.to(device))
 
 
-def _compare(device, dtype, head_dim, causal, window, softcap, aux_content) -> str | None:
+def _compare(
+    device, dtype, head_dim, causal, window, softcap, aux_content, aux_sink, sparse
+) -> str | None:
     """Run the kernel on the configuration's problem: None when within the bound, else
     what was out of it."""
     q, k, v, shape, sink, s_aux = _problem(
-        device, dtype, head_dim, causal, window, softcap, aux_content
+        device, dtype, head_dim, causal, window, softcap, aux_content or aux_sink, sparse
     )
     scaling = head_dim**-0.5
     cap = None if softcap is None else float(softcap)
     out, stats = triton_attention(
-        q, k, v, scaling=scaling, sink=sink, shape=shape, softcap=cap, s_aux=s_aux
+        q, k, v, scaling=scaling, sink=sink, shape=shape, softcap=cap, s_aux=s_aux,
+        learned=aux_sink,
+    )  # fmt: skip
+    ref_out, ref, z, content, visible = reference(
+        q, k, v, shape, sink, scaling, cap, s_aux, learned=aux_sink
     )
-    ref_out, ref, z, content, visible = reference(q, k, v, shape, sink, scaling, cap, s_aux)
-    config = launch_for(device, dtype, head_dim)
+    heavy = bool(softcap is not None or aux_content or aux_sink or sparse)
+    config = launch_for(device, dtype, head_dim, heavy)
     compiled = None if interpreting() or isinstance(config, Refused) else config.precision
     limits = fused_bounds(q, k, v, scaling, cap, z, content, visible, compiled=compiled)
     rows = visible.any(-1).expand_as(stats["sink_mass"])
@@ -145,7 +158,17 @@ def _compare(device, dtype, head_dim, causal, window, softcap, aux_content) -> s
 
 
 def first_use_check(
-    device, dtype, head_dim, *, causal, window, softcap, aux_content, quiet=False
+    device,
+    dtype,
+    head_dim,
+    *,
+    causal,
+    window,
+    softcap,
+    aux_content,
+    aux_sink=False,
+    sparse=False,
+    quiet=False,
 ) -> str | None:
     """Check the compiled kernel once per configuration: None when it may serve it, else
     why not (a printed line the first time, unless ``quiet``).
@@ -162,6 +185,11 @@ def first_use_check(
         The layer's window and soft-cap (only whether each is present selects the kernel).
     aux_content : bool
         Whether a learned sink seeds the content accumulators.
+    aux_sink : bool
+        Whether a learned sink is in the sink set (``sink="learned"``).
+    sparse : bool
+        Whether a document has sink keys after its sink prefix (masked in the key tiles
+        that hold them).
     quiet : bool
         Print nothing (``bench/gpu.py`` reports every configuration itself).
 
@@ -174,16 +202,19 @@ def first_use_check(
     """
     key = configuration(
         device, dtype, head_dim, causal=causal, window=window, softcap=softcap,
-        aux_content=aux_content,
+        aux_content=aux_content, aux_sink=aux_sink, sparse=sparse,
     )  # fmt: skip
     if key in _CHECKED:
         return _CHECKED[key]
-    config = launch_for(device, dtype, head_dim)
+    heavy = bool(softcap is not None or aux_content or aux_sink or sparse)
+    config = launch_for(device, dtype, head_dim, heavy)
     if isinstance(config, Refused):  # the launch table's own refusal: no check, no line
         return f"refused: {config.why}"
     try:
         with torch.inference_mode():
-            why = _compare(device, dtype, head_dim, causal, window, softcap, aux_content)
+            why = _compare(
+                device, dtype, head_dim, causal, window, softcap, aux_content, aux_sink, sparse
+            )
     except Exception as err:  # CompilationError, OutOfResources, a launch error: all of them
         first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
         why = f"{type(err).__name__}{': ' + first if first else ''}"
@@ -196,9 +227,10 @@ def first_use_check(
 
 
 def _describe(key: tuple) -> str:
-    device, dtype, head_dim, causal, window, softcap, aux = key
+    device, dtype, head_dim, causal, window, softcap, aux, aux_sink, sparse = key
     flags = ["causal" if causal else "bidirectional"]
-    flags += [name for name, on in (("window", window), ("softcap", softcap), ("sink", aux)) if on]
+    named = (("window", window), ("softcap", softcap), ("sink", aux), ("learned", aux_sink))
+    flags += [name for name, on in (*named, ("sparse", sparse)) if on]
     name = device
     if device.startswith("cuda") and torch.cuda.is_available():
         name = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"

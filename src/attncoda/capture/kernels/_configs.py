@@ -32,6 +32,7 @@ __all__ = [
     "architecture_of",
     "compile_offline",
     "head_dim_class",
+    "is_heavy",
     "launch_config",
 ]
 
@@ -49,8 +50,10 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 #: FMA contraction in the compiled kernel (Triton's ``enable_fp_fusion``), passed at every
 #: launch; the compiled kernel's bound counts it (docs/design.md, "Bounds per kernel").
 FP_FUSION = True
-#: The kernel's variants by mask and score options (each its own compile).
-FLAGS = ("causal", "window", "softcap", "sink", "padding")
+#: The kernel's variants by mask and score options (each its own compile): ``sink`` is a
+#: learned sink among the content keys, ``learned`` one in the sink set, ``sparse`` sink
+#: keys after a document's prefix (``[SEP]``, explicit positions).
+FLAGS = ("causal", "window", "softcap", "sink", "learned", "sparse", "padding")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,51 +94,77 @@ def head_dim_class(head_dim: int) -> int:
     raise ValueError(f"head dim {head_dim} is above 256")
 
 
-def _table() -> dict[tuple[str, str, int], LaunchConfig | Refused]:
-    """The launch table (what ``bench/gpu_compile.py`` compiled and bench/RESULTS.md lists).
+#: The flags of :data:`FLAGS` that make a variant *heavy*: more live registers in the loop
+#: (the soft-cap's ``tanh``, per-tile sink masks) or its epilogue (a learned sink), so it
+#: may need smaller blocks than the plain variants (causal, window, padding).
+HEAVY = frozenset({"softcap", "sink", "learned", "sparse"})
 
-    bfloat16 and float16: 64 x 64 blocks at head dim 64, 64 x 32 at 128 (32 x 32 on sm_86
-    and sm_89, where 64 x 32 spills a few bytes) and 32 x 32 at 256, 4 warps, 2 stages;
-    every one fits the smallest shared memory (sm_86/89, 101,376 B) and spills nothing.
-    float32 takes ``tf32x3`` products on tensor cores in smaller blocks (its high and low
-    operand halves double the registers); where even those spill, it is refused and the
-    two-call SDPA path serves it.
+
+def is_heavy(flags) -> bool:
+    """Whether a variant of ``flags`` (a subset of :data:`FLAGS`) takes the heavy entry."""
+    return bool(HEAVY & set(flags))
+
+
+def _table() -> dict[tuple[str, str, int, bool], LaunchConfig | Refused]:
+    """The launch table (what ``bench/gpu_compile.py`` compiled and bench/RESULTS.md lists),
+    keyed by (architecture, dtype, head-dim class, heavy).
+
+    bfloat16 and float16, per architecture, sized for its shared memory and register file
+    (each entry spills nothing and fits in every variant it serves, compiled offline):
+
+    - sm_90 (232,448 B): 128 x 64 blocks at head dims 64 and 128 (4 and 8 warps, 3
+      stages) and 128 x 64 at 256 (8 warps, 2 stages), the plain variants' blocks chosen by
+      timing on an H200 (``bench/gpu_sweep.py``, docs/design.md); the heavy variants at
+      head dim 256 in the largest blocks that spill nothing;
+    - sm_80 (166,912 B): 128 x 64 at 64 (8 warps, 3 stages), 64 x 32 at 128, 64 x 32 at
+      256 (8 warps);
+    - sm_86 and sm_89 (101,376 B): 128 x 64 at 64 (8 warps), 32 x 32 at 128, 32 x 16 at
+      256.
+
+    float32 takes ``tf32x3`` products on tensor cores in small blocks (its high and low
+    operand halves double the registers) up to head dim 128, and IEEE products (FMA, no
+    tensor cores) at 256, where ``tf32x3`` spills in every block that fits.
     """
     half = {
-        64: LaunchConfig(64, 64, 4, 2),
-        128: LaunchConfig(64, 32, 4, 2),
-        256: LaunchConfig(32, 32, 4, 2),
-    }
-    single: dict[int, LaunchConfig | str] = {
-        64: LaunchConfig(32, 32, 4, 2, "tf32x3"),
+        "sm_90": {64: LaunchConfig(128, 64, 4, 3), 128: LaunchConfig(128, 64, 8, 3),
+                  256: LaunchConfig(128, 64, 8, 2)},
+        "sm_80": {64: LaunchConfig(128, 64, 8, 3), 128: LaunchConfig(64, 32, 4, 2),
+                  256: LaunchConfig(64, 32, 8, 2)},
+        "sm_86": {64: LaunchConfig(128, 64, 8, 2), 128: LaunchConfig(32, 32, 4, 2),
+                  256: LaunchConfig(32, 16, 4, 2)},
+    }  # fmt: skip
+    half["sm_89"] = half["sm_86"]
+    heavy = {("sm_90", 256): LaunchConfig(32, 16, 4, 2)}
+    single = {
+        64: LaunchConfig(16, 32, 4, 2, "tf32x3"),
         128: LaunchConfig(16, 32, 4, 2, "tf32x3"),
-        256: "its tf32x3 operands of a 256-wide query block spill registers",
+        256: LaunchConfig(32, 16, 8, 2, "ieee"),
     }
-    table: dict[tuple[str, str, int], LaunchConfig | Refused] = {}
+    single_sm90 = {64: LaunchConfig(64, 32, 8, 2, "tf32x3")}
+    table: dict[tuple[str, str, int, bool], LaunchConfig | Refused] = {}
     for arch in ARCHITECTURES:
         for size in (64, 128, 256):
-            blocks = half[size]
-            if size == 128 and arch in ("sm_86", "sm_89"):
-                blocks = LaunchConfig(32, 32, 4, 2)
-            table[(arch, "bfloat16", size)] = blocks
-            table[(arch, "float16", size)] = blocks
-            entry = single[size]
-            table[(arch, "float32", size)] = (
-                entry
-                if isinstance(entry, LaunchConfig)
-                else Refused(f"float32 at head dim {size} on {arch} ({entry})")
-            )
+            for heavy_variant in (False, True):
+                blocks = half[arch][size]
+                if heavy_variant:
+                    blocks = heavy.get((arch, size), blocks)
+                table[(arch, "bfloat16", size, heavy_variant)] = blocks
+                table[(arch, "float16", size, heavy_variant)] = blocks
+                entry = single_sm90.get(size) if arch == "sm_90" else None
+                table[(arch, "float32", size, heavy_variant)] = entry or single[size]
     return table
 
 
-#: (architecture, dtype, head-dim class) -> the launch configuration or a refusal.
-TABLE: dict[tuple[str, str, int], LaunchConfig | Refused] = _table()
+#: (architecture, dtype, head-dim class, heavy) -> the launch configuration or a refusal.
+TABLE: dict[tuple[str, str, int, bool], LaunchConfig | Refused] = _table()
 
 
-def launch_config(arch: str, dtype: str, head_dim: int) -> LaunchConfig | Refused:
-    """The table's entry for ``arch`` (``"sm_80"``), ``dtype`` (``"bfloat16"``) and
-    ``head_dim`` (up to 256)."""
-    return TABLE[(arch, dtype, head_dim_class(head_dim))]
+def launch_config(
+    arch: str, dtype: str, head_dim: int, heavy: bool = False
+) -> LaunchConfig | Refused:
+    """The table's entry for ``arch`` (``"sm_80"``), ``dtype`` (``"bfloat16"``),
+    ``head_dim`` (up to 256) and the variant (``heavy``: :func:`is_heavy`)."""
+    return TABLE[(arch, dtype, head_dim_class(head_dim), bool(heavy))]
 
 
 def architecture_of(capability: tuple[int, int], shared_bytes: int | None = None) -> str | None:
@@ -170,9 +199,12 @@ def constants(dtype: str, head_dim: int, flags, config: LaunchConfig, upcast: bo
         "HAS_WINDOW": "window" in flags,
         "HAS_SOFTCAP": "softcap" in flags,
         "AUX_CONTENT": "sink" in flags,
+        "AUX_SINK": "learned" in flags,
+        "SPARSE_SINK": "sparse" in flags,
         "UPCAST": upcast or dtype == "float32",
         "PRECISION": config.precision,
         "EVEN_D": head_dim == max(16, 1 << (head_dim - 1).bit_length()),
+        "BLOCK_S": 16,
     }
 
 
@@ -247,7 +279,8 @@ def example_arguments(
     """Positional arguments of a launch as the launcher makes them, tensors as dtypes
     (Triton's ``MockTensor``: aligned pointers): queries, keys and values as transformers
     hands them over, ``(batch, head, position, head_dim)`` views of
-    ``(batch, position, head, head_dim)``; the outputs contiguous."""
+    ``(batch, position, head, head_dim)``; the output the same, in the inputs' dtype; the
+    per-row outputs contiguous float32."""
     import torch
 
     types = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -255,12 +288,12 @@ def example_arguments(
     f32, i32, i8 = torch.float32, torch.int32, torch.int8
     q_strides = (q_len * heads * head_dim, head_dim, heads * head_dim, 1)
     kv_strides = (q_len * kv_heads * head_dim, head_dim, kv_heads * head_dim, 1)
-    out_strides = (heads * q_len * head_dim, q_len * head_dim, head_dim, 1)
+    out_strides = q_strides  # written in the model's (batch, position, head, head_dim)
     return [
-        data, data, data, i32, i8, i8, i32, i32, f32,
-        f32, f32, f32, f32, f32,
+        data, data, data, i32, i8, i8, i8, i32, i32, i32, f32,
+        data, f32, f32, f32, f32,
         *q_strides, *kv_strides, *kv_strides, *out_strides,
-        heads, heads // kv_heads, q_len, q_len, 0, 0, n_sink, head_dim,
+        heads, heads // kv_heads, q_len, q_len, 0, 0, n_sink, -(-q_len // 64), head_dim,
         head_dim**-0.5, 1.0,
     ]  # fmt: skip
 

@@ -1,24 +1,31 @@
 """The launcher of the ``triton`` kernel (:mod:`attncoda.capture.kernels.triton`): one fused
 pass per layer, the ``@triton.jit`` source in :mod:`attncoda.capture.kernels._triton_jit`.
 
-Per (batch, query head, query block) the kernel streams the key blocks the mask leaves and
-keeps, beside the running maximum ``m`` and ``l = sum_C exp(z - m)`` of a flash-style loop,
-three more accumulators over the *content* keys ``C`` (docs/design.md, "The fused kernel"):
+Per (batch, query head, query block) the kernel streams the key tiles the mask leaves,
+as flash kernels do (the loop's stages are described in
+:mod:`attncoda.capture.kernels._triton_jit`), and keeps, beside the running maximum ``m``
+and ``l = sum_C 2**(u - m)`` of a flash-style loop over the *content* keys ``C`` (scores
+``u = z log2 e`` in log2 units), three more accumulators (docs/design.md, "The fused
+kernel"):
 
-- ``a = sum_C exp(z - m) (z - m)``, rescaled like ``l`` when ``m`` moves, so that
-  ``H(q) = log l - a / l`` and ``E_q[z] = lse_C - H(q)``, with ``lse_C = m + log l``;
-- ``sum_C z`` and ``m_C = |C|`` (the visible content keys), for the sink balance;
-- ``sum_C exp(z - m) v``, the output ``o_C = E_q[v]`` after division by ``l``.
+- ``a = sum_C 2**(u - m) (u - m)``, rescaled like ``l`` when ``m`` moves, so that
+  ``H(q) = ln l - a ln 2 / l`` and ``lse_C = (m + log2 l) ln 2``;
+- ``sum_C u`` and ``m_C = |C|`` (the visible content keys), for the sink balance;
+- ``sum_C 2**(u - m) v``, the content output ``o_C = E_q[v]`` after division by ``l``.
 
-It also writes the scores of the few sink keys (``-inf`` where a query does not see them),
-so the statistics follow in float64 exactly as in :mod:`attncoda.capture.kernels._sdpa`:
+The sink keys are not in the loop (its bounds start after each document's sink prefix;
+other sink keys are masked in the tiles that hold them). The kernel's epilogue takes their
+scores, writes them (``-inf`` where a query does not see them) and adds their values to the
+output, which leaves the kernel whole in the model's dtype. The statistics follow in
+float64 exactly as in :mod:`attncoda.capture.kernels._sdpa`:
 ``lse = logaddexp(lse_C, logsumexp(z_S))``, ``log(1 - s) = lse_C - lse`` (no subtraction
 from 1) and ``H(p) = -sum_S p log p + (1 - s) (H(q) - log(1 - s))``, never divided by
 ``1 - s``.
 
 Covered:
 
-- grouped-query attention: key/value head ``head // group``, never an expanded copy;
+- grouped-query attention: key/value head ``head // group``, never an expanded copy (the
+  heads of a group run as neighbouring programs, so their key tiles come from L2);
 - causal rows, padding (one contiguous run of real keys per document) and sliding windows
   (``i - j < window``), key blocks outside them skipped;
 - ``scaling``, Gemma 2's ``softcap`` (``tanh(z / c) c``, sink scores included) and GPT-OSS
@@ -44,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import NamedTuple
 
 import torch
 
@@ -58,13 +66,18 @@ from ._triton_jit import compiled, interpreting
 __all__ = [
     "MAX_HEAD_DIM",
     "KernelRefused",
+    "SinkGeometry",
     "architecture",
     "launch_for",
     "note",
     "record_layer",
+    "sink_geometry",
+    "sink_tiles",
     "triton_attention",
 ]
 
+#: Sink keys per gathered tile of the kernel's epilogue (the smallest ``tl.dot`` width).
+SINK_TILE = 16
 #: The largest head dim the kernel takes (a query block and its accumulator in registers).
 MAX_HEAD_DIM = 256
 
@@ -92,8 +105,11 @@ def architecture(device) -> str | None:
     return architecture_of(capability, getattr(properties, "shared_memory_per_block_optin", None))
 
 
-def launch_for(device, dtype: torch.dtype, head_dim: int) -> LaunchConfig | Refused:
-    """The launch configuration of a layer on ``device`` in ``dtype`` at ``head_dim``.
+def launch_for(
+    device, dtype: torch.dtype, head_dim: int, heavy: bool = False
+) -> LaunchConfig | Refused:
+    """The launch configuration of a layer on ``device`` in ``dtype`` at ``head_dim``, of a
+    heavy variant or not (:func:`attncoda.capture.kernels._configs.is_heavy`).
 
     On CUDA the launch table's entry for the device's architecture
     (:func:`attncoda.capture.kernels.launch_config`), a :class:`Refused` before sm_80; under
@@ -107,7 +123,7 @@ def launch_for(device, dtype: torch.dtype, head_dim: int) -> LaunchConfig | Refu
     if arch is None:
         major, minor = torch.cuda.get_device_capability(device)
         return Refused(f"compute capability {major}.{minor} (configured from sm_80 on)")
-    return launch_config(arch, _DTYPE_NAMES[dtype], head_dim)
+    return launch_config(arch, _DTYPE_NAMES[dtype], head_dim, heavy)
 
 
 def _checked_block(size: int, name: str) -> int:
@@ -138,6 +154,7 @@ def triton_attention(
     learned: bool = False,
     block_m: int | None = None,
     block_n: int | None = None,
+    geometry: SinkGeometry | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Attention output and compositional row statistics from one pass of the fused kernel.
 
@@ -165,11 +182,15 @@ def triton_attention(
     block_m, block_n : int, optional
         Queries and keys per block (powers of two from 16 to 256); by default the launch
         table's (:func:`launch_for`).
+    geometry : SinkGeometry, optional
+        :func:`sink_geometry` of ``sink`` and ``shape``, when the caller has it (one per
+        forward pass); computed here otherwise.
 
     Returns
     -------
     output : torch.Tensor
-        ``(batch, head, query_pos, head_dim)`` in the query's dtype.
+        ``(batch, head, query_pos, head_dim)`` in the query's dtype: a view of a contiguous
+        ``(batch, query_pos, head, head_dim)`` tensor, the layout the model reads next.
     stats : dict
         ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.kernels.sdpa_attention`
         returns them (:data:`attncoda.capture.kernels.FAST_STATISTICS`); ``n_keys`` counts the
@@ -191,7 +212,9 @@ def triton_attention(
     device = query.device
     if d > MAX_HEAD_DIM:
         raise AttncodaError(f"the fused kernel takes head dims up to {MAX_HEAD_DIM}; got {d}")
-    config = launch_for(device, query.dtype, d)
+    if geometry is None:
+        geometry = sink_geometry(sink.to(device), shape)
+    config = launch_for(device, query.dtype, d, _heavy(softcap, s_aux, geometry))
     if isinstance(config, Refused):
         raise KernelRefused(config.why)
     block_m = _checked_block(block_m or config.block_m, "block_m")
@@ -205,19 +228,18 @@ def triton_attention(
             f"{q_len} queries in blocks of {block_m}: CUDA allows up to 2**31 - 1 and 65,535; "
             f"use a larger block_m or kernel='sdpa'"
         )
-    sink = sink.to(device)
-    index, valid = sink_columns(sink)  # (b, width)
-    width = index.shape[1]
-    index32 = index.to(torch.int32).contiguous()
-    valid8 = valid.to(torch.int8).contiguous()
-    is_sink = sink.to(torch.int8).contiguous()
+    tiles = sink_tiles(geometry, block_n)
+    width = geometry.index.shape[1]
     aux = (
         s_aux.to(device=device, dtype=torch.float32).contiguous()
         if s_aux is not None
         else torch.zeros(1, dtype=torch.float32, device=device)
     )
 
-    out = torch.empty((b, h, q_len, d), dtype=torch.float32, device=device)
+    # The output leaves the kernel whole, in the model's dtype and in the layout the model
+    # reads next, (batch, query_pos, head, head_dim); the kernel writes it through the
+    # strides of its (batch, head, query_pos, head_dim) view.
+    out = torch.empty((b, q_len, h, d), dtype=query.dtype, device=device).transpose(1, 2)
     rows = {name: torch.empty((b, h, q_len), dtype=torch.float32, device=device) for name in (
         "lse", "ent", "sum_z"
     )}  # fmt: skip
@@ -228,33 +250,33 @@ def triton_attention(
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:
         kernel[(b * h, q_blocks)](
-            query, key, value, index32, valid8, is_sink, shape.lo, shape.hi, aux,
+            query, key, value, geometry.index, geometry.valid, geometry.is_sink,
+            tiles, shape.lo, shape.hi, geometry.prefix, aux,
             out, rows["lse"], rows["ent"], rows["sum_z"], z_sink,
             *query.stride(), *key.stride(), *value.stride(), *out.stride(),
-            h, h // kv, q_len, k_len, k_len - q_len, shape.window or 0, width, d,
+            h, h // kv, q_len, k_len, k_len - q_len, shape.window or 0, width,
+            tiles.shape[1], d,
             float(scaling), float(softcap or 1.0),
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             CAUSAL=shape.causal, HAS_WINDOW=shape.window is not None,
             HAS_SOFTCAP=softcap is not None, AUX_CONTENT=s_aux is not None and not learned,
+            AUX_SINK=s_aux is not None and learned, SPARSE_SINK=geometry.sparse,
             UPCAST=interpreted or query.dtype == torch.float32,
             PRECISION="ieee" if interpreted else config.precision,
-            EVEN_D=d == block_d,
+            EVEN_D=d == block_d, BLOCK_S=SINK_TILE,
             num_warps=config.num_warps, num_stages=config.num_stages,
             enable_fp_fusion=FP_FUSION,
         )  # fmt: skip
 
     z_sink = z_sink.to(f64)
     in_sink = torch.isfinite(z_sink)
-    cols = index[:, None, :, None].expand(b, kv, width, d)
-    sink_values = torch.gather(value.float(), 2, cols).repeat_interleave(h // kv, 1)
     if s_aux is not None and learned:
         logit = aux.to(f64)[None, :, None, None].expand(b, h, q_len, 1)
         z_sink = torch.cat([z_sink, logit], -1)
         in_sink = torch.cat([in_sink, torch.ones_like(in_sink[..., :1])], -1)
-        sink_values = torch.cat([sink_values, sink_values.new_zeros((b, h, 1, d))], 2)
     k = in_sink.sum(-1)
     n = shape.seen_keys(q_len, k_len).to(device)[:, None, :] + int(s_aux is not None)
-    p_s, content_share, stats = split_rows(
+    _, _, stats = split_rows(
         z_sink,
         in_sink,
         k,
@@ -263,10 +285,69 @@ def triton_attention(
         rows["ent"].to(f64),
         rows["sum_z"].to(f64),
     )
+    return out, stats
 
-    output = content_share[..., None].float() * out
-    output = output + torch.matmul(p_s.float(), sink_values)
-    return output.to(query.dtype), stats
+
+class SinkGeometry(NamedTuple):
+    """Where the sink keys are, as the kernel reads them (:func:`sink_geometry`).
+
+    Attributes
+    ----------
+    index, valid : torch.Tensor
+        int32 and int8 ``(batch, width)``: each document's sink keys, in order, and which of
+        the ``width`` columns are real.
+    prefix : torch.Tensor
+        int32 ``(batch,)``: how many of them are the document's first real keys (its sink
+        prefix), which the loop starts after.
+    sparse : bool
+        Whether any document has a sink key after its prefix.
+    is_sink : torch.Tensor
+        int8 ``(batch, key_pos)``: the sink keys after the prefix (read only when
+        ``sparse``).
+    """
+
+    index: torch.Tensor
+    valid: torch.Tensor
+    prefix: torch.Tensor
+    sparse: bool
+    is_sink: torch.Tensor
+
+
+def sink_geometry(sink: torch.Tensor, shape: MaskShape) -> SinkGeometry:
+    """The sink keys of ``sink`` (bool ``(batch, key_pos)``) split into each document's
+    prefix (its first real keys, from ``shape.lo``) and the rest."""
+    b, k_len = sink.shape
+    index, valid = sink_columns(sink)
+    keys = torch.arange(k_len, device=sink.device)
+    lo = shape.lo.to(device=sink.device, dtype=torch.int64)
+    content = (keys[None, :] >= lo[:, None]) & ~sink
+    first = torch.where(content, keys, k_len).amin(-1)
+    prefix = (first - lo).clamp(min=0)
+    rest = sink & (keys[None, :] >= first[:, None])
+    return SinkGeometry(
+        index.to(torch.int32).contiguous(),
+        valid.to(torch.int8).contiguous(),
+        prefix.to(torch.int32).contiguous(),
+        bool(rest.any()),
+        rest.to(torch.int8).contiguous(),
+    )
+
+
+def sink_tiles(geometry: SinkGeometry, block_n: int) -> torch.Tensor:
+    """int8 ``(batch, key tiles)``: which key tiles of ``block_n`` keys hold a sink key
+    after the prefix (one element, unread, when no document has one)."""
+    rest = geometry.is_sink
+    if not geometry.sparse:
+        return rest.new_zeros((rest.shape[0], 1))
+    b, k_len = rest.shape
+    n_tiles = -(-k_len // block_n)
+    padded = torch.nn.functional.pad(rest, (0, n_tiles * block_n - k_len))
+    return (padded.view(b, n_tiles, block_n) != 0).any(-1).to(torch.int8).contiguous()
+
+
+def _heavy(softcap, s_aux, geometry: SinkGeometry) -> bool:
+    """Whether a layer runs a heavy variant of the kernel (the launch table's key)."""
+    return softcap is not None or s_aux is not None or geometry.sparse
 
 
 def note(recorder, reason: str) -> None:
@@ -279,6 +360,20 @@ def note(recorder, reason: str) -> None:
             f"two-call SDPA path (the exact path where that does not apply)",
             file=sys.stderr,
         )
+
+
+def _per_forward_geometry(recorder, shape: MaskShape, device) -> SinkGeometry:
+    """:func:`sink_geometry` of the recorder's sinks, once per mask shape in a forward pass
+    (every layer of a kind shares its mask's shape)."""
+    cache = recorder.fast_cache.setdefault("sink_geometry", [])
+    for found_shape, found in cache:
+        if found_shape is shape:
+            return found
+    found = sink_geometry(recorder.sink.to(device), shape)
+    if len(cache) >= 4:
+        cache.clear()
+    cache.append((shape, found))
+    return found
 
 
 def _not_covered(query, module) -> str | None:
@@ -317,16 +412,20 @@ def record_layer(
     if shape is None:
         note(recorder, "this mask (not causal, padding and sliding-window)")
         return None
-    config = launch_for(query.device, query.dtype, query.shape[-1])
+    softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
+    geometry = _per_forward_geometry(recorder, shape, query.device)
+    config = launch_for(
+        query.device, query.dtype, query.shape[-1], _heavy(softcap, s_aux, geometry)
+    )
     if isinstance(config, Refused):
         note(recorder, config.why)
         return None
-    softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
     if check is not None:
         why = check(
             query.device, query.dtype, query.shape[-1], causal=shape.causal,
             window=shape.window, softcap=softcap,
             aux_content=s_aux is not None and not recorder.learned,
+            aux_sink=s_aux is not None and recorder.learned, sparse=geometry.sparse,
         )  # fmt: skip
         if why is not None:  # printed once by the check; SDPA serves the configuration
             return None
@@ -341,6 +440,7 @@ def record_layer(
             softcap=softcap,
             s_aux=s_aux,
             learned=recorder.learned,
+            geometry=geometry,
         )
     except KernelRefused as refused:
         note(recorder, str(refused))
@@ -355,4 +455,4 @@ def record_layer(
     record_rows(
         recorder, layer, query, key, scaling, seen, upcast=True, softcap=softcap, s_aux=s_aux
     )
-    return out.transpose(1, 2).contiguous()
+    return out.transpose(1, 2)
