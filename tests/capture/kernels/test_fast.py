@@ -341,6 +341,17 @@ def test_the_boolean_mask_built_in_query_chunks_is_transformers_mask(monkeypatch
     )
     assert chunked.dtype == torch.bool and chunked.shape == (2, 1, 10, 10)
     assert torch.equal(chunked, whole.expand_as(chunked))
-    # Causal rows are never skipped (eager would give a float mask there, not None).
-    plain = masks.boolean_mask(batch_size=1, q_length=4, kv_length=4, q_offset=0)
+    # Plain causal rows (no padding, as many queries as keys) are skipped as transformers
+    # skips them for SDPA: no mask, the layer's own is_causal; built where the caller
+    # forbids the skip, or where a sliding window is shorter than the keys.
+    assert masks.boolean_mask(batch_size=1, q_length=4, kv_length=4, q_offset=0) is None
+    assert sdpa_mask(1, 4, 4, 0) is None  # transformers' own choice on the same arguments
+    plain = masks.boolean_mask(
+        batch_size=1, q_length=4, kv_length=4, q_offset=0, allow_is_causal_skip=False
+    )
     assert plain is not None and torch.equal(plain[0, 0], torch.ones(4, 4).tril().bool())
+    if window is not None:
+        slid = masks.boolean_mask(1, 10, 10, 0, mask_function=function, local_size=window)
+        assert slid is not None and torch.equal(slid, sdpa_mask(1, 10, 10, 0, **{
+            "mask_function": function, "allow_is_causal_skip": False
+        }))  # fmt: skip

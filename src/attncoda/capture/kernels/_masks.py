@@ -17,6 +17,7 @@ __all__ = [
     "MASK_ROWS",
     "MaskShape",
     "boolean_mask",
+    "skips_mask",
     "layer_mask",
     "layer_shape",
     "mask_shape",
@@ -33,18 +34,25 @@ MASK_ROWS = 1024
 def boolean_mask(
     batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, *args, **kwargs
 ):
-    """transformers' ``sdpa_mask`` where ``eager_mask`` would give a float mask: True where
-    a key is visible, never skipped for causal rows (``None`` only where ``eager_mask``
-    gives ``None`` too: bidirectional rows without padding).
+    """transformers' ``sdpa_mask`` as SDPA itself gets it: ``None`` where transformers would
+    skip the mask for SDPA (no padding, and ``q_length`` 1 or equal to ``kv_length``, no
+    window the keys outrun, the caller allowing it: :func:`skips_mask`), else True where a
+    key is visible.
 
-    Built :data:`MASK_ROWS` queries at a time into one ``(batch, 1, q, k)`` bool tensor, so
-    the builder's index grids stay small. The exact path masks boolean scores with
-    ``masked_fill(min)``, which gives eager's probabilities bit for bit (``score + min``
-    rounds to ``min`` for every finite score).
+    A skipped mask reads as the layer's own ``is_causal`` (:func:`read_mask`'s callers),
+    as transformers' SDPA reads it; the fused kernel then needs no mask at all, where a
+    dense one would be a byte a key (1 GiB at 32k tokens, built and read once per forward).
+    A built mask is made :data:`MASK_ROWS` queries at a time into one ``(batch, 1, q, k)``
+    bool tensor, so the builder's index grids stay small. The exact path masks boolean
+    scores with ``masked_fill(min)``, which gives eager's probabilities bit for bit
+    (``score + min`` rounds to ``min`` for every finite score).
     """
     from transformers.masking_utils import sdpa_mask
 
     kwargs.pop("dtype", None)
+    allowed = kwargs.pop("allow_is_causal_skip", True)
+    if allowed and skips_mask(batch_size, q_length, kv_length, q_offset, *args, **kwargs):
+        return None
     kwargs["allow_is_causal_skip"] = False
     if not isinstance(q_offset, int) or q_length <= MASK_ROWS:
         return sdpa_mask(batch_size, q_length, kv_length, q_offset, *args, **kwargs)
@@ -60,6 +68,38 @@ def boolean_mask(
             )
         out[:, :, r0 : r0 + rows] = part
     return out
+
+
+def skips_mask(batch_size, q_length, kv_length, q_offset=0, *args, **kwargs) -> bool:
+    """Whether transformers' ``sdpa_mask`` would return no mask for these arguments when
+    allowed to (its ``_ignore_causal_mask_sdpa``: no padding, ``q_length`` 1 or equal to
+    ``kv_length``, no sliding window shorter than the keys, nothing traced). False where
+    that private test is missing or takes other arguments: the mask is then built."""
+    import inspect
+
+    from transformers import masking_utils
+
+    ignore = getattr(masking_utils, "_ignore_causal_mask_sdpa", None)
+    if ignore is None:
+        return False
+    try:
+        bound = inspect.signature(masking_utils.sdpa_mask).bind(
+            batch_size, q_length, kv_length, q_offset, *args, **kwargs
+        )
+        bound.apply_defaults()
+        given = bound.arguments
+        return bool(
+            ignore(
+                given["attention_mask"],
+                q_length,
+                kv_length,
+                q_offset,
+                given["kv_offset"],
+                given["local_size"],
+            )
+        )
+    except (TypeError, KeyError):
+        return False
 
 
 def read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):

@@ -171,6 +171,14 @@ def _softmax(scores, s_aux, upcast: bool, query_dtype, value_dtype, out=None):
     return torch.softmax(scores, dim=-1).type(value_dtype), scores
 
 
+def causal_mask(q_len: int, k_len: int, device) -> torch.Tensor:
+    """bool ``(1, 1, q_len, k_len)``: causal rows, the queries the last ``q_len`` keys (what
+    a skipped mask means for a causal layer, as transformers' SDPA reads it)."""
+    keys = torch.arange(k_len, device=device)
+    rows = torch.arange(k_len - q_len, k_len, device=device)
+    return (keys[None, :] <= rows[:, None])[None, None]
+
+
 def last_visible_key(attention_mask, start: int, stop: int, k_len: int) -> int:
     """One past the last key any query in ``start:stop`` of any document can see.
 
@@ -249,8 +257,21 @@ def attncoda_attention(
         if recorder is not None
         else -1
     )
+    # The fast path's masks are skipped where transformers skips them for SDPA (plain
+    # causal rows, no padding): the layer's own is_causal then says what a query sees, and
+    # the exact path below, where it serves, gets that pattern as a boolean mask.
+    skipped = (
+        attention_mask is None
+        and recorder is not None
+        and recorder.method == "fast"
+        and q_len > 1
+        and bool(getattr(module, "is_causal", False))
+    )
     # >>> ablation hook (attncoda.capture.ablation): None unless ablate()/head_gates() is active
     edit = layer_edit(module, query, attention_mask)
+    if edit is not None and skipped:
+        attention_mask, skipped = causal_mask(q_len, k_len, query.device), False
+        edit = layer_edit(module, query, attention_mask)
     # <<< ablation hook
     # >>> fast path (attncoda.capture.kernels): statistics from the fused kernel's log-sum-exp;
     # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
@@ -263,6 +284,8 @@ def attncoda_attention(
             return fast, None
     if fast_ok and recorder is not None:
         recorder.ran[layer] = "exact"
+    if skipped:
+        attention_mask = causal_mask(q_len, k_len, query.device)
     # <<< fast path
     key_states = _repeat_kv(key, groups)
     value_states = _repeat_kv(value, groups)
