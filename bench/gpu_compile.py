@@ -14,8 +14,11 @@ The variants are the compile-time switches of the kernel:
 
 - ``causal``: causal rows (padding changes no compiled code: each document's run of keys
   is a runtime argument);
-- ``causal,window,softcap,sink``: a sliding window, Gemma 2's soft-cap and a learned sink
-  as a content key, all at once (the most code one kernel carries);
+- ``causal,window``: a sliding window (Gemma 3, Mistral), in the plain entries;
+- ``causal,window,softcap,sink,learned,sparse``: a sliding window, Gemma 2's soft-cap, a
+  learned sink as a content key and one in the sink set, and sink keys after the prefix,
+  all at once (the most code one kernel carries), in the heavy entries
+  (:func:`attncoda.capture.kernels._configs.is_heavy`);
 - ``padding``: bidirectional rows with padding (BERT-style encoders).
 
 Head dims 80 and 96 run the head-dim-128 kernel: the head dim is a runtime argument (not
@@ -39,7 +42,7 @@ import sys
 import time
 
 #: The kernel variants compiled (see the module docstring).
-VARIANTS = ("causal", "causal,window,softcap,sink", "padding")
+VARIANTS = ("causal", "causal,window", "causal,window,softcap,sink,learned,sparse", "padding")
 
 
 def _compile(job: tuple[str, str, int, str]) -> dict:
@@ -50,9 +53,10 @@ def _compile(job: tuple[str, str, int, str]) -> dict:
         compile_offline,
         launch_config,
     )
+    from attncoda.capture.kernels._configs import is_heavy
 
     arch, dtype, head_dim, flags = job
-    config = launch_config(arch, dtype, head_dim)
+    config = launch_config(arch, dtype, head_dim, is_heavy(flags.split(",")))
     record = {"arch": arch, "dtype": dtype, "head_dim": head_dim, "flags": flags}
     if isinstance(config, Refused):
         record.update(dict.fromkeys(("block_m", "block_n", "num_warps", "num_stages")))

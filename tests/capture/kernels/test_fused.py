@@ -82,10 +82,11 @@ def bound(query, key, scaling, softcap, z, m, visible, value):
     ``dz``: a score's rounding, ``gamma_d sum_t |q_t k_t|`` (the dot product), a few ulps
     of the scale and soft-cap, and ``3 u Z`` for the kernel's log2 units. ``Z``: the row's
     largest visible |score|; ``n``: its content keys. Then ``H(q)`` and ``H`` move by at
-    most ``2 Z dz`` (``dH/dz_j = -p_j (z_j - E z)``) plus the accumulation ``(n + 4) u (2 Z + log n + 1)``; ``lse_C`` by ``dz + (n + 3) u``
-    plus ``u |Z|``; ``s = sigmoid(lse_S - lse_C)`` by ``s (1 - s)`` times their sum; the
-    balance by ``sqrt(k m / n) (2 dz + (m + 1) u Z)``; the output by ``max |v|`` times the
-    change of the probabilities plus its own accumulation.
+    most ``2 Z dz`` (``dH/dz_j = -p_j (z_j - E z)``) plus the accumulation
+    ``(n + 4) u (2 Z + log n + 1)``; ``lse_C`` by ``dz + (n + 3) u`` plus ``u |Z|``;
+    ``s = sigmoid(lse_S - lse_C)`` by ``s (1 - s)`` times their sum; the balance by
+    ``sqrt(k m / n) (2 dz + (m + 1) u Z)``; the output by ``max |v|`` times the change of
+    the probabilities plus its own accumulation.
     """
     d = query.shape[-1]
     h, kv = query.shape[1], key.shape[1]

@@ -3,7 +3,8 @@ them): against the exact path, on random layers shaped like three model families
 the compiled kernel's derived bound (docs/design.md, "Bounds per kernel").
 
 - Llama-3-8B: 32 query heads, 8 key/value heads, head dim 128, causal;
-- Gemma 3: a sliding window of 512, head dim 256, Gemma's scaling;
+- Gemma 3: a sliding window of 512, head dim 256, Gemma's scaling, and a second sink key
+  in each document's middle (after the prefix: the kernel's per-tile sink masks);
 - GPT-OSS: learned sinks ``s_aux`` (a virtual key), a window of 128, head dim 64;
 
 each in bfloat16 and float32, at L = 1024 and 8192, two documents, the second left-padded.
@@ -23,7 +24,9 @@ pytestmark = [
 ]
 
 from attncoda.capture.kernels import (  # noqa: E402
+    KernelRefused,
     MaskShape,
+    Refused,
     fused_bounds,
     launch_for,
     reference,
@@ -56,6 +59,9 @@ def layer(family: str, length: int, dtype, seed: int = 0):
     hi = torch.full((2,), length, dtype=torch.int32, device="cuda")
     sink = torch.zeros((2, length), dtype=torch.bool, device="cuda")
     sink[0, 0] = sink[1, PAD] = True
+    if family == "gemma3":
+        # A sink key after the prefix ([SEP]-like): masked only in the key tiles holding it.
+        sink[:, length // 2] = True
     s_aux = torch.linspace(-1.0, 3.0, heads, device="cuda") if learned else None
     mask = MaskShape(lo, hi, True, window)
     return q.to(dtype), k.to(dtype), v.to(dtype), mask, sink, s_aux, scaling
@@ -69,7 +75,12 @@ def test_compiled_kernel_against_the_exact_path(family, dtype, length):
     # queries at a time; every statistic and the output within the compiled kernel's bound.
     torch_dtype = getattr(torch, dtype)
     q, k, v, mask, sink, s_aux, scaling = layer(family, length, torch_dtype)
-    config = launch_for(q.device, torch_dtype, q.shape[-1])
+    heavy = s_aux is not None or family == "gemma3"  # learned sinks; a sink after the prefix
+    config = launch_for(q.device, torch_dtype, q.shape[-1], heavy)
+    if isinstance(config, Refused):  # the table refuses it: the kernel says so, by name
+        with pytest.raises(KernelRefused, match=config.why):
+            triton_attention(q, k, v, scaling=scaling, sink=sink, shape=mask, s_aux=s_aux)
+        return
     with torch.inference_mode():
         out, got = triton_attention(q, k, v, scaling=scaling, sink=sink, shape=mask, s_aux=s_aux)
         assert bool(torch.isfinite(out).all())

@@ -134,7 +134,7 @@ def _table() -> dict[tuple[str, str, int, bool], LaunchConfig | Refused]:
                   256: LaunchConfig(32, 16, 4, 2)},
     }  # fmt: skip
     half["sm_89"] = half["sm_86"]
-    heavy = {("sm_90", 256): LaunchConfig(32, 16, 4, 2)}
+    heavy = {("sm_90", 256): LaunchConfig(64, 32, 8, 2)}
     single = {
         64: LaunchConfig(16, 32, 4, 2, "tf32x3"),
         128: LaunchConfig(16, 32, 4, 2, "tf32x3"),

@@ -108,8 +108,7 @@ class Documents:
         docs = [self.ids[b][real[b]].numpy() for b in range(real.shape[0])]
         widths = [len(doc) for doc in docs]
         stats = [
-            {name: torch.cat(parts, dim=2) for name, parts in layer.items()}
-            for layer in self.stats
+            {name: torch.cat(parts, dim=2) for name, parts in layer.items()} for layer in self.stats
         ]
         rows = [
             [
