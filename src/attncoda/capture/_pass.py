@@ -56,10 +56,12 @@ def run_pass(
         learned=learned,
         method=method,
         kernel=kernel,
+        pinned=method == "fast" and ids.device.type == "cuda",
     )
     if mode == "attention":
         with routed(model, rec):
             out = forward(model, ids, mask, logits=logits)
+        rec.settle()
         return rec, out, 0
     out, floored = read_outputs(model, ids, mask, rec, zeros, logits=logits)
     return rec, out, floored

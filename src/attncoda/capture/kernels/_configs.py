@@ -112,35 +112,41 @@ def _table() -> dict[tuple[str, str, int, bool], LaunchConfig | Refused]:
     bfloat16 and float16, per architecture, sized for its shared memory and register file
     (each entry spills nothing and fits in every variant it serves, compiled offline):
 
-    - sm_90 (232,448 B): 128 x 64 blocks at head dims 64 and 128 (4 and 8 warps, 3
-      stages) and 128 x 64 at 256 (8 warps, 2 stages), the plain variants' blocks chosen by
-      timing on an H200 (``bench/gpu_sweep.py``, docs/design.md); the heavy variants at
-      head dim 256 in the largest blocks that spill nothing;
+    - sm_90 (232,448 B): 128 x 64 blocks at head dim 64 (4 warps, 3 stages), 128 x 128 at
+      128 (8 warps, 3 stages) and 128 x 32 at 256 (8 warps, 2 stages), the plain variants'
+      blocks at 128 and 256 the fastest of a sweep on an H200 (``bench/gpu_sweep.py``,
+      docs/design.md); the heavy variants at head dim 128 in 128 x 64 blocks and at 256 in
+      64 x 32 blocks (8 warps), the largest that spill nothing;
     - sm_80 (166,912 B): 128 x 64 at 64 (8 warps, 3 stages), 64 x 32 at 128, 64 x 32 at
       256 (8 warps);
     - sm_86 and sm_89 (101,376 B): 128 x 64 at 64 (8 warps), 32 x 32 at 128, 32 x 16 at
       256.
 
-    float32 takes ``tf32x3`` products on tensor cores in small blocks (its high and low
+    float32 takes ``tf32x3`` products on tensor cores in 16 x 32 blocks (its high and low
     operand halves double the registers) up to head dim 128, and IEEE products (FMA, no
-    tensor cores) at 256, where ``tf32x3`` spills in every block that fits.
+    tensor cores) in 32 x 16 blocks (8 warps) at 256, where ``tf32x3`` spills in every block
+    that fits. (On sm_90, 64 x 32 ``tf32x3`` blocks with 8 warps at head dim 64 compile
+    without spills but made an illegal memory access on an H200.)
     """
     half = {
-        "sm_90": {64: LaunchConfig(128, 64, 4, 3), 128: LaunchConfig(128, 64, 8, 3),
-                  256: LaunchConfig(128, 64, 8, 2)},
+        "sm_90": {64: LaunchConfig(128, 64, 4, 3), 128: LaunchConfig(128, 128, 8, 3),
+                  256: LaunchConfig(128, 32, 8, 2)},
         "sm_80": {64: LaunchConfig(128, 64, 8, 3), 128: LaunchConfig(64, 32, 4, 2),
                   256: LaunchConfig(64, 32, 8, 2)},
         "sm_86": {64: LaunchConfig(128, 64, 8, 2), 128: LaunchConfig(32, 32, 4, 2),
                   256: LaunchConfig(32, 16, 4, 2)},
     }  # fmt: skip
     half["sm_89"] = half["sm_86"]
-    heavy = {("sm_90", 256): LaunchConfig(64, 32, 8, 2)}
+    heavy = {
+        ("sm_90", 128): LaunchConfig(128, 64, 8, 3),
+        ("sm_90", 256): LaunchConfig(64, 32, 8, 2),
+    }
     single = {
         64: LaunchConfig(16, 32, 4, 2, "tf32x3"),
         128: LaunchConfig(16, 32, 4, 2, "tf32x3"),
         256: LaunchConfig(32, 16, 8, 2, "ieee"),
     }
-    single_sm90 = {64: LaunchConfig(64, 32, 8, 2, "tf32x3")}
+
     table: dict[tuple[str, str, int, bool], LaunchConfig | Refused] = {}
     for arch in ARCHITECTURES:
         for size in (64, 128, 256):
@@ -150,8 +156,7 @@ def _table() -> dict[tuple[str, str, int, bool], LaunchConfig | Refused]:
                     blocks = heavy.get((arch, size), blocks)
                 table[(arch, "bfloat16", size, heavy_variant)] = blocks
                 table[(arch, "float16", size, heavy_variant)] = blocks
-                entry = single_sm90.get(size) if arch == "sm_90" else None
-                table[(arch, "float32", size, heavy_variant)] = entry or single[size]
+                table[(arch, "float32", size, heavy_variant)] = single[size]
     return table
 
 

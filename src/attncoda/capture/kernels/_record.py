@@ -13,9 +13,19 @@ __all__ = ["record_rows", "store"]
 
 
 def store(recorder, layer: int, stats: dict[str, torch.Tensor]) -> None:
-    """Write a kernel's ``(batch, head, query_pos)`` statistics into layer ``layer``."""
+    """Write a kernel's ``(batch, head, query_pos)`` statistics into layer ``layer``.
+
+    Into page-locked statistics (a recorder of a pass on CUDA, ``pinned``) the copies are
+    queued on the layer's stream and the pass goes on; the recorder's
+    :meth:`~attncoda.capture.stats.Recorder.settle` waits for them once, after the pass.
+    A copy into pageable memory would wait for the device at every layer.
+    """
     for name, values in stats.items():
-        recorder.stats[layer][name][:] = values.cpu()
+        target = recorder.stats[layer][name]
+        if values.is_cuda and target.is_pinned():
+            target.copy_(values, non_blocking=True)
+        else:
+            target[:] = values.cpu()
 
 
 def record_rows(

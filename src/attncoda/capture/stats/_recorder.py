@@ -50,6 +50,10 @@ class Recorder:
         CUDA for each configuration that passes its first-use check), resolved per layer
         from where the layer runs; None (recorded passes) for the kernel that runs
         everywhere (:data:`attncoda.capture.kernels.registry.PORTABLE`).
+    pinned : bool
+        Keep the statistics in page-locked memory (a pass on CUDA): the fast kernels then
+        copy each layer's statistics without waiting (:func:`attncoda.capture.kernels.
+        _record.store`), and the pass synchronises once at its end (:meth:`settle`).
 
     Attributes
     ----------
@@ -80,6 +84,7 @@ class Recorder:
     learned: bool = False
     method: str = "exact"
     kernel: str | None = None
+    pinned: bool = False
     ran: dict[int, str] = field(default_factory=dict)
     stats: list[dict[str, torch.Tensor]] = field(default_factory=list)
     rows: list[list[torch.Tensor]] = field(default_factory=list)
@@ -112,6 +117,13 @@ class Recorder:
             return len(self.stats) - 1
         return self._allocate(batch, heads, q_len, self.query_real.sum(-1).tolist(), learned)
 
+    def settle(self) -> None:
+        """Wait for the statistics copied without waiting (``pinned``): every CUDA device,
+        since a device map may run layers on several."""
+        if self.pinned:
+            for index in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(index)
+
     def _check_learned(self, learned: bool) -> None:
         """Refuse a layer without learned sink logits when the sink is ``"learned"``."""
         if self.learned and not learned:
@@ -125,9 +137,12 @@ class Recorder:
     ) -> int:
         """Append one layer's zeroed statistics ``(batch, head, q_len)`` and ``-inf`` rows
         (``widths[doc]`` token columns, one more for a learned sink); returns its index."""
-        layer = {name: torch.zeros(batch, heads, q_len, dtype=torch.float64) for name in STATISTICS}
+        shape, pinned = (batch, heads, q_len), self.pinned
+        layer = {
+            name: torch.zeros(shape, dtype=torch.float64, pin_memory=pinned) for name in STATISTICS
+        }
         for name in COUNTS:
-            layer[name] = torch.zeros(batch, heads, q_len, dtype=torch.int64)
+            layer[name] = torch.zeros(shape, dtype=torch.int64, pin_memory=pinned)
         self.stats.append(layer)
         self.rows.append(
             [
