@@ -29,14 +29,21 @@ SERIES = "bigram-backcopy@step0,step1,step2,step2000"
 
 @pytest.fixture(scope="module")
 def rows():
-    """Each model's predictor row (the fitted protocol: 16 task sequences of 64 tokens)."""
-    return {
-        (spec, method): measured_row(
-            spec, rows={"docs": 16, "max_tokens": 64}, options=CaptureOptions(method=method)
-        )
-        for spec in MODELS
-        for method in METHODS
-    }
+    """Each model's predictor row (the fitted protocol: 16 task sequences of 64 tokens), the
+    model loaded once for both captures."""
+    from attncoda.models.load import load_model
+
+    found = {}
+    for spec in MODELS:
+        loaded = load_model(spec)
+        for method in METHODS:
+            found[spec, method] = measured_row(
+                spec,
+                rows={"docs": 16, "max_tokens": 64},
+                options=CaptureOptions(method=method),
+                loaded=loaded,
+            )
+    return found
 
 
 @pytest.fixture(scope="module")
