@@ -279,11 +279,59 @@ def test_an_unchanged_model_has_an_undefined_share():
     assert model_row["delta_entropy"] == 0.0
     assert model_row["sink_share"] is pd.NA
     assert model_row["sink_share_low"] is pd.NA and model_row["sink_share_high"] is pd.NA
+    # the rounding of the two mean entropies, u = 2**-24 (float32) times their sum
+    bound = 2.0**-24 * (model_row["entropy_from"] + model_row["entropy_to"])
     assert model_row["sink_share_note"] == (
-        "|delta_entropy| = 0 nats <= share_atol 1e-09: undefined"
+        f"|delta_entropy| = 0 nats is within its float32 rounding {bound:.3g} nats "
+        "(u x (H before + H after)): share undefined"
     )
     assert result.summary["first_last"]["sink_share"] is None
     assert result.table["sink_share"].isna().all()
+
+
+def constant_stats(step, entropy, content_entropy, sink_mass, shape=(2, 1, 2, 3)):
+    """A checkpoint whose every row has the given statistics."""
+    full = lambda v: np.full(shape, float(v))  # noqa: E731
+    return CheckpointStats(
+        step,
+        f"step{step}",
+        full(sink_mass),
+        full(entropy),
+        full(content_entropy),
+        np.zeros(shape),
+        np.ones(shape, bool),
+        tuple(np.asarray([0]) for _ in range(shape[0])),
+    )
+
+
+@pytest.mark.parametrize(
+    ("times", "null"), [(0.5, True), (0.99, True), (1.5, False), (1e4, False)]
+)
+def test_a_change_within_its_float32_rounding_has_no_share(times, null):
+    # H = 3 nats at both ends: the rounding of the mean change is 2**-24 * 6 = 3.6e-7 nats
+    bound = 2.0**-24 * 6.0
+    delta = -times * bound
+    a = constant_stats(0, 3.0, 3.5, 0.2)
+    b = constant_stats(8, 3.0 + delta, 3.5 + delta / 4, 0.2)  # content part: 0.8 * delta / 4
+    table, _, pairs, first_last = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
+    shares = table[["sink_share", "sink_share_low", "sink_share_high"]]
+    if null:
+        assert shares.isna().all().all()
+        assert table["sink_share_note"].str.contains("within its float32 rounding").all()
+        assert first_last["sink_share"] is None and pairs[0]["sink_share_low"] is None
+    else:
+        # the sink part is delta - 0.8 * delta / 4 = 0.8 delta: a share of 80%, to rounding
+        assert table["sink_share"].astype(float).to_numpy() == pytest.approx(0.8, rel=1e-6)
+        assert (table["sink_share_note"] == "").all()
+        assert first_last["sink_share"] == pytest.approx(0.8, rel=1e-6)
+
+
+def test_share_atol_still_nulls_a_change_of_zero_entropies():
+    # one-hot rows at both ends: no entropy, so no rounding; share_atol decides
+    a, b = constant_stats(0, 0.0, 0.0, 1.0), constant_stats(8, 0.0, 0.0, 1.0)
+    table, *_ = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
+    note = "|delta_entropy| = 0 nats <= share_atol 1e-09: undefined"
+    assert (table["sink_share_note"] == note).all()
 
 
 def test_opposite_parts_are_noted():
@@ -372,3 +420,13 @@ def test_moving_sink_keys_are_refused():
         "needs the same sink keys at every checkpoint; use sink='first' or explicit positions"
     ):
         check_same_layout(stats("step0", [0]), stats("step8", [0, 2]))
+
+
+def test_the_cli_summary_says_why_a_share_is_null():
+    from attncoda.experiments.collapse._summary import summary
+
+    a = constant_stats(0, 3.0, 3.5, 0.2)
+    b = constant_stats(8, 3.0 + 1e-8, 3.5, 0.2)  # 1e-8 nats: within 3.6e-7
+    table, *_ = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
+    printed = summary({"collapse": table}, lambda *_: {}, "first")
+    assert "sink share n/a (|delta_entropy| = 1e-08 nats is within its float32 rounding" in printed

@@ -444,8 +444,12 @@ def test_inside_the_support_confirmed_or_failed():
     assert (p.low, p.high) == predictor.interval.bounds(list(INSIDE.values()))
     assert verdict(p, p.point) == "confirmed"
     assert verdict(p, p.low) == "confirmed" and verdict(p, p.high) == "confirmed"
-    assert verdict(p, p.high + 1e-9) == "failed"
-    assert verdict(p, p.low - 1e-9) == "failed"
+    # within the ends' float32 rounding is inside; twice past it is not
+    assert 0 < p.rounding < 1e-6
+    assert verdict(p, p.high + p.rounding / 2) == "confirmed"
+    assert verdict(p, p.low - p.rounding / 2) == "confirmed"
+    assert verdict(p, p.high + 2 * p.rounding) == "failed"
+    assert verdict(p, p.low - 2 * p.rounding) == "failed"
 
 
 def test_the_point_and_both_ends_are_clipped_to_probabilities():

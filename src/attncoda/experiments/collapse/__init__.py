@@ -5,7 +5,7 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :class:`CollapseResu
 checkpoint's statistics (:class:`CheckpointStats`, :func:`capture_stats`,
 :func:`check_windows`) and the split between two of them, its Shapley share and the range of
 the two one-sided orderings (:func:`collapse_pair`, :func:`series_tables`,
-:data:`SHARE_METHOD`).
+:data:`SHARE_METHOD`, and :func:`share_rounding`, within which a change has no share).
 
 Modules: ``_experiment`` (the declaration, its run and the combination of a series' units),
 ``_stats`` (per-checkpoint row statistics and their frames), ``_split`` (the exact split per
@@ -30,6 +30,7 @@ from attncoda.experiments.collapse._split import (
     SHARE_METHOD,
     collapse_pair,
     series_tables,
+    share_rounding,
 )
 from attncoda.experiments.collapse._stats import (
     CheckpointStats,
@@ -57,6 +58,7 @@ __all__ = [
     "collapse_pair",
     "combine",
     "series_tables",
+    "share_rounding",
     "stats_frames",
     "stats_from_frames",
     "windows_hash",

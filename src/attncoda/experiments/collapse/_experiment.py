@@ -76,7 +76,8 @@ class CollapseResult:
         under each one-sided ordering, :mod:`attncoda.experiments.collapse._split`).
         ``sink_share = delta_sink / delta_entropy``, ``sink_share_low`` and
         ``sink_share_high`` (the smaller and the larger share of the two orderings, which
-        bound it; nullable ``Float64``, ``<NA>`` when ``|dH| <= share_atol``),
+        bound it; nullable ``Float64``, ``<NA>`` when ``|dH|`` lies within its float32
+        rounding, ``u (H before + H after)``, or ``<= share_atol``),
         ``sink_share_method`` (what the share and its range are) and ``sink_share_note``
         (``""``, or why the share is undefined or outside ``[0, 1]``).
     checkpoints : pandas.DataFrame
@@ -117,7 +118,9 @@ def collapse_from_stats(
     sink : str, int or sequence of int
         The sink spec the statistics were captured with (recorded).
     share_atol : float
-        ``sink_share`` is undefined (``<NA>``) where ``|delta_entropy| <= share_atol`` nats.
+        ``sink_share`` is undefined (``<NA>``) where ``|delta_entropy| <= share_atol`` nats,
+        as it is wherever ``|delta_entropy|`` lies within its float32 rounding
+        (:func:`~attncoda.experiments.collapse.share_rounding`).
 
     Returns
     -------
@@ -158,6 +161,9 @@ def _summary(
         "points": points,
         **windows,
         "share_atol": float(share_atol),
+        "share_rounding": "a share and its range are null where |dH| <= u * (H before + H "
+        "after), u = 2**-24 (float32 unit roundoff times the magnitudes summed), or <= "
+        "share_atol",
         "share_definition": "sink_share = sum of dH_sink / sum of dH over the rows with "
         "content at both checkpoints; dH_content = ((1-s0)+(1-s1))/2 * (H(q1)-H(q0)), "
         "dH_sink = dH - dH_content (nats): a two-factor Shapley attribution, no keep/drop "

@@ -110,7 +110,9 @@ def collapse_section(ctx: Context) -> str:
     parts.append(_checkpoints(ctx, convention))
     parts.append(_task_heads(ctx))
     parts.append(_training(ctx))
-    return paper_vs_measured(convention, claims) + _ORDERINGS + _STAND_IN + "".join(parts)
+    return (
+        paper_vs_measured(convention, claims) + _ORDERINGS + _ROUNDING + _STAND_IN + "".join(parts)
+    )
 
 
 _ORDERINGS = note(
@@ -121,6 +123,14 @@ _ORDERINGS = note(
     "1−s₀; both "
     "orderings are exact decompositions too, and their sink shares (the range given beside "
     "each share) bound the Shapley share, which is their mean."
+)
+
+_ROUNDING = note(
+    "A share is a ratio over ΔH. Where |ΔH| lies within its float32 rounding, u·(H before + "
+    "H after) with u = 2⁻²⁴ (the unit roundoff times the magnitudes summed), the change is one "
+    "of the last bits, which another device or kernel gives otherwise: the share and its "
+    "range are then left empty (n/a), and the note says so. Early training steps change the "
+    "entropy by less than that in some heads."
 )
 
 _STAND_IN = note(

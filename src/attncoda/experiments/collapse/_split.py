@@ -32,8 +32,14 @@ the summed ``dH``; the smaller share is ``sink_share_low``, the larger ``sink_sh
 The Shapley share lies between them (it is their mean): a statement such as "x% of the
 entropy drop is the sink" is the Shapley share together with that range.
 
-The share is undefined where ``|delta_entropy| <= share_atol`` (no change to share out): it
-is then ``<NA>`` (null in Parquet, ``None`` in JSON) and ``sink_share_note`` says why. When
+The share and its range are undefined where the change lies within its own rounding,
+``|delta_entropy| <= u (entropy_from + entropy_to)`` (``u = 2**-24``, the float32 unit
+roundoff, times the magnitudes summed: entropies are non-negative, so ``entropy_from +
+entropy_to`` is the mean of ``|H(p_0)| + |H(p_1)|`` over the rows; docs/design.md,
+"Verdicts and ratios within rounding"), or ``<= share_atol``: a ratio of a change of the
+last bits is noise, which two devices or two kernels give differently (-18 and -85 for one
+head at ``4e-8`` nats). It is then ``<NA>`` (null in Parquet, ``None`` in JSON) and
+``sink_share_note`` says why. When
 the two parts have opposite signs the share lies outside ``[0, 1]`` (the note says so): a
 sink part of ``-0.3`` nats and a content part of ``+0.1`` give ``dH = -0.2`` and a share of
 1.5.
@@ -49,6 +55,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.collapse._stats import CheckpointStats, check_same_layout
+from attncoda.experiments.contract import rounding_bound, within_rounding
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,6 +67,7 @@ __all__ = [
     "SHARE_METHOD",
     "collapse_pair",
     "series_tables",
+    "share_rounding",
 ]
 
 #: Columns of the pair table (``CollapseResult.table``, ``collapse.parquet``), in order.
@@ -141,10 +149,25 @@ def _levels(sums: dict[str, np.ndarray], counts: np.ndarray):
             yield "head", layer, head, n, m
 
 
+def share_rounding(entropy_from: float, entropy_to: float) -> float:
+    """The rounding bound of a mean entropy change, ``u (entropy_from + entropy_to)`` nats
+    (``u = 2**-24``): float32 entropies of these mean sizes (non-negative, so the means are
+    the mean magnitudes) move their difference by up to this much. A share over a
+    ``|delta_entropy|`` within it is null."""
+    return rounding_bound(entropy_from, entropy_to)
+
+
 def _share(means: dict[str, float], atol: float) -> tuple[dict[str, float | None], str]:
     """The Shapley share of one level's means, its range over the two orderings, and a note."""
     delta, delta_sink = means["delta_entropy"], means["delta_sink"]
-    if not abs(delta) > atol:
+    bound = share_rounding(means["entropy_from"], means["entropy_to"])
+    if within_rounding(delta, bound) and bound >= atol:  # else share_atol is the wider
+        note = (
+            f"|delta_entropy| = {abs(delta):.3g} nats is within its float32 rounding "
+            f"{bound:.3g} nats (u x (H before + H after)): share undefined"
+        )
+        return dict.fromkeys(_SHARES), note
+    if within_rounding(delta, atol):
         note = f"|delta_entropy| = {abs(delta):.3g} nats <= share_atol {atol:g}: undefined"
         return dict.fromkeys(_SHARES), note
     orderings = sorted(
@@ -314,7 +337,8 @@ def series_tables(
     model : str
         Name in the tables.
     share_atol : float
-        ``sink_share`` is undefined (``<NA>``) where ``|delta_entropy| <= share_atol`` nats.
+        ``sink_share`` is undefined (``<NA>``) where ``|delta_entropy| <= share_atol`` nats,
+        as it is where ``|delta_entropy|`` lies within its rounding (:func:`share_rounding`).
 
     Returns
     -------

@@ -18,7 +18,8 @@ def summary(
 ) -> str:
     """One line per pair of checkpoints: the model-level mean entropy change (nats), its
     two-factor Shapley split into sink and content, and the sink share with its range over
-    the two one-sided orderings."""
+    the two one-sided orderings; where the share is null (a change within its float32
+    rounding), ``n/a`` and the table's note."""
     import pandas as pd
 
     table = tables["collapse"]
@@ -29,7 +30,7 @@ def summary(
     ]
     for row in model.itertuples(index=False):
         share = (
-            "n/a"
+            f"n/a ({row.sink_share_note})"
             if pd.isna(row.sink_share)
             else f"{row.sink_share:.1%} ({row.sink_share_low:.1%}-{row.sink_share_high:.1%})"
         )

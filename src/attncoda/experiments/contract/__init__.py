@@ -9,14 +9,16 @@ Public names: the declaration (:class:`Experiment`, :func:`experiment`, :data:`R
 experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the windows a
 capture read (:func:`captured_ids`, :func:`check_captured`), the shared verdict helpers
 (:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`),
-and what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
+what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
 :func:`no_interval_note`, :func:`percentile_interval`, :func:`resample_weights`,
-:func:`check_n_boot`).
+:func:`check_n_boot`), and what float32 statistics resolve (:data:`FLOAT32_UNIT_ROUNDOFF`,
+:func:`rounding_bound`, :func:`within_rounding`).
 
 Modules: ``_experiment`` (the declaration, inputs and tables), ``_command`` (views,
 commands and tools), ``_settings`` (setting fields and their checks), ``_inputs`` (recorded
 rows), ``_verdicts`` (metrics, tolerances and flip rates), ``_intervals`` (the fewest
-observations of a bootstrap, method names, notes). They may import :mod:`attncoda.coda` and
+observations of a bootstrap, method names, notes), ``_rounding`` (rounding bounds, nulls
+and threshold edges). They may import :mod:`attncoda.coda` and
 each other; no experiment, nothing above.
 """
 
@@ -53,6 +55,11 @@ from attncoda.experiments.contract._intervals import (
     percentile_interval,
     resample_weights,
 )
+from attncoda.experiments.contract._rounding import (
+    FLOAT32_UNIT_ROUNDOFF,
+    rounding_bound,
+    within_rounding,
+)
 from attncoda.experiments.contract._settings import (
     RENAMED,
     Allowed,
@@ -84,6 +91,7 @@ __all__ = [
     "Command",
     "Experiment",
     "FLIP_METRICS",
+    "FLOAT32_UNIT_ROUNDOFF",
     "HeadRows",
     "Inputs",
     "MIN_BOOTSTRAP_N",
@@ -110,9 +118,11 @@ __all__ = [
     "no_interval_note",
     "percentile_interval",
     "resample_weights",
+    "rounding_bound",
     "renamed_settings",
     "setting",
     "settings_dict",
     "settings_from",
+    "within_rounding",
     "without_run_columns",
 ]

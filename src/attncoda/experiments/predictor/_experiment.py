@@ -28,7 +28,11 @@ verdict shows both, with widths, absolute errors and interval scores
 (:mod:`~attncoda.experiments.predictor._verdict`): a count of confirmations alone rewards
 wide intervals. A model outside the training set's joint support (its leverage above every
 training model's, :mod:`~attncoda.experiments.predictor._support`), or with a feature
-outside its training range, gets an abstention that says why, never an extrapolation.
+outside its training range, gets an abstention that says why, never an extrapolation. Both
+rules, and the ends of the interval a verdict compares with, hold within the features'
+float32 rounding (:mod:`~attncoda.experiments.predictor._rounding`), so that the same model
+gets the same verdict on every device; a training model matched by its weights is never
+subject to abstention.
 """
 
 from __future__ import annotations
@@ -165,7 +169,8 @@ def apply_predictor(
         protocol), ``matched`` (``None`` for a model the predictor has not seen, else
         ``(training model, how)``: :meth:`Predictor.training_match` on the row's name and
         ``identity``), ``relation`` (:meth:`Predictor.relation`) and ``counted``: whether
-        the verdicts test the predictor (held out and on protocol).
+        the verdicts test the predictor (held out and on protocol). A model matched by its
+        weights is never subject to abstention (:meth:`Predictor.apply`).
     """
     if not isinstance(predictor, Predictor):
         predictor = Predictor.from_json(
@@ -173,7 +178,10 @@ def apply_predictor(
         )
     outcomes = []
     for row in rows:
-        prediction, baseline = predictor.apply(row["features"]), predictor.apply_baseline()
+        matched = predictor.training_match([row["model"]], row.get("identity"))
+        how = "" if matched is None else matched[1]
+        prediction = predictor.apply(row["features"], matched_by=how)
+        baseline = predictor.apply_baseline()
         rates = row["flip_rates"]
         measured = (
             float(np.mean(list(rates.values())))
@@ -194,7 +202,7 @@ def apply_predictor(
                 "measured": measured,
                 **scored,
                 "off_protocol": off,
-                "matched": predictor.training_match([row["model"]], row.get("identity")),
+                "matched": matched,
                 "relation": relation,
                 "counted": relation.held_out and not off,
             }

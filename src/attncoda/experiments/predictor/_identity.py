@@ -14,6 +14,7 @@ from attncoda._errors import AttncodaError
 from attncoda.training.identity import NEAR_COPY, SKETCH_SIZE, recipe_key, sketch_distance
 
 __all__ = [
+    "BY_WEIGHTS",
     "MATCHES",
     "RELATIONS",
     "Relation",
@@ -28,6 +29,10 @@ __all__ = [
 
 #: How a model is matched to a training model, strongest first (:func:`training_match`).
 MATCHES = ("weights", "near copy", "recipe", "name")
+#: The matches by the weights themselves (their hash, or their sketch within rounding): such
+#: a model *is* a training model, one of the points its support is made of, so it is never
+#: subject to abstention (:meth:`~attncoda.experiments.predictor.Predictor.apply`).
+BY_WEIGHTS = ("weights", "near copy")
 #: How a model stands to a predictor's training models (:func:`relation_to_training`): one of
 #: them; a checkpoint of a run that gave training models, between two of them or outside
 #: them; or held out (unseen by content, of no such run). Only held-out models test it.

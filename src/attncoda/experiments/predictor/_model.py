@@ -17,12 +17,14 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD, CVPlus
 from attncoda.experiments.predictor._file import fields_from_file, to_file
 from attncoda.experiments.predictor._identity import (
+    BY_WEIGHTS,
     Relation,
     TrainingIdentity,
     relation_to_training,
     training_match,
 )
 from attncoda.experiments.predictor._protocol import Protocol
+from attncoda.experiments.predictor._rounding import edge_error, feature_errors, outside_range
 from attncoda.experiments.predictor._support import Support
 from attncoda.experiments.predictor._verdict import Prediction
 from attncoda.store import read_json
@@ -174,13 +176,19 @@ class Predictor:
             return ["the predictor records no protocol"]
         return self.protocol.differences(read)
 
-    def apply(self, features: Mapping[str, float]) -> Prediction:
+    def apply(self, features: Mapping[str, float], *, matched_by: str = "") -> Prediction:
         """Predict the flip rate of a model from its features, or abstain.
 
         Parameters
         ----------
         features : mapping
             At least every name in ``self.features`` (e.g. from :func:`sink_features`).
+        matched_by : str
+            How the model was matched to a training model (:meth:`training_match`), ``""``
+            for none. A model matched by its weights (:data:`~attncoda.experiments.
+            predictor._identity.BY_WEIGHTS`: ``"weights"`` or ``"near copy"``) is one of the
+            training points: it is never subject to abstention (only non-finite features
+            still abstain), wherever its features were recomputed.
 
         Returns
         -------
@@ -193,7 +201,11 @@ class Predictor:
             :mod:`~attncoda.experiments.predictor._support`), or when a feature lies outside
             its training range: the leverage ellipsoid holds the training points but reaches
             past the extremes a single feature took, where the fit has never seen its value.
-            The reason names each rule the point breaks.
+            The reason names each rule the point breaks. Both rules hold within the features'
+            float32 rounding (:mod:`~attncoda.experiments.predictor._rounding`): a value
+            within its own and the edge's rounding of an edge is inside. ``rounding`` is how
+            far that rounding moves the point and the ends (the largest ``sum_f |c_f| e_f``
+            over the full fit and the left-out fits).
         """
         missing = [f for f in self.features if f not in features]
         if missing:
@@ -206,22 +218,32 @@ class Predictor:
             for name, value in zip(self.features, values, strict=True)
             if not math.isfinite(value)
         ]
-        if not reasons:
-            joint = self.support.outside(values)
+        errors = feature_errors(dict(zip(self.features, values, strict=True)))
+        if not reasons and matched_by not in BY_WEIGHTS:
+            own = [errors[f] for f in self.features]
+            edges = [
+                max(edge_error(f, lo), edge_error(f, hi))
+                for f, (lo, hi) in zip(self.features, self.training_range, strict=True)
+            ]
+            joint = self.support.outside(values, own, edges)
             reasons += [joint] if joint else []
-            for name, value, (lo, hi) in zip(
-                self.features, values, self.training_range, strict=True
-            ):
-                if not lo <= value <= hi:
-                    reasons.append(
-                        f"feature {name}={value:.6g} is outside the training range "
-                        f"[{lo:.6g}, {hi:.6g}]"
-                    )
+            reasons += outside_range(self.features, values, self.training_range, errors)
         if reasons:
             return Prediction(abstained=True, reason="; ".join(reasons))
         linear = self.intercept + sum(c * v for c, v in zip(self.coefficients, values, strict=True))
         low, high = self.interval.bounds(values)
-        return Prediction(abstained=False, point=_rate(linear), low=_rate(low), high=_rate(high))
+        fits = [self.coefficients, *(fit.coefficients for fit in self.interval.fits)]
+        rounding = max(
+            sum(abs(c) * errors[f] for c, f in zip(coefficients, self.features, strict=True))
+            for coefficients in fits
+        )
+        return Prediction(
+            abstained=False,
+            point=_rate(linear),
+            low=_rate(low),
+            high=_rate(high),
+            rounding=float(rounding),
+        )
 
     def apply_baseline(self) -> Prediction:
         """The constant baseline's prediction (:meth:`Baseline.apply`)."""

@@ -140,20 +140,21 @@ def predictor_section(ctx: Context) -> str:
             body,
         )
         + note(
-            "confirmed: the measured flip rate lies inside the predicted interval; failed: it "
-            "lies outside; abstained: the model lies outside the predictor's training support "
-            "(its leverage above every training model's, or a feature outside its training "
-            "range). The baseline predicts the training models' mean rate everywhere, with an "
+            "confirmed: the measured flip rate lies inside the predicted interval; failed: it lies"
+            " outside; abstained: the model lies outside the predictor's training support (its "
+            "leverage above every training model's, or a feature outside its training range, "
+            "beyond the features' float32 rounding; a training model matched by its weights never "
+            "abstains). The baseline predicts the training models' mean rate everywhere, with an "
             "interval made the same way. Width = high − low; abs error = |measured − point|; "
-            "interval score (Gneiting and Raftery 2007, eq. 43) = width + (2/α) × the distance "
-            "by which the interval misses the measured rate: lower is better, and a wide "
-            "interval that confirms scores worse than a narrow one that confirms. A verdict "
-            "counts only on a held-out model read with the predictor's fitted protocol (what "
-            "its rows read: corpus, windows and their length, and the sink, seed, metrics and "
-            "tie tolerance). A model is a training model when its weights hash, its weights "
-            "sketch (a near copy: the same weights in another dtype), its train-tiny recipe "
-            "or its name matches one of the predictor's training models'; a checkpoint of a "
-            "run that gave training models is interpolated, or the same run, never held out."
+            "interval score (Gneiting and Raftery 2007, eq. 43) = width + (2/α) × the distance by "
+            "which the interval misses the measured rate: lower is better, and a wide interval "
+            "that confirms scores worse than a narrow one that confirms. A verdict counts only on "
+            "a held-out model read with the predictor's fitted protocol (what its rows read: "
+            "corpus, windows and their length, and the sink, seed, metrics and tie tolerance). A "
+            "model is a training model when its weights hash, its weights sketch (a near copy: the"
+            " same weights in another dtype), its train-tiny recipe or its name matches one of the"
+            " predictor's training models'; a checkpoint of a run that gave training models is "
+            "interpolated, or the same run, never held out."
         )
         + figure_or_note(
             lambda: draw({"predictor": rows}),

@@ -10,6 +10,15 @@ The predictor abstains when ``h(x)`` exceeds the largest training leverage ``max
 the point lies outside the smallest ellipsoid of that shape that holds every training model,
 where the least-squares fit would extrapolate jointly even when each feature on its own lies
 within its training range.
+
+The check holds within the features' float32 rounding (:mod:`._rounding`): the point's
+features ``x_f`` move by up to ``e_f`` each, which moves ``h`` by up to
+``sum_f |dh/dx_f| e_f`` (``dh/dz = 2 [(X~' X~)^{-1} x~]_z``, ``z_f = (x_f - mean_f) /
+scale_f``); and the training model of the largest leverage carries its own, at most
+``2 sqrt(h_max) sqrt(d' |G_zz| d)`` by Cauchy-Schwarz in the ``(X~' X~)^{-1}`` inner product
+(``d_f`` the largest rounding bound a training value of feature ``f`` can carry, in
+standardised units, ``|G_zz|`` the entrywise absolute feature block of the inverse). A
+point within the sum of both of the largest training leverage is inside.
 """
 
 from __future__ import annotations
@@ -55,10 +64,49 @@ class Support:
         row = np.concatenate([[1.0], z])
         return float(row @ np.asarray(self.gram_inverse) @ row)
 
-    def outside(self, values: Sequence[float]) -> str:
-        """Why a point is outside the joint support, or ``""`` when it is inside."""
+    def rounding(
+        self, values: Sequence[float], errors: Sequence[float], edge_errors: Sequence[float]
+    ) -> float:
+        """How far float32 rounding can move the comparison of ``h(x)`` with the largest
+        training leverage: the point's own share plus that training model's.
+
+        Parameters
+        ----------
+        values, errors : sequence of float, shape (p,)
+            The point's features (raw units) and their rounding bounds
+            (:func:`~attncoda.experiments.predictor._rounding.feature_errors`).
+        edge_errors : sequence of float, shape (p,)
+            The largest rounding bound a training value of each feature can carry.
+
+        Returns
+        -------
+        float
+            A non-negative bound in leverage units.
+        """
+        scale = np.asarray(self.scale)
+        z = (np.asarray(values, dtype=np.float64) - np.asarray(self.mean)) / scale
+        gram = np.asarray(self.gram_inverse)
+        slope = 2 * (gram @ np.concatenate([[1.0], z]))[1:] / scale
+        own = float(np.abs(slope) @ np.asarray(errors, dtype=np.float64))
+        d = np.asarray(edge_errors, dtype=np.float64) / scale
+        theirs = 2 * np.sqrt(self.max_leverage * float(d @ np.abs(gram[1:, 1:]) @ d))
+        return own + float(theirs)
+
+    def outside(
+        self,
+        values: Sequence[float],
+        errors: Sequence[float] | None = None,
+        edge_errors: Sequence[float] | None = None,
+    ) -> str:
+        """Why a point is outside the joint support, or ``""`` when it is inside.
+
+        ``errors`` and ``edge_errors`` (:meth:`rounding`; none: no rounding is allowed) widen
+        the largest training leverage by the features' float32 rounding."""
         h = self.leverage(values)
-        if h <= self.max_leverage * (1 + LEVERAGE_SLACK):
+        allowed = 0.0
+        if errors is not None and edge_errors is not None:
+            allowed = self.rounding(values, errors, edge_errors)
+        if h <= self.max_leverage * (1 + LEVERAGE_SLACK) + allowed:
             return ""
         return (
             f"leverage {h:.4g} exceeds the largest training leverage {self.max_leverage:.4g}: "

@@ -55,6 +55,10 @@ class Prediction:
         Why it abstained ("" otherwise).
     point, low, high : float or None
         The predicted flip rate and its interval (``None`` when abstaining).
+    rounding : float
+        How far the features' float32 rounding can move the point and each end (flip-rate
+        units; :meth:`Predictor.apply`): :func:`verdict` takes a measured rate within it of
+        an end as inside. 0 for the constant baseline.
     """
 
     abstained: bool
@@ -62,6 +66,7 @@ class Prediction:
     point: float | None = None
     low: float | None = None
     high: float | None = None
+    rounding: float = 0.0
 
 
 def _finite(measured: Any) -> float:
@@ -75,7 +80,8 @@ def _finite(measured: Any) -> float:
 
 
 def verdict(prediction: Prediction, measured: float) -> str:
-    """``"confirmed"`` (measured inside the interval), ``"failed"`` or ``"abstained"``.
+    """``"confirmed"`` (measured inside the interval, or within the prediction's float32
+    ``rounding`` of an end), ``"failed"`` or ``"abstained"``.
 
     Parameters
     ----------
@@ -88,7 +94,9 @@ def verdict(prediction: Prediction, measured: float) -> str:
     measured = _finite(measured)
     if prediction.abstained or prediction.low is None or prediction.high is None:
         return "abstained"
-    return "confirmed" if prediction.low <= measured <= prediction.high else "failed"
+    slack = prediction.rounding
+    inside = prediction.low - slack <= measured <= prediction.high + slack
+    return "confirmed" if inside else "failed"
 
 
 def interval_score(low: float, high: float, measured: float, alpha: float) -> float:
