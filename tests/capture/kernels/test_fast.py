@@ -355,3 +355,22 @@ def test_the_boolean_mask_built_in_query_chunks_is_transformers_mask(monkeypatch
         assert slid is not None and torch.equal(slid, sdpa_mask(1, 10, 10, 0, **{
             "mask_function": function, "allow_is_causal_skip": False
         }))  # fmt: skip
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "cpp"])
+def test_recorded_rows_of_an_encoder_see_every_key(kernel):
+    # An unpadded encoder batch has no mask at all (transformers skips it): the recorded
+    # rows must follow the layer's own pattern, every key, not causal rows.
+    from attncoda.capture.kernels import cpp
+
+    if kernel == "cpp" and cpp.prerequisites() is not None:
+        pytest.skip(f"the cpp kernel: {cpp.prerequisites()}")
+    model = _tiny("bert", torch.float32, positions=64)
+    ids = np.arange(3, 19)[None]
+    exact = capture(model, ids, record_rows="all")
+    fast = capture(model, ids, record_rows="all", method="fast", kernel=kernel)
+    assert fast.kernel == kernel
+    for a, b in zip(fast.rows, exact.rows, strict=True):
+        assert np.isfinite(b).all()  # every key of every row, by the exact path
+        np.testing.assert_array_equal(np.isfinite(a), np.isfinite(b))
+        np.testing.assert_allclose(a, b, atol=1e-5)

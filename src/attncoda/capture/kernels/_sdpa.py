@@ -384,11 +384,13 @@ def record_layer(
     store(recorder, layer, stats)
 
     def seen(doc, pos):
-        if attention_mask is None:
-            return pos[:, None] >= torch.arange(k_len, device=query.device)[None, :]
-        if attention_mask.dtype == torch.bool:
-            return attention_mask[doc, 0, pos]
-        return attention_mask[doc, 0, pos] > torch.finfo(attention_mask.dtype).min / 2
+        if visible is not None:
+            return visible[doc, 0, pos]
+        # No mask (or a plain causal one): the layer's own pattern, causal or every key.
+        keys = torch.arange(k_len, device=query.device)[None, :]
+        if causal:
+            return pos[:, None] + (k_len - q_len) >= keys
+        return (keys >= 0).expand(pos.numel(), k_len)
 
     record_rows(recorder, layer, query, key, scaling, seen)
     return out.transpose(1, 2).contiguous()
