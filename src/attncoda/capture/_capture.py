@@ -229,8 +229,9 @@ def capture(
         )
     lengths = [len(doc) for doc in docs]
     record = record_plan(lengths, record_rows, seed, _first_doc)
-    ids, mask = ids.to(device), mask.to(device)
-    offsets = mask.argmax(-1).cpu()
+    # ids and mask stay on the CPU for the bookkeeping; each forward moves them to the
+    # model's input device (forward_kwargs), the routing probe's included.
+    offsets = mask.argmax(-1)
     if sinks is None:
         first, _, _ = run_pass(
             model, ids, mask, None, [r[:0] for r in record], mode, zeros, block_size, spec.learned

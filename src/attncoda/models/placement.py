@@ -10,7 +10,8 @@ disk are read from ``offload_folder`` when their layer runs; those on the CPU of
 machine are copied to the GPU when their layer runs.
 
 The checks here import neither torch nor transformers (the CLI refuses a bad option before
-anything loads); :func:`input_device` and :func:`device_map_of` read a loaded model.
+anything loads); :func:`input_device` (from :mod:`attncoda._devices`, where the one helper
+that moves a model's inputs lives) and :func:`device_map_of` read a loaded model.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from attncoda._devices import input_device
 from attncoda._errors import AttncodaError
 
 __all__ = [
@@ -210,22 +212,6 @@ def device_map_of(model: Any) -> dict[str, int | str] | None:
     if not isinstance(found, Mapping):
         return None
     return {str(k): v if isinstance(v, (int, str)) else str(v) for k, v in found.items()}
-
-
-def input_device(model: Any) -> Any:
-    """The ``torch.device`` input ids go to: that of the first parameter not on ``meta``.
-
-    A model placed by a device map keeps the weights of its disk-offloaded modules on the
-    ``meta`` device until they run; accelerate's hooks move each module's inputs to where it
-    runs, so any real device of the model takes the ids. The CPU when every parameter is on
-    ``meta``.
-    """
-    import torch
-
-    for param in model.parameters():
-        if param.device.type != "meta":
-            return param.device
-    return torch.device("cpu")
 
 
 def check_map_fits(model: Any, device_map: Mapping[str, Any]) -> None:
