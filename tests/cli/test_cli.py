@@ -65,6 +65,33 @@ def test_profile_is_a_run_of_one_unit(tmp_path, capsys):
     assert _manifest(tmp_path)["config"]["settings"] == {"profile": {"docs": 2, "max_tokens": 128}}
 
 
+def test_auto_is_the_default_device_and_the_manifest_and_report_say_where_it_ran(tmp_path):
+    import torch
+
+    argv = ["profile", "minilm", "--docs", "1", "--max-tokens", "16", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    manifest = _manifest(tmp_path)
+    used = "cuda" if torch.cuda.is_available() else "cpu"
+    assert manifest["config"]["device"] == "auto" and manifest["device"] == used
+    report = (tmp_path / "report.html").read_text()
+    assert f"<td>device</td><td>{used}" in report and "(asked: auto)" in report
+
+
+def test_cuda_without_a_gpu_is_one_line_before_anything_is_written(
+    tmp_path, capsys, monkeypatch
+):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["collapse", "bigram-backcopy", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "attncoda: error: device 'cuda' asked for, but torch sees no GPU: use cpu or auto\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_flips_writes_a_run_folder_that_report_renders(tmp_path, capsys):
     out = tmp_path / "f"
     assert main(["flips", "minilm", "--n-boot", "20", "--docs", "2", "--out", str(out)]) == 0

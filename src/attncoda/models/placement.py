@@ -279,16 +279,17 @@ def _check_tied_head(model: Any, device_map: Mapping[str, Any]) -> None:
 def check_run_placement(
     device: str, device_map: Any, max_memory: Any = None, offload_folder: Any = None
 ) -> tuple[str | dict[str, int | str] | None, dict[Any, int | str] | None]:
-    """:func:`check_placement` of a run's options, where ``device`` has the default ``"cpu"``.
+    """:func:`check_placement` of a run's options, where ``device`` has the default ``"auto"``.
 
-    A device map replaces ``--device``: with one, ``device`` must stay ``"cpu"``.
+    A device map replaces ``--device``: with one, ``device`` must stay ``"auto"`` (or
+    ``"cpu"``, the default of the run configs written before ``auto`` was).
 
     Raises
     ------
     AttncodaError
-        As :func:`check_placement`, or ``device`` other than ``"cpu"`` beside a map.
+        As :func:`check_placement`, or ``device`` ``"cuda"`` beside a map.
     """
-    if device_map is not None and device != "cpu":
+    if device_map is not None and device not in ("auto", "cpu"):
         raise AttncodaError(
             f"--device {device} and --device-map {device_map} both say where models run: "
             f"drop --device (the map places every module) or drop --device-map"
