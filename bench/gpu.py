@@ -30,8 +30,9 @@ ending in one line ``SUMMARY <part>: ...`` and a section of the JSON summary:
     heads, head dim 256, sliding windows of 1024 keys, one full layer), with the peak GPU
     memory of each.
 
-The CPU half of ``experiments`` starts first and runs beside ``tests`` and the CUDA half;
-``speed`` runs last, alone. The JSON summary goes to ``--out`` (default
+Both halves of ``experiments`` start first and run beside ``tests`` and ``checks`` (which
+time nothing); ``speed`` runs last, alone. The summary lines come in the order tests,
+checks, experiments, speed. The JSON summary goes to ``--out`` (default
 ``gpu-summary.json``) and is printed last.
 
 Missing small dependencies come in as wheels, fetched on a machine with the network and the
@@ -398,14 +399,27 @@ def compare_runs(cpu_folder: Path, cuda_folder: Path) -> dict:
     return found
 
 
-def experiments(device: str, runs: dict, folder: Path, timeout: float, cpu_half) -> dict:
-    """The experiments part: the runs on ``device`` here (into ``folder/<label>``, the label
-    ``cpu_again`` for the CPU fallback's second CPU run), the CPU's from ``cpu_half`` (a
-    future started earlier, into ``folder/cpu``), then every table compared."""
-    started = time.perf_counter()
+def start_experiments(device: str, runs: dict, folder: Path, timeout: float):
+    """The experiments part's two halves, started in threads of their own: the runs on
+    ``device`` into ``folder/<label>`` (``cpu_again`` for the CPU fallback's second CPU run)
+    and on the CPU into ``folder/cpu``. :func:`experiments` waits for them."""
     label = "cpu_again" if device == "cpu" else device
-    on_device = run_half(device, runs, folder / label, timeout)
-    on_cpu = cpu_half.result()
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+    halves = {
+        label: pool.submit(run_half, device, runs, folder / label, timeout),
+        "cpu": pool.submit(run_half, "cpu", runs, folder / "cpu", timeout),
+    }
+    pool.shutdown(wait=False)
+    return {"label": label, "runs": runs, "folder": folder, "halves": halves}
+
+
+def experiments(started_halves: dict) -> dict:
+    """The experiments part: both halves of :func:`start_experiments` awaited, then every
+    table of the device's runs compared with the CPU's."""
+    started = time.perf_counter()
+    label, runs, folder = (started_halves[k] for k in ("label", "runs", "folder"))
+    on_device = started_halves["halves"][label].result()
+    on_cpu = started_halves["halves"]["cpu"].result()
     tables = {}
     for name in runs:
         for table, got in compare_runs(folder / "cpu" / name, folder / label / name).items():
@@ -417,7 +431,7 @@ def experiments(device: str, runs: dict, folder: Path, timeout: float, cpu_half)
         label: on_device,
         "cpu": on_cpu,
         "tables": tables,
-        "seconds": round(time.perf_counter() - started, 1),
+        "waited_s": round(time.perf_counter() - started, 1),
     }
 
 
@@ -551,23 +565,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     summary["device"] = summary["versions"].get("gpu", "cpu")
     print(json.dumps(summary["versions"]), flush=True)
-    pool = cpu_half = None
+    halves = None
     if "experiments" in parts:
-        # The CPU half starts first and runs beside the tests and the CUDA half.
+        # Both halves start first and run beside the tests and the checks (which measure no
+        # time); the speed part runs after them, alone.
         folder = Path(args.runs or tempfile.mkdtemp(prefix="attncoda-gpu-runs-")).resolve()
-        pool = concurrent.futures.ThreadPoolExecutor(1)
-        cpu_half = pool.submit(run_half, "cpu", runs, folder / "cpu", 300)
+        halves = start_experiments(device, runs, folder, 300)
     if "tests" in parts:
         summary["pytest_gpu"] = run_gpu_tests(timeout=240)
         _report(summary, "tests", _tests_line(summary["pytest_gpu"]))
-    if "experiments" in parts:
-        found = experiments(device, runs, folder, 300, cpu_half)
-        summary["experiments"] = found
-        _report(summary, "experiments", _experiments_line(found))
-        pool.shutdown()
     if "checks" in parts:
         summary["self_check"] = self_checks(device, head_dims, dtypes)
         _report(summary, "checks", _checks_line(summary["self_check"]))
+    if halves is not None:
+        summary["experiments"] = experiments(halves)
+        _report(summary, "experiments", _experiments_line(summary["experiments"]))
     if "speed" in parts:
         summary["models"] = {}
         for kind in ("llama3-8b", "gemma3"):
