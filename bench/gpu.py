@@ -7,8 +7,10 @@ on one H100/H200-class GPU with 16 CPU cores. Four parts (``--parts``, default a
 ending in one line ``SUMMARY <part>: ...`` and a section of the JSON summary:
 
 ``tests``
-    the ``pytest -m gpu`` tests (``tests/capture/kernels/test_gpu.py``: the compiled fused
-    kernel against the exact path on random Llama-3-8B-, Gemma-3- and GPT-OSS-shaped layers);
+    the ``pytest -m gpu`` tests: ``tests/capture/kernels/test_gpu.py`` (the compiled fused
+    kernel against the exact path on random Llama-3-8B-, Gemma-3- and GPT-OSS-shaped layers)
+    and ``tests/test_devices.py`` (capture, both methods and the eager-outputs read, prune's
+    evaluation and a recorded ``generate()`` of a tiny model on CUDA against the CPU);
 ``experiments``
     every experiment end to end through the CLI on the shipped checkpoints, once with
     ``--device cuda`` and once with ``--device cpu`` (the two at the same time, in processes
@@ -163,6 +165,7 @@ def run_gpu_tests(timeout: float) -> dict:
     command = [
         sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
         str(ROOT / "tests" / "capture" / "kernels" / "test_gpu.py"),
+        str(ROOT / "tests" / "test_devices.py"),
     ]  # fmt: skip
     try:
         done = subprocess.run(
