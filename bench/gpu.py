@@ -606,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
         _report(summary, "speed", _speed_line(summary["models"]))
     summary["seconds"] = time.perf_counter() - started
+    _report(summary, "total", f"{', '.join(parts)} in {summary['seconds']:.0f} s (budget 480 s)")
     Path(args.out).write_text(json.dumps(summary, indent=1, default=str))
     print(json.dumps(summary, default=str))
     return 0
