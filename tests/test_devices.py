@@ -185,12 +185,13 @@ def test_prunes_evaluation_on_cuda_equals_the_cpus(on_both):
 
 @pytest.mark.gpu
 @gpu
-def test_recording_generate_on_cuda_equals_a_capture_on_the_cpu(on_both):
+@pytest.mark.parametrize("method", ["exact", "fast"])  # fast: the prompt's pass
+def test_recording_generate_on_cuda_equals_a_capture_on_the_cpu(on_both, method):
     from attncoda.capture import recording
 
     cpu, cuda, ids, mask = on_both
     prompt, prompt_mask = ids[:, :12].cuda(), mask[:, :12].cuda()
-    with recording(cuda) as rec:
+    with recording(cuda, method=method) as rec:
         out = cuda.generate(
             prompt, attention_mask=prompt_mask, max_new_tokens=4, do_sample=False,
             use_cache=True, pad_token_id=0,
