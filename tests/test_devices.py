@@ -6,7 +6,8 @@ that received the CPU's tensors would fail on a GPU the same way (``index is on 
 different from other tensors on cuda:0``). A pre-hook records the devices of the tensors
 each forward receives and stops the entry point there (a meta model computes nothing), so
 each test reads the first forward its entry point calls. On 7ca6e93 the routing probe ran
-with the CPU's ids; these tests fail there.
+with the CPU's ids and a model wholly on ``meta`` got its inputs on the CPU: every test here
+fails there on the devices it records.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 
-from attncoda._devices import input_device, to_input_device
 from attncoda.capture import capture, capture_windows
 from tiny_models import tiny
 
@@ -55,6 +55,8 @@ MASK = torch.tensor([[1] * 8, [0, 0, 1, 1, 1, 1, 1, 1]])
 
 
 def test_a_model_on_meta_takes_its_inputs_on_meta():
+    from attncoda._devices import input_device, to_input_device
+
     model, _ = meta_model()
     assert input_device(model).type == "meta"
     ids, mask, none = to_input_device(model, IDS, MASK, None)
