@@ -63,13 +63,9 @@ def test_profile_is_a_run_of_one_unit(tmp_path, capsys):
     assert list(heads.columns[:3]) == ["model", "revision", "family"]
     assert _manifest(tmp_path)["command"] == "profile"
     assert _manifest(tmp_path)["config"]["settings"] == {"profile": {"docs": 2, "max_tokens": 128}}
-
-
-def test_auto_is_the_default_device_and_the_manifest_and_report_say_where_it_ran(tmp_path):
+    # auto is the default device; the manifest and the report's run table say where it ran.
     import torch
 
-    argv = ["profile", "minilm", "--docs", "1", "--max-tokens", "16", "--out", str(tmp_path)]
-    assert main(argv) == 0
     manifest = _manifest(tmp_path)
     used = "cuda" if torch.cuda.is_available() else "cpu"
     assert manifest["config"]["device"] == "auto" and manifest["device"] == used
