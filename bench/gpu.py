@@ -341,8 +341,9 @@ def run_half(device: str, runs: dict, folder: Path, timeout: float) -> dict:
 def compare_tables(cpu, cuda, rtol: float = RTOL, atol: float = ATOL) -> dict:
     """One table of the CUDA run against the CPU's, column by column.
 
-    Numeric columns (not bool) agree where both are null or ``|cuda - cpu| <= atol + rtol *
-    |cpu|``; every other column agrees exactly (nulls where nulls are). Returns ``equal``,
+    Numeric columns (not bool) agree where both are null, both the same infinity, or
+    ``|cuda - cpu| <= atol + rtol * |cpu|``; every other column agrees exactly (nulls where
+    nulls are). Returns ``equal``,
     the largest absolute difference and its column, the cells outside the tolerance, and a
     reason where the tables cannot be compared cell by cell (rows or columns differ).
     """
@@ -363,9 +364,11 @@ def compare_tables(cpu, cuda, rtol: float = RTOL, atol: float = ATOL) -> dict:
         if numeric and pd.api.types.is_numeric_dtype(b):
             x, y = a.to_numpy(np.float64, na_value=np.nan), b.to_numpy(np.float64, na_value=np.nan)
             nulls = np.isnan(x) != np.isnan(y)
-            both = ~np.isnan(x) & ~np.isnan(y)
-            gap = np.abs(y[both] - x[both])
-            bad = int(nulls.sum() + (gap > atol + rtol * np.abs(x[both])).sum())
+            # An infinity must be the same infinity; finite values agree within the tolerance.
+            finite = np.isfinite(x) & np.isfinite(y)
+            gap = np.abs(y[finite] - x[finite])
+            infinite = ~finite & ~np.isnan(x) & ~np.isnan(y) & (x != y)
+            bad = int(nulls.sum() + infinite.sum() + (gap > atol + rtol * np.abs(x[finite])).sum())
             if gap.size and float(gap.max()) > worst:
                 worst, where = float(gap.max()), column
         else:

@@ -30,6 +30,7 @@ def table():
             "model": ["a", "a", "b"],
             "layer": [0, 1, 0],
             "entropy": [2.0, 3.5, np.nan],
+            "balance": [np.inf, -1.0, 0.5],
             "note": ["", "tie", None],
             "safe": [True, False, True],
         }
@@ -60,7 +61,7 @@ def test_a_difference_beyond_it_is_named_by_column(gpu):
 @pytest.mark.parametrize(
     ("column", "row", "value"),
     [("entropy", 2, 1.0), ("entropy", 0, np.nan), ("note", 1, "tie "), ("note", 2, ""),
-     ("safe", 0, False), ("layer", 2, 1)],
+     ("safe", 0, False), ("layer", 2, 1), ("balance", 0, 1e300), ("balance", 0, -np.inf)],
 )  # fmt: skip
 def test_nulls_text_flags_and_counts_must_match_exactly(gpu, column, row, value):
     cuda = table()
