@@ -150,8 +150,8 @@ def test_live_models_refuse_what_they_cannot_do(folder):
         ac.prune(_bridge(folder))
     with pytest.raises(AttncodaError, match=r"collapse reads a checkpoint series, not a live"):
         ac.collapse((hf, tok))
-    with pytest.raises(AttncodaError, match=r"device='cuda' is for model specs"):
-        ac.profile((hf, tok), device="cuda")
+    with pytest.raises(AttncodaError, match=r"device='cpu' is for model specs"):
+        ac.profile((hf, tok), device="cpu")  # the default is auto: a live model stays put
     with pytest.raises(AttncodaError, match=r"device_map='auto' is for model specs"):
         ac.profile((hf, tok), device_map="auto")
     with pytest.raises(AttncodaError, match=r"mix of model specs and live models"):

@@ -63,6 +63,29 @@ def test_profile_is_a_run_of_one_unit(tmp_path, capsys):
     assert list(heads.columns[:3]) == ["model", "revision", "family"]
     assert _manifest(tmp_path)["command"] == "profile"
     assert _manifest(tmp_path)["config"]["settings"] == {"profile": {"docs": 2, "max_tokens": 128}}
+    # auto is the default device; the manifest and the report's run table say where it ran.
+    import torch
+
+    manifest = _manifest(tmp_path)
+    used = "cuda" if torch.cuda.is_available() else "cpu"
+    assert manifest["config"]["device"] == "auto" and manifest["device"] == used
+    report = (tmp_path / "report.html").read_text()
+    assert f"<td>device</td><td>{used}" in report and "(asked: auto)" in report
+
+
+def test_cuda_without_a_gpu_is_one_line_before_anything_is_written(
+    tmp_path, capsys, monkeypatch
+):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["collapse", "bigram-backcopy", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "attncoda: error: device 'cuda' asked for, but torch sees no GPU: use cpu or auto\n"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_flips_writes_a_run_folder_that_report_renders(tmp_path, capsys):

@@ -36,6 +36,22 @@ def test_resolve_device(monkeypatch):
         resolve_device("tpu")
 
 
+def test_auto_is_the_default_device_and_cuda_without_a_gpu_is_refused_at_once(monkeypatch):
+    import inspect
+
+    import attncoda as ac
+    from attncoda.models.load import load_model
+
+    assert CaptureOptions().device == "auto"
+    assert inspect.signature(ac.profile).parameters["device"].default == "auto"
+    assert inspect.signature(load_model).parameters["device"].default is None  # None: auto
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(AttncodaError, match=r"^device 'cuda' asked for, but torch sees no GPU"):
+        CaptureOptions(device="cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert CaptureOptions(device="cuda").device == "cuda"
+
+
 def test_dtype_option():
     assert "bfloat16" in DTYPES and check_dtype(None) is None
     assert check_dtype("float16") == "float16"
@@ -54,7 +70,7 @@ def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
         options=CaptureOptions(device_map="auto", max_memory={0: "2GiB"}),
     )
     assert (config["device_map"], config["max_memory"]) == ("auto", {"0": "2GiB"})
-    assert "offload_folder" not in config and config["device"] == "cpu"
+    assert "offload_folder" not in config and config["device"] == "auto"
     given = run_config(
         ["smollm2"],
         experiments=["profile"],
@@ -69,8 +85,10 @@ def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
         assert loaded._OPTIONS.device_map is None and loaded._OPTIONS.offload_folder is None
     finally:
         loaded.use_options(plain)
-    with pytest.raises(AttncodaError, match=r"--device auto and --device-map auto both say"):
-        run_config(["smollm2"], options=CaptureOptions(device="auto", device_map="auto"))
+    with pytest.raises(AttncodaError, match=r"--device cuda and --device-map auto both say"):
+        run_config(["smollm2"], options=CaptureOptions(device="cuda", device_map="auto"))
+    # A config written before auto was the default says cpu beside its map: still read.
+    assert CaptureOptions.from_config({"device": "cpu", "device_map": "auto"}).device == "cpu"
     with pytest.raises(AttncodaError, match=r"max_memory=\{0: '1GiB'\} needs a device map"):
         run_config(["smollm2"], options=CaptureOptions(max_memory={0: "1GiB"}))
     with pytest.raises(AttncodaError, match=r"unknown device_map 'everywhere'"):
@@ -79,13 +97,13 @@ def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
 
 def test_run_config_records_device_dtype_and_method():
     config = run_config(["smollm2"], experiments=["profile"])
-    assert (config["device"], config["dtype"], config["method"]) == ("cpu", None, "exact")
+    assert (config["device"], config["dtype"], config["method"]) == ("auto", None, "exact")
     config = run_config(
         ["smollm2"],
         experiments=["profile"],
-        options=CaptureOptions(device="auto", dtype="bfloat16", method="fast"),
+        options=CaptureOptions(device="cpu", dtype="bfloat16", method="fast"),
     )
-    assert (config["device"], config["dtype"], config["method"]) == ("auto", "bfloat16", "fast")
+    assert (config["device"], config["dtype"], config["method"]) == ("cpu", "bfloat16", "fast")
     with pytest.raises(AttncodaError, match=r"unknown device 'gpu'"):
         run_config(["smollm2"], options=CaptureOptions(device="gpu"))
     with pytest.raises(AttncodaError, match=r"unknown method 'quick'"):

@@ -157,7 +157,7 @@ def _on_live(
     from attncoda.run.loaded import lend
 
     entries = live_entries(items, common.get("names"), name)
-    for option, default in (("device", "cpu"), ("dtype", None), ("device_map", None)):
+    for option, default in (("device", "auto"), ("dtype", None), ("device_map", None)):
         if getattr(options, option) != default:
             raise AttncodaError(
                 f"{option}={getattr(options, option)!r} is for model specs: a live model runs "

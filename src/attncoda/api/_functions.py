@@ -27,7 +27,7 @@ _COMMON: tuple[tuple[str, Any, Any], ...] = (
     ("sink", "first", "str"),
     ("seed", 0, "int"),
     ("out", None, "str | Path | None"),
-    ("device", "cpu", "str"),
+    ("device", "auto", "str"),
     ("dtype", None, "str | None"),
     ("method", "exact", "str"),
     ("kernel", "auto", "str"),

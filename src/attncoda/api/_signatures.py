@@ -52,7 +52,11 @@ COMMON_OPTIONS = {
         "The run folder to keep (``attncoda report OUT`` renders it); None: a temporary "
         "folder, removed when the function returns.",
     ),
-    "device": ("str", 'Model specs only: where models run (``"cpu"``, ``"cuda"``, ``"auto"``).'),
+    "device": (
+        "str",
+        'Model specs only: where models run (``"cpu"``, ``"cuda"``, or ``"auto"``: CUDA where '
+        "torch sees a GPU, else the CPU).",
+    ),
     "dtype": ("str, optional", "Model specs only: the models' parameter dtype (None: float32)."),
     "method": (
         "str",

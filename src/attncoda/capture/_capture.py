@@ -218,8 +218,6 @@ def capture(
         docs = [np.concatenate([[bos], doc]).astype(np.int64) for doc in docs]
         ids, mask = pad(docs, 0, bool((mask[:, 0] == 0).any()))
     sinks = None if spec.kind == "auto" else resolve_sinks(spec, docs, tokenizer)
-    # On the model's input device before any forward, the routing probe's included.
-    ids, mask = ids.to(device), mask.to(device)
     if mode == "attention" and not routes_a_call(model, ids, mask, block_size):
         if not asked_auto:
             raise AttncodaError(unroutable_message(model))
@@ -231,7 +229,9 @@ def capture(
         )
     lengths = [len(doc) for doc in docs]
     record = record_plan(lengths, record_rows, seed, _first_doc)
-    offsets = mask.argmax(-1).cpu()
+    # ids and mask stay on the CPU for the bookkeeping; each forward moves them to the
+    # model's input device (forward_kwargs), the routing probe's included.
+    offsets = mask.argmax(-1)
     if sinks is None:
         first, _, _ = run_pass(
             model, ids, mask, None, [r[:0] for r in record], mode, zeros, block_size, spec.learned

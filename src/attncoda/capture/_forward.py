@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attncoda._devices import to_input_device
 from attncoda._errors import AttncodaError
 
 __all__ = [
@@ -150,15 +151,20 @@ def forward_kwargs(
     """The keyword arguments of one cache-free forward pass over a padded batch.
 
     ``input_ids`` and ``attention_mask``; ``position_ids`` only where left padding would
-    shift them (:func:`position_ids`); ``use_cache=False`` where the model takes it. With
+    shift them (:func:`position_ids`); ``use_cache=False`` where the model takes it. The
+    three go to the model's input device (:func:`attncoda._devices.to_input_device`), so
+    every forward built here, probes included, gets its inputs where the model runs. With
     ``logits=False``, ``logits_to_keep=1`` where the model takes it: a language model then
     projects only the last position onto its vocabulary (at 32k tokens and a 262k-token
     vocabulary the full logits are 32 GiB of float32). The hidden states and the attention
     are the same either way.
     """
     params = inspect.signature(model.forward).parameters
-    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+    # Positions from the mask where it lies (the CPU, for the package's own batches): the
+    # left-padding test reads it on the host.
     positions = position_ids(model, mask) if "position_ids" in params else None
+    ids, mask, positions = to_input_device(model, ids, mask, positions)
+    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
     if positions is not None:
         kwargs["position_ids"] = positions
     if "use_cache" in params:
@@ -200,6 +206,9 @@ def next_token_nll(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) 
     torch.Tensor
         float32 ``(batch,)``; differentiable in ``logits``.
     """
+    # The logits lie where the model's last module ran (another device than its inputs'
+    # under a device map): the ids and mask follow them.
+    ids, mask = ids.to(logits.device), mask.to(logits.device)
     logits = logits[:, :-1].float()
     target = ids[:, 1:]
     picked = logits.gather(-1, target[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from attncoda._devices import input_device
 from attncoda.capture._forward import forward
 from attncoda.capture.given import read_outputs
 from attncoda.capture.kernels.registry import NAMES
@@ -47,6 +48,8 @@ def run_pass(
         sink_mask = torch.zeros_like(real)
         for doc, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
             sink_mask[doc, torch.as_tensor(pos) + off] = True
+        # Where the kernels read it, on the layers' device (once, not once per layer).
+        sink_mask = sink_mask.to(input_device(model))
     rec = Recorder(
         real.cpu(),
         offsets.cpu(),
@@ -56,7 +59,7 @@ def run_pass(
         learned=learned,
         method=method,
         kernel=kernel,
-        pinned=method == "fast" and ids.device.type == "cuda",
+        pinned=method == "fast" and input_device(model).type == "cuda",
     )
     if mode == "attention":
         with routed(model, rec):

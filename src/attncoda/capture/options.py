@@ -58,7 +58,8 @@ class CaptureOptions:
     Attributes
     ----------
     device : str
-        Where models run: ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when torch sees a GPU).
+        Where models run: ``"cpu"``, ``"cuda"`` or ``"auto"`` (the default: CUDA when torch
+        sees a GPU, else the CPU; docs/design.md, "Devices").
     dtype : str or None
         The models' parameter dtype (:data:`DTYPES`; None: float32).
     method : str
@@ -68,7 +69,7 @@ class CaptureOptions:
         (``"auto"``, or a kernel's name); anything but ``"auto"`` needs ``method="fast"``.
     device_map : str or dict or None
         Spread each model over GPUs, the CPU and the disk instead of ``device`` (which then
-        stays ``"cpu"``), as for :func:`attncoda.load_model`.
+        stays ``"auto"`` or ``"cpu"``), as for :func:`attncoda.load_model`.
     max_memory : dict or str or None
         Memory limits per device of the map, ``{device: size}`` (text keys as a run config
         stores them are read back; the text ``"0=2GiB,cpu=8GiB"`` is parsed).
@@ -82,11 +83,12 @@ class CaptureOptions:
     Raises
     ------
     AttncodaError
-        On construction: an unknown device, dtype, method or kernel, a kernel without the
-        fast method, a bad sink or seed, or a placement :func:`attncoda.load_model` refuses.
+        On construction: an unknown device, ``"cuda"`` where torch sees no GPU, an unknown
+        dtype, method or kernel, a kernel without the fast method, a bad sink or seed, or a
+        placement :func:`attncoda.load_model` refuses.
     """
 
-    device: str = "cpu"
+    device: str = "auto"
     dtype: str | None = None
     method: str = "exact"
     kernel: str = "auto"
@@ -126,6 +128,8 @@ class CaptureOptions:
         if self.device_map is not None and folder is None:
             folder = "offload"
         check_run_placement(self.device, self.device_map, self.max_memory, folder)
+        if self.device == "cuda":
+            resolve_device(self.device)  # refused here, before anything is written or loaded
         if self.offload_folder is not None:
             object.__setattr__(self, "offload_folder", str(self.offload_folder))
 

@@ -38,7 +38,12 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
     from attncoda.capture.options import DEVICES, DTYPES
     from attncoda.models.placement import DEVICE_MAPS
 
-    p.add_argument("--device", default="cpu", choices=DEVICES, help="where models run")
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=DEVICES,
+        help="where models run (default: auto, CUDA where torch sees a GPU, else the CPU)",
+    )
     p.add_argument(
         "--device-map",
         choices=DEVICE_MAPS,

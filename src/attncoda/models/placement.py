@@ -10,7 +10,8 @@ disk are read from ``offload_folder`` when their layer runs; those on the CPU of
 machine are copied to the GPU when their layer runs.
 
 The checks here import neither torch nor transformers (the CLI refuses a bad option before
-anything loads); :func:`input_device` and :func:`device_map_of` read a loaded model.
+anything loads); :func:`input_device` (from :mod:`attncoda._devices`, where the one helper
+that moves a model's inputs lives) and :func:`device_map_of` read a loaded model.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from attncoda._devices import input_device
 from attncoda._errors import AttncodaError
 
 __all__ = [
@@ -212,22 +214,6 @@ def device_map_of(model: Any) -> dict[str, int | str] | None:
     return {str(k): v if isinstance(v, (int, str)) else str(v) for k, v in found.items()}
 
 
-def input_device(model: Any) -> Any:
-    """The ``torch.device`` input ids go to: that of the first parameter not on ``meta``.
-
-    A model placed by a device map keeps the weights of its disk-offloaded modules on the
-    ``meta`` device until they run; accelerate's hooks move each module's inputs to where it
-    runs, so any real device of the model takes the ids. The CPU when every parameter is on
-    ``meta``.
-    """
-    import torch
-
-    for param in model.parameters():
-        if param.device.type != "meta":
-            return param.device
-    return torch.device("cpu")
-
-
 def check_map_fits(model: Any, device_map: Mapping[str, Any]) -> None:
     """Refuse a dict device map that names a module ``model`` lacks or leaves one out.
 
@@ -293,16 +279,17 @@ def _check_tied_head(model: Any, device_map: Mapping[str, Any]) -> None:
 def check_run_placement(
     device: str, device_map: Any, max_memory: Any = None, offload_folder: Any = None
 ) -> tuple[str | dict[str, int | str] | None, dict[Any, int | str] | None]:
-    """:func:`check_placement` of a run's options, where ``device`` has the default ``"cpu"``.
+    """:func:`check_placement` of a run's options, where ``device`` has the default ``"auto"``.
 
-    A device map replaces ``--device``: with one, ``device`` must stay ``"cpu"``.
+    A device map replaces ``--device``: with one, ``device`` must stay ``"auto"`` (or
+    ``"cpu"``, the default of the run configs written before ``auto`` was).
 
     Raises
     ------
     AttncodaError
-        As :func:`check_placement`, or ``device`` other than ``"cpu"`` beside a map.
+        As :func:`check_placement`, or ``device`` ``"cuda"`` beside a map.
     """
-    if device_map is not None and device != "cpu":
+    if device_map is not None and device not in ("auto", "cpu"):
         raise AttncodaError(
             f"--device {device} and --device-map {device_map} both say where models run: "
             f"drop --device (the map places every module) or drop --device-map"

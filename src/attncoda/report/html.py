@@ -165,6 +165,7 @@ def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
         ),
         ("sink", ctx.sink),
         ("seed", config.get("seed", "?")),
+        ("device", _device(manifest)),
         ("python", manifest.get("python", "?")),
         (
             "packages",
@@ -186,6 +187,18 @@ def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
         + "</ol></nav></header>\n",
     ]
     return "".join(parts)
+
+
+def _device(manifest: Mapping[str, Any]) -> str:
+    """Where the run's models ran (the manifest's ``device``, and ``gpu`` where CUDA ran),
+    beside the device asked for when that differs (``auto``), e.g. ``cpu (asked: auto)``."""
+    config = manifest.get("config", {})
+    asked = str(config.get("device_map") or config.get("device") or "?")
+    used = manifest.get("device")
+    if not used:
+        return asked
+    shown = f"{used} ({manifest['gpu']})" if manifest.get("gpu") else str(used)
+    return shown if shown == asked else f"{shown} (asked: {asked})"
 
 
 def _settings(config: Mapping[str, Any], convention: str) -> str:

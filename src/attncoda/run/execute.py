@@ -70,9 +70,9 @@ def run_unit(
         info = model_info(source(unit, config, store.root), config)
         found, device = info
         combined = exp.combine is not None  # parts of one series table: no model facts
+        facts["device"] = device
         if not combined:
             facts["model_info"] = found.to_dict()
-            facts["device"] = device
         reason = exp.skip(found) if exp.skip is not None else None
         if reason:
             facts["status"], facts["note"] = "skipped", reason
@@ -180,12 +180,15 @@ def finalise(store: RunStore, run: Plan, failed: Mapping[str, str] | None = None
         store.write_table("retrain", retrain_table(found))
     records = []
     infos: dict[str, Any] = {}
+    devices: set[str] = set()
     for unit in units:
         facts = (
             {"status": "failed", "note": failed[unit.key]}
             if unit.key in failed
             else store.facts(unit)
         )
+        if facts.get("device"):
+            devices.add(str(facts["device"]))
         if facts.get("model_info"):
             infos.setdefault(f"{unit.model}@{unit.revision}", facts["model_info"])
         records.append(
@@ -198,7 +201,26 @@ def finalise(store: RunStore, run: Plan, failed: Mapping[str, str] | None = None
             }
         )
     store.write_table("units", pd.DataFrame(records))
-    store.update_manifest(model_info=infos, **({"combined": combined} if combined else {}))
+    store.update_manifest(
+        model_info=infos,
+        **({"combined": combined} if combined else {}),
+        **_used_devices(devices),
+    )
+
+
+def _used_devices(devices: set[str]) -> dict[str, str]:
+    """The manifest's ``device`` (the device types the units ran on, e.g. ``"cpu"``,
+    ``"cuda"`` or ``"cpu, cuda"``) and, where CUDA ran and torch sees it here, ``gpu``: the
+    GPU's name. Empty when no unit ran a model."""
+    if not devices:
+        return {}
+    found = {"device": ", ".join(sorted(devices))}
+    if "cuda" in devices:
+        import torch
+
+        if torch.cuda.is_available():
+            found["gpu"] = torch.cuda.get_device_name(0)
+    return found
 
 
 def _write_combined(store: RunStore, tables: Tables) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attncoda._devices import to_input_device
 from attncoda.data.tasks import bos_attention
 from attncoda.training.checkpoints import (
     TrainResult,
@@ -202,6 +203,7 @@ def _train_step(
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, config)
     model.train()
+    (batch,) = to_input_device(model, batch)
     loss = model(input_ids=batch, labels=batch).loss
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -224,7 +226,8 @@ def _evaluate(model: Any, data: TrainData, step: int) -> dict[str, Any]:
         "first_token_attention_per_head": heads,
     }
     if data.task is not None:
-        attentions = model(input_ids=data.val, output_attentions=True).attentions
+        (val,) = to_input_device(model, data.val)
+        attentions = model(input_ids=val, output_attentions=True).attentions
         trigger, non_trigger = bos_attention(
             attentions, data.task.trigger_queries(data.val.numpy())
         )
@@ -237,6 +240,7 @@ def _mean_loss(model: Any, windows: torch.Tensor) -> float:
     # transformers' own ``labels=`` loss (its cross-entropy, not a gather and logsumexp), as
     # in every recorded series. Every window has the same length, so the mean over batches
     # of 16 is the token mean.
+    (windows,) = to_input_device(model, windows)
     losses = [
         float(model(input_ids=chunk, labels=chunk).loss) * chunk.shape[0]
         for chunk in windows.split(16)
@@ -246,6 +250,7 @@ def _mean_loss(model: Any, windows: torch.Tensor) -> float:
 
 def _first_token_attention(model: Any, windows: torch.Tensor) -> list[list[float]]:
     """Mean attention on key 0 per ``[layer][head]``, over windows and queries ``1..n-1``."""
+    (windows,) = to_input_device(model, windows)
     attentions = model(input_ids=windows, output_attentions=True).attentions
     # each: (batch, head, query_pos, key_pos); query 0 can only attend to key 0: left out.
     return [a[:, :, 1:, 0].mean(dim=(0, 2)).tolist() for a in attentions]

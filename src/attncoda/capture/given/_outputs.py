@@ -31,8 +31,8 @@ def read_outputs(
     ----------
     model : transformers.PreTrainedModel
     ids, mask : torch.Tensor
-        int64 ``(batch, pos)`` on the model's device, checked by
-        :func:`attncoda.capture._forward.check_batch`.
+        int64 ``(batch, pos)``, checked by :func:`attncoda.capture._forward.check_batch`
+        (on the CPU: the forward moves them to the model's input device).
     recorder : Recorder
         Receives every layer's rows as one block: float64 logs of the probabilities, the
         visible keys those of the mask (and the causal triangle where no probability lies
@@ -57,12 +57,15 @@ def read_outputs(
             f"{type(model).__name__} returned no attention probabilities with "
             f"output_attentions=True"
         )
+    # The mask follows the probabilities (on the model's device, or its last layer's).
+    real = real.to(atts[0].device)
     causal = _is_causal(atts, real)
     visible = real[:, None, :, None] & real[:, None, None, :]
     if causal:
         visible = visible & torch.ones_like(visible[0, 0]).tril()
     floored = 0
     for layer, probs in enumerate(atts):
+        visible = visible.to(probs.device)
         _check_closed(probs, layer, visible, model)
         log_rows, zeros_here = _log_probs(probs, layer, visible, offsets, zeros)
         floored += zeros_here

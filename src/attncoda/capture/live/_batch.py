@@ -12,7 +12,6 @@ import numpy as np
 from attncoda._errors import AttncodaError
 from attncoda.capture._forward import bos_id, check_batch, pad
 from attncoda.capture._result import Capture
-from attncoda.models.placement import input_device
 
 from ._live import live_model, run_live
 from ._recording import recording
@@ -67,7 +66,6 @@ def capture_live(
             f"a {name} numbers positions itself, so a left-padded document would not get "
             f"the positions it has alone: pad on the right (padding_side='right')"
         )
-    device = input_device(live_model(model))
     with recording(
         model,
         sink=sink,
@@ -78,5 +76,5 @@ def capture_live(
         seed=seed,
         _first_doc=first_doc,
     ) as rec:
-        run_live(model, ids.to(device), mask.to(device))
+        run_live(model, ids, mask)
     return replace(rec.capture(), bos_token_id=bos)

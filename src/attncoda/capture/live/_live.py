@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from attncoda._devices import to_input_device
 from attncoda._errors import AttncodaError
 
 __all__ = ["KINDS", "bridge_score_hooks", "kind_of", "live_model", "run_live"]
@@ -73,8 +74,10 @@ def bridge_score_hooks(bridge) -> Iterator[torch.nn.Module]:
 
 def run_live(model, ids: torch.Tensor, mask: torch.Tensor) -> None:
     """One forward pass of a wrapper over a padded batch, as its users call it: a bridge's
-    ``forward``, an nnsight ``trace``."""
+    ``forward``, an nnsight ``trace``; ``ids`` and ``mask`` go to the input device of the
+    Hugging Face model inside (:func:`attncoda._devices.to_input_device`)."""
     kind = kind_of(model)
+    ids, mask = to_input_device(live_model(model), ids, mask)
     with torch.no_grad():
         if kind == "bridge":
             model(ids, attention_mask=mask, return_type=None)

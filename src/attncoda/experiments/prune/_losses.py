@@ -69,16 +69,14 @@ def window_losses(model, windows: Sequence[Any], *, batch_size: int = 8) -> np.n
     import torch
 
     from attncoda.capture import forward_kwargs, next_token_nll, pad
-    from attncoda.models.placement import input_device
 
     batch_size = check_batch_size(batch_size)
     ids_list = check_windows(windows, "windows")
-    device = input_device(model)
     out = []
     with torch.no_grad():
         for start in range(0, len(ids_list), batch_size):
+            # forward_kwargs moves the batch to the model's input device
             ids, mask = pad(ids_list[start : start + batch_size], 0, left=False)
-            ids, mask = ids.to(device), mask.to(device)
             result = model(**forward_kwargs(model, ids, mask))
             out.append(next_token_nll(result.logits, ids, mask).double().cpu().numpy())
     return np.concatenate(out)
@@ -118,10 +116,10 @@ def gradient_importance(model, windows: Sequence[Any], *, batch_size: int = 8) -
             p.requires_grad_(False)
         with torch.enable_grad():
             for start in range(0, len(ids_list), batch_size):
+                # forward_kwargs moves the batch to the model's input device
                 ids, mask = pad(ids_list[start : start + batch_size], 0, left=False)
-                ids, mask = ids.to(device), mask.to(device)
                 gates = torch.ones(
-                    (ids.shape[0], n_layers, n_heads), device=ids.device, requires_grad=True
+                    (ids.shape[0], n_layers, n_heads), device=device, requires_grad=True
                 )
                 with head_gates(model, gates):
                     logits = model(**forward_kwargs(model, ids, mask)).logits

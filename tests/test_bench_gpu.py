@@ -1,0 +1,82 @@
+"""bench/gpu.py's table comparison (its experiments part compares every table of a CUDA run
+with the CPU's): hand-made tables that agree, differ by a stated amount, or differ in
+nulls, text, rows or columns. The script itself needs a GPU (or ``--cpu-fallback``, a smoke
+run of a minute and more), so only its pure parts run here."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pd = pytest.importorskip("pandas")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table():
+    return pd.DataFrame(
+        {
+            "model": ["a", "a", "b"],
+            "layer": [0, 1, 0],
+            "entropy": [2.0, 3.5, np.nan],
+            "balance": [np.inf, -1.0, 0.5],
+            "note": ["", "tie", None],
+            "safe": [True, False, True],
+        }
+    )
+
+
+def test_equal_tables_are_equal(gpu):
+    got = gpu.compare_tables(table(), table())
+    assert got["equal"] and got["max_abs_diff"] == 0.0 and got["cells_outside"] == 0
+
+
+def test_a_difference_within_float32_rounding_is_equal_and_reported(gpu):
+    cuda = table()
+    cuda.loc[1, "entropy"] = 3.5 + 3e-5  # within 1e-5 + 1e-5 * 3.5 = 4.5e-5
+    got = gpu.compare_tables(table(), cuda)
+    assert got["equal"] and got["column"] == "entropy"
+    assert got["max_abs_diff"] == pytest.approx(3e-5, rel=1e-6)
+
+
+def test_a_difference_beyond_it_is_named_by_column(gpu):
+    cuda = table()
+    cuda.loc[0, "entropy"] = 2.0 + 1e-4  # beyond 1e-5 + 1e-5 * 2 = 3e-5
+    got = gpu.compare_tables(table(), cuda)
+    assert not got["equal"] and got["columns_differing"] == ["entropy"]
+    assert got["cells_outside"] == 1 and got["max_abs_diff"] == pytest.approx(1e-4, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("column", "row", "value"),
+    [("entropy", 2, 1.0), ("entropy", 0, np.nan), ("note", 1, "tie "), ("note", 2, ""),
+     ("safe", 0, False), ("layer", 2, 1), ("balance", 0, 1e300), ("balance", 0, -np.inf)],
+)  # fmt: skip
+def test_nulls_text_flags_and_counts_must_match_exactly(gpu, column, row, value):
+    cuda = table()
+    cuda.loc[row, column] = value
+    got = gpu.compare_tables(table(), cuda)
+    assert not got["equal"] and got["columns_differing"] == [column]
+
+
+def test_tables_of_other_rows_or_columns_are_not_compared_cell_by_cell(gpu):
+    assert gpu.compare_tables(table(), table().iloc[:2])["why"] == "3 rows on the CPU, 2 on CUDA"
+    got = gpu.compare_tables(table(), table().drop(columns="note"))
+    assert not got["equal"] and got["why"] == "columns differ: ['note']"
+
+
+def test_an_unknown_part_is_refused(gpu):
+    assert gpu._parts("tests, speed") == ("tests", "speed")
+    with pytest.raises(SystemExit, match="unknown part"):
+        gpu._parts("tests,sped")
