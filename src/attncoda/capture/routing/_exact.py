@@ -12,7 +12,9 @@ pass instead of fresh allocations (docs/design.md, "The attention function").
 While a :class:`attncoda.capture.stats.Recorder` is active, every block's rows are also
 turned into statistics (:func:`attncoda.capture.stats.row_statistics`): float32 log-softmax of the
 scores, masked keys set to ``-inf``, re-closed (renormalised) in float64 so the exact
-identities of the compositional split hold to float32 rounding.
+identities of the compositional split hold to float32 rounding. In a bfloat16 or float16
+layer the statistics take float32 scores of the layer's own queries and keys instead of its
+rounded ones, while the output stays eager's (docs/design.md, "Precision per dtype").
 """
 
 from __future__ import annotations
@@ -30,7 +32,17 @@ from attncoda.capture.stats import Workspace
 from ._head_edit import layer_edit
 from ._state import ACTIVE
 
-__all__ = ["IGNORED_KEYWORDS", "IMPLEMENTED_KEYWORDS", "attncoda_attention", "last_visible_key"]
+__all__ = [
+    "HALF_DTYPES",
+    "IGNORED_KEYWORDS",
+    "IMPLEMENTED_KEYWORDS",
+    "attncoda_attention",
+    "last_visible_key",
+]
+
+#: Score dtypes whose rows are recomputed in float32 for the statistics (the layer's output
+#: keeps eager's own scores). float32 and float64 scores are read as they are.
+HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,43 @@ def _scores(module, query, key_states, scaling, softcap, space=None, capacity=0)
     return scores
 
 
+def _statistics_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity):
+    """float32 logits ``(batch, head, q, key_pos[+1])`` of a half-precision block, for its
+    statistics only: the layer's own bfloat16/float16 queries and keys upcast, then the
+    family's scaling, soft-cap, mask and learned sink column in float32.
+
+    The products of two bfloat16 or float16 numbers are exact in float32, so these scores
+    are the float32 scores of the very queries and keys the layer multiplies, and the
+    float32 bounds hold for them (docs/design.md, "Precision per dtype"). The layer's output
+    is still computed from its own half-precision scores, as eager does.
+    """
+    with torch.no_grad():  # statistics only: the in-place ops never meet autograd
+        return _float32_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity)
+
+
+def _float32_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity):
+    query, key_states = query.to(torch.float32), key_states.to(torch.float32)
+    b, h, q, _ = query.shape
+    shape = (b, h, q, key_states.shape[2])
+    out = None
+    if space is not None:
+        out = space.take("statistics_scores", shape, torch.float32, query.device, capacity)
+    scores = torch.matmul(query, key_states.transpose(2, 3), out=out).mul_(scaling)
+    if softcap is not None:
+        scores = scores.div_(softcap).tanh_().mul_(softcap)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill_(~mask, torch.finfo(torch.float32).min)
+        else:
+            # The half-precision mask's values (0, or its dtype's minimum) are exact in
+            # float32; the hidden keys stay finite and far below every visible one.
+            scores = scores.add_(mask)
+    if s_aux is not None:
+        sinks = s_aux.reshape(1, -1, 1, 1).expand(b, -1, q, -1).to(torch.float32)
+        scores = torch.cat([scores, sinks], dim=-1)
+    return scores
+
+
 def _softmax(scores, s_aux, upcast: bool, query_dtype, value_dtype, out=None):
     """The family's softmax of one block: ``(probs over the token keys, its logits)``.
 
@@ -226,7 +275,9 @@ def attncoda_attention(
     A layer whose queries fit in one block runs eager's own op sequence (see
     docs/design.md, "Exactness"), so outputs are bit-identical to eager by construction.
     Longer layers differ only by the row blocking of the two matmuls, within float32
-    rounding.
+    rounding. The statistics of a bfloat16 or float16 layer are computed from float32
+    scores of the same queries and keys (:func:`_statistics_logits`), not from the
+    half-precision scores its output uses.
     """
     if module.training:
         raise AttncodaError(
@@ -293,6 +344,7 @@ def attncoda_attention(
         scores = _scores(module, block_query, block_keys, scaling, softcap, space, capacity)
         visible = None
         block_mask = None
+        mask = None
         if attention_mask is not None:
             if recorder is not None and space is not None:
                 block_mask = space.mask(attention_mask, start, stop, k_stop, torch.float32)
@@ -327,6 +379,12 @@ def attncoda_attention(
             part = edit(part, value, visible)
         # <<< ablation hook
         if recorder is not None:
+            if scores.dtype in HALF_DTYPES:
+                # Statistics from float32 scores of the same q and k: a score rounded to
+                # bfloat16 before the softmax costs up to 4e-2 nats of entropy.
+                logits = _statistics_logits(
+                    block_query, block_keys, scaling, softcap, mask, s_aux, space, capacity
+                )
             log_out = None
             if space is not None and logits.dtype == torch.float32 and logits.shape == shape:
                 log_out = space.take("log_rows", shape, torch.float32, scores.device, capacity)
