@@ -164,9 +164,21 @@ def _rows_read(
 def _read_from(captured: Any) -> dict[str, Any]:
     """What a unit's facts record of its capture: windows read, or given documents."""
     if captured.config.get("attentions"):
-        return {"documents": captured.capture.n_docs}
+        return {"documents": captured.capture.n_docs, **_forward_of(captured.capture)}
     corpus = captured.config["corpus"]
-    return {"windows": corpus["windows"], "max_tokens": corpus["max_tokens"]}
+    return {
+        "windows": corpus["windows"],
+        "max_tokens": corpus["max_tokens"],
+        **_forward_of(captured.capture),
+    }
+
+
+def _forward_of(cap: Any) -> dict[str, Any]:
+    """What a unit's facts (and so the manifest's model facts) record of the forward its
+    capture followed: ``Capture.forward`` and, where rows were read rather than computed,
+    ``Capture.read_dtype`` (docs/design.md, "Which forward a capture follows")."""
+    found = {"forward": cap.forward} if cap.forward is not None else {}
+    return found | ({"read_dtype": cap.read_dtype} if cap.read_dtype is not None else {})
 
 
 def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any, dict]:
@@ -193,7 +205,8 @@ def _capture_windows(
         )
     chosen = list(exp.captures(windows, settings))
     cap = capture_ids(loaded(src.spec), chosen, capture_options(config), record_rows="none")
-    return cap, {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
+    facts = {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
+    return cap, facts | _forward_of(cap)
 
 
 def _captured(

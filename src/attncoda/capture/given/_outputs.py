@@ -57,6 +57,8 @@ def read_outputs(
             f"{type(model).__name__} returned no attention probabilities with "
             f"output_attentions=True"
         )
+    # The probabilities are the model's, rounded to its dtype: the capture says which.
+    recorder.read_dtype = str(atts[0].dtype).removeprefix("torch.")
     causal = _is_causal(atts, real)
     visible = real[:, None, :, None] & real[:, None, None, :]
     if causal:
