@@ -146,6 +146,13 @@ class Capture:
     forward: str | None = None
     read_dtype: str | None = None
 
+    def forward_facts(self) -> dict[str, str]:
+        """``forward`` and ``read_dtype`` where set: what a run's unit facts (and so the
+        manifest's model facts) record of the forward this capture followed (docs/design.md,
+        "Which forward a capture follows")."""
+        found = {"forward": self.forward, "read_dtype": self.read_dtype}
+        return {name: value for name, value in found.items() if value is not None}
+
     @property
     def n_docs(self) -> int:
         return int(self.sink_mass.shape[0])

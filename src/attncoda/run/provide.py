@@ -163,22 +163,11 @@ def _rows_read(
 
 def _read_from(captured: Any) -> dict[str, Any]:
     """What a unit's facts record of its capture: windows read, or given documents."""
+    forward = captured.capture.forward_facts()
     if captured.config.get("attentions"):
-        return {"documents": captured.capture.n_docs, **_forward_of(captured.capture)}
+        return {"documents": captured.capture.n_docs, **forward}
     corpus = captured.config["corpus"]
-    return {
-        "windows": corpus["windows"],
-        "max_tokens": corpus["max_tokens"],
-        **_forward_of(captured.capture),
-    }
-
-
-def _forward_of(cap: Any) -> dict[str, Any]:
-    """What a unit's facts (and so the manifest's model facts) record of the forward its
-    capture followed: ``Capture.forward`` and, where rows were read rather than computed,
-    ``Capture.read_dtype`` (docs/design.md, "Which forward a capture follows")."""
-    found = {"forward": cap.forward} if cap.forward is not None else {}
-    return found | ({"read_dtype": cap.read_dtype} if cap.read_dtype is not None else {})
+    return {"windows": corpus["windows"], "max_tokens": corpus["max_tokens"], **forward}
 
 
 def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any, dict]:
@@ -206,7 +195,7 @@ def _capture_windows(
     chosen = list(exp.captures(windows, settings))
     cap = capture_ids(loaded(src.spec), chosen, capture_options(config), record_rows="none")
     facts = {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
-    return cap, facts | _forward_of(cap)
+    return cap, facts | cap.forward_facts()
 
 
 def _captured(

@@ -30,19 +30,10 @@ from attncoda.capture.kernels import record_layer as record_fast_layer
 from attncoda.capture.stats import Workspace
 
 from ._head_edit import layer_edit
+from ._precision import HALF_DTYPES, statistics_logits
 from ._state import ACTIVE
 
-__all__ = [
-    "HALF_DTYPES",
-    "IGNORED_KEYWORDS",
-    "IMPLEMENTED_KEYWORDS",
-    "attncoda_attention",
-    "last_visible_key",
-]
-
-#: Score dtypes whose rows are recomputed in float32 for the statistics (the layer's output
-#: keeps eager's own scores). float32 and float64 scores are read as they are.
-HALF_DTYPES = (torch.bfloat16, torch.float16)
+__all__ = ["IGNORED_KEYWORDS", "IMPLEMENTED_KEYWORDS", "attncoda_attention", "last_visible_key"]
 
 
 @dataclass(frozen=True)
@@ -160,43 +151,6 @@ def _scores(module, query, key_states, scaling, softcap, space=None, capacity=0)
     return scores
 
 
-def _statistics_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity):
-    """float32 logits ``(batch, head, q, key_pos[+1])`` of a half-precision block, for its
-    statistics only: the layer's own bfloat16/float16 queries and keys upcast, then the
-    family's scaling, soft-cap, mask and learned sink column in float32.
-
-    The products of two bfloat16 or float16 numbers are exact in float32, so these scores
-    are the float32 scores of the very queries and keys the layer multiplies, and the
-    float32 bounds hold for them (docs/design.md, "Precision per dtype"). The layer's output
-    is still computed from its own half-precision scores, as eager does.
-    """
-    with torch.no_grad():  # statistics only: the in-place ops never meet autograd
-        return _float32_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity)
-
-
-def _float32_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity):
-    query, key_states = query.to(torch.float32), key_states.to(torch.float32)
-    b, h, q, _ = query.shape
-    shape = (b, h, q, key_states.shape[2])
-    out = None
-    if space is not None:
-        out = space.take("statistics_scores", shape, torch.float32, query.device, capacity)
-    scores = torch.matmul(query, key_states.transpose(2, 3), out=out).mul_(scaling)
-    if softcap is not None:
-        scores = scores.div_(softcap).tanh_().mul_(softcap)
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill_(~mask, torch.finfo(torch.float32).min)
-        else:
-            # The half-precision mask's values (0, or its dtype's minimum) are exact in
-            # float32; the hidden keys stay finite and far below every visible one.
-            scores = scores.add_(mask)
-    if s_aux is not None:
-        sinks = s_aux.reshape(1, -1, 1, 1).expand(b, -1, q, -1).to(torch.float32)
-        scores = torch.cat([scores, sinks], dim=-1)
-    return scores
-
-
 def _softmax(scores, s_aux, upcast: bool, query_dtype, value_dtype, out=None):
     """The family's softmax of one block: ``(probs over the token keys, its logits)``.
 
@@ -276,7 +230,7 @@ def attncoda_attention(
     docs/design.md, "Exactness"), so outputs are bit-identical to eager by construction.
     Longer layers differ only by the row blocking of the two matmuls, within float32
     rounding. The statistics of a bfloat16 or float16 layer are computed from float32
-    scores of the same queries and keys (:func:`_statistics_logits`), not from the
+    scores of the same queries and keys (:func:`statistics_logits`), not from the
     half-precision scores its output uses.
     """
     if module.training:
@@ -382,7 +336,7 @@ def attncoda_attention(
             if scores.dtype in HALF_DTYPES:
                 # Statistics from float32 scores of the same q and k: a score rounded to
                 # bfloat16 before the softmax costs up to 4e-2 nats of entropy.
-                logits = _statistics_logits(
+                logits = statistics_logits(
                     block_query, block_keys, scaling, softcap, mask, s_aux, space, capacity
                 )
             log_out = None
