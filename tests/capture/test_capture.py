@@ -499,3 +499,27 @@ def test_options_handed_whole_choose_the_sink_seed_and_method_and_refuse_a_secon
     )
     with pytest.raises(AttncodaError, match=f"^{re.escape(message)}$"):
         capture_windows(model, windows, options=options, sink="first,learned", seed=2)
+
+
+def test_the_capture_names_the_forward_it_followed_and_what_it_read():
+    ids, mask = pad(docs(), "right")
+    exact = capture(tiny("llama"), ids, mask)
+    assert (exact.forward, exact.read_dtype) == ("eager", None)
+    fast = capture(tiny("llama"), ids, mask, method="fast", kernel="sdpa")
+    assert (fast.forward, fast.read_dtype) == ("fast:sdpa", None)
+    # Soft-capped layers take the exact path under method="fast": eager's output goes on.
+    capped = capture(tiny("gemma2"), ids, mask, method="fast", kernel="sdpa")
+    assert capped.forward == "eager"
+    # Rows read from eager output_attentions carry the model's dtype.
+    read = capture(tiny("llama"), ids, mask, mode="outputs")
+    assert (read.forward, read.read_dtype) == ("eager", "float32")
+
+
+def test_forwards_are_named_per_layer_where_they_differ():
+    from attncoda.capture._pass import forwards_ran
+
+    assert forwards_ran("exact", {}) == "eager"
+    assert forwards_ran("fast", {0: "cpp", 1: "cpp"}) == "fast:cpp"
+    assert forwards_ran("fast", {0: "cpp", 1: "exact", 2: "cpp"}) == "fast:cpp; eager on layer 1"
+    found = forwards_ran("fast", {0: "exact", 1: "exact", 2: "sdpa"})
+    assert found == "eager; fast:sdpa on layer 2"

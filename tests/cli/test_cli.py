@@ -301,7 +301,8 @@ def test_a_short_text_is_profiled_whole(tmp_path, capsys):
         "of them" in captured.err
     )
     assert "minilm: 1 window of up to 128 tokens" in captured.out
-    assert _unit_facts(out, "profile")["read"] == {"windows": 1, "max_tokens": 128}
+    read = {"windows": 1, "max_tokens": 128, "forward": "eager"}
+    assert _unit_facts(out, "profile")["read"] == read
 
 
 def test_safety_of_two_models_draws_one_figure_each(tmp_path, capsys, tiny_llama):

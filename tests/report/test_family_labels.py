@@ -47,3 +47,17 @@ def test_models_table_keeps_the_run_order_when_a_revision_holds_an_at():
     html = _models(info, ["minilm", "a/b@x@y"], "sink = first")
     rows = [html.index(f"<td>{label}</td>") for label in ("minilm", "a/b@x@y", "train-tiny@step0")]
     assert rows == sorted(rows)
+
+
+def test_models_table_names_the_forward_and_a_half_precision_drift():
+    from attncoda.report.html import _models
+
+    info = {
+        "smollm2@-": {"family": "Llama", "dtype": "bfloat16", "forward": "fast:cpp"},
+        "mpnet@-": {"capture_mode": "outputs", "dtype": "float16", "read_dtype": "float16"},
+        "minilm@-": {"dtype": "float32", "forward": "eager"},
+    }
+    html = _models(info, ["smollm2", "mpnet", "minilm"], "sink = first")
+    assert "routed scores; forward: fast:cpp; bfloat16 forward: from layer 1 on" in html
+    assert "rows read in float16 carry the model&#x27;s rounding" in html  # escaped
+    assert "<td>routed scores; forward: eager</td>" in html

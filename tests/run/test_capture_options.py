@@ -68,10 +68,16 @@ def test_prune_captures_its_profiling_windows_by_the_runs_method(tmp_path, capsy
     _assert_close_not_equal(heads["exact"], heads["fast"], ["layer", "head"])
     for method, kernel in (("exact", None), ("fast", "sdpa")):
         out = tmp_path / method
-        config = json.loads((out / "manifest.json").read_text())["config"]
+        manifest = json.loads((out / "manifest.json").read_text())
+        config = manifest["config"]
         assert (config["method"], config.get("kernel")) == (method, kernel)
         (facts,) = _facts(out, "prune")
-        assert facts["captured"] == {"windows": 2, "method": method, "kernel": kernel}
+        forward = "eager" if kernel is None else f"fast:{kernel}"
+        # The manifest's model facts name the forward the capture followed.
+        assert manifest["model_info"]["smollm2@-"]["forward"] == forward
+        assert facts["captured"] == {
+            "windows": 2, "method": method, "kernel": kernel, "forward": forward
+        }  # fmt: skip
         assert (facts["summary"]["method"], facts["summary"]["kernel"]) == (method, kernel)
 
 
@@ -92,8 +98,9 @@ def test_collapse_captures_each_checkpoint_by_the_runs_method(tmp_path):
         # The fast path's kernel on a CPU: cpp where it can be built, else sdpa.
         kernel = None if method == "exact" else registry.resolve_kernel("auto", "cpu")
         facts = _facts(out, "collapse")
+        forward = "eager" if kernel is None else f"fast:{kernel}"
         assert [f["captured"] for f in facts] == [
-            {"windows": 2, "method": method, "kernel": kernel}
+            {"windows": 2, "method": method, "kernel": kernel, "forward": forward}
         ] * 2
         assert [f["summary"]["method"] for f in facts] == [method] * 2
     checkpoints = {

@@ -35,7 +35,7 @@ from attncoda.capture._forward import (
     pad,
     position_ids,
 )
-from attncoda.capture._pass import kernels_ran, routes_a_call, run_pass
+from attncoda.capture._pass import forwards_ran, kernels_ran, routes_a_call, run_pass
 from attncoda.capture._result import Capture, assemble, capture_frame, concatenate
 from attncoda.capture.kernels.registry import KERNELS, PORTABLE, check_dtype, resolve_kernel
 from attncoda.capture.live import capture_live, kind_of, live_model
@@ -275,6 +275,8 @@ def capture(
         "seed": seed,
         "method": method,
         "kernel": kernels_ran(rec.ran) if method == "fast" else None,
+        "forward": forwards_ran(method if mode == "attention" else "exact", rec.ran),
+        "read_dtype": rec.read_dtype,
     }
     return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
 

@@ -18,7 +18,7 @@ from attncoda.capture.kernels.registry import NAMES
 from attncoda.capture.routing import routed
 from attncoda.capture.stats import Recorder
 
-__all__ = ["kernels_ran", "routes_a_call", "run_pass"]
+__all__ = ["forwards_ran", "kernels_ran", "routes_a_call", "run_pass"]
 
 _CALLS_ROUTED: dict[type, bool] = {}
 
@@ -101,6 +101,26 @@ def kernels_ran(ran: dict[int, str]) -> str | None:
     others = [
         f"{name} on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
         for name, layers in by_kernel.items()
+        if name != main
+    ]
+    return "; ".join([main, *others])
+
+
+def forwards_ran(method: str, ran: dict[int, str]) -> str:
+    """The attention implementation whose output each layer handed on (``Capture.forward``):
+    ``"eager"`` for the exact path (eager's op sequence) and for the layers the fast kernels
+    do not cover, ``"fast:<kernel>"`` for a fast kernel's own output, grouped by layer as
+    :func:`kernels_ran` does (``"fast:cpp; eager on layer 3"``)."""
+    if method != "fast" or not ran:
+        return "eager"
+    named = {layer: "eager" if k == "exact" else f"fast:{k}" for layer, k in ran.items()}
+    by_name: dict[str, list[int]] = {}
+    for layer, name in sorted(named.items()):
+        by_name.setdefault(name, []).append(layer)
+    main = max(by_name, key=lambda name: (len(by_name[name]), name != "eager"))
+    others = [
+        f"{name} on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
+        for name, layers in by_name.items()
         if name != main
     ]
     return "; ".join([main, *others])

@@ -91,6 +91,20 @@ class Capture:
     kernel : str or None
         The kernel that served ``method="fast"``: its name (``triton``, ``sdpa``); None for the
         exact path.
+    forward : str or None
+        The attention implementation whose output the model's layers received, so the
+        forward the statistics describe: ``"eager"`` (eager's op sequence, which the exact
+        path and ``mode="outputs"`` run), ``"fast:<kernel>"`` (the fast kernel's own
+        output) or ``"transformer_lens"`` (a bridge's own attention components), per layer
+        where they differ (``"fast:cpp; eager on layer 3"``); None for attention given by the
+        user. In bfloat16 and float16 two implementations are two forwards whose later
+        layers differ (docs/design.md, "Which forward a capture follows").
+    read_dtype : str or None
+        Where the rows were read rather than computed from queries and keys
+        (``mode="outputs"``, a bridge's score hooks, attention given by the user), the dtype
+        of what was read: its rounding is in the rows (bfloat16 probabilities keep 8
+        significant bits). None where capture computed the rows from float32 or wider scores
+        of the layer's own queries and keys.
     n_prompt : numpy.ndarray or None
         int64 ``(doc,)`` for a :func:`attncoda.capture.live.recording`: the positions
         ``0 .. n_prompt - 1`` came from the pass that started the document (the prompt),
@@ -129,6 +143,15 @@ class Capture:
     method: str = "exact"
     kernel: str | None = None
     n_prompt: np.ndarray | None = None
+    forward: str | None = None
+    read_dtype: str | None = None
+
+    def forward_facts(self) -> dict[str, str]:
+        """``forward`` and ``read_dtype`` where set: what a run's unit facts (and so the
+        manifest's model facts) record of the forward this capture followed (docs/design.md,
+        "Which forward a capture follows")."""
+        found = {"forward": self.forward, "read_dtype": self.read_dtype}
+        return {name: value for name, value in found.items() if value is not None}
 
     @property
     def n_docs(self) -> int:

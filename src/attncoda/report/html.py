@@ -226,10 +226,30 @@ def _settings(config: Mapping[str, Any], convention: str) -> str:
     )
 
 
+#: The per-layer drift of a half-precision forward, as measured (bench/precision.py on
+#: SmolLM2 and Gemma 3 in bfloat16, bench/RESULTS.md; docs/how-to/precision.md): how far
+#: another attention implementation of the same model moves a later layer's statistics.
+HALF_PRECISION_DRIFT = (
+    "from layer 1 on, another attention implementation of the same model moves a row's "
+    "entropy by up to 0.1-0.2 nats and a head's mean by up to 5e-3 (measured on SmolLM2 and "
+    "Gemma 3 in bfloat16; docs/how-to/precision.md)"
+)
+HALF_PRECISION = ("bfloat16", "float16")
+
+
 def _capture_route(facts: Mapping[str, Any]) -> str:
-    """How capture read the model: its scores, or (the fallback) eager outputs."""
+    """How capture read the model (its scores, or the fallback's eager outputs), the
+    forward it followed (``Capture.forward``) and, for a half-precision model, what that
+    forward's own rounding moves."""
     mode = facts.get("capture_mode", "attention")
-    return "routed scores" if mode == "attention" else "eager output_attentions (fallback)"
+    parts = ["routed scores" if mode == "attention" else "eager output_attentions (fallback)"]
+    if facts.get("forward"):
+        parts.append(f"forward: {facts['forward']}")
+    if facts.get("read_dtype") in HALF_PRECISION:
+        parts.append(f"rows read in {facts['read_dtype']} carry the model's rounding")
+    if facts.get("dtype") in HALF_PRECISION:
+        parts.append(f"{facts['dtype']} forward: {HALF_PRECISION_DRIFT}")
+    return "; ".join(parts)
 
 
 def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> str:

@@ -80,6 +80,13 @@ def run_unit(
         else:
             provided = provide(exp, unit, settings, config, store, info=info)
             facts.update(provided.facts)
+            if not combined:
+                # The forward the capture followed, in the manifest's model facts.
+                for read in (facts.get("read"), facts.get("captured")):
+                    if isinstance(read, dict):
+                        for name in ("forward", "read_dtype"):
+                            if name in read:
+                                facts["model_info"][name] = read[name]
             tables = exp.run(provided.inputs, settings)
             if not combined:
                 tables = with_family(tables, found.family)

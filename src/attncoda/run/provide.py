@@ -163,10 +163,11 @@ def _rows_read(
 
 def _read_from(captured: Any) -> dict[str, Any]:
     """What a unit's facts record of its capture: windows read, or given documents."""
+    forward = captured.capture.forward_facts()
     if captured.config.get("attentions"):
-        return {"documents": captured.capture.n_docs}
+        return {"documents": captured.capture.n_docs, **forward}
     corpus = captured.config["corpus"]
-    return {"windows": corpus["windows"], "max_tokens": corpus["max_tokens"]}
+    return {"windows": corpus["windows"], "max_tokens": corpus["max_tokens"], **forward}
 
 
 def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any, dict]:
@@ -193,7 +194,8 @@ def _capture_windows(
         )
     chosen = list(exp.captures(windows, settings))
     cap = capture_ids(loaded(src.spec), chosen, capture_options(config), record_rows="none")
-    return cap, {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
+    facts = {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
+    return cap, facts | cap.forward_facts()
 
 
 def _captured(

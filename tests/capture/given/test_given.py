@@ -346,3 +346,14 @@ def test_transformer_lens_cache_of_a_real_bridge():
     np.testing.assert_allclose(from_scores.sink_mass[0], probs[..., 0], atol=1e-6)
     np.testing.assert_allclose(from_scores.entropy[0], -plogp.sum(-1), atol=1e-6)
     assert_same_statistics(from_scores, routed)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_given_attention_records_the_dtype_it_read(dtype):
+    model = tiny("llama")
+    _, ids, mask = batch()
+    probs = torch.stack(eager_attentions(model, ids, mask), 1).to(getattr(torch, dtype))
+    cap = from_attentions(probs, kind="probs", attention_mask=mask, zeros="floor")
+    assert (cap.forward, cap.read_dtype) == (None, dtype)
+    listed = from_attentions(list(probs.numpy()), kind="probs", zeros="floor")
+    assert listed.read_dtype == dtype

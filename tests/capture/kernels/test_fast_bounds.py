@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from attncoda._errors import MissingWheelError  # noqa: E402
+from attncoda._errors import AttncodaError, MissingWheelError  # noqa: E402
 from attncoda.capture import capture  # noqa: E402
 from attncoda.capture.kernels import (  # noqa: E402
     FLOAT64_ROUNDOFF,
@@ -304,6 +304,28 @@ def test_the_bound_formulas_by_hand():
     # A row of one key (s = 1): only the float64 steps are left of its sink mass's bound.
     one = fast_bounds(**{**drivers, "sink_mass": 1.0}, content_entropy=0.0)["sink_mass"]
     assert one == pytest.approx(2 * (10.0 + math.log(1024) + 8.0) * FLOAT64_ROUNDOFF)
+
+
+def test_the_score_term_per_input_dtype_by_hand():
+    u = UNIT_ROUNDOFF
+    rest = (8 * 1024 + 60 + 8) * u
+    # float32 inputs: d rounded products and additions, one scaling: (64 + 2) u A. bfloat16
+    # and float16 products are exact in float32: (64 + 1) u A. A soft-cap adds 4 u c.
+    assert score_perturbation(1024, 64, 10.0, "float32") == pytest.approx(660 * u + rest)
+    for dtype in ("bfloat16", "float16", torch.bfloat16):
+        assert score_perturbation(1024, 64, 10.0, dtype) == pytest.approx(650 * u + rest)
+    capped = score_perturbation(1024, 64, 10.0, "bfloat16", softcap=50.0)
+    assert capped == pytest.approx(650 * u + rest + 200 * u)
+    drivers = dict(n_keys=1024, head_dim=64, scale=10.0, sink_mass=0.5, entropy=3.0)
+    half = exact_bounds(**drivers, content_entropy=2.0, dtype="float16")
+    eta = 650 * u + rest
+    assert half["entropy"] == pytest.approx(8.0 * eta + 1026 * u * 3.0, rel=1e-15)
+    with pytest.raises(AttncodaError) as found:
+        fast_bounds(**drivers, content_entropy=2.0, dtype="float64")
+    assert str(found.value) == (
+        "no error bound is derived for inputs in float64: use 'float32', 'bfloat16' or "
+        "'float16' (the dtype of the layer's queries and keys)"
+    )
 
 
 def test_score_scale_is_the_largest_score_bound_by_brute_force():

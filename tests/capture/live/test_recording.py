@@ -224,3 +224,17 @@ def test_smollm2_generation_equals_one_full_pass():
         # 30 layers of 576-wide float32 matmuls over 64-wide heads: the decode steps' hidden
         # states differ from the full pass's by float32 rounding, growing with depth.
         np.testing.assert_allclose(getattr(got, name), getattr(ref, name), atol=1e-4)
+
+
+def test_a_recording_names_the_forward_of_its_passes():
+    model = tiny("llama", eager=True)
+    with recording(model) as rec:
+        _logits(model, _ids(2, 9))
+    assert (rec.capture().forward, rec.capture().read_dtype) == ("eager", None)
+    with recording(model, method="fast") as rec:
+        _logits(model, _ids(2, 9))
+    assert rec.capture().forward == "fast:sdpa"
+    # Passes that continue a cache take the exact path: eager's output goes on there.
+    with recording(model, method="fast") as rec:
+        model.generate(_ids(1, 5), max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert rec.capture().forward == "fast:sdpa; eager on passes that continue a cache"

@@ -27,7 +27,7 @@ from attncoda.capture.names import ATTENTION_FILES, ZEROS
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
 from attncoda.capture.stats import Recorder, record_plan
 
-from ._inputs import as_documents, batch_mask, pad_documents, token_documents
+from ._inputs import as_documents, batch_mask, input_dtype, pad_documents, token_documents
 
 __all__ = ["ATTENTION_FILES", "KINDS", "from_attentions"]
 
@@ -253,6 +253,8 @@ def from_attentions(
         "bos_token_id": None,
         "block_size": int(batch.shape[-1]),
         "seed": seed,
+        "forward": None,
+        "read_dtype": input_dtype(attn),
     }
     cap = assemble_capture(rec, None, id_docs, sinks, record, offsets, False, about)
     if token_docs is None:

@@ -24,6 +24,7 @@ from attncoda.capture._forward import check_batch
 __all__ = [
     "as_documents",
     "batch_mask",
+    "input_dtype",
     "pad_documents",
     "to_tensor",
     "token_documents",
@@ -109,6 +110,21 @@ def as_documents(attn: Any, kind: str) -> tuple[list[torch.Tensor], str, str]:
             f"key_pos) or (layer, head, query_pos, key_pos)"
         )
     return list(array), kind, type(attn).__name__
+
+
+def input_dtype(attn: Any) -> str:
+    """The dtype of the attention a user handed in (its first array), e.g. ``"bfloat16"``:
+    the rounding its rows carry, which capture records (``Capture.read_dtype``)."""
+    first = attn
+    if isinstance(attn, Mapping) or type(attn).__name__ == "ActivationCache":
+        found = transformer_lens_layers(attn)
+        first = found[0][0] if found and found[0] else None
+    elif isinstance(attn, (tuple, list)) and attn:
+        first = attn[0]
+    dtype = getattr(first, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(first).dtype
+    return str(dtype).removeprefix("torch.")
 
 
 def pad_documents(docs: list[torch.Tensor], kind: str) -> tuple[torch.Tensor, torch.Tensor]:

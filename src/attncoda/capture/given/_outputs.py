@@ -59,6 +59,8 @@ def read_outputs(
         )
     # The mask follows the probabilities (on the model's device, or its last layer's).
     real = real.to(atts[0].device)
+    # The probabilities are the model's, rounded to its dtype: the capture says which.
+    recorder.read_dtype = str(atts[0].dtype).removeprefix("torch.")
     causal = _is_causal(atts, real)
     visible = real[:, None, :, None] & real[:, None, None, :]
     if causal:

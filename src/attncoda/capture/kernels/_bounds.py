@@ -29,8 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from attncoda._errors import AttncodaError
+
 __all__ = [
     "FLOAT64_ROUNDOFF",
+    "SCORE_ROUNDINGS",
     "UNIT_ROUNDOFF",
     "float64_part",
     "difference_bounds",
@@ -57,17 +60,39 @@ def float64_part(n_keys, scale, sink_mass):
     return 2.0 * s * (a + np.log(n) + 8.0) * FLOAT64_ROUNDOFF
 
 
-def score_perturbation(n_keys, head_dim: int, scale):
+#: The input dtypes the bounds cover, and how many roundings of size ``u A`` their float32
+#: score takes beyond the ``d - 1`` additions of its dot product: float32 products are
+#: rounded (one more), the products of two bfloat16 or float16 numbers are exact in float32
+#: (8 + 8 and 11 + 11 significant bits, within float32's 24), and the scaling is one
+#: rounding in every dtype (docs/design.md, "Precision per dtype").
+SCORE_ROUNDINGS = {"float32": 3, "bfloat16": 2, "float16": 2}
+
+
+def _score_roundings(dtype) -> int:
+    name = str(dtype).removeprefix("torch.")
+    if name not in SCORE_ROUNDINGS:
+        raise AttncodaError(
+            f"no error bound is derived for inputs in {name}: use 'float32', 'bfloat16' or "
+            f"'float16' (the dtype of the layer's queries and keys)"
+        )
+    return SCORE_ROUNDINGS[name]
+
+
+def score_perturbation(n_keys, head_dim: int, scale, dtype="float32", softcap=None):
     """``eta = (d + 2) u A + (8 n + 6 A + 8) u``: how far a float32 pass moves each score.
 
-    ``(d + 2) u A`` is the float32 score itself (a ``d``-term dot product in any order, then
-    the scaling). ``(8 n + 6 A + 8) u`` is what the softmax or log-sum-exp adds, written as
-    a move of each score: ``exp(z_j - M)`` of a rounded difference (``2 A u``) to one ulp
-    (``2 u``); the running-maximum rescalings of a fused kernel (at most ``n`` of them, each
-    one rounded product and one exp, ``3 u``, and a rounded difference; those differences
-    sum to at most ``2 A`` since the maximum only grows); the ``n``-term sum of positive
-    terms (``n u``); the division or the final log (``2 u ln n <= 2 n u``) and the add of
-    the maximum back (``u (A + ln n)``).
+    ``(d + 2) u A`` is the float32 score of float32 inputs (a ``d``-term dot product in any
+    order, then the scaling). For bfloat16 and float16 inputs the score is the float32 dot
+    product of their exact float32 copies: its products are exact in float32, so the term is
+    ``(d + 1) u A`` (:data:`SCORE_ROUNDINGS`). A soft-cap ``tanh(z / c) c`` in float32 adds
+    ``4 u c`` (a division, a ``tanh`` to two ulps and a product; ``tanh`` is 1-Lipschitz, so
+    the moves before it pass through no larger). ``(8 n + 6 A + 8) u`` is what the softmax
+    or log-sum-exp adds, written as a move of each score: ``exp(z_j - M)`` of a rounded
+    difference (``2 A u``) to one ulp (``2 u``); the running-maximum rescalings of a fused
+    kernel (at most ``n`` of them, each one rounded product and one exp, ``3 u``, and a
+    rounded difference; those differences sum to at most ``2 A`` since the maximum only
+    grows); the ``n``-term sum of positive terms (``n u``); the division or the final log
+    (``2 u ln n <= 2 n u``) and the add of the maximum back (``u (A + ln n)``).
 
     Parameters
     ----------
@@ -77,6 +102,11 @@ def score_perturbation(n_keys, head_dim: int, scale):
         ``d``.
     scale : array_like
         ``A`` per row (:func:`score_scale`).
+    dtype : str or torch.dtype
+        The dtype of the layer's queries and keys: ``"float32"``, ``"bfloat16"`` or
+        ``"float16"`` (the statistics are float32 computations in each).
+    softcap : float, optional
+        The soft-cap ``c`` of the scores (Gemma 2), if any.
 
     Returns
     -------
@@ -86,7 +116,9 @@ def score_perturbation(n_keys, head_dim: int, scale):
     n = np.asarray(n_keys, dtype=np.float64)
     a = np.asarray(scale, dtype=np.float64)
     u = UNIT_ROUNDOFF
-    return (head_dim + 2) * u * a + (8.0 * n + 6.0 * a + 8.0) * u
+    dot = head_dim - 1 + _score_roundings(dtype)
+    capped = 0.0 if softcap is None else 4.0 * u * abs(float(softcap))
+    return dot * u * a + (8.0 * n + 6.0 * a + 8.0) * u + capped
 
 
 def _log_content(sink_mass):
@@ -95,7 +127,9 @@ def _log_content(sink_mass):
         return np.where(s < 1.0, np.abs(np.log1p(-s)), 0.0)
 
 
-def fast_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy):
+def fast_bounds(
+    *, n_keys, head_dim, scale, sink_mass, entropy, content_entropy, dtype="float32", softcap=None
+):
     """Bounds of the fast path's sink mass, ``H`` and ``H(q)`` against exact arithmetic.
 
     - ``|ds| <= 2 s (1 - s) eta`` (plus :func:`float64_part`): ``s = sigma(lse_S - lse_C)``
@@ -123,6 +157,12 @@ def fast_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy)
     sink_mass, entropy, content_entropy : array_like
         ``s``, ``H`` and ``H(q)`` per row (nats), either path's value (the bounds are first
         order, so which one does not matter).
+    dtype : str or torch.dtype
+        The dtype of the layer's queries and keys (:func:`score_perturbation`). The bound is
+        against exact arithmetic on those very queries and keys: for bfloat16 and float16
+        models, the path computes their scores in float32, where the products are exact.
+    softcap : float, optional
+        The scores' soft-cap ``c``, if any (:func:`score_perturbation`).
 
     Returns
     -------
@@ -132,7 +172,7 @@ def fast_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy)
     """
     u = UNIT_ROUNDOFF
     n, a, s, h, hq = _drivers(n_keys, scale, sink_mass, entropy, content_entropy)
-    eta = score_perturbation(n, head_dim, a)
+    eta = score_perturbation(n, head_dim, a, dtype, softcap)
     content = (2.0 * hq + 2.0) * eta + (4.0 * n + head_dim) * u * a
     return {
         "sink_mass": 2.0 * s * (1.0 - s) * eta + float64_part(n, a, s),
@@ -141,7 +181,9 @@ def fast_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy)
     }
 
 
-def exact_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy):
+def exact_bounds(
+    *, n_keys, head_dim, scale, sink_mass, entropy, content_entropy, dtype="float32", softcap=None
+):
     """Bounds of the exact path's sink mass, ``H`` and ``H(q)`` against exact arithmetic.
 
     The exact path takes a float32 softmax ``p`` and log-softmax ``log p`` of the float32
@@ -164,7 +206,7 @@ def exact_bounds(*, n_keys, head_dim, scale, sink_mass, entropy, content_entropy
     """
     u = UNIT_ROUNDOFF
     n, a, s, h, hq = _drivers(n_keys, scale, sink_mass, entropy, content_entropy)
-    eta = score_perturbation(n, head_dim, a)
+    eta = score_perturbation(n, head_dim, a, dtype, softcap)
     with np.errstate(divide="ignore", invalid="ignore"):
         over = np.where(s < 1.0, h / (1.0 - s), np.inf)
     return {

@@ -57,6 +57,9 @@ def record_rows(
         of document ``doc`` see.
     upcast : bool
         Take the score product in float32 (else in the query's dtype, cast after).
+        bfloat16 and float16 queries and keys are always upcast: their products are exact
+        in float32, and a score rounded to half precision costs up to 4e-2 nats of entropy
+        (docs/design.md, "Precision per dtype").
     softcap : float, optional
         Gemma 2's ``tanh(z / c) c`` on the scores.
     s_aux : torch.Tensor, optional
@@ -70,7 +73,7 @@ def record_rows(
         pos = positions.to(query.device)
         qd = query[doc, :, pos]  # (h, r, d)
         kd = key[doc]  # (kv, k, d)
-        if upcast:
+        if upcast or qd.dtype in (torch.bfloat16, torch.float16):
             qd, kd = qd.float(), kd.float()
         r = qd.shape[1]
         scores = torch.matmul(qd.reshape(kv, (h // kv) * r, -1), kd.transpose(-1, -2))

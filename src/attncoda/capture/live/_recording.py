@@ -81,6 +81,21 @@ class Recording:
         self._caches: dict[int, tuple[Any, Documents]] = {}
         self._open: list[tuple[contextvars.Token, PassRecorder, Documents, Any]] = []
 
+    def _forward(self, groups) -> dict[str, Any]:
+        """``Capture.forward`` and ``read_dtype`` of the recorded passes: a bridge's own
+        attention (its scores read in its dtype), else the routed function's output, eager's
+        on every pass that continues a cache."""
+        if self._score_hooks or kind_of(self.model) == "bridge":
+            dtype = str(getattr(self._hf, "dtype", "")).removeprefix("torch.") or None
+            return {"forward": "transformer_lens", "read_dtype": dtype}
+        if self._method != "fast":
+            return {"forward": "eager", "read_dtype": None}
+        cached = any(bool((g.n_prompt < g.mask.bool().sum(-1).numpy()).any()) for g in groups)
+        forward = f"fast:{PORTABLE}"
+        if cached:
+            forward += "; eager on passes that continue a cache"
+        return {"forward": forward, "read_dtype": None}
+
     # -- the hooks ------------------------------------------------------------------------
 
     def _hook_scores(self) -> None:
@@ -237,6 +252,7 @@ class Recording:
             # A recorded pass's fast path is the kernel that runs everywhere (the recorder
             # names none: capture/kernels/registry.py).
             "kernel": PORTABLE if self._method == "fast" else None,
+            **self._forward(groups),
         }
         parts = [group.capture(self._spec.learned, virtual, about) for group in groups]
         return parts[0] if len(parts) == 1 else concatenate(parts)

@@ -12,7 +12,9 @@ pass instead of fresh allocations (docs/design.md, "The attention function").
 While a :class:`attncoda.capture.stats.Recorder` is active, every block's rows are also
 turned into statistics (:func:`attncoda.capture.stats.row_statistics`): float32 log-softmax of the
 scores, masked keys set to ``-inf``, re-closed (renormalised) in float64 so the exact
-identities of the compositional split hold to float32 rounding.
+identities of the compositional split hold to float32 rounding. In a bfloat16 or float16
+layer the statistics take float32 scores of the layer's own queries and keys instead of its
+rounded ones, while the output stays eager's (docs/design.md, "Precision per dtype").
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from attncoda.capture.kernels import record_layer as record_fast_layer
 from attncoda.capture.stats import Workspace
 
 from ._head_edit import layer_edit
+from ._precision import HALF_DTYPES, statistics_logits
 from ._state import ACTIVE
 
 __all__ = ["IGNORED_KEYWORDS", "IMPLEMENTED_KEYWORDS", "attncoda_attention", "last_visible_key"]
@@ -234,7 +237,9 @@ def attncoda_attention(
     A layer whose queries fit in one block runs eager's own op sequence (see
     docs/design.md, "Exactness"), so outputs are bit-identical to eager by construction.
     Longer layers differ only by the row blocking of the two matmuls, within float32
-    rounding.
+    rounding. The statistics of a bfloat16 or float16 layer are computed from float32
+    scores of the same queries and keys (:func:`statistics_logits`), not from the
+    half-precision scores its output uses.
     """
     if module.training:
         raise AttncodaError(
@@ -316,6 +321,7 @@ def attncoda_attention(
         scores = _scores(module, block_query, block_keys, scaling, softcap, space, capacity)
         visible = None
         block_mask = None
+        mask = None
         if attention_mask is not None:
             if recorder is not None and space is not None:
                 block_mask = space.mask(attention_mask, start, stop, k_stop, torch.float32)
@@ -350,6 +356,12 @@ def attncoda_attention(
             part = edit(part, value, visible)
         # <<< ablation hook
         if recorder is not None:
+            if scores.dtype in HALF_DTYPES:
+                # Statistics from float32 scores of the same q and k: a score rounded to
+                # bfloat16 before the softmax costs up to 4e-2 nats of entropy.
+                logits = statistics_logits(
+                    block_query, block_keys, scaling, softcap, mask, s_aux, space, capacity
+                )
             log_out = None
             if space is not None and logits.dtype == torch.float32 and logits.shape == shape:
                 log_out = space.take("log_rows", shape, torch.float32, scores.device, capacity)

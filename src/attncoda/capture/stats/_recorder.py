@@ -60,6 +60,9 @@ class Recorder:
     ran : dict
         Per layer index, the kernel that served it under ``method="fast"``: a kernel's name,
         or ``exact`` (a layer the fast kernels do not cover).
+    read_dtype : str or None
+        The dtype of rows read rather than computed (eager ``output_attentions``), set by
+        the reader; None when the rows come from the layer's queries and keys.
     stats : list of dict
         Per layer, :func:`row_statistics` outputs ``(batch, head, pos)`` in padded query
         coordinates (empty dicts in the ``auto`` pass).
@@ -86,6 +89,7 @@ class Recorder:
     kernel: str | None = None
     pinned: bool = False
     ran: dict[int, str] = field(default_factory=dict)
+    read_dtype: str | None = None
     stats: list[dict[str, torch.Tensor]] = field(default_factory=list)
     rows: list[list[torch.Tensor]] = field(default_factory=list)
     virtual: list[bool] = field(default_factory=list)
