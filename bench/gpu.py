@@ -24,7 +24,9 @@ ending in one line ``SUMMARY <part>: ...`` and a section of the JSON summary:
     the first-use check (:func:`attncoda.capture.kernels.first_use_check`) for every
     configuration the launcher can meet: float32, bfloat16 and float16; head dims 64, 80,
     96, 128 and 256; causal, causal with a window and a soft-cap, causal with a window and a
-    learned sink, and bidirectional rows with padding;
+    learned sink among the content keys, causal with a learned sink in the sink set, causal
+    with a sink key after the prefix, and bidirectional rows with padding (in a pool of
+    processes beside the tests);
 ``speed``
     the speed ratios fused capture / SDPA forward (and two-call SDPA capture / SDPA forward)
     at L = 8192 and 32768, on a random-weight bfloat16 model of 4 layers with Llama-3-8B's
@@ -116,10 +118,12 @@ RTOL, ATOL = 1e-5, 1e-5
 CLI = "import sys; from attncoda.cli import main; sys.exit(main(sys.argv[1:]))"
 #: The first-use check's variants: (label, causal, window, softcap, learned sink).
 VARIANTS = (
-    ("causal", True, None, None, False),
-    ("causal,window,softcap", True, 64, 30.0, False),
-    ("causal,window,sink", True, 64, None, True),
-    ("padding", False, None, None, False),
+    ("causal", True, None, None, False, False, False),
+    ("causal,window,softcap", True, 64, 30.0, False, False, False),
+    ("causal,window,sink", True, 64, None, True, False, False),
+    ("causal,learned", True, None, None, False, True, False),
+    ("causal,sparse", True, None, None, False, False, True),
+    ("padding", False, None, None, False, False, False),
 )
 
 
@@ -178,32 +182,40 @@ def run_gpu_tests(timeout: float) -> dict:
     return {"returncode": status, "seconds": time.perf_counter() - started, "tail": tail}
 
 
-def self_checks(device: str, head_dims, dtypes) -> dict:
-    """The first-use check of every (dtype, head dim, variant): ``"ok"`` or why not."""
+def _check_one(job) -> tuple[str, str, float]:
+    """One first-use check, in a worker process: ``(label, "ok" or why not, seconds)``."""
     import torch
 
     from attncoda.capture.kernels import first_use_check
 
+    device, dtype, head_dim, (label, causal, window, softcap, content, learned, sparse) = job
+    started = time.perf_counter()
+    why = first_use_check(
+        torch.device(device), getattr(torch, dtype), head_dim, causal=causal, window=window,
+        softcap=softcap, aux_content=content, aux_sink=learned, sparse=sparse, quiet=True,
+    )  # fmt: skip
+    return f"{dtype} d{head_dim} {label}", why or "ok", time.perf_counter() - started
+
+
+def self_checks(device: str, head_dims, dtypes, workers: int = 1) -> dict:
+    """The first-use check of every (dtype, head dim, variant): ``"ok"`` or why not, in
+    ``workers`` processes (each configuration is its own compile; Triton's compiler is
+    single-threaded and its cache is shared on disk)."""
+    import multiprocessing
+
+    jobs = [
+        (device, dtype, d, variant) for dtype in dtypes for d in head_dims for variant in VARIANTS
+    ]
+    if workers > 1:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            done = list(pool.map(_check_one, jobs))
+    else:
+        done = [_check_one(job) for job in jobs]
     found = {}
-    for dtype in dtypes:
-        for head_dim in head_dims:
-            for label, causal, window, softcap, learned in VARIANTS:
-                started = time.perf_counter()
-                why = first_use_check(
-                    torch.device(device),
-                    getattr(torch, dtype),
-                    head_dim,
-                    causal=causal,
-                    window=window,
-                    softcap=softcap,
-                    aux_content=learned,
-                    quiet=True,
-                )
-                found[f"{dtype} d{head_dim} {label}"] = {
-                    "status": "ok" if why is None else why,
-                    "s": round(time.perf_counter() - started, 2),
-                }
-                print(f"self-check {dtype} d{head_dim} {label}: {why or 'ok'}", flush=True)
+    for label, status, seconds in done:
+        found[label] = {"status": status, "s": round(seconds, 2)}
+        print(f"self-check {label}: {status}", flush=True)
     return found
 
 
@@ -577,12 +589,18 @@ def main(argv: list[str] | None = None) -> int:
         # time); the speed part runs after them, alone.
         folder = Path(args.runs or tempfile.mkdtemp(prefix="attncoda-gpu-runs-")).resolve()
         halves = start_experiments(device, runs, folder, 300)
-    if "tests" in parts:
-        summary["pytest_gpu"] = run_gpu_tests(timeout=240)
-        _report(summary, "tests", _tests_line(summary["pytest_gpu"]))
-    if "checks" in parts:
-        summary["self_check"] = self_checks(device, head_dims, dtypes)
-        _report(summary, "checks", _checks_line(summary["self_check"]))
+    # The tests (a pytest process) and the first-use checks (a pool of processes) run
+    # side by side too; neither measures time.
+    with concurrent.futures.ThreadPoolExecutor(1) as beside:
+        tests = beside.submit(run_gpu_tests, 240) if "tests" in parts else None
+        if "checks" in parts:
+            workers = 12 if device == "cuda" else 1
+            summary["self_check"] = self_checks(device, head_dims, dtypes, workers)
+        if tests is not None:
+            summary["pytest_gpu"] = tests.result()
+            _report(summary, "tests", _tests_line(summary["pytest_gpu"]))
+        if "checks" in parts:
+            _report(summary, "checks", _checks_line(summary["self_check"]))
     if halves is not None:
         summary["experiments"] = experiments(halves)
         _report(summary, "experiments", _experiments_line(summary["experiments"]))
