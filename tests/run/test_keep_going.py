@@ -140,3 +140,13 @@ def test_a_local_pool_keeps_going_too(tmp_path, models, broken):
     again = reproduce([str(folder), models[0]], out, **{**run, "workers": 1})
     assert (again.ran, again.skipped, again.failed) == (3, 3, {})
     assert set(read_run_tables(out)["flips"]["model"]) == {str(folder), models[0]}
+
+
+def test_a_failure_reads_as_one_line():
+    from attncoda.run.job import describe
+
+    assert describe(RuntimeError("shapes differ:\n  (2, 3)\n  (3, 2)\n")) == (
+        "RuntimeError: shapes differ: (2, 3) (3, 2)"
+    )
+    assert describe(KeyError("x")) == "KeyError: 'x'"
+    assert describe(RuntimeError()) == "RuntimeError"

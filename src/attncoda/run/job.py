@@ -44,7 +44,8 @@ class Job:
 
 
 def describe(exc: BaseException) -> str:
-    """``"ExceptionType: message"`` of what a unit raised (a Ray task error unwrapped)."""
+    """``"ExceptionType: message"`` of what a unit raised (a Ray task error unwrapped), on one
+    line."""
     cause = exc
     seen = 0
     while seen < 8:
@@ -56,6 +57,8 @@ def describe(exc: BaseException) -> str:
     if cause is exc and type(exc).__module__.startswith("ray"):
         # A Ray error without a Python cause (a worker that died): its first line says why.
         message = message.splitlines()[0] if message else ""
+    # One line, as the units table and the failure list show it.
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     return f"{type(cause).__name__}: {message}" if message else type(cause).__name__
 
 
