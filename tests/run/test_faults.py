@@ -1,12 +1,14 @@
 """A run folder under faults: one writer at a time, stale locks, damaged partitions, a full
-disk, SIGTERM and a corrupt manifest. Each run that resumes ends with the tables of an
-uninterrupted run."""
+disk or one that fills during a unit, a unit raising half-way, a pool worker killed mid-unit,
+SIGTERM and a corrupt manifest. The other units finish, nothing half-written survives, and
+each run that resumes ends with the tables of an uninterrupted run."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,7 +26,8 @@ from attncoda.run.plan import plan
 from attncoda.run.reproduce import reproduce
 from attncoda.store import files
 from attncoda.store.lock import LOCK
-from tiny_runs import TINY_SETTINGS, assert_same_tables, done_units
+from attncoda.store.runs import read_run_tables, slug
+from tiny_runs import TINY_SETTINGS, assert_same_tables, done_units, run_tables
 
 
 def _script(models, out: Path) -> str:
@@ -108,31 +111,179 @@ def test_a_truncated_partition_is_detected_and_redone(tmp_path, models, uninterr
     assert_same_tables(out, uninterrupted)
 
 
-def test_a_full_disk_is_one_clear_error_and_the_rerun_resumes(
-    tmp_path, models, uninterrupted, monkeypatch
-):
+def _unfinished(out: Path) -> list[Path]:
+    return [d for d in (out / "units").glob("*/*") if not (d / "_done.json").is_file()]
+
+
+#: A smaller run than the uninterrupted one: its tables are those of the uninterrupted run
+#: (the same settings, the same ops in this process), the units table aside.
+SMALL = dict(experiments=["profile", "flips", "safety"], settings=TINY_SETTINGS, progress=False)
+
+
+def _same_tables_as_uninterrupted(out: Path, uninterrupted: Path) -> None:
+    import pandas as pd
+
+    mine, whole = run_tables(out), run_tables(uninterrupted)
+    assert len(mine) == 6
+    for name in sorted(set(mine) - {"units.parquet"}):
+        pd.testing.assert_frame_equal(mine[name], whole[name], check_exact=True, obj=name)
+
+
+def test_a_full_disk_is_one_clear_error_and_the_rerun_resumes(tmp_path, models, monkeypatch):
     out = tmp_path / "full"
+    run = {**SMALL, "experiments": ["profile", "flips"]}
     calls = {"n": 0}
     fsync = os.fsync
 
     def full_after_some_writes(fd):
         calls["n"] += 1
-        if calls["n"] > 12:
+        if calls["n"] > 6:  # the manifest, then the first unit's files
             raise OSError(errno.ENOSPC, "No space left on device")
         return fsync(fd)
 
     monkeypatch.setattr(files.os, "fsync", full_after_some_writes)
+    # Each unit after the disk filled fails with the full disk's message; the run's tables
+    # cannot be written either, and that ends the run with the same one clear error.
     with pytest.raises(AttncodaError) as info:
-        reproduce(models, out, settings=TINY_SETTINGS, progress=False)
+        reproduce(models, out, **run)
     message = str(info.value)
-    assert message.startswith("unit ") and "no space left on the device for " in message
+    assert message.startswith(f"no space left on the device for '{out / 'tables'}/")
     assert message.endswith("free some space and rerun; nothing half-written was kept")
     assert not list(out.rglob("*.tmp")), "a temporary file was left behind"
+    assert _unfinished(out) == [], "a unit's partial partition was left behind"
     assert not (out / LOCK).exists()
+    finished = done_units(out)
+    assert finished >= 1
     monkeypatch.setattr(files.os, "fsync", fsync)
-    result = reproduce(models, out, settings=TINY_SETTINGS, progress=False)
-    assert result.skipped >= 1
-    assert_same_tables(out, uninterrupted)
+    result = reproduce(models, out, **run)
+    assert (result.skipped, result.ran, result.failed) == (finished, 4 - finished, {})
+    assert set(read_run_tables(out)["flips"]["model"]) == set(models)
+
+
+def test_a_disk_that_fills_during_one_unit_fails_it_alone(
+    tmp_path, models, uninterrupted, monkeypatch
+):
+    out = tmp_path / "filled"
+    fsync = os.fsync
+    flips = f"/units/flips/{slug(models[0])}@-/"  # the flips partition of the first model
+
+    def full_for_flips(fd):
+        if flips in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return fsync(fd)
+
+    monkeypatch.setattr(files.os, "fsync", full_for_flips)
+    result = reproduce(models, out, **SMALL)
+    key = f"flips/{models[0]}@-"
+    folder = out / "units" / "flips" / f"{slug(models[0])}@-"
+    assert re.fullmatch(
+        re.escape(f"AttncodaError: no space left on the device for {str(folder)!r}"[:-1])
+        + r"/arrays\.npz' \(\d+ bytes\): free some space and rerun; nothing half-written "
+        "was kept",
+        result.failed[key],
+    )
+    # safety reads its tables: it fails naming it; every other unit finished
+    assert set(result.failed) == {key, f"safety/{models[0]}@-"}
+    assert result.failed[f"safety/{models[0]}@-"].startswith(f"AttncodaError: unit {key} failed")
+    assert result.ran == 4
+    assert not list(out.rglob("*.tmp")) and _unfinished(out) == []
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    again = reproduce(models, out, **SMALL)
+    assert (again.ran, again.failed) == (2, {})
+    _same_tables_as_uninterrupted(out, uninterrupted)
+
+
+def test_a_unit_raising_half_way_leaves_nothing_and_the_rerun_redoes_it(
+    tmp_path, models, uninterrupted, monkeypatch
+):
+    from attncoda.store.files import write_table
+    from attncoda.store.runs import RunStore
+
+    out = tmp_path / "half"
+    finish = RunStore.finish
+
+    def half_way(self, unit, tables, facts=None):
+        if unit.experiment == "profile" and unit.model == models[1]:
+            name, frame = next(iter(tables.items()))
+            write_table(frame, self.unit_dir(unit) / f"{name}.parquet")  # one table of two
+            raise RuntimeError("the unit broke half-way")
+        return finish(self, unit, tables, facts)
+
+    monkeypatch.setattr(RunStore, "finish", half_way)
+    result = reproduce(models, out, **SMALL)
+    key = f"profile/{models[1]}@-"
+    assert result.failed == {key: "RuntimeError: the unit broke half-way"}
+    assert result.ran == 5
+    assert _unfinished(out) == []
+    assert not (out / "units" / "profile" / f"{slug(models[1])}@-").exists()
+    units = read_run_tables(out)["units"].set_index(["experiment", "model"])
+    assert units.loc[("profile", models[1]), "status"] == "failed"
+    assert units.loc[("profile", models[1]), "note"] == "RuntimeError: the unit broke half-way"
+    monkeypatch.setattr(RunStore, "finish", finish)
+    again = reproduce(models, out, **SMALL)
+    assert (again.ran, again.failed) == (1, {})
+    _same_tables_as_uninterrupted(out, uninterrupted)
+
+
+def _killer(models, out: Path, marker: Path) -> str:
+    """A script that runs profile, flips and safety on two pool workers, the first worker to
+    reach the end of a flips unit killing itself there (once: ``marker`` remembers it)."""
+    return f"""
+import json, os, signal
+from pathlib import Path
+
+if __name__ == "__mp_main__":  # a pool worker: spawn imports this script under that name
+    from attncoda.run import execute
+
+    remember = execute.remember
+
+    def killed_mid_unit(unit, *args):
+        marker = Path({str(marker)!r})
+        if unit.experiment == "flips" and not marker.exists():
+            marker.write_text(unit.key)  # its arrays are written, its tables not yet
+            os.kill(os.getpid(), signal.SIGKILL)
+        return remember(unit, *args)
+
+    execute.remember = killed_mid_unit
+
+if __name__ == "__main__":
+    from attncoda.run.reproduce import reproduce
+
+    result = reproduce(
+        {models!r}, {str(out)!r}, experiments=["profile", "flips", "safety"],
+        settings={TINY_SETTINGS!r}, progress=False, workers=2,
+    )
+    print(json.dumps({{"ran": result.ran, "failed": result.failed}}))
+"""
+
+
+def test_a_worker_killed_mid_unit_fails_that_unit_and_the_pool_goes_on(tmp_path, models):
+    out, marker = tmp_path / "killed", tmp_path / "killed-once"
+    script = tmp_path / "killer.py"
+    script.write_text(_killer(models, out, marker))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    reported = json.loads(done.stdout.strip().splitlines()[-1])
+    killed = marker.read_text()
+    model = killed.split("/", 1)[1].rsplit("@", 1)[0]
+    assert reported["failed"] == {
+        killed: "AttncodaError: the worker process running it died (killed by SIGKILL): rerun "
+        "the same command to run it again, with fewer --workers if memory ran out",
+        f"safety/{model}@-": (
+            f"AttncodaError: unit {killed} failed, so its tables are missing (AttncodaError: "
+            "the worker process running it died (killed by SIGKILL): rerun the same command "
+            "to run it again, with fewer --workers if memory ran out)"
+        ),
+    }
+    assert reported["ran"] == 4
+    assert _unfinished(out) == [], "the killed unit's partial partition was left behind"
+    units = read_run_tables(out)["units"]
+    assert sorted(units["status"]) == ["done"] * 4 + ["failed"] * 2
+    again = reproduce(models, out, **SMALL)
+    assert (again.ran, again.skipped, again.failed) == (2, 4, {})
+    assert set(read_run_tables(out)["safety"]["model"]) == set(models)
 
 
 def test_sigterm_ends_the_run_between_units_and_the_rerun_resumes(tmp_path, models, uninterrupted):

@@ -120,6 +120,29 @@ def test_plan_waits_for_the_units_it_reads():
     assert all(found.waits_for(u) == (train,) for u in readers)
 
 
+def test_a_model_named_twice_is_one_unit_per_experiment():
+    # named twice in the models: merged, in the order first named
+    config = run_config(["b", "a", "b"], experiments=["profile"])
+    assert config["models"] == ["b", "a"]
+    assert [u.key for u in plan(config).units] == ["profile/b@-", "profile/a@-"]
+    # named in the models and again as the series' last checkpoint and an unseen run: the
+    # predictor runs once on each, where the models name it
+    config = run_config(
+        ["bigram-backcopy@step2000", "bigram-backcopy-small@step500"], series="bigram-backcopy"
+    )
+    keys = [u.key for u in plan(config).units]
+    per_model = ["profile", "flips", "cluster", "safety", "predictor", "prune", "sink_rate"]
+    steps = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000, 2000]
+    assert keys == [
+        *(f"{e}/bigram-backcopy@step2000" for e in per_model),
+        *(f"{e}/bigram-backcopy-small@step500" for e in per_model),
+        *(f"collapse/bigram-backcopy@step{s}" for s in steps),
+        "predictor/bigram-backcopy@step0",
+        "predictor/bigram-backcopy-seed2@step1000",
+        "predictor/bigram-backcopy-triggers5@step1000",
+    ]
+
+
 #: The tiny settings for a run given its series: no train settings (they shape a retrain).
 GIVEN = {group: values for group, values in SETTINGS.items() if group != "train"}
 
@@ -187,8 +210,8 @@ def test_bad_arguments_are_named():
         run_config(["x"], settings={"flip": {"n_boot": 1}})
     with pytest.raises(AttncodaError, match="unknown scale"):
         run_config(["x"], scale="huge")
-    with pytest.raises(AttncodaError, match="listed twice"):
-        run_config(["x", "x"])
+    with pytest.raises(AttncodaError, match="two attention files are named 'a.npz'"):
+        run_config([], experiments=["flips"], attentions=["one/a.npz", "two/a.npz"])
     with pytest.raises(AttncodaError, match="prune runs a model: give a model spec, not"):
         run_config([], experiments=["flips", "prune"], attentions=["a.npz"])
     with pytest.raises(AttncodaError, match="give models or attention files, not both"):

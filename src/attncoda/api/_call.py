@@ -48,7 +48,7 @@ def _on_specs(
     sink = options.sink
 
     def run(folder: Path) -> Result:
-        run_experiment(
+        ran = run_experiment(
             name,
             [] if series is not None else list(specs),
             folder,
@@ -65,7 +65,8 @@ def _on_specs(
             notes = "; ".join(str(n) for n in units[units["experiment"] == name]["note"] if n)
             raise AttncodaError(f"{name} wrote no table: {notes or 'every unit was skipped'}")
         summary = _summaries(folder, name, series, stored["units"])
-        return Result(name, tables, summary, None if out is None else Path(out), sink)
+        where = None if out is None else Path(out)
+        return Result(name, tables, summary, where, sink, dict(ran.failed))
 
     if out is None:
         with tempfile.TemporaryDirectory(prefix="attncoda-") as folder:

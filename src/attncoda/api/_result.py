@@ -34,6 +34,10 @@ class Result:
         The run folder the tables were stored in, when ``out`` was given.
     sink : str
         The sink spec the tables were made with.
+    failed : dict of str to str
+        The units that failed, ``{"experiment/model@revision": "ExceptionType: message"}``;
+        their models have no rows in :attr:`tables` (empty when every unit finished). A run
+        keeps going past a failed unit; a function raises only when no unit finished.
     """
 
     experiment: str
@@ -41,6 +45,7 @@ class Result:
     summary: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     path: Path | None = None
     sink: str = "first"
+    failed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -73,4 +78,5 @@ class Result:
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}: {len(v)} rows" for k, v in self.tables.items())
         where = f", path={str(self.path)!r}" if self.path else ""
-        return f"Result({self.experiment!r}, {shapes}{where})"
+        failed = f", {len(self.failed)} unit(s) failed" if self.failed else ""
+        return f"Result({self.experiment!r}, {shapes}{where}{failed})"

@@ -103,11 +103,14 @@ Returns
 -------
 Result
     ``.tables`` (tidy DataFrames, ``family`` first), ``.figure()``, and a notebook view.
+    The run keeps going past a unit that fails (a model that cannot be read, say):
+    ``.failed`` lists those units with their errors, and the tables hold the others.
 
 Raises
 ------
 AttncodaError
-    For an unknown option, or a value an option does not allow, before any model loads.
+    For an unknown option, or a value an option does not allow, before any model loads;
+    or when no unit of the run finished: the first failure, ``unit KEY failed: MESSAGE``.
 """
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +44,11 @@ def capture_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"options": args.options}
 
 
-def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: Any) -> Path:
-    """Run experiment ``name`` on ``models`` into the command's folder; return it."""
+def _run(
+    args: argparse.Namespace, name: str, models: Sequence[str], **options: Any
+) -> tuple[Path, dict[str, str]]:
+    """Run experiment ``name`` on ``models`` into the command's folder; return it and the
+    units that failed."""
     from attncoda.experiments.contract import experiment
     from attncoda.run.config import Rows
     from attncoda.run.reproduce import run_experiment
@@ -57,7 +60,7 @@ def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: 
     series = options.get("series")
     shown = [Path(f).name for f in files] if files else list(models) or [str(series)]
     out = _out(args, name, shown)
-    run_experiment(
+    result = run_experiment(
         name,
         list(models),
         out,
@@ -70,7 +73,7 @@ def _run(args: argparse.Namespace, name: str, models: Sequence[str], **options: 
         **options,
         **capture_options(args),
     )
-    return out
+    return out, dict(result.failed)
 
 
 def _tables(out: Path) -> dict[str, pd.DataFrame]:
@@ -121,9 +124,12 @@ def _experiment(args: argparse.Namespace) -> int:
         files = [files] if isinstance(files, str) else files
         _one_source(models, files, name)
         options["attentions"] = files
-    out = _run(args, name, models, **options)
+    out, failed = _run(args, name, models, **options)
     tables = _tables(out)
     first = declared.view.needs[0] if declared.view is not None else declared.tables[0]
+    if first not in tables and failed:  # the others skipped: no summary, the failures
+        _finish(out)
+        return _print_failed(failed)
     if first not in tables:  # every unit skipped (prune on an encoder): say why
         units = tables["units"]
         notes = units[units["experiment"] == name]["note"]
@@ -133,7 +139,8 @@ def _experiment(args: argparse.Namespace) -> int:
         return _facts(out, Unit(name, model, revision))
 
     print(command.summary(tables, facts, args.sink))
-    return _finish(out)
+    _finish(out)
+    return _print_failed(failed)
 
 
 def _tool(args: argparse.Namespace) -> int:
@@ -275,22 +282,36 @@ def _run_options_of(args: argparse.Namespace) -> dict[str, Any]:
         "text": args.text,
         "progress": True,
         "workers": args.workers,
+        "fail_fast": args.fail_fast,
         **capture_options(args),
     }
 
 
 def _print_run(result: Any, out: Path) -> None:
     print(f"{len(result.units)} units: {result.ran} run now, {result.skipped} finished earlier")
-    for key, error in result.failed.items():
+    _print_failed(result.failed)
+
+
+def _print_failed(failed: Mapping[str, str]) -> int:
+    """List the units that failed; the command's exit code (1 when any did, else 0)."""
+    for key, error in failed.items():
         print(f"FAILED {key}: {error}")
+    if failed:
+        print(
+            f"{len(failed)} unit(s) failed: do what their messages say, then rerun the same "
+            "command; only the failed units run again"
+        )
+    return 1 if failed else 0
 
 
 def _reproduce(args: argparse.Namespace) -> int:
     from attncoda.run.reproduce import reproduce
 
     out = Path(args.out or Path("attncoda-out") / "reproduce")
-    _print_run(reproduce(args.models, out, **_run_options_of(args)), out)
-    return _finish(out)
+    result = reproduce(args.models, out, **_run_options_of(args))
+    _print_run(result, out)
+    _finish(out)
+    return 1 if result.failed else 0
 
 
 def _demo(args: argparse.Namespace) -> int:

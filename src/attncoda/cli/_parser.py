@@ -163,6 +163,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         help="units at the same time, each in a process of its own with its share of the "
         f"cores, as dependencies and memory allow (default: the cores, {cores()})",
     )
+    p.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="stop at the first unit that fails (default: run every unit that does not wait "
+        "for it, list the failures at the end and exit 1; a rerun retries only them)",
+    )
     _capture_options(p)
 
 
@@ -229,8 +235,10 @@ def _run_parsers(sub: Any) -> None:
         "reproduce",
         help="every experiment on a list of models: a resumable run folder and report.html",
         description="Runs profile, flips, cluster, safety, predictor apply, collapse and prune "
-        "unit by unit (model, revision, experiment) into OUT. Rerun the same command to "
-        "resume: finished units are skipped; another config in OUT is refused.",
+        "unit by unit (model, revision, experiment) into OUT. A unit that fails is recorded "
+        "and the others run; the command then lists the failures and exits 1. Rerun the same "
+        "command to resume: finished units are skipped, failed ones retried; another config "
+        "in OUT is refused.",
     )
     _run_options(rp)
     rp.add_argument("--out", help="run folder (default: attncoda-out/reproduce)")

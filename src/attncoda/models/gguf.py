@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import tempfile
 import time
 import warnings
@@ -177,10 +178,14 @@ def _dequantise(path: Path) -> tuple[Any, Any]:
             dtype=torch.float32,
             quantization_config=GgufConfig(dequantize=True),
         )
-    except (ValueError, KeyError, OSError) as err:
+    except (ValueError, KeyError, OSError, EOFError, IndexError, struct.error) as err:
+        # gguf-py unpacks the header with struct: a truncated file is a struct.error
+        text = str(err).strip()
+        said = text.splitlines()[0].rstrip(".") if text else type(err).__name__
         raise AttncodaError(
             f"transformers {transformers.__version__} cannot load the GGUF file "
-            f"{str(path)!r}: {err}"
+            f"{str(path)!r}: {said}; if the file is truncated or damaged, download it again "
+            "(or check the path)"
         ) from err
     # save_pretrained refuses a model loaded through the GGUF quantiser: rebuild a plain
     # model of the same config and give it the dequantised weights. Its parameters are

@@ -217,8 +217,8 @@ def run_config(
     Raises
     ------
     AttncodaError
-        No model, a model listed twice, an unknown experiment, scale, settings group or
-        setting, or a bad series.
+        No model, two attention files of one name, an unknown experiment, scale, settings
+        group or setting, or a bad series. (A model spec given twice is merged.)
     """
     from attncoda.data.corpus import corpus_source
     from attncoda.models.placement import check_run_placement
@@ -238,16 +238,21 @@ def run_config(
         )
     if scale not in SCALES:
         raise AttncodaError(f"unknown scale {scale!r}: use one of {', '.join(SCALES)}")
-    models = [m.strip() for m in models if m and m.strip()]
-    files = [str(Path(f).resolve()) for f in attentions or ()]
+    # A model named twice is one model: one unit per (experiment, model, revision).
+    models = list(dict.fromkeys(m.strip() for m in models if m and m.strip()))
+    files = list(dict.fromkeys(str(Path(f).resolve()) for f in attentions or ()))
     if files:
         if models:
             raise AttncodaError("give models or attention files, not both")
         models = [Path(f).name for f in files]
+        if len(set(models)) != len(models):
+            twice = next(m for m in models if models.count(m) > 1)
+            raise AttncodaError(
+                f"two attention files are named {twice!r}: the tables name each file by its "
+                "name, so rename one of them"
+            )
     if not models and "collapse" not in experiments:
         raise AttncodaError("give at least one model (e.g. --models smollm2,gemma3,minilm)")
-    if len(set(models)) != len(models):
-        raise AttncodaError(f"a model is listed twice in {models}")
     planned = closure(experiments)
     overrides = _merged(scale, settings)
     needs = {n for e in planned for n in experiment(e).needs}

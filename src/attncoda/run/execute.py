@@ -13,6 +13,7 @@ decide where each :func:`run_unit` call happens.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import threading
 import time
@@ -52,6 +53,8 @@ def run_unit(
     ``command`` and ``config``). A finished unit is not redone. Returns the facts recorded
     with the unit: ``status`` (``"done"``, or ``"skipped"`` for a unit that does not apply
     to its model, with ``note``), ``seconds``, the model facts and the experiment's summary.
+    A unit that raises leaves no partition behind (its folder is removed), so a rerun
+    computes it from scratch.
     """
     store = RunStore(Path(root), command, config)
     if store.is_done(unit):
@@ -59,45 +62,55 @@ def run_unit(
     use_options(config, store.root)
     folder = store.begin(unit)
     start = time.perf_counter()
+    try:
+        frames, facts = _compute(unit, config, store, folder)
+        facts["seconds"] = round(time.perf_counter() - start, 3)
+        store.finish(unit, frames, facts)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return facts
+
+
+def _compute(
+    unit: Unit, config: Mapping[str, Any], store: RunStore, folder: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tables of ``unit`` and its facts (its arrays written into ``folder``)."""
     facts: dict[str, Any] = {"status": "done", "note": ""}
     if unit.experiment == TRAIN:
         from attncoda.run.train import train_unit
 
-        frames = train_unit(config, store.root)
-    else:
-        exp = experiment(unit.experiment)
-        settings = settings_of(config, unit.experiment)
-        info = model_info(source(unit, config, store.root), config)
-        found, device = info
-        combined = exp.combine is not None  # parts of one series table: no model facts
-        facts["device"] = device
-        if not combined:
-            facts["model_info"] = found.to_dict()
-        reason = exp.skip(found) if exp.skip is not None else None
-        if reason:
-            facts["status"], facts["note"] = "skipped", reason
-            frames = {}
-        else:
-            provided = provide(exp, unit, settings, config, store, info=info)
-            facts.update(provided.facts)
-            if not combined:
-                # The forward the capture followed, in the manifest's model facts.
-                for read in (facts.get("read"), facts.get("captured")):
-                    if isinstance(read, dict):
-                        for name in ("forward", "read_dtype"):
-                            if name in read:
-                                facts["model_info"][name] = read[name]
-            tables = exp.run(provided.inputs, settings)
-            if not combined:
-                tables = with_family(tables, found.family)
-            facts["summary"] = dict(tables.summary)
-            if tables.arrays:
-                write_arrays(tables.arrays, folder)
-            remember(unit, config, store.root, tables)
-            frames = dict(tables.frames)
-    facts["seconds"] = round(time.perf_counter() - start, 3)
-    store.finish(unit, frames, facts)
-    return facts
+        return train_unit(config, store.root), facts
+    exp = experiment(unit.experiment)
+    settings = settings_of(config, unit.experiment)
+    info = model_info(source(unit, config, store.root), config)
+    found, device = info
+    combined = exp.combine is not None  # parts of one series table: no model facts
+    facts["device"] = device
+    if not combined:
+        facts["model_info"] = found.to_dict()
+    reason = exp.skip(found) if exp.skip is not None else None
+    if reason:
+        facts["status"], facts["note"] = "skipped", reason
+        return {}, facts
+    provided = provide(exp, unit, settings, config, store, info=info)
+    facts.update(provided.facts)
+    if not combined:
+        # The forward the capture followed, in the manifest's model facts.
+        for read in (facts.get("read"), facts.get("captured")):
+            if isinstance(read, dict):
+                for name in ("forward", "read_dtype"):
+                    if name in read:
+                        facts["model_info"][name] = read[name]
+    tables = exp.run(provided.inputs, settings)
+    if not combined:
+        tables = with_family(tables, found.family)
+    facts["summary"] = dict(tables.summary)
+    facts["note"] = str(tables.summary.get("note", ""))
+    if tables.arrays:
+        write_arrays(tables.arrays, folder)
+    remember(unit, config, store.root, tables)
+    return dict(tables.frames), facts
 
 
 def open_run(

@@ -6,12 +6,14 @@ of ``job.todo`` after the units it waits for, and returns the units that failed,
 "ExceptionType: message"}``. A unit whose awaited unit failed is not run: it fails with a
 message that names that unit.
 
-- :class:`InProcess`: one unit after another in this process (Ray is not imported). With
-  ``keep_going=False`` (reproduce) the first failure ends the run with an
-  :class:`AttncodaError` naming the unit; otherwise (sweep) failed units are retried
-  ``retries`` times, reported, and the others carry on.
+- :class:`InProcess`: one unit after another in this process (Ray is not imported).
 - :class:`OnRay`: one Ray task per unit on a private local instance or an existing
   cluster (:mod:`attncoda.run.ray_tasks`).
+
+Each keeps going by default (docs/design.md, "A run keeps going"): a failed unit is retried
+``retries`` times, then reported, and the others carry on. With ``keep_going=False``
+(``--fail-fast``) the first unit that still fails ends the run with an
+:class:`AttncodaError` naming it (an unexpected exception is raised as it is).
 """
 
 from __future__ import annotations
@@ -61,15 +63,16 @@ class InProcess:
                 continue
             for attempt in range(self.retries + 1):
                 start = time.perf_counter()
+                last = attempt == self.retries
                 try:
                     with shown(log.enabled):  # progress inside the unit, as the run's
                         facts = run_unit(unit, job.config, job.root, job.command)
                 except AttncodaError as exc:
-                    if not self.keep_going:
+                    if not self.keep_going and last:
                         raise AttncodaError(f"unit {unit.key} failed: {exc}") from exc
                     error = describe(exc)
                 except Exception as exc:  # a failed unit is reported; the others carry on
-                    if not self.keep_going:
+                    if not self.keep_going and last:
                         raise
                     error = describe(exc)
                 else:
@@ -94,9 +97,18 @@ class OnRay:
         Start a private Ray instance on this machine with this many worker CPUs.
     retries : int
         Times a failed task is run again (a dead worker counts as a failure).
+    keep_going : bool
+        Carry on after a failed unit (reported in the returned dict); ``False``: cancel the
+        tasks left and raise.
     """
 
-    def __init__(self, address: str | None = None, local: int | None = None, retries: int = 2):
+    def __init__(
+        self,
+        address: str | None = None,
+        local: int | None = None,
+        retries: int = 2,
+        keep_going: bool = True,
+    ):
         if address is not None and local is not None:
             raise AttncodaError("give --ray-address or --ray-local, not both")
         if local is not None and int(local) < 1:
@@ -104,8 +116,16 @@ class OnRay:
         self.address = address
         self.local = None if local is None else int(local)
         self.retries = int(retries)
+        self.keep_going = keep_going
 
     def run(self, job: Job, log: Progress) -> dict[str, str]:
         from attncoda.run.ray_tasks import run_on_ray
 
-        return run_on_ray(job, log, address=self.address, local=self.local, retries=self.retries)
+        return run_on_ray(
+            job,
+            log,
+            address=self.address,
+            local=self.local,
+            retries=self.retries,
+            keep_going=self.keep_going,
+        )

@@ -44,7 +44,8 @@ class Job:
 
 
 def describe(exc: BaseException) -> str:
-    """``"ExceptionType: message"`` of what a unit raised (a Ray task error unwrapped)."""
+    """``"ExceptionType: message"`` of what a unit raised (a Ray task error unwrapped), on one
+    line."""
     cause = exc
     seen = 0
     while seen < 8:
@@ -56,6 +57,8 @@ def describe(exc: BaseException) -> str:
     if cause is exc and type(exc).__module__.startswith("ray"):
         # A Ray error without a Python cause (a worker that died): its first line says why.
         message = message.splitlines()[0] if message else ""
+    # One line, as the units table and the failure list show it.
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     return f"{type(cause).__name__}: {message}" if message else type(cause).__name__
 
 
@@ -74,16 +77,19 @@ def failed_before(unit: Unit, job: Job, failed: Mapping[str, str]) -> str | None
 class Progress:
     """One line per unit and an overall bar on stderr (nothing when ``enabled`` is false).
 
-    The bar appears with the first line, so a run whose first unit fails prints its error
-    alone.
+    The bar appears with the first line. With ``hold``, the failures before the first unit
+    that finishes are held back until it does, so a run none of whose units finish prints
+    nothing here and its caller's error line stands alone (an experiment command's).
     """
 
-    def __init__(self, total: int, enabled: bool, desc: str):
+    def __init__(self, total: int, enabled: bool, desc: str, hold: bool = False):
         self.total = total
         self.count = 0
         self.enabled = enabled and total > 0
         self.desc = desc
         self.bar: Any = None
+        self.finished = not hold
+        self.held: list[tuple[Unit, str]] = []
 
     def _line(self, unit: Unit, text: str, finished: bool) -> None:
         if finished:
@@ -114,6 +120,10 @@ class Progress:
         self._line(unit, f"its files do not match _done.json ({damage}), redone", False)
 
     def done(self, unit: Unit, facts: Mapping[str, Any], seconds: float) -> None:
+        self.finished = True
+        for failed, error in self.held:
+            self._line(failed, f"FAILED: {error}", True)
+        self.held = []
         note = f" ({facts['note']})" if facts.get("note") else ""
         self._line(unit, f"{facts.get('status', 'done')} in {seconds:.1f} s{note}", True)
 
@@ -121,6 +131,9 @@ class Progress:
         self._line(unit, f"failed ({error}); retry {attempt} of {retries}", False)
 
     def failed(self, unit: Unit, error: str) -> None:
+        if not self.finished:
+            self.held.append((unit, error))
+            return
         self._line(unit, f"FAILED: {error}", True)
 
     def close(self) -> None:

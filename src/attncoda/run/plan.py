@@ -5,7 +5,9 @@ on every model, in the order of :data:`attncoda.experiments.contract.EXPERIMENTS
 for collapse, the unit that trains the default series, one unit per checkpoint, and the
 experiments of :data:`SERIES_ENDS` on the first and last checkpoint and on the last
 checkpoint of each run the predictor never saw (the series config's ``unseen``, trained by
-the train unit). A unit waits for
+the train unit). There is one unit per ``(experiment, model, revision)``: a checkpoint that
+is also among the models (``--models bigram-backcopy@step2000``) is planned once, where it
+is first named. A unit waits for
 
 - the units of the experiments its own runs after (``Experiment.after``), same model and
   revision, when they are planned (one that is not is computed where the unit runs);
@@ -158,6 +160,9 @@ def plan(config: Mapping[str, Any]) -> Plan:
         for name in (e for e in SERIES_ENDS if e in per_model):
             units += [Unit(name, series["name"], label) for label in labels if label in ends]
             units += [Unit(name, m, f"step{step}") for m, step, _, _ in series.get("unseen", [])]
+    # A model named twice (in the models, as a series point, among the unseen runs) is one
+    # unit per experiment, where it is first named.
+    units = list(dict.fromkeys(units))
     planned = set(units)
     train = next((u for u in units if u.experiment == TRAIN), None)
     after: dict[Unit, tuple[Unit, ...]] = {}

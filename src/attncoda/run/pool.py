@@ -26,6 +26,9 @@ process's.
 - models never run together when their peaks (:func:`attncoda.models.peak.peak_bytes`)
   exceed the memory budget: a unit whose model would not fit beside the models of the
   busy workers waits (alone, it always runs).
+
+A unit that fails, or whose worker dies (killed, out of memory), is retried ``retries`` times
+and then reported; a fresh worker takes a dead one's place, and the other units carry on.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from attncoda.run.job import Job, Progress, describe, failed_before
 from attncoda.run.plan import TRAIN, unit_cost
 from attncoda.store.runs import Unit
 
-__all__ = ["LocalPool", "Schedule", "available_memory", "cores", "shares"]
+__all__ = ["LocalPool", "Schedule", "available_memory", "cores", "died", "shares"]
 
 
 def cores() -> int:
@@ -164,6 +167,22 @@ class Schedule:
     def over(self) -> bool:
         """Whether every unit finished or failed."""
         return not self.pending and not self.running
+
+
+def died(code: int | None) -> str:
+    """The failure of a unit whose worker process died with exit code ``code``."""
+    import signal
+
+    how = f"exit code {code}"
+    if code is not None and code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return (
+        f"{AttncodaError.__name__}: the worker process running it died ({how}): rerun the "
+        "same command to run it again, with fewer --workers if memory ran out"
+    )
 
 
 def shares(running: Any, workers: int, total: int) -> dict[int, int]:
@@ -292,19 +311,40 @@ class LocalPool:
         threads = max(1, total // n)
         context = multiprocessing.get_context("spawn")
         results = context.Queue()
-        tasks = [context.Queue() for _ in range(n)]
         allowed = context.Array("i", [threads] * n, lock=False)
-        procs = [
-            context.Process(
+
+        def spawn(i: int) -> tuple[Any, Any]:
+            queue_ = context.Queue()
+            proc = context.Process(
                 target=_worker,
-                args=(i, threads, tasks[i], results, log.enabled, allowed),
+                args=(i, threads, queue_, results, log.enabled, allowed),
                 daemon=True,
             )
-            for i in range(n)
-        ]
-        for proc in procs:
             proc.start()
+            return proc, queue_
+
+        started = [spawn(i) for i in range(n)]
+        procs = [proc for proc, _ in started]
+        tasks = [queue_ for _, queue_ in started]
         attempts: dict[str, int] = {}
+
+        def failure(worker: int, error: str, expected: bool) -> None:
+            """``worker``'s unit failed with ``error``: run it again while retries are
+            left, else record it (or, without keep_going, raise)."""
+            unit = schedule.running[worker]
+            tries = attempts.get(unit.key, 0)
+            if tries < self.retries:
+                attempts[unit.key] = tries + 1
+                log.retry(unit, error, tries + 1, self.retries)
+                schedule.running.pop(worker)
+                schedule.pending.insert(0, unit)
+                return
+            schedule.finish(worker, error)
+            if not self.keep_going:
+                message = error.split(": ", 1)[1] if expected and ": " in error else error
+                raise AttncodaError(f"unit {unit.key} failed: {message}")
+            log.failed(unit, error)
+
         try:
             while not schedule.over:
                 for blocked, error in schedule.blocked():
@@ -326,32 +366,20 @@ class LocalPool:
                 try:
                     worker, kind, payload, extra = results.get(timeout=5)
                 except queue.Empty:
-                    dead = [i for i, p in enumerate(procs) if not p.is_alive()]
-                    if dead:
-                        raise AttncodaError(
-                            f"worker {dead[0]} of the pool died (exit code "
-                            f"{procs[dead[0]].exitcode}) while running "
-                            f"{schedule.running.get(dead[0], '?')}"
-                        ) from None
+                    # A worker that died (killed, out of memory) fails the unit it ran; a
+                    # fresh one takes its place, and the other units carry on.
+                    for dead in [i for i, p in enumerate(procs) if not p.is_alive()]:
+                        code = procs[dead].exitcode
+                        procs[dead], tasks[dead] = spawn(dead)
+                        schedule.held.pop(dead, None)
+                        if dead in schedule.running:
+                            failure(dead, died(code), True)
                     continue
                 if kind == "done":
                     unit = schedule.finish(worker)
                     log.done(unit, payload, extra)
                     continue
-                unit = schedule.running[worker]
-                tries = attempts.get(unit.key, 0)
-                if not self.keep_going:
-                    schedule.finish(worker, payload)
-                    message = payload.split(": ", 1)[1] if extra and ": " in payload else payload
-                    raise AttncodaError(f"unit {unit.key} failed: {message}")
-                if tries < self.retries:
-                    attempts[unit.key] = tries + 1
-                    log.retry(unit, payload, tries + 1, self.retries)
-                    schedule.running.pop(worker)
-                    schedule.pending.insert(0, unit)
-                    continue
-                schedule.finish(worker, payload)
-                log.failed(unit, payload)
+                failure(worker, payload, bool(extra))
         finally:
             for task in tasks:
                 task.put(None)

@@ -150,9 +150,17 @@ def _submission_order(job: Job) -> list[Unit]:
 
 
 def run_on_ray(
-    job: Job, log: Progress, *, address: str | None, local: int | None, retries: int
+    job: Job,
+    log: Progress,
+    *,
+    address: str | None,
+    local: int | None,
+    retries: int,
+    keep_going: bool = True,
 ) -> dict[str, str]:
-    """Compute ``job``'s units as Ray tasks; the units that failed, by key."""
+    """Compute ``job``'s units as Ray tasks; the units that failed, by key. Without
+    ``keep_going`` the first unit that fails (after its retries) cancels the tasks left and
+    raises an :class:`AttncodaError` naming it."""
     import ray
 
     started = connect(address, local)
@@ -183,6 +191,11 @@ def run_on_ray(
                 except Exception as exc:  # a failed unit is reported; the others carry on
                     failed[unit.key] = _failure(job, unit, exc, by_unit)
                     log.failed(unit, failed[unit.key])
+                    if not keep_going:
+                        for left in pending:
+                            ray.cancel(left)
+                        message = failed[unit.key].removeprefix(f"{AttncodaError.__name__}: ")
+                        raise AttncodaError(f"unit {unit.key} failed: {message}") from None
                 else:
                     log.done(unit, facts, facts.get("_wall", 0.0))
         return {u.key: failed[u.key] for u in job.todo if u.key in failed}

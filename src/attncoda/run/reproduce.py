@@ -4,6 +4,12 @@ A run is a plan of units ``(experiment, model, revision)`` (:mod:`attncoda.run.p
 one run folder (:class:`attncoda.store.runs.RunStore`). Finished units are skipped on rerun;
 a killed run resumes and ends with the same tables. At the end the partitions are unioned
 into ``DIR/tables`` and the collapse units combined (:func:`attncoda.run.execute.finalise`).
+
+A run keeps going (docs/design.md, "A run keeps going"): a unit that fails is recorded in the
+``units`` table (status ``failed``, its one-line reason) and left out of the tables, every
+unit that does not wait for it still runs, and the result lists the failures
+(:attr:`ReproduceResult.failed`); a rerun of the same command runs only the failed units
+(and those that waited for them). ``fail_fast`` stops at the first failure instead.
 ``attncoda flips`` and the other single-experiment commands are runs of one experiment
 (and those it runs after): the same units, the same tables. The report is rendered from
 the stored tables afterwards (``attncoda report DIR``), by the command line.
@@ -26,7 +32,14 @@ from attncoda.run.pool import LocalPool
 from attncoda.store.guard import check_run_folder, new_folders, remove_created
 from attncoda.store.runs import DONE, RunStore, Unit
 
-__all__ = ["ReproduceResult", "check_models", "execute_run", "reproduce", "run_experiment"]
+__all__ = [
+    "ReproduceResult",
+    "check_models",
+    "execute_run",
+    "nothing_ran",
+    "reproduce",
+    "run_experiment",
+]
 
 
 @dataclass(frozen=True)
@@ -42,7 +55,8 @@ class ReproduceResult:
     ran, skipped : int
         Units computed in this call (failed ones not counted), and units found finished.
     failed : dict
-        ``{unit.key: "ExceptionType: message"}`` for each unit that failed (a sweep's).
+        ``{unit.key: "ExceptionType: message"}`` for each unit that failed in this call (a
+        unit whose awaited unit failed names it); empty when every unit finished.
     """
 
     out: Path
@@ -62,12 +76,14 @@ def execute_run(
     command: str,
     progress: bool,
     label: str | None = None,
+    hold: bool = False,
 ) -> ReproduceResult:
     """Compute ``todo`` with ``executor`` as the one writer of ``store`` (whose manifest is
     ``command``'s), then finalise. ``label`` names the writer in the lock and the progress
-    bar (default: ``command``)."""
+    bar (default: ``command``); with ``hold`` the progress holds back the failures before
+    the first unit that finishes (:class:`~attncoda.run.job.Progress`)."""
     with writing(store, label or command):
-        log = Progress(len(todo), progress, label or command)
+        log = Progress(len(todo), progress, label or command, hold=hold)
         try:
             for unit in todo:
                 damage = store.damage(unit) if (store.unit_dir(unit) / DONE).is_file() else None
@@ -77,6 +93,7 @@ def execute_run(
             failed = executor.run(job, log) if todo else {}
         finally:
             log.close()
+        store.clear_unfinished()  # what a worker that died mid-unit left
         finalise(store, run, failed)
     return ReproduceResult(
         out=store.root,
@@ -130,9 +147,15 @@ def reproduce(
     options: CaptureOptions | None = None,
     progress: bool = True,
     workers: int = 1,
+    fail_fast: bool = False,
 ) -> ReproduceResult:
     """Run every experiment on ``models`` into the run folder ``out``, in this process or
     on a pool of ``workers`` processes.
+
+    The run keeps going past a unit that fails: the failure is recorded (the ``units``
+    table's status ``failed`` and its reason), every unit that does not wait for it runs,
+    and :attr:`ReproduceResult.failed` lists them; the same call again runs only what
+    failed (and what waited for it). With ``fail_fast`` the first failure ends the run.
 
     Parameters
     ----------
@@ -172,17 +195,22 @@ def reproduce(
         tables equal those of one process with as many threads as a worker has, bit for
         bit (other thread counts may differ at float32 rounding); the run config does not
         record it, so a run may resume with another number.
+    fail_fast : bool
+        Stop at the first unit that fails, raising its error (the units finished before it
+        are kept, to resume); default: keep going and list the failures.
 
     Returns
     -------
     ReproduceResult
+        With ``failed`` listing the units that failed (empty when every unit finished).
 
     Raises
     ------
     AttncodaError
-        A bad config or model spec, a folder of another config or of a user's files, or a
-        unit that failed (named). A folder this call made is removed again when the run
-        fails before any unit finished; one that held files before is never touched.
+        A bad config or model spec, a folder of another config or of a user's files, or,
+        with ``fail_fast``, the first unit that failed (named). A folder this call made is
+        removed again when the run fails before any unit finished; one that held files
+        before is never touched.
     """
     return _run_here(
         RUN,
@@ -191,6 +219,7 @@ def reproduce(
         keep_finished=True,
         progress=progress,
         workers=workers,
+        fail_fast=fail_fast,
         series=series,
         experiments=experiments,
         scale=scale,
@@ -221,6 +250,10 @@ def run_experiment(
     :func:`reproduce`; ``attentions`` (with ``tokens`` and ``kind``) reads attention files
     instead of models; ``series`` is the checkpoint series of collapse.
 
+    Like :func:`reproduce` it keeps going past a unit that fails and lists the failures in
+    the result, unless no unit finished at all: then it raises the first failure,
+    ``unit KEY failed: MESSAGE``, an :class:`AttncodaError`.
+
     ``out`` must be new, empty or a run folder (:func:`attncoda.store.guard.check_run_folder`),
     and every model spec must resolve (:func:`check_models`), before anything is written.
     When the run fails, what this call made goes again (the folder and the parents it
@@ -233,6 +266,7 @@ def run_experiment(
         out,
         keep_finished=False,
         progress=progress,
+        nothing_ran_raises=True,
         series=series,
         experiments=[name],
         settings=settings,
@@ -252,15 +286,20 @@ def _run_here(
     keep_finished: bool,
     progress: bool,
     workers: int = 1,
+    fail_fast: bool = False,
+    nothing_ran_raises: bool = False,
     **run_args: Any,
 ) -> ReproduceResult:
     """Run ``command``'s units on ``models`` into ``out`` in this process (``run_args``:
     those of :func:`attncoda.run.config.run_config`).
 
     The folder and the model specs (unless attention files are read) are checked before
-    anything is written. When the run fails, what this call made goes again, unless
-    ``keep_finished`` and a unit finished: finished units of a long run are worth resuming;
-    a run that finished none left nothing but its own manifest and lock.
+    anything is written. Units that fail are listed in the result; with ``fail_fast`` the
+    first one raises, and with ``nothing_ran_raises`` a run none of whose units finished
+    raises its first failure (:func:`nothing_ran`). When the run fails, what this call
+    made goes again, unless ``keep_finished`` and a unit finished: finished units of a long
+    run are worth resuming; a run that finished none left nothing but its own manifest and
+    lock.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise AttncodaError(f"workers must be a positive integer; got {workers!r}")
@@ -271,10 +310,22 @@ def _run_here(
     store: RunStore | None = None
     try:
         config, store, run, todo = open_run(list(models), out, command=command, **run_args)
+        going = not fail_fast
         executor: Executor = (
-            InProcess(keep_going=False) if workers == 1 else LocalPool(workers, keep_going=False)
+            InProcess(keep_going=going) if workers == 1 else LocalPool(workers, keep_going=going)
         )
-        result = execute_run(config, store, run, todo, executor, command=command, progress=progress)
+        result = execute_run(
+            config,
+            store,
+            run,
+            todo,
+            executor,
+            command=command,
+            progress=progress,
+            hold=nothing_ran_raises,
+        )
+        if nothing_ran_raises:
+            nothing_ran(result)
     except Exception:
         finished = keep_finished and any((Path(out) / "units").glob(f"*/*/{DONE}"))
         if _made_here(store) and not finished:
@@ -284,11 +335,24 @@ def _run_here(
     return result
 
 
+def nothing_ran(result: ReproduceResult) -> None:
+    """Raise the first failure of a run none of whose units finished (in this call or
+    before), as ``unit KEY failed: MESSAGE``; return when a unit finished or none failed."""
+    if not result.failed or result.ran or result.skipped:
+        return
+    key, error = next(iter(result.failed.items()))
+    error = error.removeprefix(f"{AttncodaError.__name__}: ")
+    more = len(result.failed) - 1
+    also = f" (and {more} more unit(s) failed)" if more else ""
+    raise AttncodaError(f"unit {key} failed: {error}{also}")
+
+
 def _said(progress: bool, command: str, result: ReproduceResult) -> None:
     if progress:
         import sys
 
+        failed = f", {len(result.failed)} failed" if result.failed else ""
         print(
-            f"{command}: {result.ran} units run, {result.skipped} already finished",
+            f"{command}: {result.ran} units run, {result.skipped} already finished{failed}",
             file=sys.stderr,
         )

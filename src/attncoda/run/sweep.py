@@ -113,6 +113,7 @@ def sweep(
     retries: int = 2,
     progress: bool = True,
     workers: int = 1,
+    fail_fast: bool = False,
 ) -> SweepResult:
     """Run every experiment on every model at every revision, one unit at a time or on Ray.
 
@@ -141,6 +142,9 @@ def sweep(
     workers : int
         Without Ray: units at the same time on a local pool of processes
         (:class:`attncoda.run.pool.LocalPool`); 1: one after another in this process.
+    fail_fast : bool
+        Stop at the first unit that still fails after its retries, raising its error;
+        default: keep going and list the failures.
 
     Returns
     -------
@@ -150,18 +154,24 @@ def sweep(
     ------
     AttncodaError
         Bad models, revisions, experiments or settings, a folder of another config, both
-        ``ray_address`` and ``ray_local``, or a Ray cluster that cannot be reached.
+        ``ray_address`` and ``ray_local``, a Ray cluster that cannot be reached, or, with
+        ``fail_fast``, the first unit that failed (named).
     """
     if int(retries) < 0:
         raise AttncodaError(f"--retries {retries} must be 0 or more")
     if ray_address is None and ray_local is None and workers != 1:
         executor: InProcess | OnRay | LocalPool = LocalPool(
-            workers, retries=int(retries), keep_going=True
+            workers, retries=int(retries), keep_going=not fail_fast
         )
     elif ray_address is None and ray_local is None:
-        executor = InProcess(retries=int(retries), keep_going=True)
+        executor = InProcess(retries=int(retries), keep_going=not fail_fast)
     else:
-        executor = OnRay(address=ray_address, local=ray_local, retries=int(retries))
+        executor = OnRay(
+            address=ray_address,
+            local=ray_local,
+            retries=int(retries),
+            keep_going=not fail_fast,
+        )
     config, store, run, todo = open_run(
         expand_models(models, revisions),
         out,

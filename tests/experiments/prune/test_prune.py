@@ -419,3 +419,43 @@ def test_prune_gives_each_ratio_the_paired_interval_of_its_window_losses():
     )
     with raises("n_boot must be a positive int (bootstrap resamples over windows); got 0"):
         prune_model(model, None, profile, evaluation, channels=["random"], ks=[1], n_boot=0)
+
+
+def test_fitting_ks_keeps_those_that_fit_and_else_prunes_half_the_heads():
+    from attncoda.experiments.prune import fitting_ks
+
+    assert fitting_ks((64, 16, 16), 270, "smollm2") == ((16, 64), "")
+    assert fitting_ks((1, 2, 4, 8, 16), 8, "tiny") == (
+        (1, 2, 4, 8),
+        "k 16 is more than the 8 heads of tiny: left out",
+    )
+    assert fitting_ks((16, 64), 8, "tiny") == (
+        (4,),
+        "ks 16, 64 are more than the 8 heads of tiny: k 4 (half its heads) pruned instead",
+    )
+    assert fitting_ks((2,), 1, "one") == (
+        (1,),
+        "k 2 is more than the 1 heads of one: k 1 (half its heads) pruned instead",
+    )
+
+
+@pytest.mark.parametrize("scale", ["demo", "full"])
+def test_every_shipped_checkpoint_is_pruned_at_some_k_at_both_scales(scale):
+    # The heads of each shipped checkpoint from its config.json (no model loaded): 8 for the
+    # tiny size (2 layers x 4 heads), 16 for the small one (4 x 4).
+    from attncoda.experiments.prune import fitting_ks
+    from attncoda.models.shipped import SHIPPED, checkpoint_folder
+    from attncoda.run.config import SCALES
+
+    ks = SCALES[scale]["prune"]["ks"]
+    heads = set()
+    for name, run in SHIPPED.items():
+        for step in run.steps:
+            folder = checkpoint_folder(name, f"step{step}")
+            config = json.loads((folder / "config.json").read_text())
+            total = config["num_hidden_layers"] * config["num_attention_heads"]
+            heads.add(total)
+            kept, _ = fitting_ks(ks, total, name)
+            assert kept and all(1 <= k <= total for k in kept)
+            assert set(kept) == ({k for k in ks if k <= total} or {total // 2})
+    assert heads == {8, 16}

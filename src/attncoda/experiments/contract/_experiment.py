@@ -104,7 +104,9 @@ class Tables:
     frames : dict of str to pandas.DataFrame
         The experiment's tables by name (each a partition of the run's table of that name).
     summary : dict
-        JSON-able facts of the unit (headline numbers, notes); stored with the unit.
+        JSON-able facts of the unit (headline numbers, notes); stored with the unit. Its
+        ``note`` (a str), when there is one, is the unit's note in the run's ``units`` table
+        (prune's ks that did not fit the model).
     arrays : dict of str to ndarray
         Arrays a later experiment of the same model reads (flips keeps its pooled head
         distances for safety and predictor); stored beside the unit's tables.

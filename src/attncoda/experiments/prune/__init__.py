@@ -1,11 +1,12 @@
 """prune: heads ranked by a channel, ablated, and held-out perplexity per k
 (docs/design.md, "The experiments").
 
-Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`prune` and
-:class:`PruneResult`, the ranking (:func:`head_ranking`, :data:`CHANNELS`, :data:`ORDERS`,
-:data:`ABLATIONS`), the windows it measures on (:func:`split_windows`, :func:`check_windows`,
-:func:`window_losses`, :func:`gradient_importance`) and the paired bootstrap interval of a
-perplexity ratio (:func:`ratio_interval`, :func:`window_resamples`).
+Public names: :data:`EXPERIMENT` and its :class:`Settings` (:func:`fitting_ks`: the ks
+that fit a model), :func:`prune` and :class:`PruneResult`, the ranking
+(:func:`head_ranking`, :data:`CHANNELS`, :data:`ORDERS`, :data:`ABLATIONS`), the windows it
+measures on (:func:`split_windows`, :func:`check_windows`, :func:`window_losses`,
+:func:`gradient_importance`) and the paired bootstrap interval of a perplexity ratio
+(:func:`ratio_interval`, :func:`window_resamples`).
 
 Modules: ``_experiment`` (the declaration: settings, ``run`` and the windows the runner
 captures for it, :func:`profiling_windows`), ``_grid`` (:func:`prune`, the grid of ablated
@@ -19,7 +20,12 @@ experiments.
 
 from __future__ import annotations
 
-from attncoda.experiments.prune._experiment import EXPERIMENT, Settings, profiling_windows
+from attncoda.experiments.prune._experiment import (
+    EXPERIMENT,
+    Settings,
+    fitting_ks,
+    profiling_windows,
+)
 from attncoda.experiments.prune._grid import COLUMNS, PruneResult, prune
 from attncoda.experiments.prune._interval import (
     BASELINE_NOTE,
@@ -53,6 +59,7 @@ __all__ = [
     "check_choices",
     "check_ks",
     "check_windows",
+    "fitting_ks",
     "gradient_importance",
     "head_ranking",
     "profiling_windows",

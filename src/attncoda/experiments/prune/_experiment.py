@@ -23,7 +23,7 @@ from attncoda.experiments.prune._section import prune_section
 from attncoda.experiments.prune._summary import summary
 from attncoda.models.spec import parse_spec
 
-__all__ = ["EXPERIMENT", "Settings", "profiling_windows", "run", "skip"]
+__all__ = ["EXPERIMENT", "Settings", "fitting_ks", "profiling_windows", "run", "skip"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class Settings:
     )
     ks: tuple[int, ...] = setting(
         (4, 16, 64),
-        "numbers of heads pruned (those above the model's heads are left out)",
+        "numbers of heads pruned (those above the model's heads are left out; where none "
+        "fits, half its heads)",
         at_least=1,
         item="head count",
     )
@@ -92,6 +93,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     reason = skip(info)
     if reason is not None:
         raise AttncodaError(reason)
+    ks, note = fitting_ks(settings.ks, info.n_layers * info.n_heads, inputs.model)
     profile_windows, eval_windows = split_windows(
         inputs.need("windows"), settings.profile_docs, settings.eval_docs
     )
@@ -103,16 +105,62 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         channels=tuple(settings.channels),
         orders=tuple(settings.orders),
         ablations=tuple(settings.ablations),
-        ks=tuple(k for k in settings.ks if k <= info.n_layers * info.n_heads),
+        ks=ks,
         sink=inputs.sink,
         seed=inputs.seed,
         n_boot=settings.n_boot,
         model_name=inputs.model,
         capture=inputs.need("capture"),
     )
-    return Tables(
-        frames={"prune": result.table, "prune_heads": result.heads}, summary=result.summary
-    )
+    summary = {**result.summary, **({"note": note} if note else {})}
+    return Tables(frames={"prune": result.table, "prune_heads": result.heads}, summary=summary)
+
+
+def fitting_ks(ks: Sequence[int], n_total: int, model: str) -> tuple[tuple[int, ...], str]:
+    """The numbers of heads pruned on a model of ``n_total`` heads, and a note when they are
+    not ``ks``.
+
+    The ks of at most ``n_total`` heads are kept (a scale's ks are chosen for the models of
+    its run; a tiny model has fewer heads). Where none fits, one k is derived from the head
+    count: half the heads, at least one, so every causal model is pruned at some k.
+
+    Parameters
+    ----------
+    ks : sequence of int
+        The settings' numbers of heads.
+    n_total : int
+        The model's heads over all layers (``n_layers * n_heads``).
+    model : str
+        The model's name, for the note.
+
+    Returns
+    -------
+    ks : tuple of int
+        The ks pruned, sorted.
+    note : str
+        Why they differ from ``ks`` (``""`` when they do not).
+
+    Examples
+    --------
+    >>> fitting_ks((16, 64), 8, "tiny")
+    ((4,), 'ks 16, 64 are more than the 8 heads of tiny: k 4 (half its heads) pruned instead')
+    >>> fitting_ks((4, 16, 64), 16, "small")
+    ((4, 16), 'k 64 is more than the 16 heads of small: left out')
+    >>> fitting_ks((4, 16, 64), 72, "gemma3")
+    ((4, 16, 64), '')
+    """
+    wanted = sorted({int(k) for k in ks})
+    kept = [k for k in wanted if k <= n_total]
+    over = [k for k in wanted if k > n_total]
+    if not over:
+        return tuple(kept), ""
+    said = (
+        f"k {over[0]} is" if len(over) == 1 else f"ks {', '.join(str(k) for k in over)} are"
+    ) + f" more than the {n_total} heads of {model}"
+    if kept:
+        return tuple(kept), f"{said}: left out"
+    derived = max(1, n_total // 2)
+    return (derived,), f"{said}: k {derived} (half its heads) pruned instead"
 
 
 def profiling_windows(windows: Sequence[Any], settings: Settings) -> list:
