@@ -342,8 +342,8 @@ def test_fused_capture_equals_exact_capture(family, sink, padding, capsys):
 
 
 def test_bfloat16_model_fused_equals_the_two_call_path(capsys):
-    # In layer 0 both kernels take float32 scores of the same bfloat16 queries and keys
-    # (the exact path rounds its scores to bfloat16): float32 rounding apart, 1e-5 nats.
+    # In layer 0 both kernels take float32 scores of the same bfloat16 queries and keys:
+    # float32 rounding apart, 1e-5 nats.
     # Each kernel hands its own output to the model, rounded once to bfloat16 from
     # float32 sums taken in another order, so an output element can round to the other
     # side of a bfloat16 step (2**-8 relative) and the later layers see other inputs:

@@ -229,7 +229,7 @@ def triton_attention(
             f"use a larger block_m or kernel='sdpa'"
         )
     tiles = sink_tiles(geometry, block_n)
-    width = geometry.index.shape[1]
+    width = geometry.columns.shape[1]
     aux = (
         s_aux.to(device=device, dtype=torch.float32).contiguous()
         if s_aux is not None
@@ -250,7 +250,7 @@ def triton_attention(
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:
         kernel[(b * h, q_blocks)](
-            query, key, value, geometry.index, geometry.valid, geometry.is_sink,
+            query, key, value, geometry.columns, geometry.valid, geometry.is_sink,
             tiles, shape.lo, shape.hi, geometry.prefix, aux,
             out, rows["lse"], rows["ent"], rows["sum_z"], z_sink,
             *query.stride(), *key.stride(), *value.stride(), *out.stride(),
@@ -293,7 +293,7 @@ class SinkGeometry(NamedTuple):
 
     Attributes
     ----------
-    index, valid : torch.Tensor
+    columns, valid : torch.Tensor
         int32 and int8 ``(batch, width)``: each document's sink keys, in order, and which of
         the ``width`` columns are real.
     prefix : torch.Tensor
@@ -306,7 +306,7 @@ class SinkGeometry(NamedTuple):
         ``sparse``).
     """
 
-    index: torch.Tensor
+    columns: torch.Tensor
     valid: torch.Tensor
     prefix: torch.Tensor
     sparse: bool
