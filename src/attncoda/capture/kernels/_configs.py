@@ -112,7 +112,7 @@ def _table() -> dict[tuple[str, str, int, bool], LaunchConfig | Refused]:
     bfloat16 and float16, per architecture, sized for its shared memory and register file
     (each entry spills nothing and fits in every variant it serves, compiled offline):
 
-    - sm_90 (232,448 B): 128 x 64 blocks at head dim 64 (4 warps, 3 stages), 128 x 128 at
+    - sm_90 (232,448 B): 128 x 64 blocks at head dim 64 (8 warps, 3 stages), 128 x 128 at
       128 (8 warps, 3 stages) and 128 x 32 at 256 (8 warps, 2 stages), the plain variants'
       blocks at 128 and 256 the fastest of a sweep on an H200 (``bench/gpu_sweep.py``,
       docs/design.md); the heavy variants at head dim 128 in 128 x 64 blocks and at 256 in
@@ -129,7 +129,7 @@ def _table() -> dict[tuple[str, str, int, bool], LaunchConfig | Refused]:
     without spills but made an illegal memory access on an H200.)
     """
     half = {
-        "sm_90": {64: LaunchConfig(128, 64, 4, 3), 128: LaunchConfig(128, 128, 8, 3),
+        "sm_90": {64: LaunchConfig(128, 64, 8, 3), 128: LaunchConfig(128, 128, 8, 3),
                   256: LaunchConfig(128, 32, 8, 2)},
         "sm_80": {64: LaunchConfig(128, 64, 8, 3), 128: LaunchConfig(64, 32, 4, 2),
                   256: LaunchConfig(64, 32, 8, 2)},
