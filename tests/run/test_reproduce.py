@@ -210,7 +210,7 @@ def test_bad_arguments_are_named():
         run_config(["x"], settings={"flip": {"n_boot": 1}})
     with pytest.raises(AttncodaError, match="unknown scale"):
         run_config(["x"], scale="huge")
-    with pytest.raises(AttncodaError, match="two attention files are named 'a.npz'"):
+    with pytest.raises(AttncodaError, match="^two attention files are named 'a.npz': rename one"):
         run_config([], experiments=["flips"], attentions=["one/a.npz", "two/a.npz"])
     with pytest.raises(AttncodaError, match="prune runs a model: give a model spec, not"):
         run_config([], experiments=["flips", "prune"], attentions=["a.npz"])

@@ -233,6 +233,19 @@ def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tm
     assert all(f"unit {train} failed" in result.failed[k] for k in collapse)
     assert result.ran == 0
 
+    # With fail_fast the first unit that fails ends the sweep, naming it.
+    with pytest.raises(AttncodaError) as info:
+        sweep(
+            [missing],
+            tmp_path / "fast",
+            experiments=["profile"],
+            ray_address=cluster.address,
+            retries=0,
+            progress=False,
+            fail_fast=True,
+        )
+    assert str(info.value).startswith(f"unit profile/{missing}@- failed: model spec {missing!r}")
+
 
 # in this process ---------------------------------------------------------------------------
 

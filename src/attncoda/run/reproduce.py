@@ -76,14 +76,16 @@ def execute_run(
     command: str,
     progress: bool,
     label: str | None = None,
-    hold: bool = False,
+    nothing_ran_raises: bool = False,
 ) -> ReproduceResult:
     """Compute ``todo`` with ``executor`` as the one writer of ``store`` (whose manifest is
     ``command``'s), then finalise. ``label`` names the writer in the lock and the progress
-    bar (default: ``command``); with ``hold`` the progress holds back the failures before
-    the first unit that finishes (:class:`~attncoda.run.job.Progress`)."""
+    bar (default: ``command``). With ``nothing_ran_raises`` a run none of whose units
+    finished raises its first failure before it is finalised (:func:`nothing_ran`), its
+    progress holding back the failures before the first unit that finishes
+    (:class:`~attncoda.run.job.Progress`)."""
     with writing(store, label or command):
-        log = Progress(len(todo), progress, label or command, hold=hold)
+        log = Progress(len(todo), progress, label or command, hold=nothing_ran_raises)
         try:
             for unit in todo:
                 damage = store.damage(unit) if (store.unit_dir(unit) / DONE).is_file() else None
@@ -94,14 +96,17 @@ def execute_run(
         finally:
             log.close()
         store.clear_unfinished()  # what a worker that died mid-unit left
+        result = ReproduceResult(
+            out=store.root,
+            units=list(run.units),
+            ran=len(todo) - len(failed),
+            skipped=len(run.units) - len(todo),
+            failed=failed,
+        )
+        if nothing_ran_raises:
+            nothing_ran(result)
         finalise(store, run, failed)
-    return ReproduceResult(
-        out=store.root,
-        units=list(run.units),
-        ran=len(todo) - len(failed),
-        skipped=len(run.units) - len(todo),
-        failed=failed,
-    )
+    return result
 
 
 def check_models(models: Sequence[str], series: str | None = None, *, cache: bool = True) -> None:
@@ -322,10 +327,8 @@ def _run_here(
             executor,
             command=command,
             progress=progress,
-            hold=nothing_ran_raises,
+            nothing_ran_raises=nothing_ran_raises,
         )
-        if nothing_ran_raises:
-            nothing_ran(result)
     except Exception:
         finished = keep_finished and any((Path(out) / "units").glob(f"*/*/{DONE}"))
         if _made_here(store) and not finished:
