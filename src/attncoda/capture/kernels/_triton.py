@@ -51,28 +51,25 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import NamedTuple
 
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.stats import sink_columns, split_rows
+from attncoda.capture.stats import split_rows
 
 from ._configs import FP_FUSION, LaunchConfig, Refused, architecture_of, launch_config
 from ._masks import MaskShape, layer_shape
 from ._record import record_rows, store
+from ._sink_tiles import SinkGeometry, per_forward_geometry, sink_geometry, sink_tiles
 from ._triton_jit import compiled, interpreting
 
 __all__ = [
     "MAX_HEAD_DIM",
     "KernelRefused",
-    "SinkGeometry",
     "architecture",
     "launch_for",
     "note",
     "record_layer",
-    "sink_geometry",
-    "sink_tiles",
     "triton_attention",
 ]
 
@@ -288,63 +285,6 @@ def triton_attention(
     return out, stats
 
 
-class SinkGeometry(NamedTuple):
-    """Where the sink keys are, as the kernel reads them (:func:`sink_geometry`).
-
-    Attributes
-    ----------
-    columns, valid : torch.Tensor
-        int32 and int8 ``(batch, width)``: each document's sink keys, in order, and which of
-        the ``width`` columns are real.
-    prefix : torch.Tensor
-        int32 ``(batch,)``: how many of them are the document's first real keys (its sink
-        prefix), which the loop starts after.
-    sparse : bool
-        Whether any document has a sink key after its prefix.
-    is_sink : torch.Tensor
-        int8 ``(batch, key_pos)``: the sink keys after the prefix (read only when
-        ``sparse``).
-    """
-
-    columns: torch.Tensor
-    valid: torch.Tensor
-    prefix: torch.Tensor
-    sparse: bool
-    is_sink: torch.Tensor
-
-
-def sink_geometry(sink: torch.Tensor, shape: MaskShape) -> SinkGeometry:
-    """The sink keys of ``sink`` (bool ``(batch, key_pos)``) split into each document's
-    prefix (its first real keys, from ``shape.lo``) and the rest."""
-    b, k_len = sink.shape
-    index, valid = sink_columns(sink)
-    keys = torch.arange(k_len, device=sink.device)
-    lo = shape.lo.to(device=sink.device, dtype=torch.int64)
-    content = (keys[None, :] >= lo[:, None]) & ~sink
-    first = torch.where(content, keys, k_len).amin(-1)
-    prefix = (first - lo).clamp(min=0)
-    rest = sink & (keys[None, :] >= first[:, None])
-    return SinkGeometry(
-        index.to(torch.int32).contiguous(),
-        valid.to(torch.int8).contiguous(),
-        prefix.to(torch.int32).contiguous(),
-        bool(rest.any()),
-        rest.to(torch.int8).contiguous(),
-    )
-
-
-def sink_tiles(geometry: SinkGeometry, block_n: int) -> torch.Tensor:
-    """int8 ``(batch, key tiles)``: which key tiles of ``block_n`` keys hold a sink key
-    after the prefix (one element, unread, when no document has one)."""
-    rest = geometry.is_sink
-    if not geometry.sparse:
-        return rest.new_zeros((rest.shape[0], 1))
-    b, k_len = rest.shape
-    n_tiles = -(-k_len // block_n)
-    padded = torch.nn.functional.pad(rest, (0, n_tiles * block_n - k_len))
-    return (padded.view(b, n_tiles, block_n) != 0).any(-1).to(torch.int8).contiguous()
-
-
 def _heavy(softcap, s_aux, geometry: SinkGeometry) -> bool:
     """Whether a layer runs a heavy variant of the kernel (the launch table's key)."""
     return softcap is not None or s_aux is not None or geometry.sparse
@@ -360,20 +300,6 @@ def note(recorder, reason: str) -> None:
             f"two-call SDPA path (the exact path where that does not apply)",
             file=sys.stderr,
         )
-
-
-def _per_forward_geometry(recorder, shape: MaskShape, device) -> SinkGeometry:
-    """:func:`sink_geometry` of the recorder's sinks, once per mask shape in a forward pass
-    (every layer of a kind shares its mask's shape)."""
-    cache = recorder.fast_cache.setdefault("sink_geometry", [])
-    for found_shape, found in cache:
-        if found_shape is shape:
-            return found
-    found = sink_geometry(recorder.sink.to(device), shape)
-    if len(cache) >= 4:
-        cache.clear()
-    cache.append((shape, found))
-    return found
 
 
 def _not_covered(query, module) -> str | None:
@@ -413,7 +339,7 @@ def record_layer(
         note(recorder, "this mask (not causal, padding and sliding-window)")
         return None
     softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
-    geometry = _per_forward_geometry(recorder, shape, query.device)
+    geometry = per_forward_geometry(recorder, shape, query.device)
     config = launch_for(
         query.device, query.dtype, query.shape[-1], _heavy(softcap, s_aux, geometry)
     )
