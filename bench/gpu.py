@@ -164,7 +164,9 @@ def _at_least(version: str | None, wanted: tuple[int, int]) -> bool:
 def run_gpu_tests(timeout: float) -> dict:
     """``pytest -m gpu`` in a fresh process: its counts, seconds and last lines."""
     started = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # The source tree first, then whatever the caller's PYTHONPATH carries (wheels).
+    carried = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), carried]))}
     env.pop("TRITON_INTERPRET", None)
     command = [
         sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",

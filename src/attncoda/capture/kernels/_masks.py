@@ -71,35 +71,36 @@ def boolean_mask(
 
 
 def skips_mask(batch_size, q_length, kv_length, q_offset=0, *args, **kwargs) -> bool:
-    """Whether transformers' ``sdpa_mask`` would return no mask for these arguments when
-    allowed to (its ``_ignore_causal_mask_sdpa``: no padding, ``q_length`` 1 or equal to
-    ``kv_length``, no sliding window shorter than the keys, nothing traced). False where
-    that private test is missing or takes other arguments: the mask is then built."""
+    """Whether transformers would skip these arguments' mask for SDPA, when allowed to: no
+    padding among the keys, ``q_length`` 1 or equal to ``kv_length``, no sliding window that
+    the keys outrun, integer offsets (nothing traced). Written out here rather than by
+    calling transformers' private ``_ignore_causal_mask_sdpa``, whose arguments change
+    between releases."""
     import inspect
 
     from transformers import masking_utils
 
-    ignore = getattr(masking_utils, "_ignore_causal_mask_sdpa", None)
-    if ignore is None:
-        return False
     try:
         bound = inspect.signature(masking_utils.sdpa_mask).bind(
             batch_size, q_length, kv_length, q_offset, *args, **kwargs
         )
-        bound.apply_defaults()
-        given = bound.arguments
-        return bool(
-            ignore(
-                given["attention_mask"],
-                q_length,
-                kv_length,
-                q_offset,
-                given["kv_offset"],
-                given["local_size"],
-            )
-        )
-    except (TypeError, KeyError):
+    except TypeError:
         return False
+    bound.apply_defaults()
+    given = bound.arguments
+    padding, kv_offset = given.get("attention_mask"), given.get("kv_offset", 0)
+    local = given.get("local_size")
+    if not all(isinstance(x, int) for x in (q_length, kv_length, q_offset, kv_offset)):
+        return False
+    if local is not None and kv_length >= local:
+        return False
+    if q_length != 1 and q_length != kv_length:
+        return False
+    if padding is None:
+        return True
+    if padding.shape[-1] > kv_length:
+        padding = padding[:, kv_offset : kv_offset + kv_length]
+    return bool(padding.all())
 
 
 def read_mask(attention_mask, q_len, k_len, rows_per_chunk=1024):

@@ -161,9 +161,9 @@ def _summary(
         "points": points,
         **windows,
         "share_atol": float(share_atol),
-        "share_rounding": "a share and its range are null where |dH| <= u * (H before + H "
-        "after), u = 2**-24 (float32 unit roundoff times the magnitudes summed), or <= "
-        "share_atol",
+        "share_rounding": "a share and its range are null where |dH| <= u * (n + 2) * (H "
+        "before + H after), u = 2**-24 (float32 unit roundoff), n the most keys a row sees "
+        "(each row entropy is a float32 sum over its keys), or <= share_atol",
         "share_definition": "sink_share = sum of dH_sink / sum of dH over the rows with "
         "content at both checkpoints; dH_content = ((1-s0)+(1-s1))/2 * (H(q1)-H(q0)), "
         "dH_sink = dH - dH_content (nats): a two-factor Shapley attribution, no keep/drop "

@@ -126,8 +126,9 @@ _ORDERINGS = note(
 )
 
 _ROUNDING = note(
-    "A share is a ratio over ΔH. Where |ΔH| lies within its float32 rounding, u·(H before + "
-    "H after) with u = 2⁻²⁴ (the unit roundoff times the magnitudes summed), the change is one "
+    "A share is a ratio over ΔH. Where |ΔH| lies within its float32 rounding, u·(n + 2)·(H "
+    "before + H after) with u = 2⁻²⁴ and n the most keys a row sees (a row entropy is a "
+    "float32 sum over its keys), the change is one "
     "of the last bits, which another device or kernel gives otherwise: the share and its "
     "range are then left empty (n/a), and the note says so. Early training steps change the "
     "entropy by less than that in some heads."

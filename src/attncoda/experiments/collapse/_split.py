@@ -149,22 +149,30 @@ def _levels(sums: dict[str, np.ndarray], counts: np.ndarray):
             yield "head", layer, head, n, m
 
 
-def share_rounding(entropy_from: float, entropy_to: float) -> float:
-    """The rounding bound of a mean entropy change, ``u (entropy_from + entropy_to)`` nats
-    (``u = 2**-24``): float32 entropies of these mean sizes (non-negative, so the means are
-    the mean magnitudes) move their difference by up to this much. A share over a
+def share_rounding(entropy_from: float, entropy_to: float, keys: int = 0) -> float:
+    """The rounding bound of a mean entropy change, ``u (n + 2) (entropy_from +
+    entropy_to)`` nats (``u = 2**-24``, ``n`` the most keys a row sees: the windows' padded
+    length). Each row entropy is a float32 sum over its keys, which its rounding moves by up
+    to ``(n + 2) u H`` (the accumulation term of the exact path's bound, docs/design.md
+    "Error bounds"), and a difference of two mean entropies by the sum of theirs: the part
+    of the capture's error bound that needs nothing but the entropies and the key count. Two
+    devices, or two kernels, that differ in summation order differ by less. A share over a
     ``|delta_entropy|`` within it is null."""
-    return rounding_bound(entropy_from, entropy_to)
+    return rounding_bound(entropy_from, entropy_to) * (max(int(keys), 0) + 2)
 
 
-def _share(means: dict[str, float], atol: float) -> tuple[dict[str, float | None], str]:
-    """The Shapley share of one level's means, its range over the two orderings, and a note."""
+def _share(
+    means: dict[str, float], atol: float, keys: int = 0
+) -> tuple[dict[str, float | None], str]:
+    """The Shapley share of one level's means, its range over the two orderings, and a note
+    (``keys``: the most keys a row sees, for :func:`share_rounding`)."""
     delta, delta_sink = means["delta_entropy"], means["delta_sink"]
-    bound = share_rounding(means["entropy_from"], means["entropy_to"])
+    bound = share_rounding(means["entropy_from"], means["entropy_to"], keys)
     if within_rounding(delta, bound) and bound >= atol:  # else share_atol is the wider
         note = (
             f"|delta_entropy| = {abs(delta):.3g} nats is within its float32 rounding "
-            f"{bound:.3g} nats (u x (H before + H after)): share undefined"
+            f"{bound:.3g} nats (u (n + 2) (H before + H after), n = {keys} keys): "
+            f"share undefined"
         )
         return dict.fromkeys(_SHARES), note
     if within_rounding(delta, atol):
@@ -236,9 +244,10 @@ def _pair_records(
     model, kind, a: CheckpointStats, b: CheckpointStats, atol: float
 ) -> list[dict[str, Any]]:
     sums, counts = collapse_pair(a, b)
+    keys = int(np.shape(a.entropy)[-1])  # the padded window: the most keys a row sees
     records = []
     for level, layer, head, n, means in _levels(sums, counts):
-        shares, note = _share(means, atol)
+        shares, note = _share(means, atol, keys)
         if n == 0:
             shares, note = dict.fromkeys(_SHARES), "no row has content at both checkpoints"
         records.append(
