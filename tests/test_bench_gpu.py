@@ -80,3 +80,31 @@ def test_an_unknown_part_is_refused(gpu):
     assert gpu._parts("tests, speed") == ("tests", "speed")
     with pytest.raises(SystemExit, match="unknown part"):
         gpu._parts("tests,sped")
+
+
+def test_a_share_is_held_to_what_its_parts_differences_make_of_it(gpu):
+    # A change of 1e-4 nats whose parts each move by 1e-6 (within the tolerance): the share
+    # 0.5 moves by up to (1e-6 + 0.5 * 1e-6) / 1e-4 = 1.5e-2, far past 1e-5 + 1e-5 * 0.5.
+    cpu = pd.DataFrame(
+        {
+            "delta_entropy": [1e-4],
+            "delta_sink": [5e-5],
+            "delta_sink_sink_first": [4e-5],
+            "delta_sink_content_first": [6e-5],
+            "sink_share": [0.5],
+            "sink_share_low": [0.4],
+            "sink_share_high": [0.6],
+        }
+    )
+    gpu_table = cpu.copy()
+    gpu_table["delta_entropy"] = [1e-4 + 1e-6]
+    gpu_table["delta_sink"] = [5e-5 + 1e-6]
+    gpu_table["delta_sink_sink_first"] = [4e-5 + 1e-6]
+    gpu_table["delta_sink_content_first"] = [6e-5 + 1e-6]
+    for name, num in (("sink_share", 5e-5), ("sink_share_low", 4e-5), ("sink_share_high", 6e-5)):
+        gpu_table[name] = [(num + 1e-6) / (1e-4 + 1e-6)]  # what the parts make of it
+    assert gpu.compare_tables(cpu, gpu_table)["equal"]
+    wrong = gpu_table.copy()
+    wrong["sink_share"] = [0.6]  # ten times what the parts allow
+    found = gpu.compare_tables(cpu, wrong)
+    assert not found["equal"] and found["columns_differing"] == ["sink_share"]
