@@ -398,7 +398,7 @@ def compare_tables(cpu, cuda, rtol: float = RTOL, atol: float = ATOL) -> dict:
         }
     if len(cpu) != len(cuda):
         return {"equal": False, "why": f"{len(cpu)} rows on the CPU, {len(cuda)} on CUDA"}
-    worst, where, outside, differing = 0.0, None, 0, []
+    worst, where, outside, differing, examples = 0.0, None, 0, [], []
     for column in cpu.columns:
         a, b = cpu[column].reset_index(drop=True), cuda[column].reset_index(drop=True)
         numeric = pd.api.types.is_numeric_dtype(a) and not pd.api.types.is_bool_dtype(a)
@@ -413,22 +413,29 @@ def compare_tables(cpu, cuda, rtol: float = RTOL, atol: float = ATOL) -> dict:
             parts = RATIOS.get(column)
             if parts is not None and all(c in cpu.columns for c in (*parts[0], parts[1])):
                 allowed = allowed + _propagated(cpu, cuda, x, parts)[finite]
-            bad = int(nulls.sum() + infinite.sum() + (gap > allowed).sum())
+            off = nulls | infinite
+            off[np.flatnonzero(finite)[gap > allowed]] = True
+            bad = int(off.sum())
             if gap.size and float(gap.max()) > worst:
                 worst, where = float(gap.max()), column
         else:
-            bad = int((a.isna() != b.isna()).sum())
             real = ~a.isna() & ~b.isna()
-            bad += int((a[real].astype(str) != b[real].astype(str)).sum())
+            off = ((a.isna() != b.isna()) | (real & (a.astype(str) != b.astype(str)))).to_numpy()
+            bad = int(off.sum())
         if bad:
             outside += bad
             differing.append(column)
+            # The first cells outside, for the summary: the row and both values.
+            for row in np.flatnonzero(off)[:3]:
+                examples.append({"column": column, "row": int(row), "cpu": str(a[row]),
+                                 "cuda": str(b[row])})  # fmt: skip
     return {
         "equal": outside == 0,
         "max_abs_diff": worst,
         "column": where,
         "cells_outside": outside,
         "columns_differing": differing,
+        "examples": examples,
     }
 
 
