@@ -187,10 +187,15 @@ def assemble(
     width = int(lengths.max())
     query_mask = torch.arange(width)[None, :] < lengths[:, None]
     keep = query_mask[:, None, None, :]
+    # An unpadded batch is already in real-token coordinates: no gather, no masking copy.
+    unpadded = bool((offsets == 0).all()) and bool(query_mask.all())
     stats = {}
     for name in (*STATISTICS, *COUNTS):
         stacked = torch.stack([layer[name] for layer in rec.stats], dim=1)
-        stats[name] = torch.where(keep, _to_real(stacked, offsets, width), 0)
+        if unpadded and stacked.shape[-1] == width:
+            stats[name] = stacked
+        else:
+            stats[name] = torch.where(keep, _to_real(stacked, offsets, width), 0)
     has_sink = (stats["n_sink"] > 0) & keep
     has_content = (stats["n_keys"] - stats["n_sink"] > 0) & keep
     arange = torch.arange(width)

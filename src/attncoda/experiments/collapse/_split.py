@@ -169,10 +169,10 @@ def _share(
     delta, delta_sink = means["delta_entropy"], means["delta_sink"]
     bound = share_rounding(means["entropy_from"], means["entropy_to"], keys)
     if within_rounding(delta, bound) and bound >= atol:  # else share_atol is the wider
+        # The change itself is not printed: its last digits are what two devices differ in.
         note = (
-            f"|delta_entropy| = {abs(delta):.3g} nats is within its float32 rounding "
-            f"{bound:.3g} nats (u (n + 2) (H before + H after), n = {keys} keys): "
-            f"share undefined"
+            f"|delta_entropy| is within its float32 rounding {bound:.2g} nats "
+            f"(u (n + 2) (H before + H after), n = {keys} keys): share undefined"
         )
         return dict.fromkeys(_SHARES), note
     if within_rounding(delta, atol):
