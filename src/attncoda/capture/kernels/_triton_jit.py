@@ -48,12 +48,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import triton.language as tl
 
-__all__ = ["LOG2E", "UNSPECIALISED", "compiled", "interpreting", "triton_available"]
+__all__ = ["UNSPECIALISED", "compiled", "interpreting", "triton_available"]
 
 #: The integer arguments the kernel does not specialise on (one compile for every value).
 UNSPECIALISED = ("Q_LEN", "K_LEN", "OFFSET", "WINDOW", "N_SINK", "N_TILES")
-#: ``log2(e)``: scores are taken in log2 units inside the kernel.
-LOG2E = 1.4426950408889634
 
 
 def interpreting() -> bool:
