@@ -43,13 +43,14 @@ def run_pass(
     record_padded = [
         torch.as_tensor(r) + int(o) for r, o in zip(record, offsets.tolist(), strict=True)
     ]
+    device = input_device(model)
     sink_mask = None
     if sinks is not None:
         sink_mask = torch.zeros_like(real)
         for doc, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
             sink_mask[doc, torch.as_tensor(pos) + off] = True
         # Where the kernels read it, on the layers' device (once, not once per layer).
-        sink_mask = sink_mask.to(input_device(model))
+        sink_mask = sink_mask.to(device)
     rec = Recorder(
         real.cpu(),
         offsets.cpu(),
@@ -59,7 +60,7 @@ def run_pass(
         learned=learned,
         method=method,
         kernel=kernel,
-        pinned=method == "fast" and input_device(model).type == "cuda",
+        pinned=method == "fast" and device.type == "cuda",
     )
     if mode == "attention":
         with routed(model, rec):
@@ -94,16 +95,7 @@ def kernels_ran(ran: dict[int, str]) -> str | None:
     layers 3, 7`` (``exact`` for a layer the fast kernels do not cover)."""
     if not ran:
         return None
-    by_kernel: dict[str, list[int]] = {}
-    for layer, name in sorted(ran.items()):
-        by_kernel.setdefault(name, []).append(layer)
-    main = max(by_kernel, key=lambda name: (len(by_kernel[name]), name == NAMES[0]))
-    others = [
-        f"{name} on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
-        for name, layers in by_kernel.items()
-        if name != main
-    ]
-    return "; ".join([main, *others])
+    return _by_layer(ran, lambda name: name == NAMES[0])
 
 
 def forwards_ran(method: str, ran: dict[int, str]) -> str:
@@ -114,10 +106,16 @@ def forwards_ran(method: str, ran: dict[int, str]) -> str:
     if method != "fast" or not ran:
         return "eager"
     named = {layer: "eager" if k == "exact" else f"fast:{k}" for layer, k in ran.items()}
+    return _by_layer(named, lambda name: name != "eager")
+
+
+def _by_layer(named: dict[int, str], preferred) -> str:
+    """``named`` (layer -> name) in words: the name of most layers (ties to ``preferred``)
+    first, then each other name with its layers (``"sdpa on layers 3, 7"``)."""
     by_name: dict[str, list[int]] = {}
     for layer, name in sorted(named.items()):
         by_name.setdefault(name, []).append(layer)
-    main = max(by_name, key=lambda name: (len(by_name[name]), name != "eager"))
+    main = max(by_name, key=lambda name: (len(by_name[name]), preferred(name)))
     others = [
         f"{name} on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
         for name, layers in by_name.items()
