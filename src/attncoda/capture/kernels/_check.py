@@ -93,11 +93,17 @@ def reference(query, key, value, shape, sink, scaling, softcap=None, s_aux=None,
     return output, stats, z, content, visible
 
 
+def _launch(device, dtype, head_dim, softcap, aux, sparse):
+    """The launch configuration of a checked configuration: the heavy entry where it has a
+    soft-cap, a learned sink (either kind) or a sink key after the prefix."""
+    return launch_for(device, dtype, head_dim, bool(softcap is not None or aux or sparse))
+
+
 def _problem(device, dtype, head_dim, causal, window, softcap, aux, sparse, seed=0):
     """A small random problem of one configuration: two documents (the second padded),
     two query heads on one key/value head, several query and key blocks of the launch;
     with ``sparse``, one more sink key in each document's middle, after its prefix."""
-    config = launch_for(device, dtype, head_dim, bool(softcap is not None or aux or sparse))
+    config = _launch(device, dtype, head_dim, softcap, aux, sparse)
     block = max(config.block_m, config.block_n)
     length = 2 * block + 19
     generator = torch.Generator().manual_seed(seed)
@@ -136,8 +142,7 @@ def _compare(
     ref_out, ref, z, content, visible = reference(
         q, k, v, shape, sink, scaling, cap, s_aux, learned=aux_sink
     )
-    heavy = bool(softcap is not None or aux_content or aux_sink or sparse)
-    config = launch_for(device, dtype, head_dim, heavy)
+    config = _launch(device, dtype, head_dim, softcap, aux_content or aux_sink, sparse)
     compiled = None if interpreting() or isinstance(config, Refused) else config.precision
     limits = fused_bounds(q, k, v, scaling, cap, z, content, visible, compiled=compiled)
     rows = visible.any(-1).expand_as(stats["sink_mass"])
@@ -206,8 +211,7 @@ def first_use_check(
     )  # fmt: skip
     if key in _CHECKED:
         return _CHECKED[key]
-    heavy = bool(softcap is not None or aux_content or aux_sink or sparse)
-    config = launch_for(device, dtype, head_dim, heavy)
+    config = _launch(device, dtype, head_dim, softcap, aux_content or aux_sink, sparse)
     if isinstance(config, Refused):  # the launch table's own refusal: no check, no line
         return f"refused: {config.why}"
     try:
