@@ -125,6 +125,19 @@ RATIOS = {
     "sink_share_low": (("delta_sink_sink_first", "delta_sink_content_first"), "delta_entropy"),
     "sink_share_high": (("delta_sink_sink_first", "delta_sink_content_first"), "delta_entropy"),
 }
+#: Columns held to a rounding bound that their table states (docs/design.md, "Verdicts and
+#: ratios within rounding"), by the column of the bound: the larger of the two devices'
+#: bounds is added to the tolerance. A triplet within its rounding of the tie edge can be
+#: a tie on one device and decided on the other; flips counts how many can be.
+ROUNDED = {
+    "flips": "n_fragile",
+    "n_ties": "n_fragile",
+    "flip_rate": "rate_rounding",
+    "ci_low": "ci_rounding",
+    "ci_high": "ci_rounding",
+}
+#: The bound columns themselves: each device's own bound, compared for their nulls only.
+BOUNDS = frozenset(ROUNDED.values())
 #: The CLI as the console script runs it.
 CLI = "import sys; from attncoda.cli import main; sys.exit(main(sys.argv[1:]))"
 #: The first-use check's variants: (label, causal, window, softcap, learned sink).
@@ -383,8 +396,9 @@ def compare_tables(cpu, cuda, rtol: float = RTOL, atol: float = ATOL) -> dict:
 
     Numeric columns (not bool) agree where both are null, both the same infinity, or
     ``|cuda - cpu| <= atol + rtol * |cpu|`` (a ratio column of :data:`RATIOS` plus what its
-    parts' own differences make of it); every other column agrees exactly (nulls where
-    nulls are). Returns ``equal``,
+    parts' own differences make of it, a column of :data:`ROUNDED` plus the larger of its
+    stated bounds; a bound of :data:`BOUNDS` only where it is null); every other column
+    agrees exactly (nulls where nulls are). Returns ``equal``,
     the largest absolute difference and its column, the cells outside the tolerance, and a
     reason where the tables cannot be compared cell by cell (rows or columns differ).
     """
@@ -413,6 +427,15 @@ def compare_tables(cpu, cuda, rtol: float = RTOL, atol: float = ATOL) -> dict:
             parts = RATIOS.get(column)
             if parts is not None and all(c in cpu.columns for c in (*parts[0], parts[1])):
                 allowed = allowed + _propagated(cpu, cuda, x, parts)[finite]
+            bound = ROUNDED.get(column)
+            if bound in cpu.columns and bound in cuda.columns:
+                stated = np.fmax(
+                    cpu[bound].to_numpy(np.float64, na_value=np.nan),
+                    cuda[bound].to_numpy(np.float64, na_value=np.nan),
+                )
+                allowed = allowed + np.nan_to_num(stated, nan=0.0)[finite]
+            if column in BOUNDS:
+                allowed = np.full_like(allowed, np.inf)
             off = nulls | infinite
             off[np.flatnonzero(finite)[gap > allowed]] = True
             bad = int(off.sum())

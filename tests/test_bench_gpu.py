@@ -108,3 +108,33 @@ def test_a_share_is_held_to_what_its_parts_differences_make_of_it(gpu):
     wrong["sink_share"] = [0.6]  # ten times what the parts allow
     found = gpu.compare_tables(cpu, wrong)
     assert not found["equal"] and found["columns_differing"] == ["sink_share"]
+
+
+def test_a_flip_rate_is_held_to_its_stated_rounding(gpu):
+    # The H200's case: one ci_high moved by 5.2e-4 (a resample's triplet at the tie edge).
+    # Within the larger of the two stated ci_rounding it agrees; without it, it does not.
+    cpu = pd.DataFrame(
+        {
+            "flips": [9],
+            "n_ties": [0],
+            "flip_rate": [9 / 168],
+            "ci_high": [0.0895833],
+            "n_fragile": [1],
+            "rate_rounding": [1 / 167],
+            "ci_rounding": [1e-3],
+        }
+    )
+    cuda = cpu.copy()
+    cuda["flips"] = [10]
+    cuda["flip_rate"] = [10 / 168]
+    cuda["ci_high"] = [0.0901046]
+    cuda["ci_rounding"] = [2e-4]
+    assert gpu.compare_tables(cpu, cuda)["equal"]
+    cpu["ci_rounding"] = [1e-4]
+    found = gpu.compare_tables(cpu, cuda)
+    assert not found["equal"] and found["columns_differing"] == ["ci_high"]
+    cuda["flips"] = [11]  # two triplets moved, one stated
+    found = gpu.compare_tables(cpu, cuda)
+    assert found["columns_differing"] == ["flips", "ci_high"]
+    cuda["ci_rounding"] = [np.nan]  # a bound is each device's own; only its null must match
+    assert "ci_rounding" in gpu.compare_tables(cpu, cuda)["columns_differing"]

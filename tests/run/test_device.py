@@ -136,6 +136,8 @@ def test_head_distances_on_torch_equal_numpy(metric, monkeypatch):
         # float32 rows: the two namespaces round sums in another order (~1e-7 relative).
         np.testing.assert_allclose(got.sums, ref.sums, rtol=1e-5, atol=1e-7)
         np.testing.assert_array_equal(got.counts, ref.counts)
+        # and the pooled distances within the two stated roundings
+        assert (np.abs(got.distances - ref.distances) <= got.rounding + ref.rounding).all()
 
 
 def _smallest_gap(d: np.ndarray) -> float:

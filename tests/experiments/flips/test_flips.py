@@ -386,12 +386,13 @@ def test_bootstrap_with_repeated_draws_counts_each_draw_as_itself():
     drop = document_sums(head_rows, "tv", "drop")
     weights = resample_weights(2, 40, 1)
     assert len(np.unique(weights, axis=0)) < 40
-    rates = bootstrap_rates(keep, drop, weights, 1e-9, 6 * math.comb(5, 2), 1)
+    rates, moved = bootstrap_rates(keep, drop, weights, 1e-9, 6 * math.comb(5, 2), 1)
     one_by_one = [
-        bootstrap_rates(keep, drop, weights[i : i + 1], 1e-9, 6 * math.comb(5, 2), 1)[0]
+        bootstrap_rates(keep, drop, weights[i : i + 1], 1e-9, 6 * math.comb(5, 2), 1)
         for i in range(40)
     ]
-    np.testing.assert_array_equal(rates, one_by_one)
+    np.testing.assert_array_equal(rates, [r[0] for r, _ in one_by_one])
+    np.testing.assert_array_equal(moved, [m[0] for _, m in one_by_one])
 
 
 def test_bootstrap_ci_contains_the_point_estimate_on_stable_data():

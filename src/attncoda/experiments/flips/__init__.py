@@ -3,9 +3,10 @@ experiments").
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`flips` and
 :class:`FlipsResult`, the exact triplet count (:func:`triplet_flips`, :class:`TripletFlips`,
-:func:`tie_tolerance`), the per-document distance sums (:func:`document_sums`,
-:class:`DocumentSums`, :func:`used_rows`) and the bootstrap over documents
-(:func:`bootstrap_rates`).
+:func:`tie_tolerance`, :func:`fragile_band`), the per-document distance sums
+(:func:`document_sums`, :class:`DocumentSums`, :func:`used_rows`, :func:`entropy_sums`) and
+their rounding (:func:`distance_rounding`, :data:`METRIC_ROUNDING`), and the bootstrap over
+documents (:func:`bootstrap_rates`, :func:`rate_rounding`, :func:`interval_rounding`).
 
 Modules: ``_experiment`` (the declaration and its run), ``_sums`` (row distances summed per
 document), ``_count`` (exact flip and tie counts by sorting), ``_bootstrap`` (resampled
@@ -20,12 +21,15 @@ from attncoda.experiments.flips._bootstrap import (
     bootstrap_rates,
     check_n_boot,
     check_threads,
+    interval_rounding,
+    rate_rounding,
     resample_weights,
 )
 from attncoda.experiments.flips._count import (
     TripletFlips,
     count_inversions,
     count_rows,
+    fragile_band,
     off_diagonal,
     tie_tolerance,
     triplet_flips,
@@ -40,8 +44,11 @@ from attncoda.experiments.flips._experiment import (
     flips,
 )
 from attncoda.experiments.flips._sums import (
+    METRIC_ROUNDING,
     DocumentSums,
+    distance_rounding,
     document_sums,
+    entropy_sums,
     used_rows,
 )
 
@@ -54,6 +61,7 @@ __all__ = [
     "EXPERIMENT",
     "FLIP_METRICS",
     "FlipsResult",
+    "METRIC_ROUNDING",
     "Settings",
     "TABLE_COLUMNS",
     "TripletFlips",
@@ -62,9 +70,14 @@ __all__ = [
     "check_threads",
     "count_inversions",
     "count_rows",
+    "distance_rounding",
     "document_sums",
+    "entropy_sums",
     "flips",
+    "fragile_band",
+    "interval_rounding",
     "off_diagonal",
+    "rate_rounding",
     "resample_weights",
     "tie_tolerance",
     "triplet_flips",

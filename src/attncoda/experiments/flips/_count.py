@@ -28,6 +28,7 @@ __all__ = [
     "TripletFlips",
     "count_inversions",
     "count_rows",
+    "fragile_band",
     "off_diagonal",
     "tie_tolerance",
     "triplet_flips",
@@ -48,11 +49,17 @@ class TripletFlips:
         Triplets of each ``A`` within the tie tolerance under keep or under drop.
     flips : ndarray of int64, shape (head,)
         Decided triplets of each ``A`` whose keep and drop verdicts disagree.
+    fragile : ndarray of int64, shape (head,)
+        Triplets of each ``A`` whose difference ``|D(A, C) - D(A, B)|`` lies within its
+        rounding of the tie edge under keep or under drop: a tie on one device, decided on
+        another (all zero when no rounding is given). ``ties`` and ``flips`` of ``A`` are
+        each good to this many.
     """
 
     n_triplets: int
     ties: np.ndarray
     flips: np.ndarray
+    fragile: np.ndarray
 
 
 def tie_tolerance(distances: np.ndarray, tol: float) -> np.ndarray:
@@ -61,7 +68,13 @@ def tie_tolerance(distances: np.ndarray, tol: float) -> np.ndarray:
     return tol * scale
 
 
-def triplet_flips(d_keep: Any, d_drop: Any, *, tol: float = DEFAULT_TOL) -> TripletFlips:
+def triplet_flips(
+    d_keep: Any,
+    d_drop: Any,
+    *,
+    tol: float = DEFAULT_TOL,
+    rounding: tuple[Any, Any] | None = None,
+) -> TripletFlips:
     r"""Count flips between two head-distance matrices over every triplet, exactly.
 
     For every head ``A`` and every unordered pair ``{B, C}`` of other heads, the verdict under
@@ -77,11 +90,18 @@ def triplet_flips(d_keep: Any, d_drop: Any, *, tol: float = DEFAULT_TOL) -> Trip
     tol : float
         Relative tie tolerance (``>= 0``); the absolute tolerance of a matrix is
         ``tol * max|D|``.
+    rounding : (array_like, array_like), optional
+        How far rounding can move each entry of ``d_keep`` and of ``d_drop`` (same shapes,
+        the distances' units, ``>= 0``; :func:`attncoda.experiments.flips.distance_rounding`).
+        A triplet is *fragile* when ``| |D(A, C) - D(A, B)| - tol max|D| |`` is within the
+        row's band :func:`fragile_band` under either convention: a tie on one device,
+        decided on another. None: no entry is rounded, and only a difference exactly at
+        the edge is fragile.
 
     Returns
     -------
     TripletFlips
-        Per-``A`` tie and flip counts.
+        Per-``A`` tie, flip and fragile counts.
 
     Examples
     --------
@@ -101,11 +121,39 @@ def triplet_flips(d_keep: Any, d_drop: Any, *, tol: float = DEFAULT_TOL) -> Trip
     if n < 3:
         raise AttncodaError(f"a triplet needs at least 3 heads; the matrices have {n}")
     tol = check_tol(tol)
+    if rounding is None:
+        rounding = (np.zeros_like(d_keep), np.zeros_like(d_drop))
+    e_keep, e_drop = (
+        _rounding(e, d.shape, name)
+        for e, d, name in zip(rounding, (d_keep, d_drop), ("keep", "drop"), strict=True)
+    )
     x, y = off_diagonal(d_keep[None]), off_diagonal(d_drop[None])
     tx = np.repeat(tie_tolerance(d_keep[None], tol), n)
     ty = np.repeat(tie_tolerance(d_drop[None], tol), n)
-    flips, ties = count_rows(x, y, tx, ty)
-    return TripletFlips(n_triplets=math.comb(n - 1, 2), ties=ties, flips=flips)
+    bx, by = fragile_band(d_keep, e_keep, tol), fragile_band(d_drop, e_drop, tol)
+    flips, ties, fragile = count_rows(x, y, tx, ty, bx, by)
+    return TripletFlips(n_triplets=math.comb(n - 1, 2), ties=ties, flips=flips, fragile=fragile)
+
+
+def fragile_band(distances: np.ndarray, rounding: np.ndarray, tol: float) -> np.ndarray:
+    """The fragile band of each row ``A`` of a (head, head) matrix, shape (head,): how far
+    rounding can move a difference ``D(A, C) - D(A, B)`` and the tie edge ``tol max|D|``
+    together, ``2 max_B e(A, B) + tol e(max|D|)`` (``e`` the entries' rounding, the
+    diagonal left out)."""
+    n = distances.shape[0]
+    off = off_diagonal(rounding[None])
+    at = np.unravel_index(np.argmax(np.abs(distances)), distances.shape)
+    return 2 * off.max(axis=1) + tol * rounding[at] if n > 1 else np.zeros(n)
+
+
+def _rounding(e: Any, shape: tuple[int, ...], convention: str) -> np.ndarray:
+    e = np.asarray(e, dtype=np.float64)
+    if e.shape != shape or not (np.isfinite(e).all() and (e >= 0).all()):
+        raise AttncodaError(
+            f"the rounding of the {convention} distances must be finite, non-negative and of "
+            f"shape {shape}; got shape {e.shape}"
+        )
+    return e
 
 
 def _square(d: Any, name: str) -> np.ndarray:
@@ -131,36 +179,51 @@ def off_diagonal(d: np.ndarray) -> np.ndarray:
 
 
 def count_rows(
-    x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Discordant decided pairs and tied pairs of each row pair ``(x[i], y[i])``.
+    x: np.ndarray,
+    y: np.ndarray,
+    tx: np.ndarray,
+    ty: np.ndarray,
+    bx: np.ndarray | None = None,
+    by: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Discordant decided pairs, tied pairs and fragile pairs of each row pair ``(x[i], y[i])``.
 
-    ``x, y`` have shape (rows, n); ``tx, ty`` shape (rows,) are absolute tolerances. Returns
-    ``(flips, ties)``, int64 of shape (rows,). Works in cache-sized blocks of rows.
+    ``x, y`` have shape (rows, n); ``tx, ty`` shape (rows,) are absolute tolerances and
+    ``bx, by`` shape (rows,) the fragile bands (None: zero). A pair ``(a, b)`` is fragile
+    when ``| |x_b - x_a| - tx | <= bx``, or the same under ``y``. Returns ``(flips, ties,
+    fragile)``, int64 of shape (rows,). Works in cache-sized blocks of rows.
     """
     rows, n = x.shape
     flips = np.zeros(rows, dtype=np.int64)
     ties = np.zeros(rows, dtype=np.int64)
+    fragile = np.zeros(rows, dtype=np.int64)
     if n < 2:
-        return flips, ties
+        return flips, ties, fragile
+    bx = np.zeros(rows) if bx is None else bx
+    by = np.zeros(rows) if by is None else by
     step = max(1, _CHUNK_ELEMS // n)
     for r0 in steps(range(0, rows, step), desc=f"flips: {rows} pairs", unit="block"):
         sl = slice(r0, r0 + step)
-        flips[sl], ties[sl] = _count_block(x[sl], y[sl], tx[sl], ty[sl])
-    return flips, ties
+        flips[sl], ties[sl], fragile[sl] = _count_block(
+            x[sl], y[sl], tx[sl], ty[sl], bx[sl], by[sl]
+        )
+    return flips, ties, fragile
 
 
 def _count_block(
-    x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Flips and ties of a block of rows: inversions of every pair, minus the tied pairs.
+    x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray, bx: np.ndarray, by: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flips, ties and fragile pairs of a block of rows: inversions of every pair, minus the
+    tied pairs.
 
     Every pair ``B < C`` is discordant when ``(x_C > x_B) != (y_C > y_B)``. Ordering each row
     by value, equal values by falling head index, makes "C ranks above B" mean exactly
     ``x_C > x_B`` (so exact duplicates count as that predicate does), and the discordant pairs
     are the inversions of the drop ranks read in keep order. The tied pairs (within the
     tolerance under keep or under drop) are few; they are listed from the sorted rows and
-    their discordant ones subtracted, which leaves the decided flips of the definition.
+    their discordant ones subtracted, which leaves the decided flips of the definition. The
+    pairs are listed out to the tolerance plus the band, so that the fragile ones (within
+    the band of the tolerance) come out of the same list.
     """
     rows, n = x.shape
     (ox, xs), (oy, ys) = _order(x), _order(y)
@@ -168,13 +231,13 @@ def _count_block(
     np.put_along_axis(rank_y, oy, np.arange(n)[None, :], axis=1)
     # pi[i] = drop rank of the head holding keep rank i: its inversions are the discordances.
     discordant = count_inversions(np.take_along_axis(rank_y, ox, axis=1))
-    r, a, b = _tied_pairs(xs, ox, tx, ys, oy, ty)
+    r, a, b, fragile = _tied_pairs(xs, ox, tx, bx, ys, oy, ty, by)
     if r.size == 0:
-        return discordant, np.zeros(rows, dtype=np.int64)
+        return discordant, np.zeros(rows, dtype=np.int64), fragile
     dx = x[r, b] - x[r, a]
     dy = y[r, b] - y[r, a]
     tied_discordant = np.bincount(r[(dx > 0) != (dy > 0)], minlength=rows)
-    return discordant - tied_discordant, np.bincount(r, minlength=rows).astype(np.int64)
+    return discordant - tied_discordant, np.bincount(r, minlength=rows).astype(np.int64), fragile
 
 
 def _order(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -194,32 +257,53 @@ def _order(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _tied_pairs(
-    xs: np.ndarray, ox: np.ndarray, tx: np.ndarray, ys: np.ndarray, oy: np.ndarray, ty: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every pair within tolerance under ``x`` or ``y``, once: ``(row, a, b)`` with ``a < b``.
+    xs: np.ndarray,
+    ox: np.ndarray,
+    tx: np.ndarray,
+    bx: np.ndarray,
+    ys: np.ndarray,
+    oy: np.ndarray,
+    ty: np.ndarray,
+    by: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair within tolerance under ``x`` or ``y``, once: ``(row, a, b)`` with ``a < b``;
+    and the fragile pairs of each row, counted (int64, shape (rows,)).
 
     ``xs, ys`` are the sorted rows and ``ox, oy`` their orders (:func:`_order`).
 
     In a sorted row the entries within ``t`` of an entry follow it, and rounded subtraction
     is monotone (``c >= b >= a`` gives ``fl(c - a) >= fl(b - a)``), so the pairs at sorted
-    distance ``k`` are scanned for ``k = 1, 2, ...`` until none is within tolerance.
+    distance ``k`` are scanned for ``k = 1, 2, ...`` until none is within ``t + b``; a row
+    leaves the scan at the first ``k`` where it has none. The pairs within ``t`` are listed,
+    those within ``b`` of ``t`` counted, under ``x`` and under ``y`` apart: a pair fragile
+    under both is counted twice (the count is a bound).
     """
     rows, n = xs.shape
     codes = []
-    for vs, order, t in ((xs, ox, tx), (ys, oy, ty)):
+    fragile = np.zeros(rows, dtype=np.int64)
+    for vs, order, t, band in ((xs, ox, tx, bx), (ys, oy, ty, by)):
+        active = np.arange(rows)
         for k in range(1, n):
-            hit = (vs[:, k:] - vs[:, :-k]) <= t[:, None]
-            if not hit.any():
+            sub = vs[active]
+            gap = sub[:, k:] - sub[:, :-k]
+            reach = gap <= (t + band)[active, None]
+            still = reach.any(axis=1)
+            if not still.any():
                 break
-            r, i = np.nonzero(hit)
-            h0, h1 = order[r, i], order[r, i + k]
-            lo, hi = np.minimum(h0, h1), np.maximum(h0, h1)
-            codes.append((r.astype(np.int64) * n + lo) * n + hi)
+            fragile[active] += (reach & (gap >= (t - band)[active, None])).sum(axis=1)
+            hit = gap <= t[active, None]
+            if hit.any():
+                j, i = np.nonzero(hit)
+                r = active[j]
+                h0, h1 = order[r, i], order[r, i + k]
+                lo, hi = np.minimum(h0, h1), np.maximum(h0, h1)
+                codes.append((r.astype(np.int64) * n + lo) * n + hi)
+            active = active[still]
     if not codes:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
+        return empty, empty, empty, fragile
     code = np.unique(np.concatenate(codes))
-    return code // (n * n), (code // n) % n, code % n
+    return code // (n * n), (code // n) % n, code % n, fragile
 
 
 _Level = tuple[int, int, np.ndarray, np.ndarray, int]

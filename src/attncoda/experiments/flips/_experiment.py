@@ -47,6 +47,8 @@ from attncoda.experiments.contract import (
 from attncoda.experiments.flips._bootstrap import (
     bootstrap_rates,
     check_threads,
+    interval_rounding,
+    rate_rounding,
     resample_weights,
 )
 from attncoda.experiments.flips._count import (
@@ -55,7 +57,7 @@ from attncoda.experiments.flips._count import (
 from attncoda.experiments.flips._figure import draw
 from attncoda.experiments.flips._section import flips_section
 from attncoda.experiments.flips._summary import summary
-from attncoda.experiments.flips._sums import document_sums
+from attncoda.experiments.flips._sums import document_sums, entropy_sums
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,21 +73,14 @@ __all__ = [
 ]
 
 TABLE_COLUMNS = (
-    "model",
-    "metric",
-    "n_heads",
-    "n_docs",
-    "n_triplets",
-    "n_ties",
-    "flips",
-    "flip_rate",
-    "ci_low",
-    "ci_high",
-    "ci_method",
-    "n_boot",
-    "ci_note",
-)
-BY_LAYER_COLUMNS = ("model", "metric", "layer", "n_triplets", "n_ties", "flips", "flip_rate")
+    "model", "metric", "n_heads", "n_docs", "n_triplets", "n_ties", "flips", "flip_rate",
+    "ci_low", "ci_high", "ci_method", "n_boot", "ci_note", "n_fragile", "rate_rounding",
+    "ci_rounding",
+)  # fmt: skip
+BY_LAYER_COLUMNS = (
+    "model", "metric", "layer", "n_triplets", "n_ties", "flips", "flip_rate", "n_fragile",
+    "rate_rounding",
+)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,10 +104,15 @@ class FlipsResult:
         resamples of the ``n_docs`` documents (``ci_method`` = ``"percentile bootstrap over
         documents"``, ``ci_note`` = ``""``). With fewer there is no interval: ``ci_low,
         ci_high`` are NaN, ``ci_method`` is ``""``, ``n_boot`` is 0 and ``ci_note`` says why
-        (``"no interval: 4 documents, fewer than 10"``).
+        (``"no interval: 4 documents, fewer than 10"``). Then what float32 rounding of the
+        distances leaves open (docs/design.md, "Verdicts and ratios within rounding"):
+        ``n_fragile``, the triplets within their rounding of the tie edge (``n_ties`` and
+        ``flips`` are each good to that many); ``rate_rounding``, how far ``flip_rate`` can
+        move by them; ``ci_rounding``, how far either end of the interval can (each
+        resample's rate moved by its own; NaN without an interval).
     by_layer : pandas.DataFrame
         The same counts broken down by the layer of ``A``: ``model, metric, layer,
-        n_triplets, n_ties, flips, flip_rate`` (no CI).
+        n_triplets, n_ties, flips, flip_rate, n_fragile, rate_rounding`` (no CI).
     distances : dict
         ``(metric, convention) -> ndarray (head, head)``: the pooled head distances.
     bootstrap : dict
@@ -258,22 +258,26 @@ def flips(
     weights: np.ndarray | None = None
     n_docs = n_rows = 0
     note = ""
+    entropies = {c: entropy_sums(head_rows, c) for c in ("keep", "drop")}
     for metric in steps(metrics, desc=f"flips {head_rows.model}: metrics", unit="metric"):
-        keep = document_sums(head_rows, metric, "keep", device=on)
-        drop = document_sums(head_rows, metric, "drop", device=on)
+        keep = document_sums(head_rows, metric, "keep", device=on, entropies=entropies["keep"])
+        drop = document_sums(head_rows, metric, "drop", device=on, entropies=entropies["drop"])
         if weights is None:
             n_docs, n_rows = len(keep.docs), int(keep.counts.sum())
             note = no_interval_note(n_docs, "documents")
             weights = resample_weights(n_docs, 0 if note else n_boot, seed)
-        point = triplet_flips(keep.distances, drop.distances, tol=tol)
-        rates = (
+        point = triplet_flips(
+            keep.distances, drop.distances, tol=tol, rounding=(keep.rounding, drop.rounding)
+        )
+        rates, moved = (
             bootstrap_rates(keep, drop, weights, tol, n_triplets, threads)
             if len(weights)
-            else np.zeros(0, dtype=np.float64)
+            else (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.float64))
         )
         low, high = percentile_interval(rates)
         why = note or ("" if math.isfinite(low) else "no interval: every resample ties")
         n_ties, n_flips = int(point.ties.sum()), int(point.flips.sum())
+        n_fragile = int(point.fragile.sum())
         rows.append(
             (
                 head_rows.model,
@@ -289,15 +293,22 @@ def flips(
                 "" if why else BOOTSTRAP_DOCUMENTS,
                 len(rates),
                 why,
+                n_fragile,
+                float(rate_rounding(n_fragile, n_triplets - n_ties)),
+                interval_rounding(rates, moved, (low, high)),
             )
         )
         for layer in range(head_rows.n_layers):
             sel = layer_of == layer
             t, f = int(point.ties[sel].sum()), int(point.flips[sel].sum())
+            k = int(point.fragile[sel].sum())
             total = point.n_triplets * int(sel.sum())
             layer_rows.append(
-                (head_rows.model, metric, layer, total, t, f, flip_rate(f, total - t))
-            )
+                (
+                    head_rows.model, metric, layer, total, t, f, flip_rate(f, total - t), k,
+                    float(rate_rounding(k, total - t)),
+                )
+            )  # fmt: skip
         distances[(metric, "keep")] = keep.distances
         distances[(metric, "drop")] = drop.distances
         boot[metric] = rates
@@ -316,8 +327,8 @@ def flips(
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
-    ints = ("n_heads", "n_docs", "layer", "n_triplets", "n_ties", "flips", "n_boot")
-    floats = ("flip_rate", "ci_low", "ci_high")
+    ints = ("n_heads", "n_docs", "layer", "n_triplets", "n_ties", "flips", "n_boot", "n_fragile")
+    floats = ("flip_rate", "ci_low", "ci_high", "rate_rounding", "ci_rounding")
     texts = ("ci_method", "ci_note")
     types = {c: "int64" for c in ints} | {c: "float64" for c in floats} | {c: str for c in texts}
     return df.astype({c: t for c, t in types.items() if c in df})

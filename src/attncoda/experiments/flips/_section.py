@@ -9,6 +9,7 @@ from __future__ import annotations
 from attncoda.experiments.contract import MIN_BOOTSTRAP_N
 from attncoda.experiments.flips._figure import draw
 from attncoda.experiments.view import (
+    NA,
     Context,
     esc,
     figure_or_note,
@@ -17,12 +18,24 @@ from attncoda.experiments.view import (
     fmt_pct,
     groups,
     interval_method,
+    is_missing,
     model_label,
     paper_vs_measured,
     table,
 )
 
 __all__ = ["flips_section"]
+
+
+def _within_rounding(row: dict) -> str:
+    """``±rate, ±ends (k triplets at the tie edge)``; a dash for tables made before the
+    columns were (docs/design.md, "Verdicts and ratios within rounding")."""
+    k = row.get("n_fragile")
+    if is_missing(k):
+        return NA
+    ends = row.get("ci_rounding")
+    ends_text = "" if is_missing(ends) else f", ends ±{fmt_pct(ends, 2)}"
+    return f"rate ±{fmt_pct(row['rate_rounding'], 2)}{ends_text} ({fmt_count(k)} at the tie edge)"
 
 
 def flips_section(ctx: Context) -> str:
@@ -58,6 +71,7 @@ def flips_section(ctx: Context) -> str:
             fmt_pct(r["flip_rate"]),
             fmt_interval(r, "ci_low", "ci_high"),
             interval_method(r, "n_docs", "documents"),
+            _within_rounding(r),
         )
         for label, g in groups(flips)
         for r in g.to_dict("records")
@@ -68,7 +82,10 @@ def flips_section(ctx: Context) -> str:
         table(
             "Flip rate per model and row metric, with its 95% interval: a percentile bootstrap "
             f"over documents, given only from {MIN_BOOTSTRAP_N} documents up (with fewer, the "
-            "note says so)",
+            "note says so). The last column is what float32 rounding of the head distances "
+            "leaves open: the triplets within their rounding of the tie edge (a tie on one "
+            "device, decided on another), and how far the rate and the interval's ends can "
+            "move by them",
             convention,
             (
                 "model",
@@ -81,6 +98,7 @@ def flips_section(ctx: Context) -> str:
                 "flip rate",
                 "95% interval",
                 "interval method and n",
+                "within rounding",
             ),
             rows,
         ),

@@ -11,13 +11,21 @@ if TYPE_CHECKING:
 __all__ = ["summary"]
 
 
+def _rounding(row: Any) -> str:
+    k = getattr(row, "n_fragile", 0)
+    if not k or k != k:
+        return ""
+    return f"; ±{row.rate_rounding:.2%} by rounding ({k} at the tie edge)"
+
+
 def summary(
     tables: Mapping[str, pd.DataFrame],
     facts: Callable[[str, str], Mapping[str, Any]],
     sink: str,
 ) -> str:
     """One line per model and metric: the flip rate keep vs drop, its percentile bootstrap
-    interval over documents (or why there is none), and the triplets decided and tied."""
+    interval over documents (or why there is none), the triplets decided and tied, and how
+    far float32 rounding can move the rate (the triplets at the tie edge)."""
     lines = [
         "flip rate of 'which head is closer' verdicts, keep vs drop (95% percentile bootstrap "
         "interval over documents, or why there is none):"
@@ -27,5 +35,6 @@ def summary(
         lines.append(
             f"  {row.model:<24} {row.metric:<12} {row.flip_rate:6.1%}  {ci}, {row.n_docs} "
             f"documents; {row.n_triplets - row.n_ties} decided triplets ({row.n_ties} ties)"
+            + _rounding(row)
         )
     return "\n".join(lines)

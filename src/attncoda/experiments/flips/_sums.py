@@ -12,9 +12,31 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.coda import head_distances
-from attncoda.experiments.contract import DocRows, HeadRows
+from attncoda.experiments.contract import FLOAT32_UNIT_ROUNDOFF, DocRows, HeadRows
 
-__all__ = ["DocumentSums", "document_sums", "used_rows"]
+__all__ = [
+    "METRIC_ROUNDING",
+    "DocumentSums",
+    "distance_rounding",
+    "document_sums",
+    "entropy_sums",
+    "used_rows",
+]
+
+#: The constant term ``c`` of each classic metric's row rounding ``(n + 2) u (c + H_A + H_B)``
+#: (docs/design.md, "Verdicts and ratios within rounding"): the magnitude of the terms its
+#: float32 row sums cancel, beyond the entropies that the rounded logs bring in. TV sums
+#: ``(p + q) / 2`` (1); cosine ``1 - x_A . x_B`` of unit rows, each normalised (1 + 2);
+#: Hellinger a Gram difference of magnitude 4, whose square root divides its rounding by at
+#: least ``2 d >= 2 sqrt(0.024)`` (nearer pairs are recomputed from their difference), over
+#: ``sqrt(2)``: 9.2, so 10; JSD ``H(m) <= log 2 + (H_A + H_B) / 2``; the entropy gap none.
+METRIC_ROUNDING = {
+    "tv": 1.0,
+    "cosine": 3.0,
+    "hellinger": 10.0,
+    "jsd": float(np.log(2.0)),
+    "entropy_gap": 0.0,
+}
 
 
 @dataclass(frozen=True)
@@ -30,16 +52,62 @@ class DocumentSums:
     docs : tuple of int
         Index in ``HeadRows.docs`` of each kept document (documents without a used row are
         left out).
+    entropies : ndarray, shape (document, head)
+        Sum over document ``d``'s used rows of each head's row entropy under the convention
+        (nats): the magnitudes the rows' rounded logs carry into the distances.
+    keys : int
+        The most keys a row sees (the windows' padded length): the length of the rows'
+        float32 sums.
+    rows : int
+        The most used rows of a document: the length of its float32 mean.
+    constant : float
+        The metric's :data:`METRIC_ROUNDING`.
     """
 
     sums: np.ndarray
     counts: np.ndarray
     docs: tuple[int, ...]
+    entropies: np.ndarray
+    keys: int
+    rows: int
+    constant: float
 
     @property
     def distances(self) -> np.ndarray:
         """The pooled head distances ``D = sum_d S_d / sum_d n_d``, shape (head, head)."""
         return self.sums.sum(axis=0) / self.counts.sum()
+
+    @property
+    def rounding(self) -> np.ndarray:
+        """How far float32 rounding can move each pooled distance, shape (head, head):
+        :func:`distance_rounding` of :attr:`distances` and the mean row entropies."""
+        mean_h = self.entropies.sum(axis=0) / self.counts.sum()
+        return distance_rounding(self.distances, mean_h, self)
+
+
+def distance_rounding(distances: np.ndarray, mean_entropy: np.ndarray, of: DocumentSums) -> Any:
+    r"""The rounding bound of head distances pooled from float32 rows (docs/design.md,
+    "Verdicts and ratios within rounding").
+
+    .. math:: e(A, B) = u \left[(n + 2) (c + \bar H_A + \bar H_B) + R \, |D(A, B)|\right]
+
+    with ``u = 2**-24``, ``n`` the most keys a row sees, ``c`` the metric's constant
+    (:data:`METRIC_ROUNDING`), ``\bar H`` each head's mean row entropy (nats), ``R`` the
+    most rows of a document (the float32 mean over them). Shapes broadcast: ``distances``
+    (..., head, head) with ``mean_entropy`` (..., head), or pair vectors (..., pair) with
+    ``mean_entropy`` given as ``H_A + H_B`` per pair (..., pair).
+
+    Returns
+    -------
+    ndarray
+        Non-negative, the distances' units.
+    """
+    if distances.ndim == mean_entropy.ndim + 1:
+        pair = mean_entropy[..., :, None] + mean_entropy[..., None, :]
+    else:
+        pair = mean_entropy
+    terms = (of.keys + 2) * (of.constant + pair) + of.rows * np.abs(distances)
+    return FLOAT32_UNIT_ROUNDOFF * terms
 
 
 def used_rows(doc: DocRows) -> int:
@@ -50,8 +118,20 @@ def used_rows(doc: DocRows) -> int:
     return int((has_sink & (n_valid - len(doc.sink) >= 2)).sum())
 
 
+def entropy_sums(head_rows: HeadRows, convention: str | None) -> np.ndarray:
+    """Each head's row entropy (nats) under ``convention`` summed over each document's used
+    rows, shape (document, head) over every document of ``head_rows``: the magnitudes of
+    :attr:`DocumentSums.entropies`, the same for every metric."""
+    return np.stack([_entropy_sums(doc, convention) for doc in head_rows.docs])
+
+
 def document_sums(
-    head_rows: HeadRows, metric: str, convention: str | None, *, device: str | None = None
+    head_rows: HeadRows,
+    metric: str,
+    convention: str | None,
+    *,
+    device: str | None = None,
+    entropies: np.ndarray | None = None,
 ) -> DocumentSums:
     """Per-document sums ``S_d`` and counts ``n_d`` of a metric's row distances.
 
@@ -66,6 +146,9 @@ def document_sums(
     device : str, optional
         A torch device (``"cuda"``) to compute the head distances on; None: numpy on the
         host.
+    entropies : ndarray, shape (document, head), optional
+        :func:`entropy_sums` of ``head_rows`` under ``convention``, when already at hand
+        (flips reads them once per convention for every metric).
 
     Returns
     -------
@@ -95,7 +178,43 @@ def document_sums(
             f"model {head_rows.model!r} has no recorded row with every sink key present and "
             "at least 2 content keys: head distances are means over such rows"
         )
-    return DocumentSums(np.stack(sums), np.asarray(counts, dtype=np.int64), tuple(kept))
+    if metric not in METRIC_ROUNDING:  # an unknown metric was refused by head_distances
+        raise AttncodaError(
+            f"document sums are of the classic metrics {sorted(METRIC_ROUNDING)}; got {metric!r}"
+        )
+    return DocumentSums(
+        np.stack(sums),
+        np.asarray(counts, dtype=np.int64),
+        tuple(kept),
+        entropies=(entropy_sums(head_rows, convention) if entropies is None else entropies)[
+            list(kept)
+        ],
+        keys=max(int(np.shape(head_rows.docs[i].key_mask)[-1]) for i in kept),
+        rows=max(counts),
+        constant=METRIC_ROUNDING[metric],
+    )
+
+
+def _entropy_sums(doc: DocRows, convention: str | None) -> np.ndarray:
+    """Each head's row entropy (nats) under ``convention`` summed over the document's used
+    rows, shape (head,): float32 work summed in float64, a magnitude (no finer than the
+    rows it is read from)."""
+    mask = np.asarray(doc.key_mask, dtype=bool)
+    n_valid = mask.sum(axis=-1)
+    has_sink = mask[:, list(doc.sink)].all(axis=-1)
+    used = has_sink & (n_valid - len(doc.sink) >= 2)
+    keys = mask[used]
+    if convention == "drop":
+        keys = keys.copy()
+        keys[:, list(doc.sink)] = False
+    z = np.where(keys, np.asarray(doc.logp, dtype=np.float32)[:, used], -np.inf)
+    z -= z.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    total = p.sum(axis=-1, keepdims=True)
+    # H = log(sum e^z) - sum e^z z / sum e^z, the absent keys' e^z = 0 left out of the dot.
+    dot = np.einsum("hrk,hrk->hr", p, np.where(keys, z, 0.0))
+    h = np.log(total[..., 0]) - dot / total[..., 0]
+    return h.sum(axis=-1, dtype=np.float64)
 
 
 def _sinks_present(doc: DocRows) -> bool:
