@@ -377,13 +377,19 @@ def page() -> str:
         "## Flips",
         "",
         "Flip rate of keep vs drop verdicts per model and metric, with its 95% interval "
-        "(its method and the documents behind it in the last columns).",
+        "(its method and the documents behind it in the next columns), and what float32 "
+        "rounding of the head distances leaves open: the triplets within their rounding of "
+        "the tie edge, and how far the rate and the interval's ends can move by them "
+        "([Design](design.md#verdicts-and-ratios-within-rounding)).",
         "",
     ]
-    flips = table("flips")[
-        ["model", "metric", "n_triplets", "flip_rate", "ci_low", "ci_high", "n_docs", "ci_method"]
-    ]
+    columns = ["model", "metric", "n_triplets", "flip_rate", "ci_low", "ci_high", "n_docs",
+               "ci_method", "n_fragile", "rate_rounding", "ci_rounding"]  # fmt: skip
+    flips = table("flips")
+    flips = flips[[c for c in columns if c in flips]]
     ci = {c: (lambda v: "" if _missing(v) else pct(v)) for c in ("flip_rate", "ci_low", "ci_high")}
+    fine = ("rate_rounding", "ci_rounding")
+    ci |= {c: (lambda v: "" if _missing(v) else pct(v, 2)) for c in fine}
     out += [_markdown_table(flips, ci), ""]
     out += [_figure("flips"), "", "## Cluster", ""]
     summary = table("cluster_summary")[
