@@ -296,9 +296,10 @@ def _timed(call, device: str) -> tuple[float, float | None]:
     return seconds, peak
 
 
-def ratios(model, device: str, length: int, repeats: int) -> dict:
-    """Min time and peak memory of the SDPA forward, fused capture and two-call capture,
-    interleaved, after a warm-up (the fused kernel's compile and its first-use check)."""
+def speed_calls(model, device: str, length: int, fused: str) -> dict:
+    """The calls the speed part times, on one random document of ``length`` tokens:
+    ``sdpa_forward`` (the model's own forward with SDPA), ``fused`` (a fast capture with
+    the kernel ``fused``) and ``two_call`` (a fast capture with the ``sdpa`` kernel)."""
     import torch
 
     from attncoda.capture import capture
@@ -314,10 +315,17 @@ def ratios(model, device: str, length: int, repeats: int) -> dict:
     def fast(kernel):
         return lambda: capture(model, ids, record_rows="none", method="fast", kernel=kernel)
 
+    return {"sdpa_forward": forward, "fused": fast(fused), "two_call": fast("sdpa")}
+
+
+def ratios(model, device: str, length: int, repeats: int) -> dict:
+    """Min time and peak memory of the SDPA forward, fused capture and two-call capture,
+    interleaved, after a warm-up (the fused kernel's compile and its first-use check)."""
+    import torch
+
     # On CUDA the default (the fused kernel once its check passes); on the CPU fallback the
     # interpreted kernel, forced (auto is SDPA there).
-    fused = "auto" if device == "cuda" else "triton"
-    calls = {"sdpa_forward": forward, "fused": fast(fused), "two_call": fast("sdpa")}
+    calls = speed_calls(model, device, length, "auto" if device == "cuda" else "triton")
     best = {name: [math.inf, None] for name in calls}
     kernel_ran = None
     with torch.inference_mode():

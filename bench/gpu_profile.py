@@ -101,26 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from attncoda.capture import capture
-
     gpu = _gpu_module()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     small = device == "cpu"
     length = args.length if not small else 64
     model = gpu.shaped_model(args.kind, device, small)
-    top = int(model.config.vocab_size)
-    ids = torch.randint(3, top, (1, length), generator=torch.Generator().manual_seed(0))
-    ids = ids.to(device)
-
-    def forward():
-        model.set_attn_implementation("sdpa")
-        model(input_ids=ids)
-
-    kernel = "auto" if device == "cuda" else "cpp"
-    calls = {
-        "sdpa_forward": forward,
-        "fused": lambda: capture(model, ids, record_rows="none", method="fast", kernel=kernel),
-    }
+    calls = gpu.speed_calls(model, device, length, "auto" if device == "cuda" else "cpp")
+    calls.pop("two_call")
     traces = Path(args.traces) if args.traces else None
     if traces is not None:
         traces.mkdir(parents=True, exist_ok=True)

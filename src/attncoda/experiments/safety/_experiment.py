@@ -51,7 +51,7 @@ from attncoda.experiments.contract import (
     check_tol,
     setting,
 )
-from attncoda.experiments.flips import FlipsResult, document_sums
+from attncoda.experiments.flips import FlipsResult, document_sums, entropy_sums
 from attncoda.experiments.safety._bins import (
     CELL_COLUMNS,
     GRID_KEYS,
@@ -271,8 +271,10 @@ def _distances(
     head_rows: HeadRows, metrics: tuple[str, ...], flips_result: FlipsResult | None
 ) -> dict[tuple[str, str], np.ndarray]:
     if flips_result is None:
+        # The row entropies (the distances' rounding magnitudes) once per convention.
+        entropies = {c: entropy_sums(head_rows, c) for c in ("keep", "drop")}
         return {
-            (m, c): document_sums(head_rows, m, c).distances
+            (m, c): document_sums(head_rows, m, c, entropies=entropies[c]).distances
             for m in metrics
             for c in ("keep", "drop")
         }
