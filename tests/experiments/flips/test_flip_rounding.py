@@ -132,3 +132,30 @@ def test_distance_rounding_is_the_stated_formula():
     e = distance_rounding(d, h, Of)
     assert e[0, 1] == pytest.approx(2.0**-24 * (66 * (np.log(2) + 3.5) + 62 * 0.25), rel=1e-12)
     assert METRIC_ROUNDING["entropy_gap"] == 0.0 and METRIC_ROUNDING["tv"] == 1.0
+
+
+def test_row_entropies_are_those_of_scipy_and_finite_with_a_zero_probability():
+    # The magnitudes behind the rounding: each head's row entropies summed over the used
+    # rows, under keep and drop (the content renormalised), a key of log-probability -inf
+    # (allowed by the classic metrics) contributing nothing.
+    from scipy.stats import entropy
+
+    from attncoda.experiments.contract import DocRows, HeadRows
+    from attncoda.experiments.flips import entropy_sums
+
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.ones(5), size=(3, 4))  # (head, row, key)
+    p[1, 2, 3] = 0.0
+    p /= p.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        logp = np.log(p).astype(np.float32)
+    mask = np.ones((4, 5), dtype=bool)
+    mask[0, 3:] = False  # row 0 sees 3 keys: sink + 2 content, still used
+    logp[:, 0, 3:] = 0.0  # absent keys hold anything
+    rows = HeadRows("x", 1, 3, (DocRows(logp=logp, key_mask=mask, sink=(0,)),), np.zeros(3))
+    keep, drop = entropy_sums(rows, "keep")[0], entropy_sums(rows, "drop")[0]
+    for h in range(3):
+        rows_p = [p[h, r, mask[r]] / p[h, r, mask[r]].sum() for r in range(4)]
+        assert keep[h] == pytest.approx(sum(entropy(q) for q in rows_p), rel=1e-5)
+        assert drop[h] == pytest.approx(sum(entropy(q[1:]) for q in rows_p), rel=1e-5)
+    assert np.isfinite(keep).all() and np.isfinite(drop).all()

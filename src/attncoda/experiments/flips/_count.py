@@ -51,9 +51,9 @@ class TripletFlips:
         Decided triplets of each ``A`` whose keep and drop verdicts disagree.
     fragile : ndarray of int64, shape (head,)
         Triplets of each ``A`` whose difference ``|D(A, C) - D(A, B)|`` lies within its
-        rounding of the tie edge under keep or under drop: a tie on one device, decided on
-        another (all zero when no rounding is given). ``ties`` and ``flips`` of ``A`` are
-        each good to this many.
+        rounding of the tie edge, under keep and under drop counted apart (a triplet at
+        both edges counts twice): a tie on one device, decided on another. ``ties`` and
+        ``flips`` of ``A`` are each good to this many.
     """
 
     n_triplets: int
@@ -93,8 +93,8 @@ def triplet_flips(
     rounding : (array_like, array_like), optional
         How far rounding can move each entry of ``d_keep`` and of ``d_drop`` (same shapes,
         the distances' units, ``>= 0``; :func:`attncoda.experiments.flips.distance_rounding`).
-        A triplet is *fragile* when ``| |D(A, C) - D(A, B)| - tol max|D| |`` is within the
-        row's band :func:`fragile_band` under either convention: a tie on one device,
+        A triplet is *fragile* under a convention when ``| |D(A, C) - D(A, B)| - tol
+        max|D| |`` is within the row's band :func:`fragile_band`: a tie on one device,
         decided on another. None: no entry is rounded, and only a difference exactly at
         the edge is fragile.
 
@@ -190,8 +190,9 @@ def count_rows(
 
     ``x, y`` have shape (rows, n); ``tx, ty`` shape (rows,) are absolute tolerances and
     ``bx, by`` shape (rows,) the fragile bands (None: zero). A pair ``(a, b)`` is fragile
-    when ``| |x_b - x_a| - tx | <= bx``, or the same under ``y``. Returns ``(flips, ties,
-    fragile)``, int64 of shape (rows,). Works in cache-sized blocks of rows.
+    under ``x`` when ``| |x_b - x_a| - tx | <= bx``, and the same under ``y``; the two are
+    counted apart (a bound). Returns ``(flips, ties, fragile)``, int64 of shape (rows,).
+    Works in cache-sized blocks of rows.
     """
     rows, n = x.shape
     flips = np.zeros(rows, dtype=np.int64)

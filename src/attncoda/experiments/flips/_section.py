@@ -28,7 +28,7 @@ __all__ = ["flips_section"]
 
 
 def _within_rounding(row: dict) -> str:
-    """``±rate, ±ends (k triplets at the tie edge)``; a dash for tables made before the
+    """``rate ±x, ends ±y (k at the tie edge)``; not applicable for tables made before the
     columns were (docs/design.md, "Verdicts and ratios within rounding")."""
     k = row.get("n_fragile")
     if is_missing(k):

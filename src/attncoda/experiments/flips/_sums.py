@@ -211,8 +211,9 @@ def _entropy_sums(doc: DocRows, convention: str | None) -> np.ndarray:
     z -= z.max(axis=-1, keepdims=True)
     p = np.exp(z)
     total = p.sum(axis=-1, keepdims=True)
-    # H = log(sum e^z) - sum e^z z / sum e^z, the absent keys' e^z = 0 left out of the dot.
-    dot = np.einsum("hrk,hrk->hr", p, np.where(keys, z, 0.0))
+    # H = log(sum e^z) - sum e^z z / sum e^z; keys of probability 0 (absent, or a log of
+    # -inf that the classic metrics allow) are left out of the dot.
+    dot = np.einsum("hrk,hrk->hr", p, np.where(p > 0, z, 0.0))
     h = np.log(total[..., 0]) - dot / total[..., 0]
     return h.sum(axis=-1, dtype=np.float64)
 
