@@ -284,22 +284,24 @@ def _tied_pairs(
     fragile = np.zeros(rows, dtype=np.int64)
     for vs, order, t, band in ((xs, ox, tx, bx), (ys, oy, ty, by)):
         active = np.arange(rows)
+        low = t - band
         for k in range(1, n):
-            sub = vs[active]
+            sub = vs if active.size == rows else vs[active]
             gap = sub[:, k:] - sub[:, :-k]
             reach = gap <= (t + band)[active, None]
-            still = reach.any(axis=1)
-            if not still.any():
+            j, i = np.nonzero(reach)  # few: the pairs within the band's reach
+            if j.size == 0:
                 break
-            fragile[active] += (reach & (gap >= (t - band)[active, None])).sum(axis=1)
-            hit = gap <= t[active, None]
-            if hit.any():
-                j, i = np.nonzero(hit)
-                r = active[j]
+            r = active[j]
+            near = gap[j, i]
+            fragile += np.bincount(r[near >= low[r]], minlength=rows)
+            tied = near <= t[r]
+            if tied.any():
+                r, i = r[tied], i[tied]
                 h0, h1 = order[r, i], order[r, i + k]
                 lo, hi = np.minimum(h0, h1), np.maximum(h0, h1)
                 codes.append((r.astype(np.int64) * n + lo) * n + hi)
-            active = active[still]
+            active = active[np.unique(j)]
     if not codes:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty, fragile
