@@ -112,10 +112,13 @@ def distance_rounding(distances: np.ndarray, mean_entropy: np.ndarray, of: Docum
 
 def used_rows(doc: DocRows) -> int:
     """Recorded rows of a document with every sink key present and ``m >= 2`` content keys."""
-    mask = np.asarray(doc.key_mask, dtype=bool)
-    n_valid = mask.sum(axis=-1)
-    has_sink = mask[:, list(doc.sink)].all(axis=-1)
-    return int((has_sink & (n_valid - len(doc.sink) >= 2)).sum())
+    return int(_used(np.asarray(doc.key_mask, dtype=bool), doc.sink).sum())
+
+
+def _used(mask: np.ndarray, sink: tuple[int, ...]) -> np.ndarray:
+    """Which rows of a (row, key) mask are used: every sink key present, ``m >= 2``."""
+    has_sink = mask[:, list(sink)].all(axis=-1)
+    return has_sink & (mask.sum(axis=-1) - len(sink) >= 2)
 
 
 def entropy_sums(head_rows: HeadRows, convention: str | None) -> np.ndarray:
@@ -200,9 +203,7 @@ def _entropy_sums(doc: DocRows, convention: str | None) -> np.ndarray:
     rows, shape (head,): float32 work summed in float64, a magnitude (no finer than the
     rows it is read from)."""
     mask = np.asarray(doc.key_mask, dtype=bool)
-    n_valid = mask.sum(axis=-1)
-    has_sink = mask[:, list(doc.sink)].all(axis=-1)
-    used = has_sink & (n_valid - len(doc.sink) >= 2)
+    used = _used(mask, doc.sink)
     keys = mask[used]
     if convention == "drop":
         keys = keys.copy()
