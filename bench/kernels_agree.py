@@ -1,7 +1,7 @@
 """Two kernels of one machine stand in for two devices: bench/gpu.py's experiment runs made
-on the CPU with ``--method exact`` and with ``--method fast``, every table compared as
-bench/gpu.py compares a CUDA run with the CPU's (float32 rounding, plus each ratio's and each
-count's stated bound: docs/design.md, "Verdicts and ratios within rounding").
+on the CPU with ``--method exact`` and with ``--method fast``, held to each other by
+:func:`attncoda.compare`, as bench/gpu.py holds a CUDA run to the CPU's (each column by its
+rule: docs/design.md, "The same evidence, by one rule").
 
     PYTHONPATH=src python bench/kernels_agree.py [--runs DIR] [--out kernels-agree.json]
 
@@ -45,32 +45,27 @@ def main(argv: list[str] | None = None) -> int:
     for method in METHODS:
         runs = {name: (*argv_, "--method", method) for name, argv_ in gpu.RUNS.items()}
         ran[method] = gpu.run_half("cpu", runs, folder / method, args.timeout)
-    tables = {}
-    for name in gpu.RUNS:
-        for table, got in gpu.compare_runs(folder / "exact" / name, folder / "fast" / name).items():
-            tables[f"{name}/{table.removesuffix('.parquet')}"] = got
-    equal = sum(bool(t.get("equal")) for t in tables.values())
+    from attncoda import compare
+
+    compared = {name: compare(folder / "fast" / name, folder / "exact" / name) for name in gpu.RUNS}
     exits = {m: {n: r["returncode"] for n, r in ran[m].items()} for m in METHODS}
-    worst = max(tables.items(), key=lambda kv: kv[1].get("max_abs_diff") or 0.0)
     summary = {
         "folder": str(folder),
         "exits": exits,
-        "tables": tables,
-        "tolerance": {"rtol": gpu.RTOL, "atol": gpu.ATOL},
+        "compared": {name: found.lines() for name, found in compared.items()},
         "seconds": round(time.perf_counter() - started, 1),
     }
     Path(args.out).write_text(json.dumps(summary, indent=1, default=str))
-    for name, got in tables.items():
-        if not got.get("equal"):
-            print(f"  {name}: {got.get('why') or got.get('examples')}")
+    for name, found in compared.items():
+        print(f"  {name}: " + "\n    ".join(found.lines()))
     ok = all(code == 0 for codes in exits.values() for code in codes.values())
+    same = all(found.same for found in compared.values())
     print(
-        f"SUMMARY kernels: exact vs fast on the CPU, {equal}/{len(tables)} tables equal within "
-        f"rounding and stated bounds; runs exit {exits}; largest difference "
-        f"{worst[1].get('max_abs_diff'):.3g} ({worst[0]}, {worst[1].get('column')}); "
-        f"{summary['seconds']:.0f} s"
+        f"SUMMARY kernels: exact vs fast on the CPU, "
+        f"{sum(f.same for f in compared.values())}/{len(compared)} runs the same evidence; "
+        f"runs exit {exits}; {summary['seconds']:.0f} s"
     )
-    return 0 if ok and equal == len(tables) else 1
+    return 0 if ok and same else 1
 
 
 if __name__ == "__main__":

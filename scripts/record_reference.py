@@ -2,10 +2,11 @@
 
 ``python scripts/record_reference.py`` runs ``make demo`` into a fresh run folder under
 ``/usr/bin/time``, then copies its ``manifest.json`` and its ``tables/`` (those under
-:data:`MAX_TABLE_BYTES`) into
-``docs/results/reference/``, adding to the manifest the command's wall time
-(``wall_seconds``), its peak memory (``peak_rss_mib``) and each unit's seconds (``units``);
-then it rewrites the README's headline table from them (``docs/hooks/results.py``).
+:data:`MAX_TABLE_BYTES`) into ``src/attncoda/run/reference/`` (it ships with the package:
+``attncoda compare`` checks a run against it), adding to the manifest the command's wall
+time (``wall_seconds``), its peak memory (``peak_rss_mib``), each unit's seconds
+(``units``) and the tables left out (``left_out``); then it rewrites the README's headline
+table from them (``docs/hooks/results.py``).
 ``--from DIR --wall-seconds S`` records a run made otherwise.
 
 A release tool: the reference changes only when the demo's results are meant to change.
@@ -24,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT / "docs" / "results" / "reference"
+REFERENCE = ROOT / "src" / "attncoda" / "run" / "reference"
 
 
 def _demo(out: Path) -> tuple[float, float | None]:
@@ -53,17 +54,20 @@ def record(run: Path, wall_seconds: float, peak_mib: float | None) -> None:
     for done in sorted((run / "units").glob("*/*/_done.json")):
         facts = json.loads(done.read_text(encoding="utf-8")).get("facts", {})
         units[f"{done.parent.parent.name}/{done.parent.name}"] = facts.get("seconds")
+    tables = sorted((run / "tables").glob("*.parquet"))
+    left_out = [t for t in tables if t.stat().st_size > MAX_TABLE_BYTES]
     manifest.update(
         wall_seconds=round(wall_seconds, 1),
         peak_rss_mib=peak_mib and round(peak_mib),
         units=units,
         recorded_from="make demo",
+        left_out=[t.stem for t in left_out],
     )
     if REFERENCE.exists():
         shutil.rmtree(REFERENCE)
     (REFERENCE / "tables").mkdir(parents=True)
-    for table in sorted((run / "tables").glob("*.parquet")):
-        if table.stat().st_size > MAX_TABLE_BYTES:
+    for table in tables:
+        if table in left_out:
             print(f"not recorded: {table.name} ({table.stat().st_size:,} bytes)")
             continue
         shutil.copy2(table, REFERENCE / "tables" / table.name)
@@ -87,7 +91,7 @@ def _measured(results: object) -> None:
     shipped = json.loads(path.read_text(encoding="utf-8"))
     predictor = results.table("predictor").set_index("model")  # type: ignore[attr-defined]
     shipped["measured"] = {
-        "by": "docs/results/reference (make demo)",
+        "by": "src/attncoda/run/reference (make demo)",
         "collapse_sink_share": results.value("collapse.sink_share"),  # type: ignore[attr-defined]
         "flip_rate": {name: float(predictor.loc[name, "measured"]) for name in UNSEEN},
     }

@@ -222,7 +222,7 @@ def test_the_committed_notebook_has_its_outputs_in_their_committed_form():
     assert not hook.differences(nb, nb)
 
 
-def test_notebook_outputs_are_compared_within_the_stated_tolerance():
+def test_notebook_outputs_are_compared_by_the_rule_of_their_columns():
     import copy
 
     import nbformat
@@ -230,27 +230,32 @@ def test_notebook_outputs_are_compared_within_the_stated_tolerance():
     hook = _hook("notebook")
     nb = nbformat.read(NOTEBOOK, as_version=4)
 
-    def edited(old: str, new: str):
+    def edited(*pairs: tuple[str, str]):
         other = copy.deepcopy(nb)
         for cell in other.cells:
             for out in cell.get("outputs", []):
                 if "text/html" in out.get("data", {}):
-                    out["data"]["text/html"] = out["data"]["text/html"].replace(old, new)
+                    for old, new in pairs:
+                        out["data"]["text/html"] = out["data"]["text/html"].replace(old, new)
         return hook.differences(nb, other)
 
-    # One unit of the last digit shown, or 1e-4 of the value: rounding, never a change.
-    assert edited("<td>0.1888</td>", "<td>0.1889</td>") == []
-    assert edited("<td>47770</td>", "<td>47774</td>") == []
-    assert edited("<td>0.1888</td>", "<td>0.1891</td>")
-    # A value near zero that is a difference of float32 statistics: good to ATOL (1e-6),
-    # whatever its own size (the sink-gap bin edge read 4.434e-05 on one CPU, 4.443e-05 on
-    # another)
-    assert edited("<td>4.434e-05</td>", "<td>4.443e-05</td>") == []
-    assert edited("<td>4.434e-05</td>", "<td>4.634e-05</td>")
-    assert edited("<td>47770</td>", "<td>47790</td>")
-    assert edited("<b>flips: minilm</b>", "<b>flips: mini</b>")
+    # A layer's mean sink mass (0.1888): float32 rounding (1e-5 of it, plus 1e-5) and one
+    # unit of the 4th digit shown.
+    assert edited(("<td>0.1888</td>", "<td>0.1889</td>")) == []
+    assert edited(("<td>0.1888</td>", "<td>0.1891</td>"))
+    # MiniLM's cosine flips (47770) are held to its 55 fragile triplets; the count of those
+    # to 1% of itself plus 3. An Intel Xeon with one thread found 54 fragile triplets and a
+    # rate_rounding of 0.0003019 (0.00030 at the two digits it holds): the same evidence.
+    assert edited(("<td>47770</td>", "<td>47800</td>")) == []
+    assert edited(("<td>47770</td>", "<td>47826</td>"))
+    assert edited(("<td>55</td>", "<td>54</td>"), ("<td>0.00031</td>", "<td>0.0003</td>")) == []
+    assert edited(("<td>55</td>", "<td>70</td>"))
+    # A bin edge of the sink-mass gap near zero: within the absolute allowance (1e-5).
+    assert edited(("<td>4.434e-05</td>", "<td>4.443e-05</td>")) == []
+    assert edited(("<td>4.434e-05</td>", "<td>6.434e-05</td>"))
+    assert edited(("<b>flips: minilm</b>", "<b>flips: mini</b>"))
     png = PNG_IMG.findall(nb.cells[3].outputs[0]["data"]["text/html"])[0]
-    assert edited(png, "")  # a figure that is gone
+    assert edited((png, ""))  # a figure that is gone
 
 
 PNG_IMG = re.compile(
@@ -281,7 +286,7 @@ def _check_views(nb) -> None:
             assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n", what
     # The routed capture and the given one: both views, from the same documents.
     assert len([v for v in views if v.startswith(heads["capture"])]) == 2
-    assert any("<th>routed</th>" in v for v in views)
+    assert any("<td>routed</td>" in v and "<td>given</td>" in v for v in views)
 
 
 @pytest.mark.slow

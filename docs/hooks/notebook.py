@@ -3,8 +3,10 @@
 The site renders ``docs/tutorials/quickstart.ipynb`` as committed (mkdocs-jupyter,
 ``execute: false``), so the build stays fast and needs no model; the notebook carries its
 outputs, and the build fails if a code cell has none. tests/test_docs.py executes the
-notebook once and checks that the committed outputs equal that fresh execution's
-(:func:`differences`). After changing the notebook or what it prints, rewrite them with
+notebook and checks that the committed outputs hold the same evidence as that fresh
+execution's (:func:`differences`): the same text, and every table held by the rule of its
+columns that ``attncoda compare`` holds two runs to, plus a unit of the last digit shown.
+After changing the notebook or what it prints, rewrite them with
 
     PYTHONPATH=src python docs/hooks/notebook.py
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import copy
-import math
+import html.parser
 import os
 import re
 from pathlib import Path
@@ -27,16 +29,8 @@ NOTEBOOK = ROOT / "docs" / "tutorials" / "quickstart.ipynb"
 #: A figure inside an HTML view: a PNG, compared by its presence, not its pixels.
 _PNG = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
-#: Outputs must hold on any x86 CPU: a number may differ from the committed one by one unit
-#: of the last digit it shows (rounding at a boundary) plus this share of its value (float32
-#: rounding carried through sums and bootstrap counts: one triplet of 178,920 is 5.6e-6).
-RTOL = 1e-4
-#: And this much in absolute terms, for a value near zero that is the difference of two
-#: float32 statistics of order 1 (a bin edge of the sink-mass gap, 4.434e-05 on one CPU and
-#: 4.443e-05 on another): each statistic is a float32 mean whose rounding moves between CPUs
-#: by about 1e-7 (one or two units of float32 roundoff, 2**-24 = 6e-8, at values near 1), so
-#: their difference is good to about 2e-7 whatever its own size; 1e-6 is five times that.
-ATOL = 1e-6
+#: A table inside an HTML output (pandas' ``to_html``; tables do not nest).
+_TABLE = re.compile(r"<table\b.*?</table>", re.S)
 
 
 def execute(nb: Any, folder: str | os.PathLike[str]) -> Any:
@@ -102,22 +96,95 @@ def figures(text: str) -> list[bytes]:
 
 
 def _unit(text: str) -> float:
+    """One unit of the last digit ``text`` shows (``0.0003075`` -> 1e-7)."""
     mantissa, _, exponent = text.lower().partition("e")
     digits = len(mantissa.partition(".")[2])
     return 10.0 ** (int(exponent or 0) - digits)
 
 
-def _split(text: str) -> tuple[list[str], list[str]]:
-    """The words between numbers (whitespace collapsed, figures replaced) and the numbers."""
-    text = _PNG.sub("data:image/png;base64,<figure>", text)
-    numbers = _NUMBER.findall(text)
-    words = [" ".join(w.split()) for w in _NUMBER.split(text)]
-    return words, numbers
+class _Cells(html.parser.HTMLParser):
+    """The rows of one HTML table (pandas' ``to_html``), each a list of its cells' text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _frame(table: str) -> tuple[Any, dict[str, Any]]:
+    """A table of an output as a frame (numbers as numbers) and, per numeric column, one
+    unit of the last digit each cell shows (what printing it to those digits can move)."""
+    import numpy as np
+    import pandas as pd
+
+    parser = _Cells()
+    parser.feed(table)
+    head, *rows = [r for r in parser.rows if r]
+    head = [name or "index" for name in head]
+    frame = pd.DataFrame(rows, columns=head)
+    units = {}
+    for column in frame.columns:
+        texts = frame[column]
+        if not all(t in ("NaN", "nan") or _NUMBER.fullmatch(t) for t in texts):
+            continue
+        whole = all(t not in ("NaN", "nan") and re.fullmatch(r"[-+]?\d+", t) for t in texts)
+        frame[column] = texts.astype("int64" if whole else "float64")
+        units[column] = np.array([0.0 if whole or t in ("NaN", "nan") else _unit(t) for t in texts])
+    return frame, units
+
+
+def _compared(cell: int, kind: str, old: str, new: str) -> list[str]:
+    """What differs between a committed output and a fresh one: the text around the tables
+    exactly, the figures by their presence, each table through the rule its columns hold
+    (:func:`attncoda.compare`'s, plus a unit of the last digit shown)."""
+    from attncoda.experiments.contract import compare_frames
+    from attncoda.run.compare import column_rules
+
+    where = f"code cell {cell}, {kind}"
+    import numpy as np
+
+    found = []
+    if len(figures(old)) != len(figures(new)) or not all(
+        f.startswith(b"\x89PNG\r\n\x1a\n") for f in figures(old) + figures(new)
+    ):
+        found.append(f"{where}: not the same figures")
+    words = [_PNG.sub("<figure>", _TABLE.sub("<table/>", t)) for t in (old, new)]
+    if words[0] != words[1]:
+        found.append(f"{where}: the text differs")
+    for (a, units_a), (b, units_b) in (
+        (_frame(x), _frame(y))
+        for x, y in zip(_TABLE.findall(old), _TABLE.findall(new), strict=False)
+    ):
+        shown = {c: np.fmax(units_a[c], units_b[c]) for c in units_a if c in units_b}
+        if list(a.dtypes) != list(b.dtypes):
+            found.append(f"{where}: a table's columns differ in kind")
+            continue
+        compared = compare_frames("output", a, b, column_rules(), shown)
+        if compared.why is not None:
+            found.append(f"{where}: {compared.why}")
+        found += [f"{where}: {c.line()}" for c in compared.cells]
+    return found
 
 
 def differences(committed: Any, fresh: Any) -> list[str]:
     """What differs between the committed outputs and a fresh execution's (both normalised):
-    the same outputs, the same text and figures, every number within tolerance."""
+    the same outputs, the same text and figures, every table held by the rule of its
+    columns (docs/design.md, "The same evidence, by one rule")."""
     found = []
     old, new = _texts(committed), _texts(fresh)
     if len(old) != len(new):
@@ -127,19 +194,7 @@ def differences(committed: Any, fresh: Any) -> list[str]:
             found.append(f"code cell {i + 1}: outputs {[k for k, _ in a]} != {[k for k, _ in b]}")
             continue
         for (kind, x), (_, y) in zip(a, b, strict=True):
-            if len(figures(x)) != len(figures(y)) or not all(
-                f.startswith(b"\x89PNG\r\n\x1a\n") for f in figures(x) + figures(y)
-            ):
-                found.append(f"code cell {i + 1}, {kind}: not the same figures")
-            (xw, xn), (yw, yn) = _split(x), _split(y)
-            if xw != yw or len(xn) != len(yn):
-                found.append(f"code cell {i + 1}, {kind}: the text differs")
-                continue
-            for p, q in zip(xn, yn, strict=True):
-                want, got = float(p), float(q)
-                tol = max(_unit(p) * (1 + 1e-9), ATOL)
-                if not math.isclose(got, want, rel_tol=RTOL, abs_tol=tol):
-                    found.append(f"code cell {i + 1}, {kind}: {q} where {p} is committed")
+            found += _compared(i + 1, kind, x, y)
     return found
 
 

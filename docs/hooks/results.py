@@ -1,11 +1,14 @@
 """The recorded reference run: the one source of every result the README and the site state.
 
-``docs/results/reference/`` holds a small copy of one ``make demo`` run: its
-``manifest.json`` (the config, the packages, the CPU, the date and the wall time) and its
-``tables/``. From them:
+The reference run ships with the package (``attncoda.run.compare.reference_run()``:
+``src/attncoda/run/reference/``, so that ``attncoda compare`` checks a user's demo run
+against it): a small copy of one ``make demo`` run, its ``manifest.json`` (the config, the
+packages, the CPU, the date and the wall time) and its ``tables/``. From them:
 
-- :func:`headline` is the README's results table (between ``<!-- attncoda:headline -->``
-  and ``<!-- /attncoda:headline -->``); ``python docs/hooks/results.py`` writes it there;
+- the README's results table (between ``<!-- attncoda:headline -->`` and
+  ``<!-- /attncoda:headline -->``) is :func:`attncoda.report.headline.headline`, which
+  ``attncoda demo`` also prints for the user's run; ``python docs/hooks/results.py`` writes
+  it into the README;
 - :func:`page` is the site's results page: a line ``<!-- attncoda:results -->`` of a page
   becomes every table of the run and its figures (mkdocs hook, ``on_page_markdown``);
 - :func:`value` gives one figure by key. A figure in prose is followed by
@@ -23,70 +26,46 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ROOT / "docs" / "results" / "reference"
+sys.path.insert(0, str(ROOT / "src"))
+
+from attncoda.experiments.contract import experiment  # noqa: E402
+from attncoda.experiments.prune import ratio_text  # noqa: E402
+from attncoda.experiments.view import is_missing as missing  # noqa: E402
+from attncoda.experiments.view import pct, prose_name  # noqa: E402
+from attncoda.report.headline import headline, machine, run_context  # noqa: E402
+from attncoda.run.compare import reference_run  # noqa: E402
+
+REFERENCE = reference_run()
 README = ROOT / "README.md"
 MARKER = re.compile(r"^<!-- attncoda:results -->$", re.M)
 HEADLINE = re.compile(r"(<!-- attncoda:headline -->\n)(.*?)(<!-- /attncoda:headline -->)", re.S)
-#: How models are named in prose, in the demo's order.
-NAMES = {"smollm2": "SmolLM2", "gemma3": "Gemma 3", "minilm": "MiniLM"}
 SERIES = "bigram-backcopy"
-METRICS = ("cosine", "jsd", "entropy_gap", "hellinger", "tv")
+#: The reference run's tables, sink spec and settings, read once.
+CTX = run_context(REFERENCE)
 
 
 @lru_cache(maxsize=1)
 def manifest() -> dict[str, Any]:
     """The reference run's manifest."""
-    return json.loads((REFERENCE / "manifest.json").read_text(encoding="utf-8"))
+    return dict(json.loads((REFERENCE / "manifest.json").read_text(encoding="utf-8")))
 
 
-@cache
 def table(name: str) -> Any:
     """Table ``name`` of the reference run (a pandas DataFrame)."""
-    import pandas as pd
-
-    return pd.read_parquet(REFERENCE / "tables" / f"{name}.parquet")
-
-
-# --------------------------------------------------------------------------- the figures
-
-
-def pct(x: float, digits: int = 1) -> str:
-    """A fraction as a percentage: ``pct(0.7944) == "79.4%"``."""
-    return f"{100 * x:.{digits}f}%"
-
-
-def times(x: float) -> str:
-    """A perplexity ratio as the report writes it: ``×1.72``, ``×460``, ``×4.4·10⁷``."""
-    if x >= 1000:
-        exponent = len(str(int(x))) - 1
-        sup = str(exponent).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
-        return f"×{x / 10**exponent:.1f}·10{sup}"
-    return f"×{x:.3g}" if x >= 100 else f"×{x:.2f}" if x < 10 else f"×{x:.1f}"
-
-
-def flip_rates(model: str) -> Any:
-    """The flips rows of ``model``, by metric."""
-    flips = table("flips")
-    return flips[flips["model"] == model].set_index("metric")
+    return CTX.tables[name]
 
 
 def collapse_row(level: str = "model") -> Any:
     """The first-to-last change of the shipped series at ``level`` (one row)."""
-    found = table("collapse")
-    rows = found.query(f"pair_kind == 'first_last' and level == '{level}'")
-    return rows.iloc[0]
+    return table("collapse").query(f"pair_kind == 'first_last' and level == '{level}'").iloc[0]
 
 
-def rho(model: str, variant: str) -> float:
-    """Spearman rho of MDS axis 1 with head sink mass, of ``variant``."""
-    found = table("cluster_summary")
-    row = found[(found["model"] == model) & (found["variant"] == variant)]
-    return float(row["spearman_axis1_vs_sink_mass"].iloc[0])
+# --------------------------------------------------------------------------- the figures
 
 
 def rand(model: str, a: str = "keep", b: str = "drop") -> float:
@@ -99,37 +78,6 @@ def rand(model: str, a: str = "keep", b: str = "drop") -> float:
 def predictor_rows() -> Any:
     """The predictor table, one row per (model, revision)."""
     return table("predictor")
-
-
-def counted() -> Any:
-    """The predictor's counted verdicts: held-out models read on protocol."""
-    rows = predictor_rows()
-    return rows[rows["counted"]]
-
-
-def prune_row(model: str, channel: str, order: str, k: int) -> Any:
-    found = table("prune")
-    rows = found[
-        (found["model"] == model)
-        & (found["channel"] == channel)
-        & (found["order"] == order)
-        & (found["k"] == k)
-        & (found["ablation"] == "zero")
-    ]
-    return rows.iloc[0]
-
-
-def prune_ratio(model: str, channel: str, order: str, k: int) -> float:
-    return float(prune_row(model, channel, order, k)["ratio"])
-
-
-def _ratio(model: str, channel: str, order: str, k: int) -> str:
-    """A ratio with its paired interval: ``×460 [391, 540]``."""
-    row = prune_row(model, channel, order, k)
-    if _missing(row["ratio_ci_low"]):
-        return times(row["ratio"])
-    low, high = times(row["ratio_ci_low"]), times(row["ratio_ci_high"])
-    return f"{times(row['ratio'])} [{low.lstrip('×')}, {high.lstrip('×')}]"
 
 
 def _values() -> dict[str, Callable[[], float]]:
@@ -165,161 +113,11 @@ def value(key: str) -> float:
 # --------------------------------------------------------------------------- the README
 
 
-def machine() -> str:
-    """The reference run's CPU, date and wall time, in one phrase."""
-    found = manifest()
-    minutes, seconds = divmod(round(float(found["wall_seconds"])), 60)
-    return (
-        f"`make demo` on {found['created'][:10]}, {found['cpu']}, 2 cores: "
-        f"{minutes} min {seconds} s"
-    )
-
-
-def _flips_cell() -> str:
-    parts = []
-    for model, name in NAMES.items():
-        rates = flip_rates(model)["flip_rate"]
-        parts.append(f"{name} {pct(rates.min())}–{pct(rates.max())}")
-    first = table("flips").iloc[0]
-    interval = (
-        f"{first['ci_method']}, {int(first['n_docs'])} documents, {int(first['n_boot'])} "
-        "resamples, on the results page"
-        if not _missing(first["ci_low"])
-        else str(first["ci_note"])
-    )
-    return ", ".join(parts) + f" (5 metrics; 95% intervals: {interval})"
-
-
-def _cluster_cell() -> str:
-    parts = []
-    for model, name in NAMES.items():
-        keep, drop = rho(model, "keep"), rho(model, "drop")
-        parts.append(f"{name} {keep:+.2f} / {drop:+.2f}")
-    return "ρ(axis 1, sink mass), keep / drop: " + ", ".join(parts)
-
-
-def _tally(rows: Any, column: str) -> str:
-    found = {
-        v: int(rows[column].str.startswith(v).sum()) for v in ("confirmed", "abstained", "failed")
-    }
-    return (
-        f"{found['confirmed']} confirmed, {found['abstained']} abstained, {found['failed']} failed"
-    )
-
-
-def _predictor_cell() -> str:
-    rows = counted()
-    return (
-        f"{len(rows)} held-out verdicts: predictor {_tally(rows, 'verdict')}; constant "
-        f"baseline {_tally(rows, 'baseline_verdict')} (below)"
-    )
-
-
-def _interval(row: Any, prefix: str = "") -> str:
-    if row[f"{prefix}verdict"].startswith("abstained"):
-        return "abstained"
-    return (
-        f"{pct(row[f'{prefix}predicted'])} [{pct(row[f'{prefix}predicted_low'])}, "
-        f"{pct(row[f'{prefix}predicted_high'])}]"
-    )
-
-
-def held_out() -> str:
-    """The predictor's held-out verdicts beside the constant baseline's, and which scores
-    better (the mean interval score over the verdicts both give; lower is better)."""
-    rows = counted()
-    lines = [
-        "| held out | measured | predictor | verdict | score | baseline | verdict | score |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for _, r in rows.iterrows():
-        scores = [
-            "" if _missing(r[f"{p}interval_score"]) else f"{r[f'{p}interval_score']:.3f}"
-            for p in ("", "baseline_")
-        ]
-        lines.append(
-            f"| {r['model']}@{r['revision']} | {pct(r['measured'])} | {_interval(r)} | "
-            f"{r['verdict']} | {scores[0]} | {_interval(r, 'baseline_')} | "
-            f"{r['baseline_verdict']} | {scores[1]} |"
-        )
-    both = rows.dropna(subset=["interval_score", "baseline_interval_score"])
-    mine, theirs = both["interval_score"].mean(), both["baseline_interval_score"].mean()
-    better = "beats" if mine < theirs else "does not beat"
-    first = rows.iloc[0]
-    lines += [
-        "",
-        f"On the {len(both)} held-out models both score, the predictor {better} the constant "
-        f"baseline: mean interval score {mine:.3f} against {theirs:.3f} (Gneiting and Raftery "
-        f"2007; lower is better). Intervals: {first['interval_method']}, alpha "
-        f"{first['alpha']:g}, {int(first['n_training_models'])} training models in "
-        f"{int(first['n_training_runs'])} runs.",
-    ]
-    return "\n".join(lines)
-
-
-def _collapse_cell() -> str:
-    row = collapse_row()
-    return (
-        f"{pct(row['sink_share'])} (Shapley attribution; {pct(row['sink_share_low'])}–"
-        f"{pct(row['sink_share_high'])} over the two orderings): ΔH = "
-        f"{row['delta_entropy']:.3f} = sink "
-        f"{row['delta_sink']:.3f} + content {row['delta_content']:.3f} nats; mean sink mass "
-        f"{row['mean_sink_mass_from']:.3f} → {row['mean_sink_mass_to']:.3f}"
-    )
-
-
-def _prune_cell() -> str:
-    k = int(table("prune")[table("prune")["model"] == "smollm2"]["k"].max())
-    worst = max(
-        (prune_ratio("smollm2", c, o, k), c, o)
-        for c in ("sink_mass", "sink_balance", "content_entropy", "full_entropy")
-        for o in ("high", "low")
-    )
-    best = min(
-        (prune_ratio("smollm2", c, o, k), c, o)
-        for c in ("sink_mass", "sink_balance", "content_entropy", "full_entropy")
-        for o in ("high", "low")
-    )
-    row = prune_row("smollm2", worst[1], worst[2], k)
-    tokens = manifest()["config"]["settings"]["prune"]["max_tokens"]
-    return (
-        f"SmolLM2, k = {k} of 270 heads: worst {_ratio('smollm2', worst[1], worst[2], k)} "
-        f"({worst[1]}, {worst[2]}est first), best {_ratio('smollm2', best[1], best[2], k)} "
-        f"({best[1]}, {best[2]}est first); 95% intervals: {row['ci_method']} over "
-        f"{int(row['n_windows'])} windows of {tokens} tokens"
-    )
-
-
-def headline() -> str:
-    """The README's results table: each experiment, the paper's figure, the run's."""
-    rows = [
-        ("flips (keep vs drop)", "17–47% of verdicts flip", _flips_cell()),
-        ("cluster (Clark et al.)", "the leading axis is the sink", _cluster_cell()),
-        (
-            "collapse (Bigram-Backcopy, step0 → step2000)",
-            "30% / 95% / 79% of the drop is the sink (Pythia)",
-            _collapse_cell(),
-        ),
-        ("predictor (frozen)", "1 confirmed, 1 abstained, 1 failed", _predictor_cell()),
-        ("prune (zero ablation)", "the wrong channel inflates perplexity > 100×", _prune_cell()),
-    ]
-    lines = [
-        f"{machine()}.",
-        "",
-        "| experiment | paper | reference run |",
-        "| --- | --- | --- |",
-        *(f"| {a} | {b} | {c} |" for a, b, c in rows),
-        "",
-        held_out(),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def readme_with_headline(text: str) -> str:
     """``text`` (the README) with its headline block rewritten from the reference run."""
     if not HEADLINE.search(text):
         raise ValueError("README.md has no <!-- attncoda:headline --> block")
-    return HEADLINE.sub(lambda m: m.group(1) + headline() + m.group(3), text)
+    return HEADLINE.sub(lambda m: m.group(1) + headline(REFERENCE) + m.group(3), text)
 
 
 # --------------------------------------------------------------------------- the site
@@ -335,12 +133,6 @@ def _markdown_table(frame: Any, formats: dict[str, Callable[[Any], str]]) -> str
     return "\n".join([head, rule, *body])
 
 
-def _missing(v: Any) -> bool:
-    import pandas as pd
-
-    return bool(pd.isna(v))
-
-
 def _png(fig: Any) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
@@ -349,7 +141,6 @@ def _png(fig: Any) -> str:
 
 
 def _figure(name: str, model: str | None = None) -> str:
-    sys.path.insert(0, str(ROOT / "src"))
     from attncoda.report.figures import figure, figure_tables
 
     tables = {}
@@ -364,16 +155,17 @@ def page() -> str:
     figures."""
     found = manifest()
     out = [
-        f"The reference run is {machine()} (`attncoda demo`, the demo scale; "
+        f"The reference run is {machine(REFERENCE)} (`attncoda demo`, the demo scale; "
         f"torch {found['packages'].get('torch')}, transformers "
         f"{found['packages'].get('transformers')}). Its manifest and tables are committed "
-        "under `docs/results/reference/`; this page is drawn from them when the site is "
+        "with the package under `src/attncoda/run/reference/` (`attncoda compare` checks a "
+        "run against it); this page is drawn from them when the site is "
         "built, and `tests/test_results.py` checks every figure the README and these pages "
         "state against them.",
         "",
         "## Headline",
         "",
-        headline(),
+        headline(REFERENCE),
         "## Flips",
         "",
         "Flip rate of keep vs drop verdicts per model and metric, with its 95% interval "
@@ -387,9 +179,9 @@ def page() -> str:
                "ci_method", "n_fragile", "rate_rounding", "ci_rounding"]  # fmt: skip
     flips = table("flips")
     flips = flips[[c for c in columns if c in flips]]
-    ci = {c: (lambda v: "" if _missing(v) else pct(v)) for c in ("flip_rate", "ci_low", "ci_high")}
+    ci = {c: (lambda v: "" if missing(v) else pct(v)) for c in ("flip_rate", "ci_low", "ci_high")}
     fine = ("rate_rounding", "ci_rounding")
-    ci |= {c: (lambda v: "" if _missing(v) else pct(v, 2)) for c in fine}
+    ci |= {c: (lambda v: "" if missing(v) else f"{100 * v:.2g}%") for c in fine}
     out += [_markdown_table(flips, ci), ""]
     out += [_figure("flips"), "", "## Cluster", ""]
     summary = table("cluster_summary")[
@@ -429,13 +221,13 @@ def page() -> str:
         _markdown_table(
             predictor,
             {
-                c: (lambda v: "" if _missing(v) else pct(v))
+                c: (lambda v: "" if missing(v) else pct(v))
                 for c in predictor.columns
                 if c.endswith(("predicted", "predicted_low", "predicted_high", "measured"))
             },
         ),
         "",
-        held_out(),
+        experiment("predictor").view.headline.below(CTX),
         "",
         _figure("predictor"),
         "",
@@ -465,7 +257,7 @@ def page() -> str:
                 "sink_share": pct,
                 "sink_share_low": pct,
                 "sink_share_high": pct,
-                "layer": lambda v: "" if _missing(v) or v < 0 else str(int(v)),
+                "layer": lambda v: "" if missing(v) or v < 0 else str(int(v)),
             },
         ),
         "",
@@ -478,7 +270,7 @@ def page() -> str:
     for model in prune["model"].unique():
         rows = prune[(prune["model"] == model) & (prune["ablation"] == "zero")].copy()
         rows["cell"] = [
-            _ratio(model, r["channel"], r["order"], int(r["k"])) for _, r in rows.iterrows()
+            ratio_text(r) for _, r in rows.iterrows()
         ]
         wide = rows.pivot_table(
             index=["channel", "order"], columns="k", values="cell", aggfunc="first"
@@ -487,7 +279,7 @@ def page() -> str:
         first = rows.iloc[0]
         unpruned = prune[(prune["model"] == model) & (prune["k"] == 0)]["perplexity"].iloc[0]
         out += [
-            f"**{NAMES.get(model, model)}** (unpruned perplexity {unpruned:.2f}; "
+            f"**{prose_name(model)}** (unpruned perplexity {unpruned:.2f}; "
             f"ratio to it, with its 95% interval: {first['ci_method']} over "
             f"{int(first['n_windows'])} windows)",
             "",
@@ -523,4 +315,4 @@ def page_text() -> str:
 
 if __name__ == "__main__":
     README.write_text(readme_with_headline(README.read_text(encoding="utf-8")), encoding="utf-8")
-    print("README.md: headline rewritten from docs/results/reference/")
+    print(f"README.md: headline rewritten from {REFERENCE}")

@@ -9,7 +9,8 @@ runs the experiments that show when the usual keep-sink / drop-sink conventions 
 use of :func:`load_model` or :mod:`attncoda.capture`. One function per experiment of the
 registry (:data:`attncoda.experiments.contract.REGISTRY`: :func:`profile`, :func:`flips`,
 :func:`cluster`, :func:`safety`, :func:`predict`, :func:`prune`, :func:`collapse`) takes
-model specs or captures and returns a :class:`Result`.
+model specs or captures and returns a :class:`Result`; :func:`compare` tells whether two
+run folders hold the same evidence.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ _LAZY = {
     "from_attentions": ("attncoda.capture.given", "from_attentions"),
     "recording": ("attncoda.capture.live", "recording"),
     "Result": ("attncoda.api", "Result"),
+    "compare": ("attncoda.api", "compare"),
+    "Comparison": ("attncoda.api", "Comparison"),
     # One function per experiment of the registry (attncoda.api makes them).
     **{function: ("attncoda.api", function) for function in REGISTRY.values()},
 }
@@ -57,7 +60,9 @@ __all__ = [
     "AttncodaError",
     "MissingWheelError",
     "Capture",
+    "Comparison",
     "capture",
+    "compare",
     "Result",
     "EntropyChange",
     "EntropySplit",

@@ -201,7 +201,7 @@ CASES = [
     ),
     (
         ["bogus-command"],
-        "argument command: invalid choice: 'bogus-command' (choose from 'demo', 'models', 'profile', 'flips', 'cluster', 'safety', 'predictor', 'prune', 'collapse', 'sink-rate', 'reproduce', 'report', 'sweep', 'train-tiny')",
+        "argument command: invalid choice: 'bogus-command' (choose from 'demo', 'models', 'profile', 'flips', 'cluster', 'safety', 'predictor', 'prune', 'collapse', 'sink-rate', 'reproduce', 'report', 'compare', 'sweep', 'train-tiny')",
     ),
 ]
 

@@ -9,6 +9,9 @@ Each function takes model specs or captures:
 - :class:`attncoda.Capture` objects (one or a list, from :func:`attncoda.capture_windows` or
   :func:`attncoda.from_attentions`) run in this process, with no file written.
 
+:func:`compare` tells whether two run folders hold the same evidence (the one comparison
+of ``attncoda compare``: docs/design.md, "The same evidence, by one rule").
+
 Either way the tables are those of the experiment's contract (``attncoda.experiments``),
 with the run's ``family`` column first, and :meth:`Result.figure` draws the figure of the
 report from them.
@@ -29,9 +32,10 @@ from __future__ import annotations
 
 from attncoda.api._functions import functions
 from attncoda.api._result import Result
+from attncoda.run.compare import Comparison, compare
 
 # The module's own names, so that `from attncoda.api import flips` and the reference's
 # inspection find them.
 globals().update(functions())
 
-__all__ = ["Result", *functions()]
+__all__ = ["Comparison", "Result", "compare", *functions()]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -325,7 +326,13 @@ def _demo(args: argparse.Namespace) -> int:
     if args.example_only:
         return 0
     print("\nNow every experiment on the embedded models (attncoda reproduce):\n", flush=True)
-    return _reproduce(args)
+    started = time.perf_counter()
+    code = _reproduce(args)
+    if code == 0:
+        from attncoda.report.headline import demo_screen
+
+        print("\n".join(demo_screen(args.out, time.perf_counter() - started)))
+    return code
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -333,6 +340,14 @@ def _report(args: argparse.Namespace) -> int:
 
     print(f"report: {render_report(args.dir)}")
     return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from attncoda.run.compare import compare
+
+    found = compare(args.run, args.reference)
+    print("\n".join(found.lines()))
+    return 0 if found.same else 1
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -360,6 +375,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {
+    "compare": _compare,
     "demo": _demo,
     "models": _models,
     "reproduce": _reproduce,

@@ -144,9 +144,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         help="train the series and the unseen runs on this machine instead of reading the "
         "shipped checkpoints; the run's retrain table says what that changed",
     )
-    p.add_argument(
-        "--train-steps", type=int, help="steps of the retrained series (with --retrain)"
-    )
+    p.add_argument("--train-steps", type=int, help="steps of the retrained series (with --retrain)")
     p.add_argument(
         "--train-task",
         choices=("bigram-backcopy", "text"),
@@ -247,6 +245,23 @@ def _run_parsers(sub: Any) -> None:
     re_ = sub.add_parser("report", help="re-render DIR/report.html from DIR's stored tables")
     re_.add_argument("dir", help="a run folder (of reproduce, sweep or one experiment)")
     re_.set_defaults(command_name="report")
+
+    co = sub.add_parser(
+        "compare",
+        help="whether two runs hold the same evidence: every table, each column by its rule",
+        description="Compares every table of RUN with REFERENCE's (default: the reference run "
+        "recorded from `make demo`, shipped with attncoda), each column held to what it can "
+        "hold: floats to the float32 rounding of what they are computed from, counts and "
+        "rates to the rounding bound their rows state, the bounds themselves to 1%% of "
+        "themselves plus 3 triplets, shares through their parts, MDS coordinates through the "
+        "distances between the heads. Prints one line (and the cells that differ, with what "
+        "each was allowed); exits 1 when the runs differ.",
+    )
+    co.add_argument("run", help="a finished run folder")
+    co.add_argument(
+        "reference", nargs="?", help="another run folder (default: the shipped reference run)"
+    )
+    co.set_defaults(command_name="compare")
 
     sw = sub.add_parser(
         "sweep",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,8 +28,20 @@ def _png(fig: Any) -> str:
     return f'<img style="max-width:{WIDTH_PX}px" src="data:image/png;base64,{data}"/>'
 
 
-def _table(frame: pd.DataFrame) -> str:
-    shown = frame.head(MAX_ROWS).to_html(index=False, float_format=lambda v: f"{v:.4g}")
+def _table(frame: pd.DataFrame, held: Mapping[str, Any] | None = None) -> str:
+    """``frame``'s first rows, each number to 4 significant digits and each stated bound
+    (``held``: its columns' rules) to the 2 it holds (docs/design.md, "The same evidence,
+    by one rule")."""
+    from attncoda.experiments.contract import Bound
+
+    bounds = {
+        column: (lambda v: f"{v:.2g}")
+        for column, rule in (held or {}).items()
+        if isinstance(rule, Bound) and column in frame and frame[column].dtype.kind == "f"
+    }
+    shown = frame.head(MAX_ROWS).to_html(
+        index=False, float_format=lambda v: f"{v:.4g}", formatters=bounds or None
+    )
     more = len(frame) - MAX_ROWS
     tail = f"<div><small>... {more} more rows</small></div>" if more > 0 else ""
     return shown + tail
@@ -49,7 +62,10 @@ def result_html(result: Any) -> str:
     head = html.escape(f"{result.experiment}: {', '.join(models) or 'no rows'}")
     parts = [f"<div><b>{head}</b></div>"]
     if result.tables:
-        parts.append(_table(result.table))
+        from attncoda.experiments.contract import experiment
+
+        name = next(iter(result.tables))
+        parts.append(_table(result.table, experiment(result.experiment).held.get(name)))
         parts.append(_figure_or_note(result.figure))
     return "<div>" + "".join(parts) + "</div>"
 

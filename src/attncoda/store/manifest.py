@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from datetime import datetime, timezone
 from importlib import metadata
@@ -59,7 +60,8 @@ def cpu_model() -> str:
 
 
 def run_manifest(command: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """A manifest dict: the command, its config, package versions, Python and the time.
+    """A manifest dict: the command, its config, package versions, Python, the CPU and its
+    cores, and the time.
 
     ``config`` holds everything that determines the results (model spec, revision, dtype,
     sink spec, corpus hash, seeds); ``extra`` holds facts learnt while running (model info).
@@ -70,6 +72,7 @@ def run_manifest(command: str, config: dict[str, Any], **extra: Any) -> dict[str
         "packages": package_versions(),
         "python": platform.python_version(),
         "cpu": cpu_model(),
+        "cores": os.cpu_count(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }

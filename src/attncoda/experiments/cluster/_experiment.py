@@ -76,14 +76,17 @@ from attncoda.experiments.cluster._embedding import (
     spearman,
 )
 from attncoda.experiments.cluster._figure import draw
+from attncoda.experiments.cluster._headline import HEADLINE
 from attncoda.experiments.cluster._result import ClusterResult, result_tables
 from attncoda.experiments.cluster._section import cluster_section
 from attncoda.experiments.cluster._summary import summary
 from attncoda.experiments.contract import (
     Command,
+    Coordinates,
     Experiment,
     HeadRows,
     Inputs,
+    Labels,
     Tables,
     View,
     setting,
@@ -312,12 +315,25 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("cluster", "cluster_summary", "cluster_agreement", "cluster_distances"),
+    # MDS coordinates are defined up to a rotation or reflection, held through the distances
+    # between the heads' points; k-means labels through the partition they make.
+    held={
+        "cluster": {
+            **{
+                f"{axis}_{variant}": Coordinates(f"{other}_{variant}")
+                for variant in VARIANTS
+                for axis, other in (("x", "y"), ("y", "x"))
+            },
+            **{f"cluster_{variant}": Labels() for variant in VARIANTS},
+        }
+    },
     view=View(
         title="Cluster: head clustering (Clark et al. 2019) under four variants",
         needs=("cluster_summary",),
         section=cluster_section,
         figure_tables=("cluster", "cluster_summary"),
         figure=draw,
+        headline=HEADLINE,
     ),
     command=Command(
         help="Clark et al. head clustering under four variants",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.collapse._figure import draw
+from attncoda.experiments.collapse._headline import HEADLINE
 from attncoda.experiments.collapse._section import collapse_section
 from attncoda.experiments.collapse._split import (
     DEFAULT_SHARE_ATOL,
@@ -36,6 +37,7 @@ from attncoda.experiments.contract import (
     Command,
     Experiment,
     Inputs,
+    Share,
     Tables,
     View,
     captured_ids,
@@ -77,7 +79,8 @@ class CollapseResult:
         ``sink_share = delta_sink / delta_entropy``, ``sink_share_low`` and
         ``sink_share_high`` (the smaller and the larger share of the two orderings, which
         bound it; nullable ``Float64``, ``<NA>`` when ``|dH|`` lies within its float32
-        rounding, ``u (H before + H after)``, or ``<= share_atol``),
+        rounding, ``u (n + 2) (H before + H after)`` with ``n`` the most keys a row sees,
+        or ``<= share_atol``),
         ``sink_share_method`` (what the share and its range are) and ``sink_share_note``
         (``""``, or why the share is undefined or outside ``[0, 1]``).
     checkpoints : pandas.DataFrame
@@ -308,6 +311,19 @@ EXPERIMENT = Experiment(
     tables=("collapse_rows", "collapse_sinks"),
     combine=combine,
     combined=("collapse", "collapse_checkpoints"),
+    # A share is held through its parts: near its null threshold it moves by much more
+    # than they do (docs/design.md, "Verdicts and ratios within rounding").
+    held={
+        "collapse": {
+            "sink_share": Share(("delta_sink",), "delta_entropy"),
+            **{
+                f"sink_share_{end}": Share(
+                    ("delta_sink_sink_first", "delta_sink_content_first"), "delta_entropy"
+                )
+                for end in ("low", "high")
+            },
+        }
+    },
     view=View(
         title="Collapse: entropy over training, sink vs content",
         needs=("collapse",),
@@ -315,6 +331,7 @@ EXPERIMENT = Experiment(
         figure_tables=("collapse",),
         figure=draw,
         units=("train",),
+        headline=HEADLINE,
     ),
     command=Command(
         help="entropy change over checkpoints, split exactly",

@@ -4,7 +4,7 @@
 Public names: the declaration (:class:`Experiment`, :func:`experiment`, :data:`REGISTRY`,
 :data:`EXPERIMENTS`, :data:`NEEDS`), what the runner hands in and gets back
 (:class:`Inputs`, :class:`Tables`), how it is shown and run (:class:`View`,
-:class:`Command`, :class:`Tool`, :data:`SOURCES`), settings (:func:`setting`,
+:class:`Headline`, :class:`Command`, :class:`Tool`, :data:`SOURCES`), settings (:func:`setting`,
 :func:`check_settings`, :func:`settings_from`, :func:`settings_dict`), the recorded rows an
 experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the windows a
 capture read (:func:`captured_ids`, :func:`check_captured`), the shared verdict helpers
@@ -12,19 +12,23 @@ capture read (:func:`captured_ids`, :func:`check_captured`), the shared verdict 
 what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
 :func:`no_interval_note`, :func:`percentile_interval`, :func:`resample_weights`,
 :func:`check_n_boot`), and what float32 statistics resolve (:data:`FLOAT32_UNIT_ROUNDOFF`,
-:func:`rounding_bound`, :func:`within_rounding`).
+:func:`rounding_bound`, :func:`within_rounding`), and how each column is held when two runs
+are compared (:class:`Same`, :class:`Rounding`, :class:`Stated`, :class:`Bound`,
+:class:`Share`, :class:`Coordinates`, :class:`Labels`, :func:`held_by`,
+:func:`compare_frames`, :class:`TableComparison`, :class:`Cell`).
 
 Modules: ``_experiment`` (the declaration, inputs and tables), ``_command`` (views,
 commands and tools), ``_settings`` (setting fields and their checks), ``_inputs`` (recorded
-rows), ``_verdicts`` (metrics, tolerances and flip rates), ``_intervals`` (the fewest
-observations of a bootstrap, method names, notes), ``_rounding`` (rounding bounds, nulls
-and threshold edges). They may import :mod:`attncoda.coda` and
+rows), ``_verdicts`` (metrics, tolerances and flip rates), ``_held`` (the rules of a
+comparison of two runs), ``_frames`` (two frames of a table compared by them),
+``_intervals`` (the fewest observations of a bootstrap, method names, notes), ``_rounding``
+(rounding bounds, nulls and threshold edges). They may import :mod:`attncoda.coda` and
 each other; no experiment, nothing above.
 """
 
 from __future__ import annotations
 
-from attncoda.experiments.contract._command import SOURCES, Command, Tool, View
+from attncoda.experiments.contract._command import SOURCES, Command, Headline, Tool, View
 from attncoda.experiments.contract._experiment import (
     EXPERIMENTS,
     NEEDS,
@@ -37,6 +41,18 @@ from attncoda.experiments.contract._experiment import (
     settings_dict,
     settings_from,
     without_run_columns,
+)
+from attncoda.experiments.contract._frames import Cell, TableComparison, compare_frames
+from attncoda.experiments.contract._held import (
+    Bound,
+    Coordinates,
+    Held,
+    Labels,
+    Rounding,
+    Same,
+    Share,
+    Stated,
+    held_by,
 )
 from attncoda.experiments.contract._inputs import (
     DocRows,
@@ -81,6 +97,18 @@ from attncoda.experiments.contract._verdicts import (
 
 __all__ = [
     "Allowed",
+    "Bound",
+    "Cell",
+    "Coordinates",
+    "Held",
+    "Labels",
+    "Rounding",
+    "Same",
+    "Share",
+    "Stated",
+    "TableComparison",
+    "compare_frames",
+    "held_by",
     "BOOTSTRAP_DOCUMENTS",
     "BOOTSTRAP_WINDOWS",
     "CLOPPER_PEARSON",
@@ -93,6 +121,7 @@ __all__ = [
     "FLIP_METRICS",
     "FLOAT32_UNIT_ROUNDOFF",
     "HeadRows",
+    "Headline",
     "Inputs",
     "MIN_BOOTSTRAP_N",
     "NEEDS",

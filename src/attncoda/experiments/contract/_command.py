@@ -11,7 +11,7 @@ from typing import Any
 
 from attncoda._errors import AttncodaError
 
-__all__ = ["SOURCES", "Command", "Tool", "View"]
+__all__ = ["SOURCES", "Command", "Headline", "Tool", "View"]
 
 #: How a command takes what it reads (:attr:`Command.sources`): ``"model"`` one model spec;
 #: ``"model?"`` one spec or ``--attentions FILE``; ``"models*"`` specs or ``--attentions
@@ -88,6 +88,8 @@ class View:
         ``of_capture(capture) -> (shown, tables)``: what a notebook shows of one capture, a
         compact table and the tables (keyed as a run stores them) its figure is drawn from;
         the first experiment of the registry that has one draws every capture's view.
+    headline : Headline or None
+        Its row of a demo run's headline (the README's results), or None: it has none.
     """
 
     title: str
@@ -97,6 +99,33 @@ class View:
     figure: Callable[..., Any]
     units: tuple[str, ...] = ()
     of_capture: Callable[[Any], tuple[Any, Mapping[str, Any]]] | None = None
+    headline: Headline | None = None
+
+
+@dataclass(frozen=True)
+class Headline:
+    """An experiment's row of a demo run's headline: what it measures, the paper's figure,
+    and the run's, in Markdown (the README's results table; ``attncoda demo`` prints it for
+    the user's run).
+
+    Attributes
+    ----------
+    what : str
+        The row's first cell (``"flips (keep vs drop)"``).
+    paper : str
+        The paper's figure (``"17–47% of verdicts flip"``).
+    cell : callable
+        ``cell(ctx) -> str``: the run's figure, from a :class:`attncoda.experiments.view.
+        Context` of its tables.
+    below : callable or None
+        ``below(ctx) -> str``: Markdown the headline shows under its table (the predictor's
+        held-out verdicts), or None.
+    """
+
+    what: str
+    paper: str
+    cell: Callable[[Any], str]
+    below: Callable[[Any], str] | None = None
 
 
 @dataclass(frozen=True)

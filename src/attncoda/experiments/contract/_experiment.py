@@ -13,6 +13,8 @@ An experiment module declares one :class:`Experiment`:
   (the runner makes its captures, with the run's options), writes nothing and keeps no
   state: the same inputs and settings give the same tables;
 - ``tables``: the names of the tables ``run`` returns, in order;
+- ``held``: how the columns of those tables are held when two runs are compared, where a
+  column's type does not say it (:mod:`attncoda.experiments.contract._held`);
 - ``combine``: for an experiment over a checkpoint series (collapse), how the tables of all
   its units become the run's tables (``None`` for the others);
 - ``view``: how the report and a result object show it (:class:`View`): its section's title
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract._command import Command, View
+from attncoda.experiments.contract._held import Held
 from attncoda.experiments.contract._settings import check_settings
 
 if TYPE_CHECKING:
@@ -217,6 +220,11 @@ class Experiment:
     view: View | None = None
     #: How ``attncoda <name>`` takes its sources and what it prints (:class:`Command`).
     command: Command | None = None
+    #: ``{table: {column: rule}}``: how a column of its tables is held when two runs are
+    #: compared, where the column's type does not say it (a count held to a stated bound,
+    #: a share through its parts, MDS coordinates through their distances;
+    #: :mod:`attncoda.experiments.contract._held`).
+    held: Mapping[str, Mapping[str, Held]] = field(default_factory=dict)
 
     @property
     def shared_rows(self) -> bool:

@@ -51,10 +51,10 @@ from attncoda.experiments.flips._bootstrap import (
     rate_rounding,
     resample_weights,
 )
-from attncoda.experiments.flips._count import (
-    triplet_flips,
-)
+from attncoda.experiments.flips._count import triplet_flips
 from attncoda.experiments.flips._figure import draw
+from attncoda.experiments.flips._headline import HEADLINE
+from attncoda.experiments.flips._held import HELD
 from attncoda.experiments.flips._section import flips_section
 from attncoda.experiments.flips._summary import summary
 from attncoda.experiments.flips._sums import document_sums, entropy_sums
@@ -380,12 +380,14 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("flips", "flips_by_layer"),
+    held=HELD,
     view=View(
         title="Flips: verdicts that change between keep and drop",
         needs=("flips",),
         section=flips_section,
         figure_tables=("flips",),
         figure=draw,
+        headline=HEADLINE,
     ),
     command=Command(
         help="flip rate of head-similarity verdicts, keep vs drop",

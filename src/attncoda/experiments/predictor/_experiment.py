@@ -60,6 +60,7 @@ from attncoda.experiments.flips import FlipsResult, flips
 from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD
 from attncoda.experiments.predictor._figure import draw
 from attncoda.experiments.predictor._fit import FitSettings
+from attncoda.experiments.predictor._headline import HEADLINE
 from attncoda.experiments.predictor._model import Predictor
 from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
 from attncoda.experiments.predictor._section import predictor_section
@@ -370,6 +371,7 @@ EXPERIMENT = Experiment(
         section=predictor_section,
         figure_tables=("predictor",),
         figure=draw,
+        headline=HEADLINE,
     ),
     command=Command(
         help="apply the frozen flip-rate predictor: predict, measure, give the verdict",

@@ -12,6 +12,7 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Command, Experiment, Inputs, Tables, View, setting
 from attncoda.experiments.prune._figure import draw
 from attncoda.experiments.prune._grid import prune
+from attncoda.experiments.prune._headline import HEADLINE
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
     CHANNELS,
@@ -185,6 +186,7 @@ EXPERIMENT = Experiment(
         section=prune_section,
         figure_tables=("prune",),
         figure=draw,
+        headline=HEADLINE,
     ),
     command=Command(
         help="prune heads by a channel, measure held-out perplexity",

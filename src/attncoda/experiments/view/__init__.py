@@ -8,7 +8,9 @@ folder's tables, with these helpers, and declares both in its :class:`View
 - ``_canvas``: figures on the Agg canvas outside pyplot's state, PNG bytes and atomic writes;
 - ``_labels``: how a model is named (``model@revision (family)``);
 - ``_html``: escaping, number formats, captioned tables and figures, each with its convention;
-- ``_context``: :class:`Context`, what every section reads.
+- ``_context``: :class:`Context`, what every section reads;
+- ``_markdown``: numbers and names as a demo run's headline writes them (:func:`pct`,
+  :func:`times`, :func:`prose_name`).
 
 They import :mod:`attncoda.store` and :mod:`attncoda._errors` only, never an experiment.
 """
@@ -41,6 +43,7 @@ from attncoda.experiments.view._html import (
     table,
 )
 from attncoda.experiments.view._labels import groups, is_missing, model_label, one_model
+from attncoda.experiments.view._markdown import pct, prose_name, times
 
 __all__ = [
     "NA",
@@ -65,7 +68,10 @@ __all__ = [
     "note",
     "one_model",
     "paper_vs_measured",
+    "pct",
     "png_bytes",
+    "prose_name",
     "save_png",
     "table",
+    "times",
 ]

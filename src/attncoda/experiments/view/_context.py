@@ -1,10 +1,10 @@
-"""What a report section reads: the run folder's tables and its sink spec."""
+"""What a report section reads: the run folder's tables, its sink spec and its settings."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,10 +22,14 @@ class Context:
         The run folder's tables by name.
     sink : str
         The sink spec of the run (manifest ``config.sink``), named in every convention.
+    settings : mapping of str to mapping
+        Each experiment's settings as the run recorded them (manifest
+        ``config.settings``), where a section states one (prune's window length).
     """
 
     tables: Mapping[str, pd.DataFrame]
     sink: str
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def need(self, name: str) -> pd.DataFrame:
         """Table ``name``, which the section's caller found present (:meth:`get`)."""

@@ -1,0 +1,103 @@
+"""The headline of a demo run: each experiment, the paper's figure and the run's, in one
+table (the README's results, the end of ``attncoda demo``).
+
+:func:`headline` reads a run folder's manifest and tables (the shipped reference run, or a
+user's own demo run) and writes the Markdown the README shows between its
+``<!-- attncoda:headline -->`` markers: a line naming the run, then one row per experiment
+of the registry that declares one (:class:`attncoda.experiments.contract.Headline`), then
+what those rows show below the table. The site's results page (``docs/hooks/results.py``)
+builds on the same pieces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from attncoda.experiments.contract import EXPERIMENTS, experiment
+from attncoda.experiments.view import Context
+
+__all__ = ["demo_screen", "headline", "machine", "run_context"]
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    return dict(json.loads((folder / "manifest.json").read_text(encoding="utf-8")))
+
+
+def run_context(folder: str | Path) -> Context:
+    """A run folder's tables, sink spec and settings, as every section reads them."""
+    import pandas as pd
+
+    folder = Path(folder)
+    config = _manifest(folder).get("config", {})
+    tables = {p.stem: pd.read_parquet(p) for p in sorted((folder / "tables").glob("*.parquet"))}
+    return Context(tables, str(config.get("sink", "first")), dict(config.get("settings", {})))
+
+
+def machine(folder: str | Path, wall_seconds: float | None = None) -> str:
+    """The run's command, date, CPU, cores and wall time, in one phrase."""
+    found = _manifest(Path(folder))
+    seconds = wall_seconds if wall_seconds is not None else found.get("wall_seconds")
+    cores = found.get("cores")
+    where = f"{found['cpu']}" + (f", {cores} cores" if cores else "")
+    took = ""
+    if seconds is not None:
+        minutes, rest = divmod(round(float(seconds)), 60)
+        took = f": {minutes} min {rest} s"
+    command = found.get("recorded_from", "attncoda demo")
+    return f"`{command}` on {found['created'][:10]}, {where}{took}"
+
+
+def headline(
+    folder: str | Path, wall_seconds: float | None = None, label: str = "reference run"
+) -> str:
+    """The headline of the demo run in ``folder`` (Markdown).
+
+    Parameters
+    ----------
+    folder : str or path
+        A finished demo run folder (``attncoda demo``; the shipped reference run).
+    wall_seconds : float, optional
+        The run's wall time (default: the manifest's ``wall_seconds``, which a recorded
+        reference run holds).
+    label : str
+        The heading of the run's column.
+
+    Returns
+    -------
+    str
+        The line naming the run, the table (one row per experiment whose view declares a
+        headline and whose tables the run holds), and what the rows show below it.
+    """
+    ctx = run_context(folder)
+    shown = []
+    for name in EXPERIMENTS:
+        view = experiment(name).view
+        if view is not None and view.headline is not None and ctx.get(view.needs[0]) is not None:
+            shown.append(view.headline)
+    lines = [
+        f"{machine(folder, wall_seconds)}.",
+        "",
+        f"| experiment | paper | {label} |",
+        "| --- | --- | --- |",
+        *(f"| {row.what} | {row.paper} | {row.cell(ctx)} |" for row in shown),
+    ]
+    lines += [text for row in shown if row.below is not None for text in ("", row.below(ctx))]
+    return "\n".join(lines) + "\n"
+
+
+def demo_screen(folder: str | Path, wall_seconds: float) -> list[str]:
+    """The last screen of ``attncoda demo``: what the run in ``folder`` found (its headline,
+    the README's results table of this run) and whether it holds the same evidence as the
+    reference run recorded from ``make demo`` (:func:`attncoda.compare`)."""
+    from attncoda.run.compare import compare, reference_run
+
+    return [
+        "",
+        "What this run found, beside the paper (the README's results):",
+        "",
+        headline(folder, wall_seconds=wall_seconds, label="this run"),
+        f"Against the reference run ({reference_run()}):",
+        *compare(folder).lines(),
+    ]
