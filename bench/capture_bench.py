@@ -1,7 +1,8 @@
 """Capture benchmarks on the embedded SmolLM2-135M (30 layers x 9 heads, 3 KV heads).
 
 - P1: time of ``capture`` (statistics of every row, no rows recorded) divided by the time of
-  a plain eager forward without ``output_attentions``, at L = 512. Target <= 1.15.
+  an eager forward without ``output_attentions`` that asks, as a capture does, for the last
+  position's logits only (``bench/_floors.py``), at L = 512. Target <= 1.15.
 - P2: peak resident memory of one forward at L = 2048, capture vs eager
   ``output_attentions=True``, each in a fresh process, above the memory of the loaded model:
   the high-water mark is reset to the resident size after loading (``/proc/self/clear_refs``),
@@ -16,11 +17,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _CHILD = r"""
 import json, resource, sys, torch
 from attncoda.models.load import load_model
-from attncoda.capture import capture
+from attncoda.capture import capture, forward_kwargs
 mode, length = sys.argv[1], int(sys.argv[2])
 torch.set_num_threads(int(sys.argv[3]))
 model, tokenizer, info = load_model("smollm2")
@@ -45,12 +49,13 @@ try:  # reset the high-water mark to the current RSS (Linux: clear_refs 5)
 except OSError:
     base, reset = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, False
 with torch.inference_mode():
+    # Like for like: every forward asks for the last position's logits, as a capture does.
     if mode == "capture":
         capture(model, ids, mask, record_rows="none")
     elif mode == "eager":
-        model(input_ids=ids, attention_mask=mask)
+        model(**forward_kwargs(model, ids, mask, logits=False))
     else:
-        model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        model(**forward_kwargs(model, ids, mask, output_attentions=True, logits=False))
 peak = status("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"base_mib": base, "peak_mib": peak, "reset": reset}))
 """
@@ -68,27 +73,33 @@ def peak_memory(mode: str, length: int, threads: int) -> dict:
 
 
 def p1_ratio(length: int = 512, repeats: int = 3) -> dict:
-    """min-of-repeats capture time over eager time, interleaved so load hits both alike."""
+    """min-of-repeats capture time over the eager floor's (``bench/_floors.py``: the last
+    position's logits, as a capture asks), interleaved so load hits both alike."""
     import torch
 
+    from _floors import floors
     from attncoda.capture import capture
     from attncoda.models.load import load_model
 
     model, _, _ = load_model("smollm2")
     ids = torch.randint(100, 40000, (1, length), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    eager, ours = [], []
+    eager = floors(model, ids, ("eager",))["eager"]
+    times: dict[str, list[float]] = {"eager": [], "capture": []}
+    calls = {"eager": eager, "capture": lambda: capture(model, ids, record_rows="none")}
     with torch.inference_mode():
-        model(input_ids=ids, attention_mask=mask)
-        capture(model, ids, mask, record_rows="none")
+        for call in calls.values():
+            call()
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            model(input_ids=ids, attention_mask=mask)
-            eager.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            capture(model, ids, mask, record_rows="none")
-            ours.append(time.perf_counter() - t0)
-    return {"eager_s": min(eager), "capture_s": min(ours), "ratio": min(ours) / min(eager)}
+            for name, call in calls.items():
+                t0 = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - t0)
+    best = {name: min(values) for name, values in times.items()}
+    return {
+        "eager_s": best["eager"],
+        "capture_s": best["capture"],
+        "ratio": best["capture"] / best["eager"],
+    }
 
 
 def output_attentions_gib(length: int, layers: int = 30, heads: int = 9) -> float:

@@ -87,7 +87,10 @@ def main() -> int:
     print(f"  --workers 1: {one:7.1f} s wall, {one_cpu:5.0%} CPU")
     print(f"  --workers 2: {two:7.1f} s wall, {two_cpu:5.0%} CPU")
     print(f"  ratio 2/1: {two / one:.2f} (target at most {TARGET}); tables_equal: {equal}")
-    return 0
+    from _targets import verdict
+
+    missed = [f"--workers 2 / 1 = {two / one:.2f} (target at most {TARGET})"] * (two / one > TARGET)
+    return verdict([], [*missed, *(["the tables of 1 and 2 workers differ"] * (not equal))])
 
 
 if __name__ == "__main__":
