@@ -120,16 +120,20 @@ def _unfinished(out: Path) -> list[Path]:
 SMALL = dict(experiments=["profile", "flips", "safety"], settings=TINY_SETTINGS, progress=False)
 
 
-def _same_tables_as_uninterrupted(out: Path, uninterrupted: Path) -> None:
+def _same_tables_as_uninterrupted(out: Path, uninterrupted: Path, tables: int = 6) -> None:
+    """``out``'s ``tables`` tables (the units table among them) are the uninterrupted run's,
+    bit for bit: the same settings and the same ops in this process."""
     import pandas as pd
 
     mine, whole = run_tables(out), run_tables(uninterrupted)
-    assert len(mine) == 6
+    assert len(mine) == tables
     for name in sorted(set(mine) - {"units.parquet"}):
         pd.testing.assert_frame_equal(mine[name], whole[name], check_exact=True, obj=name)
 
 
-def test_a_full_disk_is_one_clear_error_and_the_rerun_resumes(tmp_path, models, monkeypatch):
+def test_a_full_disk_is_one_clear_error_and_the_rerun_resumes(
+    tmp_path, models, uninterrupted, monkeypatch
+):
     out = tmp_path / "full"
     run = {**SMALL, "experiments": ["profile", "flips"]}
     calls = {"n": 0}
@@ -158,6 +162,8 @@ def test_a_full_disk_is_one_clear_error_and_the_rerun_resumes(tmp_path, models, 
     result = reproduce(models, out, **run)
     assert (result.skipped, result.ran, result.failed) == (finished, 4 - finished, {})
     assert set(read_run_tables(out)["flips"]["model"]) == set(models)
+    # profile_heads, flips, flips_by_layer and units: those of the uninterrupted run
+    _same_tables_as_uninterrupted(out, uninterrupted, tables=4)
 
 
 def test_a_disk_that_fills_during_one_unit_fails_it_alone(

@@ -6,6 +6,7 @@ the same command runs only the failed units, in this process and on a local pool
 from __future__ import annotations
 
 import html
+import re
 import shutil
 from pathlib import Path
 
@@ -123,6 +124,29 @@ def test_fail_fast_stops_at_the_first_failure(tmp_path, models, broken, capsys):
             fail_fast=True,
         )
     assert done_units(out) == 3 and _unfinished(out) == []
+
+
+def test_fail_fast_stops_a_local_pool_at_the_first_failure(tmp_path, models, broken):
+    # Two workers, the longest units first: one of the broken model's units that read it
+    # fails first, while the other model's units may be running beside it. The run stops
+    # there, naming that unit; what finished is kept to resume, and nothing half-written or
+    # locked is left.
+    folder, _ = broken
+    out = tmp_path / "pool-fast"
+    first = rf"^unit (profile|flips)/{re.escape(str(folder))}@- failed: model file "
+    with pytest.raises(AttncodaError, match=first):
+        reproduce(
+            [str(folder), models[0]],
+            out,
+            experiments=EXPERIMENTS,
+            settings=SETTINGS,
+            progress=False,
+            workers=2,
+            fail_fast=True,
+        )
+    assert not list(tmp_path.rglob("*.tmp")) and not list(tmp_path.rglob(".lock"))
+    if out.exists():  # a unit of the other model finished: kept, to resume
+        assert _unfinished(out) == [] and 1 <= done_units(out) < 6
 
 
 def test_a_local_pool_keeps_going_too(tmp_path, models, broken):

@@ -33,10 +33,12 @@ The Shapley share lies between them (it is their mean): a statement such as "x% 
 entropy drop is the sink" is the Shapley share together with that range.
 
 The share and its range are undefined where the change lies within its own rounding,
-``|delta_entropy| <= u (entropy_from + entropy_to)`` (``u = 2**-24``, the float32 unit
-roundoff, times the magnitudes summed: entropies are non-negative, so ``entropy_from +
-entropy_to`` is the mean of ``|H(p_0)| + |H(p_1)|`` over the rows; docs/design.md,
-"Verdicts and ratios within rounding"), or ``<= share_atol``: a ratio of a change of the
+``|delta_entropy| <= u (n + 2) (entropy_from + entropy_to)`` (``u = 2**-24``, the float32
+unit roundoff; ``n`` the most keys a row sees: each row entropy is a float32 sum over its
+keys, which rounding moves by up to ``(n + 2) u H``; entropies are non-negative, so
+``entropy_from + entropy_to`` is the mean of ``|H(p_0)| + |H(p_1)|`` over the rows;
+:func:`share_rounding`, docs/design.md, "Verdicts and ratios within rounding"), or
+``<= share_atol``: a ratio of a change of the
 last bits is noise, which two devices or two kernels give differently (-18 and -85 for one
 head at ``4e-8`` nats). It is then ``<NA>`` (null in Parquet, ``None`` in JSON) and
 ``sink_share_note`` says why. When
