@@ -5,8 +5,9 @@ For each architecture of :data:`attncoda.capture.kernels.ARCHITECTURES` (sm_80, 
 sm_89, sm_90), each input dtype (float32, bfloat16, float16), each head dim (64, 80, 96,
 128, 256) and each kernel variant, it takes the launch configuration the launcher would
 choose (:func:`attncoda.capture.kernels.launch_config`), compiles the kernel for that
-target with Triton (``GPUTarget("cuda", cc, 32)``; the ptxas inside the triton wheel, run
-again with ``-v`` for registers and spills) and checks it: shared memory within the
+target with Triton on the launcher's own arguments (``bench/_offline.py``:
+``GPUTarget("cuda", cc, 32)``; the ptxas inside the triton wheel, run again with ``-v`` for
+registers and spills) and checks it: shared memory within the
 architecture's opt-in limit per block, and no spilled register. A configuration the table
 refuses is listed as ``refused: <why>`` without a compile.
 
@@ -47,12 +48,8 @@ VARIANTS = ("causal", "causal,window", "causal,window,softcap,sink,learned,spars
 
 def _compile(job: tuple[str, str, int, str]) -> dict:
     """One record: compile ``(arch, dtype, head_dim, flags)`` with its table entry."""
-    from attncoda.capture.kernels import (
-        ARCHITECTURES,
-        Refused,
-        compile_offline,
-        launch_config,
-    )
+    from _offline import compile_offline
+    from attncoda.capture.kernels import ARCHITECTURES, Refused, launch_config
     from attncoda.capture.kernels._configs import is_heavy
 
     arch, dtype, head_dim, flags = job
