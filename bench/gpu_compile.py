@@ -19,7 +19,7 @@ The variants are the compile-time switches of the kernel:
 - ``causal,window,softcap,sink,learned,sparse``: a sliding window, Gemma 2's soft-cap, a
   learned sink as a content key and one in the sink set, and sink keys after the prefix,
   all at once (the most code one kernel carries), in the heavy entries
-  (:func:`attncoda.capture.kernels._configs.is_heavy`);
+  (:attr:`attncoda.capture.kernels._configs.Variant.heavy`);
 - ``padding``: bidirectional rows with padding (BERT-style encoders).
 
 Head dims 80 and 96 run the head-dim-128 kernel: the head dim is a runtime argument (not
@@ -50,10 +50,10 @@ def _compile(job: tuple[str, str, int, str]) -> dict:
     """One record: compile ``(arch, dtype, head_dim, flags)`` with its table entry."""
     from _offline import compile_offline
     from attncoda.capture.kernels import ARCHITECTURES, Refused, launch_config
-    from attncoda.capture.kernels._configs import is_heavy
+    from attncoda.capture.kernels._configs import Variant
 
     arch, dtype, head_dim, flags = job
-    config = launch_config(arch, dtype, head_dim, is_heavy(flags.split(",")))
+    config = launch_config(arch, dtype, head_dim, Variant.of(flags.split(",")).heavy)
     record = {"arch": arch, "dtype": dtype, "head_dim": head_dim, "flags": flags}
     if isinstance(config, Refused):
         record.update(dict.fromkeys(("block_m", "block_n", "num_warps", "num_stages")))

@@ -22,7 +22,7 @@ pytest.importorskip("triton")
 pytest.importorskip("triton.backends.nvidia")
 
 from attncoda.capture.kernels import ARCHITECTURES, LaunchConfig, Refused, launch_config  # noqa: E402
-from attncoda.capture.kernels._configs import constants, is_heavy  # noqa: E402
+from attncoda.capture.kernels._configs import Variant, constants  # noqa: E402
 
 _SPEC = importlib.util.spec_from_file_location(
     "bench_offline", Path(__file__).resolve().parents[3] / "bench" / "_offline.py"
@@ -45,7 +45,7 @@ SUBSET = [
 def _one(job):
     arch, dtype, head_dim, flags = job
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    config = launch_config(arch, dtype, head_dim, is_heavy(flags))
+    config = launch_config(arch, dtype, head_dim, Variant.of(flags).heavy)
     if isinstance(config, Refused):
         return job, config, None
     return job, config, offline.compile_offline(arch, dtype, head_dim, flags, config)

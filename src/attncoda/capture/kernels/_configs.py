@@ -7,7 +7,8 @@ architecture (``bench/gpu_compile.py``, through ``bench/_offline.py``; a subset 
 ``tests/capture/kernels/test_gpu_compile.py``): it fits the architecture's opt-in shared
 memory per block and spills no register. A float32 entry that cannot do both is
 :class:`Refused`, by name, for that architecture: the two-call SDPA path serves it, with a
-note.
+note. A :class:`Variant` of the kernel (its compile-time switches) says whether it takes
+the plain entry or the heavy one.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ __all__ = [
     "HEAD_DIMS",
     "LaunchConfig",
     "Refused",
+    "Variant",
     "architecture_of",
     "head_dim_class",
-    "is_heavy",
     "launch_config",
 ]
 
@@ -85,15 +86,52 @@ def head_dim_class(head_dim: int) -> int:
     raise ValueError(f"head dim {head_dim} is above 256")
 
 
-#: The flags of :data:`FLAGS` that make a variant *heavy*: more live registers in the loop
-#: (the soft-cap's ``tanh``, per-tile sink masks) or its epilogue (a learned sink), so it
-#: may need smaller blocks than the plain variants (causal, window, padding).
-HEAVY = frozenset({"softcap", "sink", "learned", "sparse"})
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """The fused kernel's compile-time switches by mask and score options: each set is its
+    own compile, and the set says which entry of the launch table it takes (:attr:`heavy`).
 
+    Attributes
+    ----------
+    causal : bool
+        Causal rows (otherwise bidirectional: an encoder's, with padding).
+    window : bool
+        A sliding window.
+    softcap : bool
+        Gemma 2's soft-cap.
+    aux_content, aux_sink : bool
+        A learned sink (GPT-OSS ``s_aux``) among the content keys, or in the sink set.
+    sparse : bool
+        Sink keys after a document's prefix (masked in the key tiles that hold them).
+    """
 
-def is_heavy(flags) -> bool:
-    """Whether a variant of ``flags`` (a subset of :data:`FLAGS`) takes the heavy entry."""
-    return bool(HEAVY & set(flags))
+    causal: bool
+    window: bool = False
+    softcap: bool = False
+    aux_content: bool = False
+    aux_sink: bool = False
+    sparse: bool = False
+
+    @classmethod
+    def of(cls, flags) -> Variant:
+        """The variant of ``flags``, a subset of :data:`FLAGS`: ``"padding"`` alone is
+        bidirectional rows with padding; any other set is causal."""
+        flags = set(flags)
+        return cls(
+            causal=flags != {"padding"},
+            window="window" in flags,
+            softcap="softcap" in flags,
+            aux_content="sink" in flags,
+            aux_sink="learned" in flags,
+            sparse="sparse" in flags,
+        )
+
+    @property
+    def heavy(self) -> bool:
+        """Whether the variant takes the heavy entry: more live registers in the loop (the
+        soft-cap's ``tanh``, per-tile sink masks) or its epilogue (a learned sink), so it
+        may need smaller blocks than the plain variants (causal, window, padding)."""
+        return self.softcap or self.aux_content or self.aux_sink or self.sparse
 
 
 def _table() -> dict[tuple[str, str, int, bool], LaunchConfig | Refused]:
@@ -159,7 +197,7 @@ def launch_config(
     arch: str, dtype: str, head_dim: int, heavy: bool = False
 ) -> LaunchConfig | Refused:
     """The table's entry for ``arch`` (``"sm_80"``), ``dtype`` (``"bfloat16"``),
-    ``head_dim`` (up to 256) and the variant (``heavy``: :func:`is_heavy`)."""
+    ``head_dim`` (up to 256) and the variant (``heavy``: :attr:`Variant.heavy`)."""
     return TABLE[(arch, dtype, head_dim_class(head_dim), bool(heavy))]
 
 
@@ -185,18 +223,18 @@ def architecture_of(capability: tuple[int, int], shared_bytes: int | None = None
 
 def constants(dtype: str, head_dim: int, flags, config: LaunchConfig, upcast: bool = False):
     """The kernel's compile-time arguments for ``flags`` (a subset of :data:`FLAGS`:
-    ``"padding"`` alone is bidirectional rows with padding; any other set is causal)."""
-    flags = set(flags)
+    :meth:`Variant.of`)."""
+    variant = Variant.of(flags)
     return {
         "BLOCK_M": config.block_m,
         "BLOCK_N": config.block_n,
         "BLOCK_D": max(16, 1 << (head_dim - 1).bit_length()),
-        "CAUSAL": flags != {"padding"},
-        "HAS_WINDOW": "window" in flags,
-        "HAS_SOFTCAP": "softcap" in flags,
-        "AUX_CONTENT": "sink" in flags,
-        "AUX_SINK": "learned" in flags,
-        "SPARSE_SINK": "sparse" in flags,
+        "CAUSAL": variant.causal,
+        "HAS_WINDOW": variant.window,
+        "HAS_SOFTCAP": variant.softcap,
+        "AUX_CONTENT": variant.aux_content,
+        "AUX_SINK": variant.aux_sink,
+        "SPARSE_SINK": variant.sparse,
         "UPCAST": upcast or dtype == "float32",
         "PRECISION": config.precision,
         "EVEN_D": head_dim == max(16, 1 << (head_dim - 1).bit_length()),

@@ -57,7 +57,7 @@ import torch
 from attncoda._errors import AttncodaError
 from attncoda.capture.stats import split_rows
 
-from ._configs import FP_FUSION, LaunchConfig, Refused, architecture_of, launch_config
+from ._configs import FP_FUSION, LaunchConfig, Refused, Variant, architecture_of, launch_config
 from ._masks import MaskShape, layer_shape
 from ._record import record_rows, store
 from ._sink_tiles import SinkGeometry, per_forward_geometry, sink_geometry, sink_tiles
@@ -106,7 +106,7 @@ def launch_for(
     device, dtype: torch.dtype, head_dim: int, heavy: bool = False
 ) -> LaunchConfig | Refused:
     """The launch configuration of a layer on ``device`` in ``dtype`` at ``head_dim``, of a
-    heavy variant or not (:func:`attncoda.capture.kernels._configs.is_heavy`).
+    heavy variant or not (:attr:`attncoda.capture.kernels._configs.Variant.heavy`).
 
     On CUDA the launch table's entry for the device's architecture
     (:func:`attncoda.capture.kernels.launch_config`), a :class:`Refused` before sm_80; under
@@ -211,7 +211,8 @@ def triton_attention(
         raise AttncodaError(f"the fused kernel takes head dims up to {MAX_HEAD_DIM}; got {d}")
     if geometry is None:
         geometry = sink_geometry(sink.to(device), shape)
-    config = launch_for(device, query.dtype, d, _heavy(softcap, s_aux, geometry))
+    variant = _variant(shape, softcap, s_aux, learned, geometry)
+    config = launch_for(device, query.dtype, d, variant.heavy)
     if isinstance(config, Refused):
         raise KernelRefused(config.why)
     block_m = _checked_block(block_m or config.block_m, "block_m")
@@ -255,9 +256,9 @@ def triton_attention(
             tiles.shape[1], d,
             float(scaling), float(softcap or 1.0),
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-            CAUSAL=shape.causal, HAS_WINDOW=shape.window is not None,
-            HAS_SOFTCAP=softcap is not None, AUX_CONTENT=s_aux is not None and not learned,
-            AUX_SINK=s_aux is not None and learned, SPARSE_SINK=geometry.sparse,
+            CAUSAL=variant.causal, HAS_WINDOW=variant.window, HAS_SOFTCAP=variant.softcap,
+            AUX_CONTENT=variant.aux_content, AUX_SINK=variant.aux_sink,
+            SPARSE_SINK=variant.sparse,
             UPCAST=interpreted or query.dtype == torch.float32,
             PRECISION="ieee" if interpreted else config.precision,
             EVEN_D=d == block_d, BLOCK_S=SINK_TILE,
@@ -285,9 +286,17 @@ def triton_attention(
     return out, stats
 
 
-def _heavy(softcap, s_aux, geometry: SinkGeometry) -> bool:
-    """Whether a layer runs a heavy variant of the kernel (the launch table's key)."""
-    return softcap is not None or s_aux is not None or geometry.sparse
+def _variant(shape: MaskShape, softcap, s_aux, learned: bool, geometry: SinkGeometry) -> Variant:
+    """The kernel variant of a layer: its mask's, scores' and sinks' compile-time switches."""
+    aux = s_aux is not None
+    return Variant(
+        causal=shape.causal,
+        window=shape.window is not None,
+        softcap=softcap is not None,
+        aux_content=aux and not learned,
+        aux_sink=aux and learned,
+        sparse=geometry.sparse,
+    )
 
 
 def note(recorder, reason: str) -> None:
@@ -340,9 +349,8 @@ def record_layer(
         return None
     softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
     geometry = per_forward_geometry(recorder, shape, query.device)
-    config = launch_for(
-        query.device, query.dtype, query.shape[-1], _heavy(softcap, s_aux, geometry)
-    )
+    variant = _variant(shape, softcap, s_aux, recorder.learned, geometry)
+    config = launch_for(query.device, query.dtype, query.shape[-1], variant.heavy)
     if isinstance(config, Refused):
         note(recorder, config.why)
         return None
