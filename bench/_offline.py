@@ -2,9 +2,13 @@
 before a GPU"): what ``bench/gpu_compile.py`` and ``tests/capture/kernels/test_gpu_compile.py``
 compile with.
 
-:func:`compile_offline` compiles one entry of the launch table for a target on any machine
-(Triton's ``GPUTarget``, the ptxas inside the triton wheel) and reads its shared memory,
-registers and spills.
+:func:`compile_offline` compiles one launch for a target on any machine (Triton's
+``GPUTarget``, the ptxas inside the triton wheel) and reads its shared memory, registers
+and spills. The compile takes the kernel's own launch path (``warmup``, on a stand-in
+driver for the target) with the arguments the launcher makes
+(:func:`attncoda.capture.kernels._launch.launch_arguments`) for a Llama-3-8B-shaped layer
+whose tensors are on the meta device (:func:`llama_launch`), so it specialises as a launch
+on a GPU would.
 """
 
 from __future__ import annotations
@@ -15,9 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attncoda.capture.kernels._configs import FP_FUSION, LaunchConfig, constants
-
-__all__ = ["compile_offline", "compiled_kernels", "example_arguments", "warm"]
+__all__ = ["compile_offline", "compiled_kernels", "llama_launch", "warm"]
 
 _PTXAS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGISTERS = re.compile(r"Used (\d+) registers")
@@ -79,43 +81,57 @@ class _OfflineDriver:
         return torch.device("cpu")
 
 
-def example_arguments(
+def llama_launch(
     dtype: str,
     head_dim: int,
+    variant,
+    config,
     q_len: int = 4096,
     heads: int = 32,
     kv_heads: int = 8,
     n_sink: int = 1,
-) -> list:
-    """Positional arguments of a launch as the launcher makes them, tensors as dtypes
-    (Triton's ``MockTensor``: aligned pointers): queries, keys and values as transformers
-    hands them over, ``(batch, head, position, head_dim)`` views of
-    ``(batch, position, head, head_dim)``; the output the same, in the inputs' dtype; the
-    per-row outputs contiguous float32."""
+):
+    """A launch of ``variant`` in ``config`` as the launcher makes it, on the meta device
+    (dtypes, shapes and strides, no memory: aligned pointers): queries, keys and values as
+    transformers hands them over, ``(batch, head, position, head_dim)`` views of
+    ``(batch, position, head, head_dim)``, one document of ``q_len`` keys with ``n_sink``
+    sink keys. The window, the soft-cap and the learned sinks' logits are left at the
+    launcher's values without them (the kernel does not specialise on any of them; the
+    variant's switches are compile-time)."""
     import torch
 
-    types = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    data = types[dtype]
-    f32, i32, i8 = torch.float32, torch.int32, torch.int8
-    q_strides = (q_len * heads * head_dim, head_dim, heads * head_dim, 1)
-    kv_strides = (q_len * kv_heads * head_dim, head_dim, kv_heads * head_dim, 1)
-    out_strides = q_strides  # written in the model's (batch, position, head, head_dim)
-    return [
-        data, data, data, i32, i8, i8, i8, i32, i32, i32, f32,
-        data, f32, f32, f32, f32,
-        *q_strides, *kv_strides, *kv_strides, *out_strides,
-        heads, heads // kv_heads, q_len, q_len, 0, 0, n_sink, -(-q_len // 64), head_dim,
-        head_dim**-0.5, 1.0,
-    ]  # fmt: skip
+    from attncoda.capture.kernels._launch import Launch
+    from attncoda.capture.kernels._masks import MaskShape
+    from attncoda.capture.kernels._sink_tiles import SinkGeometry
+
+    def meta(*size, dtype=torch.int32):
+        return torch.empty(size, dtype=dtype, device="meta")
+
+    data = getattr(torch, dtype)
+    query = meta(1, q_len, heads, head_dim, dtype=data).transpose(1, 2)
+    key = meta(1, q_len, kv_heads, head_dim, dtype=data).transpose(1, 2)
+    value = meta(1, q_len, kv_heads, head_dim, dtype=data).transpose(1, 2)
+    shape = MaskShape(meta(1), meta(1), variant.causal, None)
+    geometry = SinkGeometry(
+        columns=meta(1, n_sink), valid=meta(1, n_sink, dtype=torch.int8), prefix=meta(1),
+        sparse=variant.sparse, is_sink=meta(1, q_len, dtype=torch.int8),
+    )  # fmt: skip
+    return Launch(
+        query, key, value, shape, geometry, scaling=head_dim**-0.5, softcap=None, s_aux=None,
+        variant=variant, config=config, interpreted=False,
+    )  # fmt: skip
 
 
-def warm(arch: str, arguments: list, constexprs: dict, config: LaunchConfig):
-    """Compile the kernel for ``arch`` through its own launch path (``warmup``), on
-    :class:`_OfflineDriver`: the ``CompiledKernel``, from the kernel's cache when these
-    arguments specialise as an earlier call's did."""
+def warm(arch: str, launch):
+    """Compile ``launch`` (:func:`llama_launch`) for ``arch`` through the kernel's own launch
+    path (``warmup``), on :class:`_OfflineDriver`: the ``CompiledKernel``, from the kernel's
+    cache when the launch specialises as an earlier one did."""
     import triton
 
+    from attncoda.capture.kernels._launch import launch_arguments
+
     kernel = _kernel()
+    positional, keywords = launch_arguments(launch)
     capability = int(arch.removeprefix("sm_"))
     drivers = triton.runtime.driver
     # What was active before (None until a driver is first asked for: on a machine
@@ -123,14 +139,7 @@ def warm(arch: str, arguments: list, constexprs: dict, config: LaunchConfig):
     previous = getattr(drivers, "_active", None)
     drivers.set_active(_OfflineDriver(capability))
     try:
-        return kernel.warmup(
-            *arguments,
-            grid=(1,),
-            **constexprs,
-            num_warps=config.num_warps,
-            num_stages=config.num_stages,
-            enable_fp_fusion=FP_FUSION,
-        )
+        return kernel.warmup(*positional, grid=(1,), **keywords)
     finally:
         if hasattr(drivers, "_active"):
             drivers._active = previous
@@ -145,24 +154,15 @@ def compiled_kernels(arch: str) -> int:
     return len(kernel.device_caches[slot][0]) if slot in kernel.device_caches else 0
 
 
-def compile_offline(arch: str, dtype: str, head_dim: int, flags, config: LaunchConfig) -> dict:
+def compile_offline(arch: str, launch) -> dict:
     """Compile the fused kernel for ``arch`` without a GPU and measure it.
-
-    The compile takes the kernel's own launch path (:func:`warm`) on the arguments of a
-    Llama-3-8B-shaped layer (:func:`example_arguments`), so it specialises as a launch on
-    a GPU would.
 
     Parameters
     ----------
     arch : str
         ``"sm_80"``, ``"sm_86"``, ``"sm_89"`` or ``"sm_90"``.
-    dtype : str
-        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
-    head_dim : int
-        Up to 256.
-    flags : iterable of str
-        A subset of :data:`FLAGS`.
-    config : LaunchConfig
+    launch : attncoda.capture.kernels._launch.Launch
+        Its dtype, head dim, variant and launch configuration: :func:`llama_launch`.
 
     Returns
     -------
@@ -172,12 +172,7 @@ def compile_offline(arch: str, dtype: str, head_dim: int, flags, config: LaunchC
         ``seconds`` (the compile) and ``ttir`` (Triton's IR of it, for inspection).
     """
     started = time.perf_counter()
-    binary = warm(
-        arch,
-        example_arguments(dtype, head_dim),
-        constants(dtype, head_dim, flags, config),
-        config,
-    )
+    binary = warm(arch, launch)
     seconds = time.perf_counter() - started
     registers, spills = _ptxas_report(binary.asm["ptx"], arch)
     return {

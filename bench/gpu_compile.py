@@ -48,12 +48,13 @@ VARIANTS = ("causal", "causal,window", "causal,window,softcap,sink,learned,spars
 
 def _compile(job: tuple[str, str, int, str]) -> dict:
     """One record: compile ``(arch, dtype, head_dim, flags)`` with its table entry."""
-    from _offline import compile_offline
+    from _offline import compile_offline, llama_launch
     from attncoda.capture.kernels import ARCHITECTURES, Refused, launch_config
     from attncoda.capture.kernels._configs import Variant
 
     arch, dtype, head_dim, flags = job
-    config = launch_config(arch, dtype, head_dim, Variant.of(flags.split(",")).heavy)
+    variant = Variant.of(flags.split(","))
+    config = launch_config(arch, dtype, head_dim, variant.heavy)
     record = {"arch": arch, "dtype": dtype, "head_dim": head_dim, "flags": flags}
     if isinstance(config, Refused):
         record.update(dict.fromkeys(("block_m", "block_n", "num_warps", "num_stages")))
@@ -67,7 +68,7 @@ def _compile(job: tuple[str, str, int, str]) -> dict:
         num_stages=config.num_stages,
     )
     try:
-        found = compile_offline(arch, dtype, head_dim, flags.split(","), config)
+        found = compile_offline(arch, llama_launch(dtype, head_dim, variant, config))
     except Exception as err:  # a compile error is a result here, not a crash
         record.update(shared_bytes=None, registers=None, spill_bytes=None, seconds=0.0)
         record["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"

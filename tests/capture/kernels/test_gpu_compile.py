@@ -22,7 +22,7 @@ pytest.importorskip("triton")
 pytest.importorskip("triton.backends.nvidia")
 
 from attncoda.capture.kernels import ARCHITECTURES, LaunchConfig, Refused, launch_config  # noqa: E402
-from attncoda.capture.kernels._configs import Variant, constants  # noqa: E402
+from attncoda.capture.kernels._configs import Variant  # noqa: E402
 
 _SPEC = importlib.util.spec_from_file_location(
     "bench_offline", Path(__file__).resolve().parents[3] / "bench" / "_offline.py"
@@ -45,10 +45,12 @@ SUBSET = [
 def _one(job):
     arch, dtype, head_dim, flags = job
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    config = launch_config(arch, dtype, head_dim, Variant.of(flags).heavy)
+    variant = Variant.of(flags)
+    config = launch_config(arch, dtype, head_dim, variant.heavy)
     if isinstance(config, Refused):
         return job, config, None
-    return job, config, offline.compile_offline(arch, dtype, head_dim, flags, config)
+    launch = offline.llama_launch(dtype, head_dim, variant, config)
+    return job, config, offline.compile_offline(arch, launch)
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +113,9 @@ def test_two_lengths_and_sink_counts_share_one_compile():
     # 4096 tokens with one or three sink keys run one compiled kernel.
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     config = launch_config("sm_80", "bfloat16", 64)
-    flags = constants("bfloat16", 64, ("causal",), config)
+    variant = Variant.of(("causal",))
     before = offline.compiled_kernels("sm_80")
-    one = offline.example_arguments("bfloat16", 64, q_len=1000, n_sink=1)
-    three = offline.example_arguments("bfloat16", 64, q_len=4096, n_sink=3)
-    assert offline.warm("sm_80", one, flags, config) is offline.warm("sm_80", three, flags, config)
+    one = offline.llama_launch("bfloat16", 64, variant, config, q_len=1000, n_sink=1)
+    three = offline.llama_launch("bfloat16", 64, variant, config, q_len=4096, n_sink=3)
+    assert offline.warm("sm_80", one) is offline.warm("sm_80", three)
     assert offline.compiled_kernels("sm_80") == before + 1

@@ -14,10 +14,10 @@ What it holds:
   :func:`sdpa_attention`, in ``_sdpa``), :mod:`~attncoda.capture.kernels.cpp` (one fused
   pass on the CPU over the values ``[V | K]``, C++ compiled here on first use: its loader
   and call in ``_cpp``, its source ``_cpp.cpp``) and :mod:`~attncoda.capture.kernels.triton` (one
-  fused Triton pass, :func:`triton_attention`: its launcher in ``_triton``, its
-  ``@triton.jit`` source in ``_triton_jit``; whether triton runs here,
-  :func:`triton_available`, :func:`interpreting`), and the fused kernel's first-use check
-  under ``"auto"`` (:func:`first_use_check`);
+  fused Triton pass, :func:`triton_attention`: its launcher in ``_triton``, its argument
+  list in ``_launch``, its ``@triton.jit`` source in ``_triton_jit``; whether triton runs
+  here, :func:`triton_available`, :func:`interpreting`), and the fused kernel's first-use
+  check under ``"auto"`` (:func:`first_use_check`);
 - the mask geometry both read (:func:`boolean_mask`, :func:`read_mask`, :class:`MaskShape`,
   :func:`mask_shape`), read once per mask in a forward pass;
 - the error bounds of the fast path against the exact one (:func:`fast_bounds` and kin),

@@ -219,24 +219,3 @@ def architecture_of(capability: tuple[int, int], shared_bytes: int | None = None
     if not fits:
         return None
     return max(fits, key=lambda arch: (ARCHITECTURES[arch], arch))
-
-
-def constants(dtype: str, head_dim: int, flags, config: LaunchConfig, upcast: bool = False):
-    """The kernel's compile-time arguments for ``flags`` (a subset of :data:`FLAGS`:
-    :meth:`Variant.of`)."""
-    variant = Variant.of(flags)
-    return {
-        "BLOCK_M": config.block_m,
-        "BLOCK_N": config.block_n,
-        "BLOCK_D": max(16, 1 << (head_dim - 1).bit_length()),
-        "CAUSAL": variant.causal,
-        "HAS_WINDOW": variant.window,
-        "HAS_SOFTCAP": variant.softcap,
-        "AUX_CONTENT": variant.aux_content,
-        "AUX_SINK": variant.aux_sink,
-        "SPARSE_SINK": variant.sparse,
-        "UPCAST": upcast or dtype == "float32",
-        "PRECISION": config.precision,
-        "EVEN_D": head_dim == max(16, 1 << (head_dim - 1).bit_length()),
-        "BLOCK_S": 16,
-    }
