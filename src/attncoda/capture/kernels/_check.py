@@ -205,13 +205,9 @@ def first_use_check(
     if key in _CHECKED:
         return _CHECKED[key]
     variant = Variant(
-        causal=bool(causal),
-        window=window is not None,
-        softcap=softcap is not None,
-        aux_content=bool(aux_content),
-        aux_sink=bool(aux_sink),
-        sparse=bool(sparse),
-    )
+        causal=bool(causal), window=window is not None, softcap=softcap is not None,
+        aux_content=bool(aux_content), aux_sink=bool(aux_sink), sparse=bool(sparse),
+    )  # fmt: skip
     config = launch_for(device, dtype, head_dim, variant.heavy)
     if isinstance(config, Refused):  # the launch table's own refusal: no check, no line
         return f"refused: {config.why}"

@@ -118,13 +118,9 @@ class Variant:
         bidirectional rows with padding; any other set is causal."""
         flags = set(flags)
         return cls(
-            causal=flags != {"padding"},
-            window="window" in flags,
-            softcap="softcap" in flags,
-            aux_content="sink" in flags,
-            aux_sink="learned" in flags,
-            sparse="sparse" in flags,
-        )
+            causal=flags != {"padding"}, window="window" in flags, softcap="softcap" in flags,
+            aux_content="sink" in flags, aux_sink="learned" in flags, sparse="sparse" in flags,
+        )  # fmt: skip
 
     @property
     def heavy(self) -> bool:

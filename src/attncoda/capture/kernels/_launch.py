@@ -31,24 +31,16 @@ class Launch:
 
     Attributes
     ----------
-    query : torch.Tensor
-        ``(batch, head, query_pos, head_dim)``.
-    key, value : torch.Tensor
-        ``(batch, kv_head, key_pos, head_dim)``.
-    shape : MaskShape
-        The keys each query sees (its runs of real keys and its window are read here).
-    geometry : SinkGeometry
-        Where the sink keys are.
-    scaling : float
-        Score scale.
-    softcap : float or None
-        Gemma 2's logit soft-cap.
+    query, key, value : torch.Tensor
+        ``(batch, head, query_pos, head_dim)``; ``(batch, kv_head, key_pos, head_dim)``.
+    shape, geometry : MaskShape, SinkGeometry
+        The keys each query sees; where the sink keys are.
+    scaling, softcap : float, float or None
+        Score scale; Gemma 2's logit soft-cap.
     s_aux : torch.Tensor or None
         ``(head,)``: learned sink logits.
-    variant : Variant
-        The compile-time switches.
-    config : LaunchConfig
-        The blocks, warps, stages and dot precision launched.
+    variant, config : Variant, LaunchConfig
+        The compile-time switches; the blocks, warps, stages and dot precision launched.
     interpreted : bool
         Under Triton's interpreter: products in float32, IEEE (its bfloat16 ``dot`` is not
         implemented).

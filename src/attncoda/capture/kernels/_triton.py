@@ -264,13 +264,9 @@ def _variant(shape: MaskShape, softcap, s_aux, learned: bool, geometry: SinkGeom
     """The kernel variant of a layer: its mask's, scores' and sinks' compile-time switches."""
     aux = s_aux is not None
     return Variant(
-        causal=shape.causal,
-        window=shape.window is not None,
-        softcap=softcap is not None,
-        aux_content=aux and not learned,
-        aux_sink=aux and learned,
-        sparse=geometry.sparse,
-    )
+        causal=shape.causal, window=shape.window is not None, softcap=softcap is not None,
+        aux_content=aux and not learned, aux_sink=aux and learned, sparse=geometry.sparse,
+    )  # fmt: skip
 
 
 def note(recorder, reason: str) -> None:
