@@ -5,8 +5,9 @@ For each architecture of :data:`attncoda.capture.kernels.ARCHITECTURES` (sm_80, 
 sm_89, sm_90), each input dtype (float32, bfloat16, float16), each head dim (64, 80, 96,
 128, 256) and each kernel variant, it takes the launch configuration the launcher would
 choose (:func:`attncoda.capture.kernels.launch_config`), compiles the kernel for that
-target with Triton (``GPUTarget("cuda", cc, 32)``; the ptxas inside the triton wheel, run
-again with ``-v`` for registers and spills) and checks it: shared memory within the
+target with Triton on the launcher's own arguments (``bench/_offline.py``:
+``GPUTarget("cuda", cc, 32)``; the ptxas inside the triton wheel, run again with ``-v`` for
+registers and spills) and checks it: shared memory within the
 architecture's opt-in limit per block, and no spilled register. A configuration the table
 refuses is listed as ``refused: <why>`` without a compile.
 
@@ -18,7 +19,7 @@ The variants are the compile-time switches of the kernel:
 - ``causal,window,softcap,sink,learned,sparse``: a sliding window, Gemma 2's soft-cap, a
   learned sink as a content key and one in the sink set, and sink keys after the prefix,
   all at once (the most code one kernel carries), in the heavy entries
-  (:func:`attncoda.capture.kernels._configs.is_heavy`);
+  (:attr:`attncoda.capture.kernels._configs.Variant.heavy`);
 - ``padding``: bidirectional rows with padding (BERT-style encoders).
 
 Head dims 80 and 96 run the head-dim-128 kernel: the head dim is a runtime argument (not
@@ -47,16 +48,13 @@ VARIANTS = ("causal", "causal,window", "causal,window,softcap,sink,learned,spars
 
 def _compile(job: tuple[str, str, int, str]) -> dict:
     """One record: compile ``(arch, dtype, head_dim, flags)`` with its table entry."""
-    from attncoda.capture.kernels import (
-        ARCHITECTURES,
-        Refused,
-        compile_offline,
-        launch_config,
-    )
-    from attncoda.capture.kernels._configs import is_heavy
+    from _offline import compile_offline, llama_launch
+    from attncoda.capture.kernels import ARCHITECTURES, Refused, launch_config
+    from attncoda.capture.kernels._configs import Variant
 
     arch, dtype, head_dim, flags = job
-    config = launch_config(arch, dtype, head_dim, is_heavy(flags.split(",")))
+    variant = Variant.of(flags.split(","))
+    config = launch_config(arch, dtype, head_dim, variant.heavy)
     record = {"arch": arch, "dtype": dtype, "head_dim": head_dim, "flags": flags}
     if isinstance(config, Refused):
         record.update(dict.fromkeys(("block_m", "block_n", "num_warps", "num_stages")))
@@ -70,7 +68,7 @@ def _compile(job: tuple[str, str, int, str]) -> dict:
         num_stages=config.num_stages,
     )
     try:
-        found = compile_offline(arch, dtype, head_dim, flags.split(","), config)
+        found = compile_offline(arch, llama_launch(dtype, head_dim, variant, config))
     except Exception as err:  # a compile error is a result here, not a crash
         record.update(shared_bytes=None, registers=None, spill_bytes=None, seconds=0.0)
         record["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"

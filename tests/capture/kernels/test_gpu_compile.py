@@ -3,30 +3,32 @@ before a GPU"): a representative subset of the launch table (sm_80 and sm_90, fl
 bfloat16, head dims 64, 128 and 256) fits each architecture's shared memory and spills
 nothing; offsets are 64-bit in the compiled IR; two lengths share one compile.
 
-The full matrix is ``bench/gpu_compile.py``. The compiles run in two worker processes
-(Triton's compiler and ptxas are single-threaded); nothing here needs a GPU or runs a kernel.
+The full matrix is ``bench/gpu_compile.py``; both compile through ``bench/_offline.py``. The
+compiles run in two worker processes (Triton's compiler and ptxas are single-threaded);
+nothing here needs a GPU or runs a kernel.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
 import os
 import re
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("triton")
 pytest.importorskip("triton.backends.nvidia")
 
-from attncoda.capture.kernels import (  # noqa: E402
-    ARCHITECTURES,
-    LaunchConfig,
-    Refused,
-    compile_offline,
-    compiled_kernels,
-    launch_config,
+from attncoda.capture.kernels import ARCHITECTURES, LaunchConfig, Refused, launch_config  # noqa: E402
+from attncoda.capture.kernels._configs import Variant  # noqa: E402
+
+_SPEC = importlib.util.spec_from_file_location(
+    "bench_offline", Path(__file__).resolve().parents[3] / "bench" / "_offline.py"
 )
-from attncoda.capture.kernels._configs import is_heavy  # noqa: E402
+offline = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(offline)
 
 #: Every compile-time switch at once (the most code one kernel carries), in the heavy
 #: entries; the plain entries of sm_90's bfloat16 (the blocks timed on a GPU) in a window.
@@ -43,10 +45,12 @@ SUBSET = [
 def _one(job):
     arch, dtype, head_dim, flags = job
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    config = launch_config(arch, dtype, head_dim, is_heavy(flags))
+    variant = Variant.of(flags)
+    config = launch_config(arch, dtype, head_dim, variant.heavy)
     if isinstance(config, Refused):
         return job, config, None
-    return job, config, compile_offline(arch, dtype, head_dim, flags, config)
+    launch = offline.llama_launch(dtype, head_dim, variant, config)
+    return job, config, offline.compile_offline(arch, launch)
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +111,11 @@ def test_two_lengths_and_sink_counts_share_one_compile():
     # The kernel's own launch path (warmup, on a driver for sm_80 without a device): the
     # lengths, the offset and the sink count are not specialised, so documents of 1000 and
     # 4096 tokens with one or three sink keys run one compiled kernel.
-    from attncoda.capture.kernels._configs import constants, example_arguments, warm
-
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     config = launch_config("sm_80", "bfloat16", 64)
-    flags = constants("bfloat16", 64, ("causal",), config)
-    before = compiled_kernels("sm_80")
-    first = warm("sm_80", example_arguments("bfloat16", 64, q_len=1000, n_sink=1), flags, config)
-    second = warm("sm_80", example_arguments("bfloat16", 64, q_len=4096, n_sink=3), flags, config)
-    assert first is second
-    assert compiled_kernels("sm_80") == before + 1
+    variant = Variant.of(("causal",))
+    before = offline.compiled_kernels("sm_80")
+    one = offline.llama_launch("bfloat16", 64, variant, config, q_len=1000, n_sink=1)
+    three = offline.llama_launch("bfloat16", 64, variant, config, q_len=4096, n_sink=3)
+    assert offline.warm("sm_80", one) is offline.warm("sm_80", three)
+    assert offline.compiled_kernels("sm_80") == before + 1

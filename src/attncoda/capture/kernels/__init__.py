@@ -14,16 +14,17 @@ What it holds:
   :func:`sdpa_attention`, in ``_sdpa``), :mod:`~attncoda.capture.kernels.cpp` (one fused
   pass on the CPU over the values ``[V | K]``, C++ compiled here on first use: its loader
   and call in ``_cpp``, its source ``_cpp.cpp``) and :mod:`~attncoda.capture.kernels.triton` (one
-  fused Triton pass, :func:`triton_attention`: its launcher in ``_triton``, its
-  ``@triton.jit`` source in ``_triton_jit``; whether triton runs here,
-  :func:`triton_available`, :func:`interpreting`), and the fused kernel's first-use check
-  under ``"auto"`` (:func:`first_use_check`);
+  fused Triton pass, :func:`triton_attention`: its launcher in ``_triton``, its argument
+  list in ``_launch``, its ``@triton.jit`` source in ``_triton_jit``; whether triton runs
+  here, :func:`triton_available`, :func:`interpreting`), and the fused kernel's first-use
+  check under ``"auto"`` (:func:`first_use_check`);
 - the mask geometry both read (:func:`boolean_mask`, :func:`read_mask`, :class:`MaskShape`,
   :func:`mask_shape`), read once per mask in a forward pass;
 - the error bounds of the fast path against the exact one (:func:`fast_bounds` and kin),
   and of the fused kernel (:func:`fused_bounds`, compiled terms included);
-- the fused kernel's launch table per (architecture, dtype, head dim), and its offline
-  compile for CUDA targets without a GPU (:func:`launch_config`, :func:`compile_offline`).
+- the fused kernel's launch table per (architecture, dtype, head dim, variant)
+  (:func:`launch_config`; its entries compiled for CUDA targets without a GPU by
+  ``bench/gpu_compile.py``).
 
 What it may import: :mod:`attncoda.capture.stats`, :mod:`attncoda.capture.names`,
 :mod:`attncoda._errors`, torch (and triton, lazily), and the cache folder of
@@ -58,8 +59,6 @@ if TYPE_CHECKING:
         LaunchConfig,
         Refused,
         architecture_of,
-        compile_offline,
-        compiled_kernels,
         launch_config,
     )
     from ._masks import MASK_ROWS, MaskShape, boolean_mask, mask_shape, read_mask
@@ -89,8 +88,6 @@ _MODULES = {
         "LaunchConfig",
         "Refused",
         "architecture_of",
-        "compile_offline",
-        "compiled_kernels",
         "launch_config",
     ),
     "._masks": ("MASK_ROWS", "MaskShape", "boolean_mask", "mask_shape", "read_mask"),
@@ -120,8 +117,6 @@ __all__ = [
     "boolean_mask",
     "check_dtype",
     "checked_configurations",
-    "compile_offline",
-    "compiled_kernels",
     "difference_bounds",
     "exact_bounds",
     "fast_bounds",

@@ -22,7 +22,7 @@ import torch
 from attncoda.capture.stats import row_statistics
 
 from ._bounds import fused_bounds
-from ._configs import Refused
+from ._configs import Refused, Variant
 from ._masks import MaskShape
 from ._triton import launch_for, triton_attention
 from ._triton_jit import interpreting
@@ -93,17 +93,11 @@ def reference(query, key, value, shape, sink, scaling, softcap=None, s_aux=None,
     return output, stats, z, content, visible
 
 
-def _launch(device, dtype, head_dim, softcap, aux, sparse):
-    """The launch configuration of a checked configuration: the heavy entry where it has a
-    soft-cap, a learned sink (either kind) or a sink key after the prefix."""
-    return launch_for(device, dtype, head_dim, bool(softcap is not None or aux or sparse))
-
-
-def _problem(device, dtype, head_dim, causal, window, softcap, aux, sparse, seed=0):
+def _problem(device, dtype, head_dim, causal, window, softcap, aux, sparse, config, seed=0):
     """A small random problem of one configuration: two documents (the second padded),
-    two query heads on one key/value head, several query and key blocks of the launch;
-    with ``sparse``, one more sink key in each document's middle, after its prefix."""
-    config = _launch(device, dtype, head_dim, softcap, aux, sparse)
+    two query heads on one key/value head, several query and key blocks of the launch
+    ``config``; with ``sparse``, one more sink key in each document's middle, after its
+    prefix."""
     block = max(config.block_m, config.block_n)
     length = 2 * block + 19
     generator = torch.Generator().manual_seed(seed)
@@ -126,12 +120,12 @@ def _problem(device, dtype, head_dim, causal, window, softcap, aux, sparse, seed
 
 
 def _compare(
-    device, dtype, head_dim, causal, window, softcap, aux_content, aux_sink, sparse
+    device, dtype, head_dim, causal, window, softcap, aux_content, aux_sink, sparse, config
 ) -> str | None:
     """Run the kernel on the configuration's problem: None when within the bound, else
     what was out of it."""
     q, k, v, shape, sink, s_aux = _problem(
-        device, dtype, head_dim, causal, window, softcap, aux_content or aux_sink, sparse
+        device, dtype, head_dim, causal, window, softcap, aux_content or aux_sink, sparse, config
     )
     scaling = head_dim**-0.5
     cap = None if softcap is None else float(softcap)
@@ -142,8 +136,7 @@ def _compare(
     ref_out, ref, z, content, visible = reference(
         q, k, v, shape, sink, scaling, cap, s_aux, learned=aux_sink
     )
-    config = _launch(device, dtype, head_dim, softcap, aux_content or aux_sink, sparse)
-    compiled = None if interpreting() or isinstance(config, Refused) else config.precision
+    compiled = None if interpreting() else config.precision
     limits = fused_bounds(q, k, v, scaling, cap, z, content, visible, compiled=compiled)
     rows = visible.any(-1).expand_as(stats["sink_mass"])
     if not torch.equal(stats["n_keys"][rows], ref["n_keys"].expand_as(rows)[rows]):
@@ -211,14 +204,19 @@ def first_use_check(
     )  # fmt: skip
     if key in _CHECKED:
         return _CHECKED[key]
-    config = _launch(device, dtype, head_dim, softcap, aux_content or aux_sink, sparse)
+    variant = Variant(
+        causal=bool(causal), window=window is not None, softcap=softcap is not None,
+        aux_content=bool(aux_content), aux_sink=bool(aux_sink), sparse=bool(sparse),
+    )  # fmt: skip
+    config = launch_for(device, dtype, head_dim, variant.heavy)
     if isinstance(config, Refused):  # the launch table's own refusal: no check, no line
         return f"refused: {config.why}"
     try:
         with torch.inference_mode():
             why = _compare(
-                device, dtype, head_dim, causal, window, softcap, aux_content, aux_sink, sparse
-            )
+                device, dtype, head_dim, causal, window, softcap, aux_content, aux_sink, sparse,
+                config,
+            )  # fmt: skip
     except Exception as err:  # CompilationError, OutOfResources, a launch error: all of them
         first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
         why = f"{type(err).__name__}{': ' + first if first else ''}"

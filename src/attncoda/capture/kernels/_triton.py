@@ -50,6 +50,7 @@ summation order differs from the compiled kernel.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 
 import torch
@@ -57,10 +58,11 @@ import torch
 from attncoda._errors import AttncodaError
 from attncoda.capture.stats import split_rows
 
-from ._configs import FP_FUSION, LaunchConfig, Refused, architecture_of, launch_config
+from ._configs import LaunchConfig, Refused, Variant, architecture_of, launch_config
+from ._launch import Launch, launch_arguments
 from ._masks import MaskShape, layer_shape
 from ._record import record_rows, store
-from ._sink_tiles import SinkGeometry, per_forward_geometry, sink_geometry, sink_tiles
+from ._sink_tiles import SinkGeometry, per_forward_geometry, sink_geometry
 from ._triton_jit import compiled, interpreting
 
 __all__ = [
@@ -73,8 +75,6 @@ __all__ = [
     "triton_attention",
 ]
 
-#: Sink keys per gathered tile of the kernel's epilogue (the smallest ``tl.dot`` width).
-SINK_TILE = 16
 #: The largest head dim the kernel takes (a query block and its accumulator in registers).
 MAX_HEAD_DIM = 256
 
@@ -106,7 +106,7 @@ def launch_for(
     device, dtype: torch.dtype, head_dim: int, heavy: bool = False
 ) -> LaunchConfig | Refused:
     """The launch configuration of a layer on ``device`` in ``dtype`` at ``head_dim``, of a
-    heavy variant or not (:func:`attncoda.capture.kernels._configs.is_heavy`).
+    heavy variant or not (:attr:`attncoda.capture.kernels._configs.Variant.heavy`).
 
     On CUDA the launch table's entry for the device's architecture
     (:func:`attncoda.capture.kernels.launch_config`), a :class:`Refused` before sm_80; under
@@ -202,73 +202,48 @@ def triton_attention(
         beyond CUDA's limits (``batch * head`` above ``2**31 - 1`` on axis 0, query blocks
         above 65,535 on axis 1).
     """
-    triton, kernel = compiled(interpreting())
+    interpreted = interpreting()
+    triton, kernel = compiled(interpreted)
     f64 = torch.float64
     b, h, q_len, d = query.shape
-    kv, k_len = key.shape[1], key.shape[2]
+    k_len = key.shape[2]
     device = query.device
     if d > MAX_HEAD_DIM:
         raise AttncodaError(f"the fused kernel takes head dims up to {MAX_HEAD_DIM}; got {d}")
     if geometry is None:
         geometry = sink_geometry(sink.to(device), shape)
-    config = launch_for(device, query.dtype, d, _heavy(softcap, s_aux, geometry))
+    variant = _variant(shape, softcap, s_aux, learned, geometry)
+    config = launch_for(device, query.dtype, d, variant.heavy)
     if isinstance(config, Refused):
         raise KernelRefused(config.why)
-    block_m = _checked_block(block_m or config.block_m, "block_m")
-    block_n = _checked_block(block_n or config.block_n, "block_n")
-    block_d = max(16, triton.next_power_of_2(d))
+    config = dataclasses.replace(
+        config,
+        block_m=_checked_block(block_m or config.block_m, "block_m"),
+        block_n=_checked_block(block_n or config.block_n, "block_n"),
+    )
     # batch x heads on grid axis 0 (up to 2**31 - 1), query blocks on axis 1 (up to 65,535).
-    q_blocks = triton.cdiv(q_len, block_m)
+    q_blocks = triton.cdiv(q_len, config.block_m)
     if b * h > 2**31 - 1 or q_blocks > 65_535:
         raise AttncodaError(
             f"the fused kernel's grid is ({b * h}, {q_blocks}) for batch x heads {b} x {h} and "
-            f"{q_len} queries in blocks of {block_m}: CUDA allows up to 2**31 - 1 and 65,535; "
-            f"use a larger block_m or kernel='sdpa'"
+            f"{q_len} queries in blocks of {config.block_m}: CUDA allows up to 2**31 - 1 and "
+            f"65,535; use a larger block_m or kernel='sdpa'"
         )
-    tiles = sink_tiles(geometry, block_n)
-    width = geometry.columns.shape[1]
-    aux = (
-        s_aux.to(device=device, dtype=torch.float32).contiguous()
-        if s_aux is not None
-        else torch.zeros(1, dtype=torch.float32, device=device)
-    )
-
-    # The output leaves the kernel whole, in the model's dtype and in the layout the model
-    # reads next, (batch, query_pos, head, head_dim); the kernel writes it through the
-    # strides of its (batch, head, query_pos, head_dim) view.
-    out = torch.empty((b, q_len, h, d), dtype=query.dtype, device=device).transpose(1, 2)
-    rows = {name: torch.empty((b, h, q_len), dtype=torch.float32, device=device) for name in (
-        "lse", "ent", "sum_z"
-    )}  # fmt: skip
-    z_sink = torch.empty((b, h, q_len, width), dtype=torch.float32, device=device)
-    interpreted = interpreting()
+    launch = Launch(
+        query, key, value, shape, geometry, scaling=scaling, softcap=softcap, s_aux=s_aux,
+        variant=variant, config=config, interpreted=interpreted,
+    )  # fmt: skip
+    positional, keywords = launch_arguments(launch)
     # Launched on the layer's own device (a layer on cuda:1 under a device map), not on
     # whichever device is current.
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:
-        kernel[(b * h, q_blocks)](
-            query, key, value, geometry.columns, geometry.valid, geometry.is_sink,
-            tiles, shape.lo, shape.hi, geometry.prefix, aux,
-            out, rows["lse"], rows["ent"], rows["sum_z"], z_sink,
-            *query.stride(), *key.stride(), *value.stride(), *out.stride(),
-            h, h // kv, q_len, k_len, k_len - q_len, shape.window or 0, width,
-            tiles.shape[1], d,
-            float(scaling), float(softcap or 1.0),
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-            CAUSAL=shape.causal, HAS_WINDOW=shape.window is not None,
-            HAS_SOFTCAP=softcap is not None, AUX_CONTENT=s_aux is not None and not learned,
-            AUX_SINK=s_aux is not None and learned, SPARSE_SINK=geometry.sparse,
-            UPCAST=interpreted or query.dtype == torch.float32,
-            PRECISION="ieee" if interpreted else config.precision,
-            EVEN_D=d == block_d, BLOCK_S=SINK_TILE,
-            num_warps=config.num_warps, num_stages=config.num_stages,
-            enable_fp_fusion=FP_FUSION,
-        )  # fmt: skip
+        kernel[(b * h, q_blocks)](*positional, **keywords)
 
-    z_sink = z_sink.to(f64)
+    z_sink = launch.z_sink.to(f64)
     in_sink = torch.isfinite(z_sink)
     if s_aux is not None and learned:
-        logit = aux.to(f64)[None, :, None, None].expand(b, h, q_len, 1)
+        logit = launch.aux.to(f64)[None, :, None, None].expand(b, h, q_len, 1)
         z_sink = torch.cat([z_sink, logit], -1)
         in_sink = torch.cat([in_sink, torch.ones_like(in_sink[..., :1])], -1)
     k = in_sink.sum(-1)
@@ -278,16 +253,20 @@ def triton_attention(
         in_sink,
         k,
         n.expand(b, h, q_len),
-        rows["lse"].to(f64),
-        rows["ent"].to(f64),
-        rows["sum_z"].to(f64),
+        launch.rows["lse"].to(f64),
+        launch.rows["ent"].to(f64),
+        launch.rows["sum_z"].to(f64),
     )
-    return out, stats
+    return launch.out, stats
 
 
-def _heavy(softcap, s_aux, geometry: SinkGeometry) -> bool:
-    """Whether a layer runs a heavy variant of the kernel (the launch table's key)."""
-    return softcap is not None or s_aux is not None or geometry.sparse
+def _variant(shape: MaskShape, softcap, s_aux, learned: bool, geometry: SinkGeometry) -> Variant:
+    """The kernel variant of a layer: its mask's, scores' and sinks' compile-time switches."""
+    aux = s_aux is not None
+    return Variant(
+        causal=shape.causal, window=shape.window is not None, softcap=softcap is not None,
+        aux_content=aux and not learned, aux_sink=aux and learned, sparse=geometry.sparse,
+    )  # fmt: skip
 
 
 def note(recorder, reason: str) -> None:
@@ -340,9 +319,8 @@ def record_layer(
         return None
     softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
     geometry = per_forward_geometry(recorder, shape, query.device)
-    config = launch_for(
-        query.device, query.dtype, query.shape[-1], _heavy(softcap, s_aux, geometry)
-    )
+    variant = _variant(shape, softcap, s_aux, recorder.learned, geometry)
+    config = launch_for(query.device, query.dtype, query.shape[-1], variant.heavy)
     if isinstance(config, Refused):
         note(recorder, config.why)
         return None

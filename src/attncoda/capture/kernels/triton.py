@@ -3,10 +3,11 @@
 Its declaration for :mod:`attncoda.capture.kernels.registry`, free of torch (and of triton)
 at import; whether triton runs here is :func:`attncoda.capture.kernels.triton_available`
 and :func:`attncoda.capture.kernels.interpreting`.
-The kernel itself is two modules: :mod:`attncoda.capture.kernels._triton`, the launcher
+The kernel itself is three modules: :mod:`attncoda.capture.kernels._triton`, the launcher
 (:func:`triton_attention`: the launch table, the grid, the float64 statistics after the
-pass, and its ``record_layer``), and :mod:`attncoda.capture.kernels._triton_jit`, the
-``@triton.jit`` source it launches. Its bounds are
+pass, and its ``record_layer``), :mod:`attncoda.capture.kernels._launch`, the kernel's
+argument list (which the offline compile of ``bench/gpu_compile.py`` shares), and
+:mod:`attncoda.capture.kernels._triton_jit`, the ``@triton.jit`` source it launches. Its bounds are
 :func:`attncoda.capture.kernels.fused_bounds`; ``"auto"`` takes it on CUDA, each
 configuration after its first-use check (:func:`attncoda.capture.kernels.first_use_check`).
 """
