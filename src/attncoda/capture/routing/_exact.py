@@ -264,25 +264,16 @@ def attncoda_attention(
     # the exact path, where it serves, gets that pattern as a boolean mask.
     causal = bool(getattr(module, "is_causal", False))
     skipped = attention_mask is None and fast and q_len > 1 and causal
-    edit = _ablation(call, skipped)
+    # An ablated layer takes the exact path. Its edit reads the keys a query sees through
+    # the mask; a skipped mask (no padding) lets every query see key 0, as its causal
+    # pattern does, so the edit is the same either way: one call, which counts the layer.
+    edit = layer_edit(module, query, attention_mask)
     if fast and recorder.sink is not None:
         out = _fast(call, edit)
         if out is not None:
             return out, None
     mask = causal_mask(q_len, k_len, query.device) if skipped else attention_mask
     return _exact(call, mask, edit)
-
-
-def _ablation(call: LayerCall, skipped: bool):
-    """The edit an active :func:`attncoda.capture.ablation.ablate` or
-    :func:`attncoda.capture.ablation.head_gates` makes to this layer's heads
-    (:func:`layer_edit`), or None. An edited layer takes the exact path, which gets a
-    skipped causal mask made explicit: so does the edit."""
-    edit = layer_edit(call.module, call.query, call.attention_mask)
-    if edit is not None and skipped:
-        q_len, k_len = call.query.shape[2], call.key.shape[2]
-        edit = layer_edit(call.module, call.query, causal_mask(q_len, k_len, call.query.device))
-    return edit
 
 
 def _fast(call, edit):
