@@ -44,14 +44,12 @@ def paired(model, ids, kernel):
     chosen = registry.lookup(kernel)
     inner = chosen.record_layer
 
-    def both(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
-        out = inner(
-            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, auto=auto
-        )
+    def both(call, *, auto):
+        out = inner(call, auto=auto)
         if out is None:
-            raise RuntimeError(f"layer {layer}: the fast path refused it")
-        fast.append({k: recorder.stats[layer][k].numpy().copy() for k in QUANTITIES})
-        scales.append(score_scale(query, key, scaling))
+            raise RuntimeError(f"layer {call.layer}: the fast path refused it")
+        fast.append({k: call.recorder.stats[call.layer][k].numpy().copy() for k in QUANTITIES})
+        scales.append(score_scale(call.query, call.key, call.scaling))
         return None  # the exact path now runs on the same tensors
 
     chosen.record_layer = both

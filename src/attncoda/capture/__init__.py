@@ -15,8 +15,10 @@ import-linter contract of ``pyproject.toml`` checks it):
     them); attention that comes from elsewhere (:func:`from_attentions` and the input forms
     it reads, attention files, eager ``output_attentions``); head ablation and head gates
     (:func:`ablate`, :func:`head_gates`).
-:mod:`attncoda.capture._result`, :mod:`attncoda.capture._forward`
-    The :class:`Capture` container and its table; the batch and forward helpers.
+:mod:`attncoda.capture._result`, :mod:`attncoda.capture._forward`, :mod:`attncoda.capture._plan`
+    The :class:`Capture` container and its table; the batch and forward helpers; the plan
+    :func:`capture` checks its arguments into once and the batch its passes run, handed
+    whole to the pass and the live recording.
 :mod:`attncoda.capture.routing`, :mod:`attncoda.capture.options`
     The registered ``"attncoda"`` attention function: registration and :func:`routed`, the
     exact kernel, the recording state, the dispatch to the fast kernels, the head edit;

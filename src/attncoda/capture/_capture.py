@@ -8,9 +8,11 @@ a policy (``zeros="raise"`` or ``"floor"``) because the statistics take logs.
 ``mode="auto"`` (the default) routes a model that can be routed and reads the others'
 eager outputs; ``Capture.mode`` records which was used.
 
-Here are the arguments' checks, the sinks and the row plan, and the result's facts; the
-pass itself is :func:`attncoda.capture._pass.run_pass`, and a TransformerBridge or nnsight
-model is run by :func:`attncoda.capture.live.capture_live`.
+Here :func:`capture` checks its arguments and the model once into one
+:class:`attncoda.capture._plan.CapturePlan`, then hands it off: the batch (the BOS, the
+sinks, the row plan) and the result's facts are built here; the pass itself is
+:func:`attncoda.capture._pass.run_pass`, and a TransformerBridge or nnsight model is run by
+:func:`attncoda.capture.live.capture_live`, each taking the plan whole.
 
 The pieces live beside this module and are served here too: :class:`Capture`,
 :func:`assemble` and :func:`capture_frame` (:mod:`attncoda.capture._result`), the batch and
@@ -21,6 +23,7 @@ forward helpers (:mod:`attncoda.capture._forward`) and :func:`record_plan`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,12 +33,12 @@ from attncoda.capture._forward import (
     bos_id,
     check_batch,
     first_position,
-    forward,
     forward_kwargs,
     pad,
     position_ids,
 )
 from attncoda.capture._pass import forwards_ran, kernels_ran, routes_a_call, run_pass
+from attncoda.capture._plan import Batch, CapturePlan, check_block_size
 from attncoda.capture._result import Capture, assemble, capture_frame, concatenate
 from attncoda.capture.kernels.registry import KERNELS, PORTABLE, check_dtype, resolve_kernel
 from attncoda.capture.live import capture_live, kind_of, live_model
@@ -63,38 +66,22 @@ __all__ = [
     "record_plan",
 ]
 
-#: The one forward pass (:func:`attncoda.capture.forward`), under its former name.
-_forward = forward
-
 
 def capture(
-    model,
-    input_ids,
-    attention_mask=None,
-    *,
-    sink="first",
-    tokenizer=None,
-    block_size: int = 512,
-    record_rows="auto",
-    seed: int = 0,
-    mode: str = "auto",
-    zeros: str = "raise",
-    prepend_bos: bool = False,
-    method: str = "exact",
-    kernel: str = "auto",
-    keep_outputs: bool = False,
-    options: CaptureOptions | None = None,
+    model, input_ids, attention_mask=None, *, sink="first", tokenizer=None,
+    block_size: int = 512, record_rows="auto", seed: int = 0, mode: str = "auto",
+    zeros: str = "raise", prepend_bos: bool = False, method: str = "exact",
+    kernel: str = "auto", keep_outputs: bool = False, options: CaptureOptions | None = None,
     _first_doc: int = 0,
-) -> Capture:
+) -> Capture:  # fmt: skip
     """Run ``model`` over a padded batch and capture per-row attention statistics.
 
     Parameters
     ----------
     model : transformers.PreTrainedModel, TransformerBridge or nnsight LanguageModel
         In eval mode. A wrapper is run as its users run it (the bridge's ``forward``, an
-        nnsight ``trace``) inside :func:`attncoda.capture.live.recording`; it takes
-        right-padded batches, ``mode`` ``"auto"`` or ``"attention"`` and no
-        ``keep_outputs``.
+        nnsight ``trace``) inside :func:`attncoda.capture.live.recording`: right-padded
+        batches, ``mode`` ``"auto"`` or ``"attention"``, no ``keep_outputs``.
     input_ids : array-like
         int ``(batch, pos)``.
     attention_mask : array-like, optional
@@ -107,13 +94,11 @@ def capture(
     tokenizer : optional
         For token sinks and the BOS id.
     block_size : int
-        Queries per block in ``mode="attention"``; layers hold at most
-        ``batch x head x block_size x pos`` scores. Layers with ``pos <= block_size`` are
-        bit-identical to eager.
+        Queries per block in ``mode="attention"``: a layer holds at most ``batch x head x
+        block_size x pos`` scores, and one with ``pos <= block_size`` is bit-identical to eager.
     record_rows : {"auto", "all", "none"} or int
-        Which query rows to keep in full: ``"auto"`` keeps every row of a document with at
-        most 128 tokens and a seeded sample of 128 otherwise; an int ``k`` does the same
-        with ``k``.
+        Which query rows to keep in full: ``"auto"`` every row of a document of at most 128
+        tokens, else a seeded sample of 128; an int ``k`` the same with ``k``.
     seed : int
         Seeds the row sample (per document: ``(seed, document index)``).
     mode : {"auto", "attention", "outputs"}
@@ -130,22 +115,18 @@ def capture(
         rounding of the exact path, and only the recorded rows in full. The ``auto`` sink
         pass and ablations use the exact path.
     kernel : str
-        ``method="fast"`` only: one of :data:`attncoda.capture.kernels.registry.KERNELS`.
-        ``sdpa`` calls PyTorch's fused attention twice per layer (softcapped and
-        learned-sink layers then take the exact path); ``triton`` runs the one-pass kernel
-        of :mod:`attncoda.capture.kernels.triton` (CUDA, or the CPU under
-        ``TRITON_INTERPRET=1``); ``"auto"`` is ``triton`` on CUDA when triton imports and
-        ``sdpa`` otherwise (:func:`attncoda.capture.kernels.resolve_kernel`).
-        ``Capture.kernel`` records what ran, per layer where the layers differ
-        (:func:`attncoda.capture._pass.kernels_ran`).
+        ``method="fast"`` only: ``"auto"`` (the first kernel that runs where a layer runs,
+        :func:`attncoda.capture.kernels.resolve_kernel`) or a kernel's name
+        (:data:`attncoda.capture.kernels.registry.KERNELS`; :mod:`attncoda.capture.kernels`
+        says what each does). ``Capture.kernel`` records what ran, per layer where the
+        layers differ (:func:`attncoda.capture._pass.kernels_ran`).
     keep_outputs : bool
         Keep the logits (or last hidden state) in ``Capture.outputs``, and for causal
         language models the next-token log-likelihoods in ``Capture.token_logprob``.
     options : CaptureOptions, optional
-        How a run captures, built and checked once
-        (:class:`attncoda.capture.options.CaptureOptions`) and handed down whole: its
-        ``sink``, ``seed``, ``method`` and ``kernel`` are used, and those keywords must be
-        left at their defaults.
+        How a run captures (:class:`attncoda.capture.options.CaptureOptions`), handed down
+        whole: its ``sink``, ``seed``, ``method`` and ``kernel`` are used, and those
+        keywords must be left at their defaults.
 
     Returns
     -------
@@ -157,6 +138,23 @@ def capture(
         Bad arguments, a model whose attention cannot be routed (``mode="attention"``), a
         zero probability under ``zeros="raise"``, sink specs that do not fit a document.
     """
+    plan = _plan(
+        model, options, sink, seed, method, kernel, mode=mode, zeros=zeros,
+        block_size=block_size, record_rows=record_rows, keep_outputs=keep_outputs,
+        prepend_bos=prepend_bos, tokenizer=tokenizer, first_doc=_first_doc,
+    )  # fmt: skip
+    if kind_of(model) != "hf":  # a wrapper runs its own forward, recorded
+        return capture_live(model, input_ids, attention_mask, plan)
+    batch, plan = _batch(model, input_ids, attention_mask, plan)
+    return _captured(model, batch, plan)
+
+
+def _plan(
+    model, options, sink, seed, method, kernel, *, mode, zeros, block_size, record_rows,
+    keep_outputs, prepend_bos, tokenizer, first_doc,
+) -> CapturePlan:  # fmt: skip
+    """The plan of one :func:`capture` call: its arguments (as there; ``options`` gives the
+    sink, seed, method and kernel) checked against each other and the model, once."""
     if options is not None:
         sink, seed, method, kernel = _from_options(options, sink, seed, method, kernel)
     if mode not in MODES:
@@ -166,119 +164,38 @@ def capture(
         )
     check_choice("zero policy", zeros, ZEROS)
     check_choice("method", method, METHODS)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
+    check_block_size(block_size)
     if kernel not in KERNELS:
         resolve_kernel(kernel, "cpu")  # the unknown-kernel message
-    if kind_of(model) != "hf":
-        if method == "fast" and kernel not in ("auto", PORTABLE):
-            raise AttncodaError(
-                f"kernel={kernel!r} serves Hugging Face models captured by attncoda's own "
-                f"pass; a {type(model).__name__} is recorded through its wrapper, whose fast "
-                f"path runs the {PORTABLE} kernel: use kernel={PORTABLE!r} or 'auto'"
-            )
-        return capture_live(
-            model,
-            input_ids,
-            attention_mask,
-            sink=sink,
-            tokenizer=tokenizer,
-            block_size=block_size,
-            record_rows=record_rows,
-            seed=seed,
-            mode=mode,
-            prepend_bos=prepend_bos,
-            method=method,
-            keep_outputs=keep_outputs,
-            first_doc=_first_doc,
-        )
-    device = input_device(model)
-    if method == "fast":
-        resolve_kernel(kernel, device.type)  # a kernel asked by name where it cannot run
-        check_dtype(device, getattr(model, "dtype", None))
-    if model.training:
-        raise AttncodaError(
-            f"{type(model).__name__} is in training mode: capture runs in eval mode only "
-            f"(call model.eval())"
-        )
     spec = parse_sink(sink)
-    asked_auto = mode == "auto"
-    if asked_auto:
-        mode = "attention" if routable(model) else "outputs"
-    if spec.learned and mode == "outputs":
-        raise AttncodaError(
-            f"sink {spec.text!r} needs the learned sink logits, which eager outputs do not "
-            f"carry: capture {type(model).__name__} with mode='attention'"
-        )
-    ids, mask = check_batch(input_ids, attention_mask)
-    docs = [ids[b][mask[b].bool()].numpy() for b in range(ids.shape[0])]
-    bos = None
-    if prepend_bos:
-        bos = bos_id(tokenizer, model)
-        docs = [np.concatenate([[bos], doc]).astype(np.int64) for doc in docs]
-        ids, mask = pad(docs, 0, bool((mask[:, 0] == 0).any()))
-    sinks = None if spec.kind == "auto" else resolve_sinks(spec, docs, tokenizer)
-    if mode == "attention" and not routes_a_call(model, ids, mask, block_size):
-        if not asked_auto:
-            raise AttncodaError(unroutable_message(model))
-        mode = "outputs"
-    if method == "fast" and mode != "attention":
-        raise AttncodaError(
-            f"method='fast' reads the routed attention; {type(model).__name__} is read with "
-            f"mode={mode!r}: use method='exact'"
-        )
-    lengths = [len(doc) for doc in docs]
-    record = record_plan(lengths, record_rows, seed, _first_doc)
-    # ids and mask stay on the CPU for the bookkeeping; each forward moves them to the
-    # model's input device (forward_kwargs), the routing probe's included.
-    offsets = mask.argmax(-1)
-    if sinks is None:
-        first, _, _ = run_pass(
-            model, ids, mask, None, [r[:0] for r in record], mode, zeros, block_size, spec.learned
-        )
-        received, count = first.received.numpy(), first.received_count.numpy()
-        sinks = [
-            auto_sinks(received[d, o : o + n], count[d, o : o + n])
-            for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
-        ]
-    rec, out, floored = run_pass(
-        model,
-        ids,
-        mask,
-        sinks,
-        record,
-        mode,
-        zeros,
-        block_size,
-        spec.learned,
-        method,
-        logits=keep_outputs,
-        kernel=kernel if method == "fast" else None,
-    )
-    virtual = int(any(rec.virtual))
-    if virtual and not all(rec.virtual):
-        raise AttncodaError(
-            f"{type(model).__name__} has learned sink logits in some layers only: capture "
-            f"needs them in every layer or in none"
-        )
-    if spec.learned:
-        sinks = [np.append(s, len(doc)) for s, doc in zip(sinks, docs, strict=True)]
-    about: dict[str, Any] = {
-        "virtual_keys": virtual,
-        "sink_spec": spec.text,
-        "mode": mode,
-        "zeros": zeros,
-        "model_class": type(model).__name__,
-        "n_floored": floored,
-        "bos_token_id": bos,
-        "block_size": block_size,
-        "seed": seed,
-        "method": method,
-        "kernel": kernels_ran(rec.ran) if method == "fast" else None,
-        "forward": forwards_ran(method if mode == "attention" else "exact", rec.ran),
-        "read_dtype": rec.read_dtype,
-    }
-    return assemble(rec, out, docs, sinks, record, offsets, keep_outputs, about)
+    record_plan([1], record_rows, seed, 0)  # validates record_rows
+    name = type(model).__name__
+    device = None
+    resolved = "attention" if mode == "auto" else mode
+    if kind_of(model) != "hf":
+        _check_wrapped(name, method, kernel, resolved, keep_outputs)
+    else:
+        device = input_device(model)
+        if method == "fast":
+            resolve_kernel(kernel, device.type)  # a kernel asked by name where it cannot run
+            check_dtype(device, getattr(model, "dtype", None))
+        if model.training:
+            raise AttncodaError(
+                f"{name} is in training mode: capture runs in eval mode only (call model.eval())"
+            )
+        if mode == "auto" and not routable(model):
+            resolved = "outputs"
+        if spec.learned and resolved == "outputs":
+            raise AttncodaError(
+                f"sink {spec.text!r} needs the learned sink logits, which eager outputs do "
+                f"not carry: capture {name} with mode='attention'"
+            )
+    return CapturePlan(
+        spec, seed, method, block_size, record_rows, tokenizer, first_doc,
+        kernel=kernel if method == "fast" and device is not None else None, mode=resolved,
+        auto_mode=mode == "auto", zeros=zeros, keep_outputs=keep_outputs,
+        prepend_bos=prepend_bos, device=device,
+    )  # fmt: skip
 
 
 def _from_options(
@@ -302,6 +219,97 @@ def _from_options(
             "or set it in the options"
         )
     return options.sink, options.seed, options.method, options.kernel
+
+
+def _check_wrapped(name: str, method: str, kernel: str, mode: str, keep_outputs: bool) -> None:
+    """Refuse what a TransformerBridge or nnsight model (``name``) cannot be captured with:
+    a fast kernel other than the portable one, eager outputs, kept outputs."""
+    if method == "fast" and kernel not in ("auto", PORTABLE):
+        raise AttncodaError(
+            f"kernel={kernel!r} serves Hugging Face models captured by attncoda's own "
+            f"pass; a {name} is recorded through its wrapper, whose fast "
+            f"path runs the {PORTABLE} kernel: use kernel={PORTABLE!r} or 'auto'"
+        )
+    if mode == "outputs":
+        raise AttncodaError(
+            f"mode='outputs' reads eager output_attentions of a Hugging Face model: capture "
+            f"the {name} with mode='attention', or its Hugging Face model with mode='outputs'"
+        )
+    if keep_outputs:
+        raise AttncodaError(
+            f"keep_outputs=True is not available for a {name}: read the outputs of your own "
+            f"call inside attncoda.recording, or capture its Hugging Face model"
+        )
+
+
+def _batch(model, input_ids, attention_mask, plan: CapturePlan) -> tuple[Batch, CapturePlan]:
+    """The checked batch of a Hugging Face model as ``plan`` says (the BOS prepended, the
+    sinks resolved, the rows to keep planned), and the plan with its mode settled by one
+    short forward (:func:`routes_a_call`). Prior validation of ``plan`` is assumed."""
+    ids, mask = check_batch(input_ids, attention_mask)
+    docs = [ids[b][mask[b].bool()].numpy() for b in range(ids.shape[0])]
+    bos = None
+    if plan.prepend_bos:
+        bos = bos_id(plan.tokenizer, model)
+        docs = [np.concatenate([[bos], doc]).astype(np.int64) for doc in docs]
+        ids, mask = pad(docs, 0, bool((mask[:, 0] == 0).any()))
+    spec = plan.sink
+    sinks = None if spec.kind == "auto" else resolve_sinks(spec, docs, plan.tokenizer)
+    record = record_plan([len(doc) for doc in docs], plan.record_rows, plan.seed, plan.first_doc)
+    # ids and mask stay on the CPU for the bookkeeping; each forward moves them to the
+    # model's input device (forward_kwargs), the routing probe's included.
+    batch = Batch(ids, mask, docs, sinks, record, bos)
+    if plan.mode == "attention" and not routes_a_call(model, batch):
+        if not plan.auto_mode:
+            raise AttncodaError(unroutable_message(model))
+        plan = replace(plan, mode="outputs")
+    if plan.method == "fast" and plan.mode != "attention":
+        raise AttncodaError(
+            f"method='fast' reads the routed attention; {type(model).__name__} is read with "
+            f"mode={plan.mode!r}: use method='exact'"
+        )
+    return batch, plan
+
+
+def _captured(model, batch: Batch, plan: CapturePlan) -> Capture:
+    """The passes over ``batch`` (the ``sink="auto"`` pass first where its sinks wait for
+    one) and their :class:`Capture`. Prior validation is assumed."""
+    sinks = batch.sinks
+    if sinks is None:
+        first, _, _ = run_pass(model, batch, plan.sink_pass())
+        received, count = first.received.numpy(), first.received_count.numpy()
+        sinks = [
+            auto_sinks(received[d, o : o + n], count[d, o : o + n])
+            for d, (o, n) in enumerate(zip(batch.offsets.tolist(), batch.lengths, strict=True))
+        ]
+        batch = replace(batch, sinks=sinks)
+    rec, out, floored = run_pass(model, batch, plan)
+    virtual = int(any(rec.virtual))
+    if virtual and not all(rec.virtual):
+        raise AttncodaError(
+            f"{type(model).__name__} has learned sink logits in some layers only: capture "
+            f"needs them in every layer or in none"
+        )
+    if plan.sink.learned:
+        sinks = [np.append(s, len(doc)) for s, doc in zip(sinks, batch.docs, strict=True)]
+    about: dict[str, Any] = {
+        "virtual_keys": virtual,
+        "sink_spec": plan.sink.text,
+        "mode": plan.mode,
+        "zeros": plan.zeros,
+        "model_class": type(model).__name__,
+        "n_floored": floored,
+        "bos_token_id": batch.bos,
+        "block_size": plan.block_size,
+        "seed": plan.seed,
+        "method": plan.method,
+        "kernel": kernels_ran(rec.ran) if plan.method == "fast" else None,
+        "forward": forwards_ran(plan.method if plan.mode == "attention" else "exact", rec.ran),
+        "read_dtype": rec.read_dtype,
+    }
+    return assemble(
+        rec, out, batch.docs, sinks, batch.record, batch.offsets, plan.keep_outputs, about
+    )
 
 
 def capture_windows(

@@ -1,18 +1,20 @@
 """One capture pass of a Hugging Face model over a padded batch, and what served it.
 
-:func:`run_pass` runs the batch into a :class:`attncoda.capture.stats.Recorder`, routed
-through the registered ``"attncoda"`` attention function (``mode="attention"``) or read from
-eager ``output_attentions`` (``mode="outputs"``); :func:`routes_a_call` tells whether a
-model's forward reaches the attention function at all; :func:`kernels_ran` names the
-kernels of a ``method="fast"`` pass for ``Capture.kernel``.
+:func:`run_pass` runs a :class:`attncoda.capture._plan.Batch` as its
+:class:`attncoda.capture._plan.CapturePlan` says into a
+:class:`attncoda.capture.stats.Recorder`, routed through the registered ``"attncoda"``
+attention function (``mode="attention"``) or read from eager ``output_attentions``
+(``mode="outputs"``); :func:`routes_a_call` tells whether a model's forward reaches the
+attention function at all; :func:`kernels_ran` names the kernels of a ``method="fast"``
+pass for ``Capture.kernel``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from attncoda._devices import input_device
 from attncoda.capture._forward import forward
+from attncoda.capture._plan import Batch, CapturePlan
 from attncoda.capture.given import read_outputs
 from attncoda.capture.kernels.registry import NAMES
 from attncoda.capture.routing import routed
@@ -23,65 +25,59 @@ __all__ = ["forwards_ran", "kernels_ran", "routes_a_call", "run_pass"]
 _CALLS_ROUTED: dict[type, bool] = {}
 
 
-def run_pass(
-    model,
-    ids,
-    mask,
-    sinks,
-    record,
-    mode,
-    zeros,
-    block_size,
-    learned=False,
-    method="exact",
-    logits=False,
-    kernel=None,
-):
-    """One forward pass; returns (recorder, model output, n_floored)."""
-    real = mask.bool()
+def run_pass(model, batch: Batch, plan: CapturePlan):
+    """One forward pass of ``batch`` as ``plan`` says; returns (recorder, model output,
+    n_floored). Prior validation is assumed.
+
+    A batch without sinks is the ``sink="auto"`` pass: its recorder sums the attention each
+    key receives (:meth:`attncoda.capture.stats.Recorder.add_block`).
+    """
+    real = batch.mask.bool()
     offsets = real.long().argmax(-1)
     record_padded = [
-        torch.as_tensor(r) + int(o) for r, o in zip(record, offsets.tolist(), strict=True)
+        torch.as_tensor(r) + int(o) for r, o in zip(batch.record, offsets.tolist(), strict=True)
     ]
-    device = input_device(model)
     sink_mask = None
-    if sinks is not None:
+    if batch.sinks is not None:
         sink_mask = torch.zeros_like(real)
-        for doc, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
+        for doc, (pos, off) in enumerate(zip(batch.sinks, offsets.tolist(), strict=True)):
             sink_mask[doc, torch.as_tensor(pos) + off] = True
         # Where the kernels read it, on the layers' device (once, not once per layer).
-        sink_mask = sink_mask.to(device)
+        sink_mask = sink_mask.to(plan.device)
     rec = Recorder(
         real.cpu(),
         offsets.cpu(),
         sink_mask,
         record_padded,
-        block_size,
-        learned=learned,
-        method=method,
-        kernel=kernel,
-        pinned=method == "fast" and device.type == "cuda",
+        plan.block_size,
+        learned=plan.sink.learned,
+        method=plan.method,
+        kernel=plan.kernel,
+        pinned=plan.pinned,
     )
-    if mode == "attention":
+    if plan.mode == "attention":
         with routed(model, rec):
-            out = forward(model, ids, mask, logits=logits)
+            out = forward(model, batch.ids, batch.mask, logits=plan.keep_outputs)
         rec.settle()
         return rec, out, 0
-    out, floored = read_outputs(model, ids, mask, rec, zeros, logits=logits)
+    out, floored = read_outputs(
+        model, batch.ids, batch.mask, rec, plan.zeros, logits=plan.keep_outputs
+    )
     return rec, out, floored
 
 
-def routes_a_call(model, ids, mask, block_size: int) -> bool:
+def routes_a_call(model, batch: Batch) -> bool:
     """Whether a forward pass of one short document reaches the attention function.
 
     Some classes pass transformers' source heuristic yet compute attention themselves;
-    one forward of a few tokens tells (cached per class).
+    one forward of a few tokens (the batch's first row's last two) tells (cached per class).
     """
     cls = type(model)
     if cls not in _CALLS_ROUTED:
         probe = Recorder(
             torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.long), None, [], 2
         )
+        ids, mask = batch.ids, batch.mask
         with routed(model, probe):
             forward(model, ids[:1, -2:], torch.ones_like(mask[:1, -2:]))
         _CALLS_ROUTED[cls] = bool(probe.stats)

@@ -204,6 +204,21 @@ def test_ablation_nests_inside_capture_and_keeps_the_recorder():
     assert len(recorder.stats) == 2
 
 
+@pytest.mark.parametrize("mode", ["zero", "uniform", "sink"])
+def test_a_fast_capture_of_an_unpadded_batch_counts_each_ablated_layer_once(mode):
+    # Without padding the fast path's masks are skipped (plain causal rows); an ablated
+    # layer takes the exact path with its causal pattern made explicit. Each layer is one
+    # attention call of the forward pass: a second count would name a third layer of two.
+    model = tiny("llama")
+    ids = batch()[0][:1]
+    with ablate(model, {0: [1], 1: [0, 2]}, mode):
+        fast = capture(model, ids, method="fast", record_rows="none", keep_outputs=True)
+        eager = logits(model, ids, torch.ones_like(ids))
+    assert fast.kernel == "exact" and fast.forward == "eager"  # every layer is ablated
+    # The exact path on a boolean causal mask is eager's op sequence on the additive one.
+    assert np.array_equal(fast.outputs, eager.numpy())
+
+
 def test_inner_ablate_keeps_outer_gates():
     model = tiny("llama")
     ids, mask = batch()

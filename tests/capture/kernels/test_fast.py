@@ -281,11 +281,9 @@ def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch)
     chosen = registry.lookup(registry.resolve_kernel("auto", "cpu"))  # cpp, else sdpa
     inner = chosen.record_layer
 
-    def spy(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
-        seen.append(None if attention_mask is None else attention_mask.dtype)
-        return inner(
-            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, auto=auto
-        )
+    def spy(call, *, auto):
+        seen.append(None if call.attention_mask is None else call.attention_mask.dtype)
+        return inner(call, auto=auto)
 
     monkeypatch.setattr(chosen, "record_layer", spy)
     before = model.config._attn_implementation

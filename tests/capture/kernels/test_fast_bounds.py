@@ -56,13 +56,11 @@ def paired(model, ids, head_dim, kernel):
     chosen = registry.lookup(kernel)
     inner = chosen.record_layer
 
-    def both(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto):
-        out = inner(
-            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, auto=auto
-        )
+    def both(call, *, auto):
+        out = inner(call, auto=auto)
         assert out is not None, "the fast path refused this layer"
-        fast.append({k: recorder.stats[layer][k].numpy().copy() for k in QUANTITIES})
-        scales.append(score_scale(query, key, scaling))
+        fast.append({k: call.recorder.stats[call.layer][k].numpy().copy() for k in QUANTITIES})
+        scales.append(score_scale(call.query, call.key, call.scaling))
         return None  # the exact path now runs on the same tensors; its output goes on
 
     with pytest.MonkeyPatch.context() as patch, torch.inference_mode():

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.kernels import _triton_jit, cpp, registry
+from attncoda.capture.kernels import LayerCall, _triton_jit, cpp, registry
 
 
 def test_a_kernel_is_named_as_its_module_and_the_choices_follow_the_registry():
@@ -133,8 +133,8 @@ def fakes(monkeypatch):
 
 def _record(kernel, layer):
     recorder = SimpleNamespace(kernel=kernel, ran={})
-    args = (None, layer.query, None, None, None, 0.5, layer.kwargs)  # module, query, ...kwargs
-    return registry.record_layer(recorder, 0, *args), recorder.ran[0]
+    call = LayerCall(recorder, 0, None, layer.query, None, None, None, 0.5, layer.kwargs)
+    return registry.record_layer(call), recorder.ran[0]
 
 
 def test_a_layer_goes_down_the_chain_from_the_chosen_kernel(fakes):

@@ -8,7 +8,8 @@ What it holds:
   capability check in one place: :data:`KERNELS` (the names users type),
   :func:`resolve_kernel` (which kernel serves a device), :func:`check_dtype` (the fast path
   in a dtype no kernel takes on the device, float64 on CUDA) and :func:`record_layer`
-  (which kernel runs a routed layer);
+  (which kernel runs a routed layer), and the one object a routed layer's call is handed
+  down as (:class:`LayerCall`: the recorder, the layer, its inputs and keywords), whole;
 - one module per kernel, named as users type it, declaring it to the registry:
   :mod:`~attncoda.capture.kernels.sdpa` (PyTorch's fused attention called twice,
   :func:`sdpa_attention`, in ``_sdpa``), :mod:`~attncoda.capture.kernels.cpp` (one fused
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         score_perturbation,
         score_scale,
     )
+    from ._call import LayerCall
     from ._check import checked_configurations, first_use_check, reference
     from ._configs import (
         ARCHITECTURES,
@@ -79,6 +81,7 @@ _MODULES = {
         "score_perturbation",
         "score_scale",
     ),
+    "._call": ("LayerCall",),
     "._check": ("checked_configurations", "first_use_check", "reference"),
     "._configs": (
         "ARCHITECTURES",
@@ -109,6 +112,7 @@ __all__ = [
     "Kernel",
     "KernelRefused",
     "LaunchConfig",
+    "LayerCall",
     "MASK_ROWS",
     "MaskShape",
     "Refused",

@@ -210,15 +210,12 @@ def content_pass(query, key, value, mask, causal, scale):
 content_pass.grouped = True  # type: ignore[attr-defined]
 
 
-def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling):
-    """The fast path of one routed layer through this kernel's pass
+def record_layer(call):
+    """The fast path of one routed layer's call through this kernel's pass
     (:func:`attncoda.capture.kernels._sdpa.record_layer` with its ``content_pass``);
     None, after a note printed once per process, where the pass cannot run."""
     why = unavailable()
     if why is not None:
         _say(why)
         return None
-    return _record_layer(
-        recorder, layer, module, query, key, value, attention_mask, scaling,
-        content_pass=content_pass,
-    )  # fmt: skip
+    return _record_layer(call, content_pass=content_pass)

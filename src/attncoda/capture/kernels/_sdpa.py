@@ -362,26 +362,26 @@ def sdpa_attention(
     return out.to(query.dtype), stats
 
 
-def record_layer(
-    recorder, layer, module, query, key, value, attention_mask, scaling, content_pass=None
-):
-    """One routed layer's statistics into ``recorder`` (``content_pass``: as
-    :func:`sdpa_attention` takes it); the layer's output.
+def record_layer(call, content_pass=None):
+    """One routed layer's call (:class:`attncoda.capture.kernels.LayerCall`): statistics
+    into its recorder (``content_pass``: as :func:`sdpa_attention` takes it); the layer's
+    output.
 
     Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None when this
     layer's mask carries a bias the fast statistics do not model (the caller then runs the
     exact path). The recorder's recorded rows are computed exactly, for those queries only.
     """
+    recorder, query, key = call.recorder, call.query, call.key
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
-    visible, causal, ok = layer_mask(recorder, module, attention_mask, q_len, k_len)
+    visible, causal, ok = layer_mask(recorder, call.module, call.attention_mask, q_len, k_len)
     if not ok:
         return None
     out, stats = sdpa_attention(
-        query, key, value, scaling=scaling, sink=recorder.sink, visible=visible, causal=causal,
-        block_size=recorder.block_size, content_pass=content_pass,
+        query, key, call.value, scaling=call.scaling, sink=recorder.sink, visible=visible,
+        causal=causal, block_size=recorder.block_size, content_pass=content_pass,
     )  # fmt: skip
-    store(recorder, layer, stats)
+    store(recorder, call.layer, stats)
 
     def seen(doc, pos):
         if visible is not None:
@@ -392,5 +392,5 @@ def record_layer(
             return pos[:, None] + (k_len - q_len) >= keys
         return (keys >= 0).expand(pos.numel(), k_len)
 
-    record_rows(recorder, layer, query, key, scaling, seen)
+    record_rows(recorder, call.layer, query, key, call.scaling, seen)
     return out.transpose(1, 2).contiguous()

@@ -292,16 +292,18 @@ def _not_covered(query, module) -> str | None:
     return None
 
 
-def record_layer(
-    recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, check=None
-):
-    """The fused kernel on one routed layer: statistics into ``recorder``; the output.
+def record_layer(call, check=None):
+    """The fused kernel on one routed layer's call (:class:`attncoda.capture.kernels.
+    LayerCall`): statistics into its recorder; the output.
 
     Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None (after a printed
     note) when the layer's mask has no :class:`attncoda.capture.kernels.MaskShape` or carries
     a bias: the caller then takes the two-call SDPA path, or the exact one for what that path
     does not cover.
     """
+    recorder, layer, module, query = call.recorder, call.layer, call.module, call.query
+    key, value, attention_mask, scaling = call.key, call.value, call.attention_mask, call.scaling
+    kwargs = call.kwargs
     reason = _not_covered(query, module)
     if reason is not None:
         note(recorder, reason)

@@ -17,9 +17,12 @@ float32); a float64 layer goes to ``sdpa``.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._cpp_host import compiler, prerequisites, torch_library
+
+if TYPE_CHECKING:
+    from ._call import LayerCall
 
 __all__ = ["KERNEL", "Cpp", "compiler", "prerequisites", "torch_library"]
 
@@ -53,15 +56,13 @@ class Cpp:
         """Nothing: a layer it declines goes to ``sdpa``, which ``Capture.kernel`` records
         per layer."""
 
-    def record_layer(
-        self, recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto
-    ):
-        """:func:`attncoda.capture.kernels._cpp.record_layer` (``kwargs`` and ``auto``
-        unused, as for ``sdpa``): None, so that ``sdpa`` serves the layer, where the pass
-        cannot be built or loaded (said once per process)."""
+    def record_layer(self, call: LayerCall, *, auto: bool) -> Any:
+        """:func:`attncoda.capture.kernels._cpp.record_layer` (``auto`` unused, as for
+        ``sdpa``): None, so that ``sdpa`` serves the layer, where the pass cannot be built or
+        loaded (said once per process)."""
         from ._cpp import record_layer
 
-        return record_layer(recorder, layer, module, query, key, value, attention_mask, scaling)
+        return record_layer(call)
 
 
 #: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.

@@ -24,11 +24,14 @@ declarations:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attncoda._errors import AttncodaError, check_choice
 
 from . import cpp, sdpa, triton
+
+if TYPE_CHECKING:
+    from ._call import LayerCall
 
 __all__ = [
     "KERNELS",
@@ -94,22 +97,10 @@ class Kernel(Protocol):
     def note(self, recorder: Any, reason: str) -> None:
         """Say (or not) that a layer left it for ``reason``."""
 
-    def record_layer(
-        self,
-        recorder: Any,
-        layer: int,
-        module: Any,
-        query: Any,
-        key: Any,
-        value: Any,
-        attention_mask: Any,
-        scaling: float,
-        kwargs: dict[str, Any],
-        *,
-        auto: bool,
-    ) -> Any:
-        """Record one layer's statistics: its ``attn_output`` ``(batch, query_pos, head,
-        head_dim)``, or None when it declines the layer (``auto``: chosen by ``"auto"``)."""
+    def record_layer(self, call: LayerCall, *, auto: bool) -> Any:
+        """Record the statistics of one layer's call into its recorder: its ``attn_output``
+        ``(batch, query_pos, head, head_dim)``, or None when it declines the layer (``auto``:
+        chosen by ``"auto"``)."""
 
 
 #: The registered kernels, in the order ``"auto"`` prefers them; a layer one declines goes
@@ -215,8 +206,9 @@ def declines(kernel: Kernel, device: str, dtype: object, kwargs: Mapping[str, An
     return None
 
 
-def record_layer(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs):
-    """The fast path of one routed layer: statistics into ``recorder``; the layer's output.
+def record_layer(call):
+    """The fast path of one routed layer's call (:class:`attncoda.capture.kernels.LayerCall`):
+    statistics into its recorder; the layer's output.
 
     The kernel is resolved from where the layer runs (:func:`resolve_kernel` on the query's
     device: a device map may spread the layers over the CPU and GPUs), from the recorder's
@@ -233,21 +225,19 @@ def record_layer(recorder, layer, module, query, key, value, attention_mask, sca
         ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None: the caller runs
         the exact path.
     """
+    recorder, query = call.recorder, call.query
     asked = recorder.kernel or PORTABLE
     device = query.device.type
     check_dtype(device, query.dtype)
     first = NAMES.index(resolve_kernel(asked, device))
     for kernel in ORDER[first:]:
-        why = declines(kernel, device, query.dtype, kwargs)
+        why = declines(kernel, device, query.dtype, call.kwargs)
         if why is not None:
             kernel.note(recorder, why)
             continue
-        out = kernel.record_layer(
-            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs,
-            auto=asked == "auto",
-        )  # fmt: skip
+        out = kernel.record_layer(call, auto=asked == "auto")
         if out is not None:
-            recorder.ran[layer] = kernel.name
+            recorder.ran[call.layer] = kernel.name
             return out
-    recorder.ran[layer] = "exact"
+    recorder.ran[call.layer] = "exact"
     return None

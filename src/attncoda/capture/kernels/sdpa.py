@@ -12,7 +12,10 @@ exact path.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._call import LayerCall
 
 __all__ = ["KERNEL", "Sdpa"]
 
@@ -44,14 +47,12 @@ class Sdpa:
         """Nothing: a layer it declines takes the exact path, which ``Capture.kernel``
         records per layer."""
 
-    def record_layer(
-        self, recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto
-    ):
-        """:func:`attncoda.capture.kernels._sdpa.record_layer` (``kwargs`` and ``auto``
-        unused: its keywords are in the mask, and it has no first-use check)."""
+    def record_layer(self, call: LayerCall, *, auto: bool) -> Any:
+        """:func:`attncoda.capture.kernels._sdpa.record_layer` (``auto`` unused: it has no
+        first-use check; the call's keywords it covers are in the mask)."""
         from ._sdpa import record_layer
 
-        return record_layer(recorder, layer, module, query, key, value, attention_mask, scaling)
+        return record_layer(call)
 
 
 #: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.

@@ -15,9 +15,12 @@ configuration after its first-use check (:func:`attncoda.capture.kernels.first_u
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _triton_jit
+
+if TYPE_CHECKING:
+    from ._call import LayerCall
 
 __all__ = ["KERNEL", "Triton"]
 
@@ -64,19 +67,15 @@ class Triton:
 
         note(recorder, reason)
 
-    def record_layer(
-        self, recorder, layer, module, query, key, value, attention_mask, scaling, kwargs, *, auto
-    ):
+    def record_layer(self, call: LayerCall, *, auto: bool) -> Any:
         """:func:`attncoda.capture.kernels._triton.record_layer`, each configuration
         checked on first use where ``"auto"`` chose it."""
         from ._check import first_use_check
         from ._triton import record_layer
 
-        checked = auto and self.auto_devices is not None and query.device.type in self.auto_devices
-        return record_layer(
-            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs,
-            check=first_use_check if checked else None,
-        )  # fmt: skip
+        where = call.query.device.type
+        checked = auto and self.auto_devices is not None and where in self.auto_devices
+        return record_layer(call, check=first_use_check if checked else None)
 
 
 #: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.

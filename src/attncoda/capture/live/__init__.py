@@ -8,9 +8,10 @@ steps), the wrappers of live models (:func:`kind_of`, :func:`live_model`, :func:
 :func:`attncoda.capture.capture` runs through a wrapper.
 
 What it may import: :mod:`attncoda.capture._result`, :mod:`attncoda.capture._forward`,
-:mod:`attncoda.capture.routing`, :mod:`attncoda.capture.kernels.registry`,
-:mod:`attncoda.capture.stats`, :mod:`attncoda.capture.names`, :mod:`attncoda.capture.sinks`,
-:mod:`attncoda.models`, :mod:`attncoda._errors`, numpy and torch.
+:mod:`attncoda.capture._plan`, :mod:`attncoda.capture.routing`,
+:mod:`attncoda.capture.kernels.registry`, :mod:`attncoda.capture.stats`,
+:mod:`attncoda.capture.names`, :mod:`attncoda.capture.sinks`, :mod:`attncoda.models`,
+:mod:`attncoda._errors`, numpy and torch.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from attncoda._errors import AttncodaError, check_choice
+from attncoda.capture._plan import CapturePlan, check_block_size
 from attncoda.capture._result import Capture, concatenate
 from attncoda.capture.kernels.registry import PORTABLE
 from attncoda.capture.names import METHODS
@@ -47,7 +48,7 @@ from ._pass_recorder import (
     record_scores,
 )
 
-__all__ = ["PassRecorder", "Recording", "is_recorded", "recording"]
+__all__ = ["PassRecorder", "Recording", "is_recorded", "recorded", "recording"]
 
 
 class Recording:
@@ -61,20 +62,12 @@ class Recording:
         Forward passes recorded so far.
     """
 
-    def __init__(
-        self, model, sink, method, record_rows, tokenizer, block_size, seed, first_doc=0
-    ) -> None:
+    def __init__(self, model, plan: CapturePlan) -> None:
         self.model = model
         self.n_passes = 0
         self._hf = live_model(model)
-        self._first_doc = first_doc
+        self._plan = plan
         self._score_hooks: list[Any] = []
-        self._spec = parse_sink(sink)
-        self._method = method
-        self._record_rows = record_rows
-        self._tokenizer = tokenizer
-        self._block_size = block_size
-        self._seed = seed
         self._groups: list[Documents] = []
         # id(cache) -> (the cache, the documents it holds); the cache is kept so its id
         # is not reused while the recording lasts.
@@ -88,7 +81,7 @@ class Recording:
         if self._score_hooks or kind_of(self.model) == "bridge":
             dtype = str(getattr(self._hf, "dtype", "")).removeprefix("torch.") or None
             return {"forward": "transformer_lens", "read_dtype": dtype}
-        if self._method != "fast":
+        if self._plan.method != "fast":
             return {"forward": "eager", "read_dtype": None}
         cached = any(bool((g.n_prompt < g.mask.bool().sum(-1).numpy()).any()) for g in groups)
         forward = f"fast:{PORTABLE}"
@@ -175,8 +168,9 @@ class Recording:
     # -- the documents --------------------------------------------------------------------
 
     def _open_documents(self, mask, ids) -> Documents:
-        first_doc = self._first_doc + sum(int(g.mask.shape[0]) for g in self._groups)
-        group = Documents.start(mask, ids, self._spec, self._tokenizer, first_doc)
+        plan = self._plan
+        first_doc = plan.first_doc + sum(int(g.mask.shape[0]) for g in self._groups)
+        group = Documents.start(mask, ids, plan.sink, plan.tokenizer, first_doc)
         self._groups.append(group)
         return group
 
@@ -200,23 +194,23 @@ class Recording:
         real = group.mask.bool()
         query_real = real[:, past:]
         counts = query_real.sum(-1).tolist()
-        plan = record_plan(counts, self._record_rows, self._seed, group.first_doc)
-        # The plan counts real queries of this pass; in padded pass coordinates a document's
+        rows = record_plan(counts, self._plan.record_rows, self._plan.seed, group.first_doc)
+        # The row plan counts real queries of this pass; in padded pass coordinates a document's
         # real queries start at its offset (left padding) or at 0 (right, or a continuation).
         starts = query_real.long().argmax(-1).tolist()
-        record = [torch.as_tensor(p) + s for p, s in zip(plan, starts, strict=True)]
+        record = [torch.as_tensor(p) + s for p, s in zip(rows, starts, strict=True)]
         return PassRecorder(
             query_real,
             group.offsets,
             group.sink_keys,
             record,
-            self._block_size,
-            learned=self._spec.learned,
-            method=self._method,
+            self._plan.block_size,
+            learned=self._plan.sink.learned,
+            method=self._plan.method,
             past=past,
             sink_keys=group.sink_keys,
             widths=real.sum(-1).tolist(),
-            requested=self._method,
+            requested=self._plan.method,
         )
 
     # -- the result -----------------------------------------------------------------------
@@ -237,24 +231,25 @@ class Recording:
                 f"no forward pass of {type(self._hf).__name__} was recorded: call the model "
                 f"inside the recording block"
             )
+        plan = self._plan
         virtual = int(any(groups[0].virtual))
         about: dict[str, Any] = {
             "virtual_keys": virtual,
-            "sink_spec": self._spec.text,
+            "sink_spec": plan.sink.text,
             "mode": "attention",
             "zeros": "raise",
             "model_class": type(self._hf).__name__,
             "n_floored": 0,
             "bos_token_id": None,
-            "block_size": self._block_size,
-            "seed": self._seed,
-            "method": self._method,
+            "block_size": plan.block_size,
+            "seed": plan.seed,
+            "method": plan.method,
             # A recorded pass's fast path is the kernel that runs everywhere (the recorder
             # names none: capture/kernels/registry.py).
-            "kernel": PORTABLE if self._method == "fast" else None,
+            "kernel": PORTABLE if plan.method == "fast" else None,
             **self._forward(groups),
         }
-        parts = [group.capture(self._spec.learned, virtual, about) for group in groups]
+        parts = [group.capture(plan.sink.learned, virtual, about) for group in groups]
         return parts[0] if len(parts) == 1 else concatenate(parts)
 
 
@@ -318,15 +313,33 @@ def recording(
         model already inside a recording.
     """
     check_choice("method", method, METHODS)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise AttncodaError(f"block_size must be a positive integer, got {block_size!r}")
+    check_block_size(block_size)
     spec = parse_sink(sink)
-    if spec.kind == "auto":
+    record_plan([1], record_rows, seed, 0)  # validates record_rows
+    plan = CapturePlan(
+        spec, seed, method, block_size, record_rows, tokenizer=tokenizer, first_doc=_first_doc
+    )
+    with recorded(model, plan) as rec:
+        yield rec
+
+
+@contextlib.contextmanager
+def recorded(model, plan: CapturePlan) -> Iterator[Recording]:
+    """:func:`recording` under a plan whose arguments were checked (by :func:`recording`, or
+    :func:`attncoda.capture.capture` for a wrapper): the model, and the sink a recording can
+    find, checked here.
+
+    Raises
+    ------
+    AttncodaError
+        Sink ``"auto"``; a model in training mode or whose attention cannot be routed; a
+        model already inside a recording.
+    """
+    if plan.sink.kind == "auto":
         raise AttncodaError(
             "sink 'auto' needs a first pass over the documents, which a recording does not "
             "run: give 'first', positions or tokens"
         )
-    record_plan([1], record_rows, seed, 0)  # validates record_rows
     kind = kind_of(model)
     hf = live_model(model)
     if hf.training:
@@ -339,7 +352,7 @@ def recording(
             f"{type(hf).__name__} is already being recorded: leave the first recording "
             f"block before opening another on the same model"
         )
-    rec = Recording(model, sink, method, record_rows, tokenizer, block_size, seed, _first_doc)
+    rec = Recording(model, plan)
     with contextlib.ExitStack() as stack:
         if kind == "bridge":
             # The bridge's components compute attention themselves: their score hooks,
@@ -348,7 +361,7 @@ def recording(
             rec._hook_scores()
             stack.callback(rec._unhook_scores)
         else:
-            stack.enter_context(routed(hf, None, method=method, recording=True))
+            stack.enter_context(routed(hf, None, method=plan.method, recording=True))
         target = _layers_module(hf)
         before = target.register_forward_pre_hook(rec._before, with_kwargs=True)
         stack.callback(before.remove)

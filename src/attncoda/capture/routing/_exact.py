@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from attncoda._errors import AttncodaError
+from attncoda.capture.kernels import LayerCall
 from attncoda.capture.kernels import record_layer as record_fast_layer
 from attncoda.capture.stats import Workspace
 
@@ -239,7 +240,9 @@ def attncoda_attention(
     Longer layers differ only by the row blocking of the two matmuls, within float32
     rounding. The statistics of a bfloat16 or float16 layer are computed from float32
     scores of the same queries and keys (:func:`statistics_logits`), not from the
-    half-precision scores its output uses.
+    half-precision scores its output uses. The call is one
+    :class:`attncoda.capture.kernels.LayerCall`, handed whole to the fast path
+    (:func:`attncoda.capture.kernels.record_layer`) and to the exact path.
     """
     if module.training:
         raise AttncodaError(
@@ -247,57 +250,67 @@ def attncoda_attention(
             f"only (call model.eval())"
         )
     _check_keywords(module, kwargs)
-    softcap = kwargs.get("softcap")
-    s_aux = kwargs.get("s_aux")
     recorder = ACTIVE.get()
-    block = recorder.block_size if recorder is not None else 512
-    if scaling is None:
-        scaling = query.size(-1) ** -0.5
-    upcast = _recipe(module).upcast_softmax
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
-    groups = h // key.shape[1]
-    layer = (
-        recorder.begin_layer(b, h, q_len, k_len, learned=s_aux is not None)
-        if recorder is not None
-        else -1
-    )
+    learned = kwargs.get("s_aux") is not None
+    layer = recorder.begin_layer(b, h, q_len, k_len, learned) if recorder is not None else -1
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    call = LayerCall(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs)
+    fast = recorder is not None and recorder.method == "fast"
     # The fast path's masks are skipped where transformers skips them for SDPA (plain
     # causal rows, no padding): the layer's own is_causal then says what a query sees, and
-    # the exact path below, where it serves, gets that pattern as a boolean mask.
-    skipped = (
-        attention_mask is None
-        and recorder is not None
-        and recorder.method == "fast"
-        and q_len > 1
-        and bool(getattr(module, "is_causal", False))
-    )
-    # >>> ablation hook (attncoda.capture.ablation): None unless ablate()/head_gates() is active
+    # the exact path, where it serves, gets that pattern as a boolean mask.
+    causal = bool(getattr(module, "is_causal", False))
+    skipped = attention_mask is None and fast and q_len > 1 and causal
+    # An ablated layer takes the exact path. Its edit reads the keys a query sees through
+    # the mask; a skipped mask (no padding) lets every query see key 0, as its causal
+    # pattern does, so the edit is the same either way: one call, which counts the layer.
     edit = layer_edit(module, query, attention_mask)
-    if edit is not None and skipped:
-        attention_mask, skipped = causal_mask(q_len, k_len, query.device), False
-        edit = layer_edit(module, query, attention_mask)
-    # <<< ablation hook
-    # >>> fast path (attncoda.capture.kernels): statistics from the fused kernel's log-sum-exp;
-    # the exact path below stays the reference (auto-sink pass, ablations, masks with a bias)
-    fast_ok = recorder is not None and recorder.method == "fast" and recorder.sink is not None
-    if fast_ok and edit is None:
-        fast = record_fast_layer(
-            recorder, layer, module, query, key, value, attention_mask, scaling, kwargs
-        )
-        if fast is not None:
-            return fast, None
-    if fast_ok and recorder is not None:
-        recorder.ran[layer] = "exact"
-    if skipped:
-        attention_mask = causal_mask(q_len, k_len, query.device)
-    # <<< fast path
-    key_states = _repeat_kv(key, groups)
+    if fast and recorder.sink is not None:
+        out = _fast(call, edit)
+        if out is not None:
+            return out, None
+    mask = causal_mask(q_len, k_len, query.device) if skipped else attention_mask
+    return _exact(call, mask, edit)
+
+
+def _fast(call, edit):
+    """The fast path (:mod:`attncoda.capture.kernels`): the layer's output, its statistics
+    taken from a kernel's log-sum-exp; None where the exact path, which stays the reference,
+    serves the layer instead (an edited layer, or one the kernels decline: masks with a
+    bias, ...), as ``recorder.ran`` then says."""
+    if edit is None:
+        out = record_fast_layer(call)
+        if out is not None:
+            return out
+    call.recorder.ran[call.layer] = "exact"
+    return None
+
+
+def _exact(call, attention_mask, edit):
+    """The exact path: eager's op sequence, ``block_size`` queries at a time, each block's
+    rows into the recorder; ``(attn_output, attn_weights)`` as
+    :func:`attncoda_attention` returns them.
+
+    ``attention_mask`` is the call's, or the causal pattern as a boolean mask where the fast
+    path skipped it; ``edit`` the layer's head edit (None: none). Prior validation is
+    assumed.
+    """
+    recorder, layer, module, query = call.recorder, call.layer, call.module, call.query
+    value, scaling, softcap, s_aux = call.value, call.scaling, call.softcap, call.s_aux
+    block = recorder.block_size if recorder is not None else 512
+    upcast = _recipe(module).upcast_softmax
+    b, h, q_len, _ = query.shape
+    k_len = call.key.shape[2]
+    groups = h // call.key.shape[1]
+    key_states = _repeat_kv(call.key, groups)
     value_states = _repeat_kv(value, groups)
     # One workspace per forward pass (the recorder's), else per call: the scores, softmax
     # and log-softmax of every block are written into its buffers (see stats/_workspace.py).
     # Not under autograd (gates with gradients): out= kernels and in-place ops refuse it.
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, call.key, value))
     space = None if grad else recorder.workspace if recorder is not None else Workspace()
     rows = min(block, q_len)
     capacity = b * h * rows * k_len
@@ -351,10 +364,8 @@ def attncoda_attention(
             scores, s_aux, upcast, query.dtype, value_states.dtype, out=probs_out
         )
         part = torch.matmul(probs, block_values)
-        # >>> ablation hook: replace or gate the ablated heads' outputs of this block
-        if edit is not None:
+        if edit is not None:  # replace or gate the ablated heads' outputs of this block
             part = edit(part, value, visible)
-        # <<< ablation hook
         if recorder is not None:
             if scores.dtype in HALF_DTYPES:
                 # Statistics from float32 scores of the same q and k: a score rounded to
