@@ -7,7 +7,9 @@ points at the line to fix.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +212,33 @@ def test_the_layer_contract_holds():
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
+
+
+def test_the_layer_contract_refuses_an_import_of_the_top_package(tmp_path):
+    """The top package imports (lazily) every layer, so a module that imports it runs back
+    up: the contract covers the root package too. A copy of the source with one such
+    import breaks it, naming the module."""
+    src = tmp_path / "src"
+    shutil.copytree(
+        ROOT / "src" / "attncoda",
+        src / "attncoda",
+        ignore=shutil.ignore_patterns("*.pyc", "__pycache__", "assets", "reference"),
+    )
+    module = src / "attncoda" / "experiments" / "predictor" / "_fit.py"
+    text = module.read_text(encoding="utf-8")
+    module.write_text(text.replace("from attncoda._version import", "from attncoda import"))
+    exe = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run(
+        [str(exe), "--no-cache", "--config", str(ROOT / "pyproject.toml")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(src)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "The top package stands above every layer" in done.stdout
+    assert "attncoda.experiments.predictor._fit -> attncoda (l." in done.stdout
 
 
 def _imports(path: Path) -> set[str]:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from typing import Any
 
 from attncoda._errors import AttncodaError, MissingWheelError
+from attncoda._version import __version__ as __version__
 from attncoda.coda import (
     AitchisonSplit,
     EntropyChange,
@@ -37,8 +37,6 @@ from attncoda.coda import (
     sink_balance,
 )
 from attncoda.experiments.contract import REGISTRY
-
-__version__ = "0.1.0"
 
 # Names served lazily so that `import attncoda` stays free of torch and transformers.
 _LAZY = {
@@ -85,26 +83,9 @@ __all__ = [
 ]
 
 
-class _CapturePackage(types.ModuleType):
-    """The subpackage :mod:`attncoda.capture`, which called is the single-batch capture:
-    ``attncoda.capture(model, input_ids, ...)`` is
-    :func:`attncoda.capture._capture.capture` (the name cannot be both a function and the
-    subpackage, so the subpackage answers the call)."""
-
-    #: Where the function it calls is defined (the API page documents that function).
-    called = "attncoda.capture._capture.capture"
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # The subpackage serves its function lazily (its own __getattr__): no import here,
-        # so a module that imports attncoda (for its version) does not depend on capture.
-        function = self.capture
-        return function(*args, **kwargs)
-
-
-# Torch-free: the subpackage's __init__ imports none of its modules.
-_capture_package = importlib.import_module("attncoda.capture")
-_capture_package.__class__ = _CapturePackage
-capture = _capture_package
+# The subpackage, which answers a call as capture() (attncoda/capture/__init__.py); bound
+# here so that the name is there before anything imports one of its modules.
+capture = importlib.import_module("attncoda.capture")
 
 
 def _capture_view(cap: Any) -> str:

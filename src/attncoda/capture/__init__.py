@@ -43,6 +43,8 @@ The whole package may import :mod:`attncoda.models` and the floors below it, nev
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -109,3 +111,19 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(_HOME[name], __name__), name)
     globals()[name] = value
     return value
+
+
+class _CallablePackage(types.ModuleType):
+    """This package, which called is the single-batch capture: ``attncoda.capture(model,
+    input_ids, ...)`` is :func:`attncoda.capture._capture.capture`. The name cannot be both
+    a function and the package (importing any of its modules binds the package to it), so
+    the package answers the call, lazily: calling imports nothing before the call itself."""
+
+    #: Where the function it calls is defined (the API page documents that function).
+    called = "attncoda.capture._capture.capture"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

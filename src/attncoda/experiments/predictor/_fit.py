@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from attncoda import __version__
 from attncoda._errors import AttncodaError
+from attncoda._version import __version__
 from attncoda.experiments.contract import setting
 from attncoda.experiments.predictor._cvplus import cv_plus_ranks, fit_cv_plus
 from attncoda.experiments.predictor._identity import TrainingIdentity, training_runs
