@@ -1,29 +1,19 @@
 """The config of a run: everything that determines its tables (docs/design.md, "Runs").
 
-A run config is a JSON-able dict. Its keys:
+A run config is a frozen :class:`RunConfig`, built once where a run starts
+(:func:`run_config`) and handed whole to every unit, in this process, a worker process or a
+Ray task. JSON only at the run folder: :meth:`RunConfig.to_json` is the manifest's
+``config`` and :meth:`RunConfig.from_json` reads it back. Its keys are the attributes of
+:class:`RunConfig` (``settings``: ``{experiment: settings_dict(Settings)}``), its
+``options`` spread out:
 
-- ``models``: the model specs (or the names of given attention files), in order;
-- ``experiments``: the experiments asked for and those they run after, in the order of
-  :data:`attncoda.experiments.contract.EXPERIMENTS`;
-- ``scale``: ``"demo"`` or ``"full"`` (:data:`SCALES`);
-- ``settings``: ``{experiment: settings_dict(Settings)}`` for every experiment of the run;
-- ``rows``: the windows whose full rows every experiment that needs ``"rows"`` shares
-  (:class:`Rows`), or ``None``;
-- ``train``: the train-tiny series a run trains for collapse (:class:`TrainSeries`, with
-  ``retrain``), or ``None`` when it reads a series: the shipped ``bigram-backcopy`` by
-  default (:mod:`attncoda.models.shipped`), or the one given;
-- ``series``: the checkpoint series of collapse (its points ``[step, label, spec]``; a spec
-  ``run:<path>`` is relative to the run folder), or ``None``; the shipped or a retrained
-  Bigram-Backcopy series also lists, under ``unseen``, the runs the predictor never saw, to
-  whose last checkpoints the run applies it (:func:`attncoda.run.train.unseen_points`);
-- ``attentions``: given attention files read instead of models, or ``None``;
-- ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast
-  path's, resolved: ``triton``, ``cpp`` or ``sdpa``) for ``method="fast"`` only;
+- ``sink``, ``seed``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast path's,
+  resolved: ``triton``, ``cpp`` or ``sdpa``) for ``method="fast"`` only;
 - ``device_map`` (a strategy such as ``"auto"``, or ``{module: device}``) and
   ``max_memory`` (``{device: size}``, keys as text) only when a device map places the
   models (docs/design.md, "Models over several devices"); ``offload_folder`` (absolute)
   only when one is given: the weights a map puts on the disk go there, by default to
-  ``<run folder>/offload``.
+  ``<run folder>/offload`` (:meth:`RunConfig.options_at`).
 
 A run folder holds one config: resuming it with another is refused, naming the keys.
 """
@@ -45,22 +35,37 @@ from attncoda.experiments.contract import (
     settings_dict,
     settings_from,
 )
+from attncoda.models.series import SeriesPoint
 from attncoda.models.spec import parse_spec
 
 __all__ = [
     "DEMO_MODELS",
+    "RUN_PREFIX",
     "SCALES",
+    "SERIES_FOLDER",
+    "UNSEEN_FOLDER",
+    "Attentions",
+    "Corpus",
     "Rows",
+    "RunConfig",
+    "Series",
     "TrainSeries",
+    "UnseenRun",
     "closure",
     "run_config",
-    "settings_of",
+    "unseen_runs",
 ]
 
 #: The models ``attncoda demo`` (and ``reproduce`` without ``--models``) runs: three
 #: families, a Llama decoder, a Gemma 3 decoder with sliding-window layers, and a BERT
 #: encoder, all embedded (``attncoda models``). ``mpnet`` joins them with ``--models``.
 DEMO_MODELS = ("smollm2", "gemma3", "minilm")
+#: A series point's spec under the run folder (a checkpoint the run trains).
+RUN_PREFIX = "run:"
+#: Where a run trains its default series, under the run folder.
+SERIES_FOLDER = Path("series") / "train-tiny"
+#: Where a run trains the unseen runs, under the run folder.
+UNSEEN_FOLDER = Path("series") / "unseen"
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,225 @@ class TrainSeries:
             "(attncoda.models.shipped.UNSEEN)"
         },
     )
+
+
+@dataclass(frozen=True)
+class UnseenRun:
+    """A Bigram-Backcopy run the predictor never saw, to whose last checkpoint a run applies
+    it: its ``name``, last ``step``, the ``spec`` of that checkpoint (shipped, or ``run:...``
+    under the run folder when the run trains it) and its ``recipe``
+    (:class:`attncoda.training.train.TrainConfig` fields)."""
+
+    name: str
+    step: int
+    spec: str
+    recipe: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Series:
+    """The checkpoint series of collapse.
+
+    Attributes
+    ----------
+    name : str
+        The series' name: the tables name its checkpoints by it (``train-tiny`` for one the
+        run trains).
+    spec : str or None
+        The series as given (``None``: the run trains it).
+    points : tuple of SeriesPoint
+        Its checkpoints in step order; a spec ``run:<path>`` is relative to the run folder.
+    task : str or None
+        The task of a series the run trains, else None.
+    unseen : tuple of UnseenRun or None
+        The runs the predictor never saw, for the shipped or a retrained Bigram-Backcopy
+        series (empty when the run does not apply the predictor); None for another series.
+    """
+
+    name: str
+    spec: str | None
+    points: tuple[SeriesPoint, ...]
+    task: str | None = None
+    unseen: tuple[UnseenRun, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The series as the manifest records it."""
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            **({"task": self.task} if self.task is not None else {}),
+            "points": [[p.step, p.label, p.spec] for p in self.points],
+            **(
+                {"unseen": [[u.name, u.step, u.spec, dict(u.recipe)] for u in self.unseen]}
+                if self.unseen is not None
+                else {}
+            ),
+        }
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> Series:
+        """The series a manifest records (:meth:`to_json`)."""
+        unseen = stored.get("unseen")
+        return cls(
+            name=stored["name"],
+            spec=stored["spec"],
+            points=tuple(SeriesPoint(*p) for p in stored["points"]),
+            task=stored.get("task"),
+            unseen=None if unseen is None else tuple(UnseenRun(*u) for u in unseen),
+        )
+
+
+@dataclass(frozen=True)
+class Attentions:
+    """Attention files a run reads instead of models: their absolute paths, the token ids'
+    file (absolute, or None: the ids each file holds) and what the saved numbers are
+    (``kind``; None: as each file says; see :func:`attncoda.run.captured.capture_file`)."""
+
+    files: tuple[str, ...]
+    tokens: str | None
+    kind: str | None
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The corpus a run reads: ``text`` as given (None: the embedded one) and what
+    :func:`attncoda.data.corpus.corpus_source` records of it (``spec``, ``source``,
+    ``n_documents``, ``sha256``)."""
+
+    text: str | None
+    spec: str
+    source: str
+    n_documents: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run's tables (the module docstring says its JSON).
+
+    Attributes
+    ----------
+    models : tuple of str
+        The model specs (or the names of given attention files), in order.
+    experiments : tuple of str
+        The experiments asked for and those they run after, in the order of
+        :data:`~attncoda.experiments.contract.EXPERIMENTS`.
+    scale : str
+        ``"demo"`` or ``"full"`` (:data:`SCALES`).
+    settings : mapping of str to Settings
+        Each experiment's own frozen ``Settings``, parsed once.
+    rows : Rows or None
+        The windows whose full rows every experiment that needs ``"rows"`` shares, or None
+        when none does.
+    train : TrainSeries or None
+        The train-tiny series the run trains for collapse (with ``retrain``), or None when
+        it reads a series: the shipped ``bigram-backcopy`` by default
+        (:mod:`attncoda.models.shipped`), or the one given.
+    series : Series or None
+        The checkpoint series of collapse, or None without collapse.
+    attentions : Attentions or None
+        Attention files read instead of models.
+    corpus : Corpus
+        The corpus read.
+    options : CaptureOptions
+        How models load and capture, as recorded: the fast path's kernel resolved, a device
+        map's limits with text keys, a given offload folder absolute.
+    """
+
+    models: tuple[str, ...]
+    experiments: tuple[str, ...]
+    scale: str
+    settings: Mapping[str, Any]
+    rows: Rows | None
+    train: TrainSeries | None
+    series: Series | None
+    attentions: Attentions | None
+    corpus: Corpus
+    options: CaptureOptions
+
+    def options_at(self, root: str | Path) -> CaptureOptions:
+        """How the run in the folder ``root`` loads and captures: :attr:`options`, where a
+        device map without an offload folder puts the weights it sends to the disk in
+        ``<root>/offload`` (the working folder never)."""
+        options = self.options
+        if options.device_map is None or options.offload_folder is not None:
+            return options
+        return dataclasses.replace(options, offload_folder=str(Path(root) / "offload"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as the manifest records it (see the module docstring for its keys)."""
+        o = self.options
+        files = self.attentions
+        return {
+            "models": list(self.models),
+            "experiments": list(self.experiments),
+            "scale": self.scale,
+            "settings": {e: settings_dict(s) for e, s in self.settings.items()},
+            "rows": None if self.rows is None else settings_dict(self.rows),
+            "train": None if self.train is None else settings_dict(self.train),
+            "series": None if self.series is None else self.series.to_json(),
+            "attentions": (
+                None
+                if files is None
+                else {"files": list(files.files), "tokens": files.tokens, "kind": files.kind}
+            ),
+            "sink": o.sink,
+            "seed": o.seed,
+            "corpus": dataclasses.asdict(self.corpus),
+            "device": o.device,
+            "dtype": o.dtype,
+            "method": o.method,
+            **({"kernel": o.kernel} if o.method == "fast" else {}),
+            **({"device_map": _copied(o.device_map)} if o.device_map is not None else {}),
+            **({"max_memory": dict(o.max_memory)} if o.max_memory else {}),
+            **({"offload_folder": o.offload_folder} if o.offload_folder else {}),
+        }
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> RunConfig:
+        """The config a manifest records (:meth:`to_json`).
+
+        Its options are read as recorded, not checked again: they were when the run was
+        made, and a manifest is also read where the run's device is absent (the report of
+        a GPU run, rendered on a laptop); a model's load checks its device where it runs.
+        """
+        method = stored["method"]
+        options = object.__new__(CaptureOptions)
+        vars(options).update(
+            device=stored["device"],
+            dtype=stored["dtype"],
+            method=method,
+            kernel=stored["kernel"] if method == "fast" else "auto",
+            device_map=stored.get("device_map"),
+            max_memory=stored.get("max_memory"),
+            offload_folder=stored.get("offload_folder"),
+            sink=stored["sink"],
+            seed=stored["seed"],
+        )
+        given = stored["attentions"]
+        return cls(
+            models=tuple(stored["models"]),
+            experiments=tuple(stored["experiments"]),
+            scale=stored["scale"],
+            settings={
+                e: settings_from(experiment(e).settings, values)
+                for e, values in stored["settings"].items()
+            },
+            rows=None if stored["rows"] is None else settings_from(Rows, stored["rows"]),
+            train=None if stored["train"] is None else settings_from(TrainSeries, stored["train"]),
+            series=None if stored["series"] is None else Series.from_json(stored["series"]),
+            attentions=(
+                None
+                if given is None
+                else Attentions(tuple(given["files"]), given["tokens"], given["kind"])
+            ),
+            corpus=Corpus(**stored["corpus"]),
+            options=options,
+        )
+
+
+def _copied(device_map: str | Mapping[str, Any]) -> str | dict[str, Any]:
+    return device_map if isinstance(device_map, str) else dict(device_map)
 
 
 #: Each scale as overrides of the defaults (the experiments' Settings, :class:`Rows`,
@@ -165,13 +389,6 @@ def _merged(scale: str, settings: Mapping[str, Mapping[str, Any]] | None) -> dic
     return merged
 
 
-def settings_of(config: Mapping[str, Any], name: str) -> Any:
-    """The Settings of experiment ``name`` (or the :class:`Rows`, :class:`TrainSeries` of
-    ``"rows"``, ``"train"``) that ``config`` records."""
-    values = config[name] if name in _GROUPS else config["settings"][name]
-    return settings_from(_group_class(name), values)
-
-
 def run_config(
     models: Sequence[str],
     *,
@@ -184,8 +401,8 @@ def run_config(
     attentions: Sequence[str] | None = None,
     tokens: str | None = None,
     kind: str | None = None,
-) -> dict[str, Any]:
-    """The config of a run (see the module docstring for its keys).
+) -> RunConfig:
+    """The config of a run (see the module docstring for its keys), every value checked.
 
     Parameters
     ----------
@@ -264,45 +481,40 @@ def run_config(
     wanted = settings_from(TrainSeries, overrides.get("train"))
     _check_retrain(wanted, series)
     trains = "collapse" in planned and series is None and wanted.retrain
-    train = settings_dict(wanted) if trains else None
     if "collapse" in planned and series is None and not trains:
         from attncoda.models.shipped import SERIES
 
         series = SERIES
     unseen = "predictor" in planned and wanted.unseen and (trains or _shipped_default(series))
-    return {
-        "models": models,
-        "experiments": planned,
-        "scale": scale,
-        "settings": {
-            e: settings_dict(settings_from(experiment(e).settings, overrides.get(e)))
-            for e in planned
-        },
-        "rows": (
-            settings_dict(settings_from(Rows, overrides.get("rows"))) if "rows" in needs else None
-        ),
-        "train": train,
-        "series": _series_config(series, train, unseen=unseen) if "collapse" in planned else None,
-        "attentions": (
-            {"files": files, "tokens": tokens and str(Path(tokens).resolve()), "kind": kind}
+    train = wanted if trains else None
+    return RunConfig(
+        models=tuple(models),
+        experiments=tuple(planned),
+        scale=scale,
+        settings={e: settings_from(experiment(e).settings, overrides.get(e)) for e in planned},
+        rows=settings_from(Rows, overrides.get("rows")) if "rows" in needs else None,
+        train=train,
+        series=_series(series, train, unseen=unseen) if "collapse" in planned else None,
+        attentions=(
+            Attentions(tuple(files), tokens and str(Path(tokens).resolve()), kind)
             if files
             else None
         ),
-        "sink": options.sink,
-        "seed": options.seed,
-        "corpus": {"text": text, **corpus_source(text)},
-        "device": device,
-        "dtype": options.dtype,
-        "method": method,
-        **({"kernel": ran} if ran is not None else {}),
-        **({"device_map": placed} if placed is not None else {}),
-        **({"max_memory": {str(k): v for k, v in limits.items()}} if limits else {}),
-        **(
-            {"offload_folder": str(Path(options.offload_folder).resolve())}
-            if options.offload_folder
-            else {}
+        corpus=Corpus(text=text, **corpus_source(text)),
+        options=CaptureOptions(
+            device=device,
+            dtype=options.dtype,
+            method=method,
+            kernel=ran or "auto",
+            device_map=placed,
+            max_memory={str(k): v for k, v in limits.items()} if limits else None,
+            offload_folder=(
+                str(Path(options.offload_folder).resolve()) if options.offload_folder else None
+            ),
+            sink=options.sink,
+            seed=options.seed,
         ),
-    }
+    )
 
 
 def _kernel(kernel: str, method: str, device: str, dtype: str | None = None) -> str | None:
@@ -345,54 +557,74 @@ def _shipped_default(series: str | None) -> bool:
     return series == SERIES
 
 
-def _series_config(
-    series: str | None, train: Mapping[str, Any] | None, *, unseen: bool = False
-) -> dict[str, Any]:
+def unseen_runs(steps: int | None) -> tuple[UnseenRun, ...]:
+    """The runs of :data:`attncoda.models.shipped.UNSEEN`, as a series lists them.
+
+    Parameters
+    ----------
+    steps : int or None
+        None: the shipped checkpoints (spec ``name@stepN``). Otherwise the steps of a series
+        the run trains: each unseen run is trained under the run folder (spec ``run:...``)
+        for at most that many steps, so a short run stays short.
+    """
+    from attncoda.models.shipped import UNSEEN
+
+    runs = []
+    for name, fields in UNSEEN.items():
+        if steps is None:
+            recipe = dict(fields)
+            spec = f"{name}@step{recipe['steps']}"
+        else:
+            recipe = {**fields, "steps": min(fields["steps"], steps)}
+            spec = f"{RUN_PREFIX}{(UNSEEN_FOLDER / name).as_posix()}/step{recipe['steps']}"
+        runs.append(UnseenRun(name, recipe["steps"], spec, recipe))
+    return tuple(runs)
+
+
+def _series(series: str | None, train: TrainSeries | None, *, unseen: bool = False) -> Series:
+    """The series of collapse: one the run trains (``series`` None, ``train`` its settings),
+    a series of captures lent to the runner, or the checkpoints ``series`` names."""
     if series is None:
         from attncoda.data.tasks import TASKS
         from attncoda.training.train import TASK_DEFAULTS, checkpoint_steps
 
         assert train is not None
-        task = train["task"]
+        task = train.task
         if task not in TASKS:
             raise AttncodaError(f"unknown train task {task!r}: use one of {', '.join(TASKS)}")
-        n_steps = train["steps"] or TASK_DEFAULTS[task]["steps"]
-        steps = checkpoint_steps(int(n_steps))
-        from attncoda.run.train import unseen_points
-
-        return {
-            "name": "train-tiny",
-            "spec": None,
-            "task": task,
-            "points": [[s, f"step{s}", f"run:series/train-tiny/step{s}"] for s in steps],
-            # models the predictor never saw, trained beside the series (run/train.py)
-            "unseen": (
-                unseen_points(int(n_steps))
-                if unseen and train.get("unseen", True) and task == "bigram-backcopy"
-                else []
+        n_steps = int(train.steps or TASK_DEFAULTS[task]["steps"])
+        folder = f"{RUN_PREFIX}{SERIES_FOLDER.as_posix()}"
+        return Series(
+            name="train-tiny",
+            spec=None,
+            task=task,
+            points=tuple(
+                SeriesPoint(s, f"step{s}", f"{folder}/step{s}") for s in checkpoint_steps(n_steps)
             ),
-        }
+            # models the predictor never saw, trained beside the series (run/train.py)
+            unseen=(
+                unseen_runs(n_steps)
+                if unseen and train.unseen and task == "bigram-backcopy"
+                else ()
+            ),
+        )
     from attncoda.run.loaded import lent_series
 
     handed = lent_series(series)
     if handed is not None:  # captures of a series, handed in (attncoda.run.loaded.lend)
-        return {
-            "name": series,
-            "spec": series,
-            "points": [[step, f"step{step}", label] for step, label in handed],
-        }
+        return Series(
+            name=series,
+            spec=series,
+            points=tuple(SeriesPoint(step, f"step{step}", label) for step, label in handed),
+        )
     from attncoda.models.series import parse_series
 
-    points = parse_series(series)
+    points = tuple(parse_series(series))
     first = parse_spec(points[0].spec)
-    name = first.name if first.revision is not None else Path(series).name
-    found = {
-        "name": name,
-        "spec": series,
-        "points": [[p.step, p.label, p.spec] for p in points],
-    }
-    if _shipped_default(series):
-        from attncoda.run.train import unseen_points
-
-        found["unseen"] = unseen_points(None) if unseen else []
-    return found
+    shipped = _shipped_default(series)
+    return Series(
+        name=first.name if first.revision is not None else Path(series).name,
+        spec=series,
+        points=points,
+        unseen=(unseen_runs(None) if unseen else ()) if shipped else None,
+    )
