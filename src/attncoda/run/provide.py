@@ -17,7 +17,7 @@ from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.options import CaptureOptions
-from attncoda.experiments.contract import Experiment, Inputs, Tables, experiment
+from attncoda.experiments.contract import Experiment, Inputs, Reading, Tables, experiment
 from attncoda.models.spec import join_spec
 from attncoda.run.config import Rows, RunConfig
 from attncoda.run.loaded import (
@@ -158,25 +158,30 @@ def _identity(src: Source) -> dict[str, Any]:
     return cached(("identity", src.spec, src.how), lambda: identity_of(src.loaded()))
 
 
-def _rows_read(
-    src: Source, config: RunConfig, at: Mapping[str, int] | None, facts: Mapping
-) -> dict[str, Any] | None:
-    """What :attr:`Inputs.read` says of rows read with the windows ``at`` (``None``: the
-    run's): the windows read, their length as read (a Bigram-Backcopy checkpoint's task
-    sequences are shorter than the windows asked for), the corpus by name and sha256, and
-    whether they are the run's own rows; ``None`` for attention handed in."""
+def _shared(src: Source, config: RunConfig, at: Mapping[str, int] | None) -> bool:
+    """Whether the rows read with the windows ``at`` (``None``: the run's) are the run's
+    own, which the experiments a unit runs after read too (:attr:`Inputs.shared_rows`)."""
+    rows = config.rows or Rows()
+    return (
+        src.given
+        or at is None
+        or (int(at["docs"]), int(at["max_tokens"])) == (rows.docs, rows.max_tokens)
+    )
+
+
+def _reading(src: Source, facts: Mapping[str, Any]) -> Reading | None:
+    """What :attr:`Inputs.read` says of rows read from a model (``facts``: what
+    :func:`_rows` records): the windows read, their length as read (a Bigram-Backcopy
+    checkpoint's task sequences are shorter than the windows asked for), the corpus by name
+    and sha256; ``None`` for attention handed in."""
     if src.given:
         return None
-    rows = config.rows or Rows()
-    tokens = rows.max_tokens if at is None else int(at["max_tokens"])
-    shared = at is None or (int(at["docs"]), tokens) == (rows.docs, rows.max_tokens)
-    return {
-        "windows": facts.get("windows"),
-        "window_tokens": facts.get("max_tokens", tokens),
-        "corpus": facts.get("corpus"),
-        "corpus_sha256": facts.get("corpus_sha256"),
-        "shared": shared,
-    }
+    return Reading(
+        corpus=facts["corpus"],
+        corpus_sha256=facts["corpus_sha256"],
+        windows=facts["windows"],
+        window_tokens=facts["max_tokens"],
+    )
 
 
 def _read_from(captured: Any) -> dict[str, Any]:
@@ -319,7 +324,8 @@ def provide(
         if need == "rows":
             at = None if exp.rows_at is None else exp.rows_at(settings)
             values["rows"], facts["read"] = _rows(src, unit.model, config, at)
-            values["read"] = _rows_read(src, config, at, facts["read"])
+            values["read"] = _reading(src, facts["read"])
+            values["shared_rows"] = _shared(src, config, at)
             if exp.identifies and not src.given:  # hashed only for an experiment that needs it
                 values["rows"] = replace(values["rows"], identity=_identity(src))
         elif need == "capture" and "windows" in needs:  # of the unit's own windows

@@ -6,7 +6,8 @@ Public names: the declaration (:class:`Experiment`, :func:`experiment`, :data:`R
 (:class:`Inputs`, :class:`Tables`), how it is shown and run (:class:`View`,
 :class:`Command`, :class:`Tool`, :data:`SOURCES`), settings (:func:`setting`,
 :func:`check_settings`, :func:`settings_from`, :func:`settings_dict`), the recorded rows an
-experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the windows a
+experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`) and what they
+read (:class:`Reading`), the windows a
 capture read (:func:`captured_ids`, :func:`check_captured`), the shared verdict helpers
 (:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`),
 what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
@@ -16,9 +17,9 @@ what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
 
 Modules: ``_experiment`` (the declaration, inputs and tables), ``_command`` (views,
 commands and tools), ``_settings`` (setting fields and their checks), ``_inputs`` (recorded
-rows), ``_verdicts`` (metrics, tolerances and flip rates), ``_intervals`` (the fewest
-observations of a bootstrap, method names, notes), ``_rounding`` (rounding bounds, nulls
-and threshold edges). They may import :mod:`attncoda.coda` and
+rows and what they read), ``_verdicts`` (metrics, tolerances and flip rates),
+``_intervals`` (the fewest observations of a bootstrap, method names, notes), ``_rounding``
+(rounding bounds, nulls and threshold edges). They may import :mod:`attncoda.coda` and
 each other; no experiment, nothing above.
 """
 
@@ -41,6 +42,7 @@ from attncoda.experiments.contract._experiment import (
 from attncoda.experiments.contract._inputs import (
     DocRows,
     HeadRows,
+    Reading,
     captured_ids,
     check_captured,
     head_rows,
@@ -99,6 +101,7 @@ __all__ = [
     "RENAMED",
     "REGISTRY",
     "RUN_COLUMNS",
+    "Reading",
     "SOURCES",
     "Tables",
     "Tool",
