@@ -301,15 +301,15 @@ def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupt
     import numpy as np
 
     from attncoda.experiments.flips import CAPTURE_TOL, FlipsResult, flips
-    from attncoda.run import provide
+    from attncoda.run import stored as partition
     from attncoda.run.fit import model_rows
     from attncoda.store.runs import RunStore, Unit
 
     config = json.loads((uninterrupted / "manifest.json").read_text())["config"]
     unit = Unit("flips", models[0])
-    assert (uninterrupted / "units" / unit.folder / provide.ARRAYS).is_file()
+    assert (uninterrupted / "units" / unit.folder / partition.ARRAYS).is_file()
     store = RunStore(uninterrupted, "reproduce", config)
-    stored = FlipsResult.from_tables(models[0], provide.read_unit(store, unit))
+    stored = FlipsResult.from_tables(models[0], partition.read_unit(store, unit))
     rows = model_rows(models[0], rows=SETTINGS["rows"])
     fresh = flips(rows, n_boot=SETTINGS["flips"]["n_boot"], seed=0, tol=CAPTURE_TOL)
     assert stored.distances.keys() == fresh.distances.keys()

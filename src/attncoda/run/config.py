@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.options import CaptureOptions, resolve_device
+from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import (
     EXPERIMENTS,
     experiment,
@@ -35,37 +35,24 @@ from attncoda.experiments.contract import (
     settings_dict,
     settings_from,
 )
-from attncoda.models.series import SeriesPoint
-from attncoda.models.spec import parse_spec
+from attncoda.run.options import options_from_json, options_json, recorded
+from attncoda.run.series import Series, TrainSeries, series_of
 
 __all__ = [
     "DEMO_MODELS",
-    "RUN_PREFIX",
     "SCALES",
-    "SERIES_FOLDER",
-    "UNSEEN_FOLDER",
     "Attentions",
     "Corpus",
     "Rows",
     "RunConfig",
-    "Series",
-    "TrainSeries",
-    "UnseenRun",
     "closure",
     "run_config",
-    "unseen_runs",
 ]
 
 #: The models ``attncoda demo`` (and ``reproduce`` without ``--models``) runs: three
 #: families, a Llama decoder, a Gemma 3 decoder with sliding-window layers, and a BERT
 #: encoder, all embedded (``attncoda models``). ``mpnet`` joins them with ``--models``.
 DEMO_MODELS = ("smollm2", "gemma3", "minilm")
-#: A series point's spec under the run folder (a checkpoint the run trains).
-RUN_PREFIX = "run:"
-#: Where a run trains its default series, under the run folder.
-SERIES_FOLDER = Path("series") / "train-tiny"
-#: Where a run trains the unseen runs, under the run folder.
-UNSEEN_FOLDER = Path("series") / "unseen"
 
 
 @dataclass(frozen=True)
@@ -78,104 +65,6 @@ class Rows:
 
     docs: int = setting(16, "windows of the corpus whose rows are read", at_least=1)
     max_tokens: int = setting(128, "tokens per window (the window length)", at_least=1)
-
-
-@dataclass(frozen=True)
-class TrainSeries:
-    """The collapse series of a run when none is given: the shipped Bigram-Backcopy
-    checkpoints (:mod:`attncoda.models.shipped`), or, with ``retrain``, a ``train-tiny``
-    series trained on this machine. The other fields apply to a retrained series; ``None``:
-    the task's own default (``attncoda.training.train.TASK_DEFAULTS``)."""
-
-    retrain: bool = field(
-        default=False,
-        metadata={
-            "help": "train the series and the unseen runs on this machine instead of reading "
-            "the shipped checkpoints, and report what that changed (minutes of one core)"
-        },
-    )
-    task: str = field(
-        default="bigram-backcopy",
-        metadata={"help": "bigram-backcopy (a sink grows) or text (the corpus; none grows)"},
-    )
-    size: str | None = None
-    steps: int | None = None
-    window: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    unseen: bool = field(
-        default=True,
-        metadata={
-            "help": "apply the predictor to the Bigram-Backcopy runs it never saw "
-            "(attncoda.models.shipped.UNSEEN)"
-        },
-    )
-
-
-@dataclass(frozen=True)
-class UnseenRun:
-    """A Bigram-Backcopy run the predictor never saw, to whose last checkpoint a run applies
-    it: its ``name``, last ``step``, the ``spec`` of that checkpoint (shipped, or ``run:...``
-    under the run folder when the run trains it) and its ``recipe``
-    (:class:`attncoda.training.train.TrainConfig` fields)."""
-
-    name: str
-    step: int
-    spec: str
-    recipe: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Series:
-    """The checkpoint series of collapse.
-
-    Attributes
-    ----------
-    name : str
-        The series' name: the tables name its checkpoints by it (``train-tiny`` for one the
-        run trains).
-    spec : str or None
-        The series as given (``None``: the run trains it).
-    points : tuple of SeriesPoint
-        Its checkpoints in step order; a spec ``run:<path>`` is relative to the run folder.
-    task : str or None
-        The task of a series the run trains, else None.
-    unseen : tuple of UnseenRun or None
-        The runs the predictor never saw, for the shipped or a retrained Bigram-Backcopy
-        series (empty when the run does not apply the predictor); None for another series.
-    """
-
-    name: str
-    spec: str | None
-    points: tuple[SeriesPoint, ...]
-    task: str | None = None
-    unseen: tuple[UnseenRun, ...] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The series as the manifest records it."""
-        return {
-            "name": self.name,
-            "spec": self.spec,
-            **({"task": self.task} if self.task is not None else {}),
-            "points": [[p.step, p.label, p.spec] for p in self.points],
-            **(
-                {"unseen": [[u.name, u.step, u.spec, dict(u.recipe)] for u in self.unseen]}
-                if self.unseen is not None
-                else {}
-            ),
-        }
-
-    @classmethod
-    def from_json(cls, stored: Mapping[str, Any]) -> Series:
-        """The series a manifest records (:meth:`to_json`)."""
-        unseen = stored.get("unseen")
-        return cls(
-            name=stored["name"],
-            spec=stored["spec"],
-            points=tuple(SeriesPoint(*p) for p in stored["points"]),
-            task=stored.get("task"),
-            unseen=None if unseen is None else tuple(UnseenRun(*u) for u in unseen),
-        )
 
 
 @dataclass(frozen=True)
@@ -257,7 +146,6 @@ class RunConfig:
 
     def to_json(self) -> dict[str, Any]:
         """The config as the manifest records it (see the module docstring for its keys)."""
-        o = self.options
         files = self.attentions
         return {
             "models": list(self.models),
@@ -272,39 +160,14 @@ class RunConfig:
                 if files is None
                 else {"files": list(files.files), "tokens": files.tokens, "kind": files.kind}
             ),
-            "sink": o.sink,
-            "seed": o.seed,
             "corpus": dataclasses.asdict(self.corpus),
-            "device": o.device,
-            "dtype": o.dtype,
-            "method": o.method,
-            **({"kernel": o.kernel} if o.method == "fast" else {}),
-            **({"device_map": _copied(o.device_map)} if o.device_map is not None else {}),
-            **({"max_memory": dict(o.max_memory)} if o.max_memory else {}),
-            **({"offload_folder": o.offload_folder} if o.offload_folder else {}),
+            **options_json(self.options),
         }
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> RunConfig:
-        """The config a manifest records (:meth:`to_json`).
-
-        Its options are read as recorded, not checked again: they were when the run was
-        made, and a manifest is also read where the run's device is absent (the report of
-        a GPU run, rendered on a laptop); a model's load checks its device where it runs.
-        """
-        method = stored["method"]
-        options = object.__new__(CaptureOptions)
-        vars(options).update(
-            device=stored["device"],
-            dtype=stored["dtype"],
-            method=method,
-            kernel=stored["kernel"] if method == "fast" else "auto",
-            device_map=stored.get("device_map"),
-            max_memory=stored.get("max_memory"),
-            offload_folder=stored.get("offload_folder"),
-            sink=stored["sink"],
-            seed=stored["seed"],
-        )
+        """The config a manifest records (:meth:`to_json`); its options as recorded, not
+        checked again (:func:`attncoda.run.options.options_from_json`)."""
         given = stored["attentions"]
         return cls(
             models=tuple(stored["models"]),
@@ -323,12 +186,8 @@ class RunConfig:
                 else Attentions(tuple(given["files"]), given["tokens"], given["kind"])
             ),
             corpus=Corpus(**stored["corpus"]),
-            options=options,
+            options=options_from_json(stored),
         )
-
-
-def _copied(device_map: str | Mapping[str, Any]) -> str | dict[str, Any]:
-    return device_map if isinstance(device_map, str) else dict(device_map)
 
 
 #: Each scale as overrides of the defaults (the experiments' Settings, :class:`Rows`,
@@ -438,15 +297,8 @@ def run_config(
         group or setting, or a bad series. (A model spec given twice is merged.)
     """
     from attncoda.data.corpus import corpus_source
-    from attncoda.models.placement import check_run_placement
 
-    options = options or CaptureOptions()
-    device, method, device_map = options.device, options.method, options.device_map
-    # A run's offloaded weights go to <run folder>/offload unless a folder is given.
-    folder = options.offload_folder
-    folder = "offload" if device_map is not None and folder is None else folder
-    placed, limits = check_run_placement(device, device_map, options.max_memory, folder)
-    ran = _kernel(options.kernel, method, device, options.dtype)
+    options = recorded(options or CaptureOptions())
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if unknown or not experiments:
         raise AttncodaError(
@@ -479,14 +331,7 @@ def run_config(
                 "(attention files serve experiments that read rows or statistics)"
             )
     wanted = settings_from(TrainSeries, overrides.get("train"))
-    _check_retrain(wanted, series)
-    trains = "collapse" in planned and series is None and wanted.retrain
-    if "collapse" in planned and series is None and not trains:
-        from attncoda.models.shipped import SERIES
-
-        series = SERIES
-    unseen = "predictor" in planned and wanted.unseen and (trains or _shipped_default(series))
-    train = wanted if trains else None
+    train, collapse = series_of(series, wanted, planned)
     return RunConfig(
         models=tuple(models),
         experiments=tuple(planned),
@@ -494,137 +339,12 @@ def run_config(
         settings={e: settings_from(experiment(e).settings, overrides.get(e)) for e in planned},
         rows=settings_from(Rows, overrides.get("rows")) if "rows" in needs else None,
         train=train,
-        series=_series(series, train, unseen=unseen) if "collapse" in planned else None,
+        series=collapse,
         attentions=(
             Attentions(tuple(files), tokens and str(Path(tokens).resolve()), kind)
             if files
             else None
         ),
         corpus=Corpus(text=text, **corpus_source(text)),
-        options=CaptureOptions(
-            device=device,
-            dtype=options.dtype,
-            method=method,
-            kernel=ran or "auto",
-            device_map=placed,
-            max_memory={str(k): v for k, v in limits.items()} if limits else None,
-            offload_folder=(
-                str(Path(options.offload_folder).resolve()) if options.offload_folder else None
-            ),
-            sink=options.sink,
-            seed=options.seed,
-        ),
-    )
-
-
-def _kernel(kernel: str, method: str, device: str, dtype: str | None = None) -> str | None:
-    """The fast path's kernel on ``device`` (None for the exact path; the options checked
-    the kernel's name), and a dtype no kernel takes there (float64 on CUDA) refused before
-    any load (:func:`attncoda.capture.kernels.check_dtype`)."""
-    from attncoda.capture.kernels.registry import check_dtype, resolve_kernel
-
-    if method != "fast":
-        return None
-    where = resolve_device(device)
-    check_dtype(where, dtype)
-    return resolve_kernel(kernel, where)
-
-
-def _check_retrain(wanted: TrainSeries, series: str | None) -> None:
-    """Refuse train settings that would be ignored: they shape a series the run trains."""
-    if wanted.retrain and series is not None:
-        raise AttncodaError(
-            f"retrain trains the default series, but the series {series!r} is given: drop "
-            "--series to retrain, or drop --retrain to read the series given"
-        )
-    if wanted.retrain:
-        return
-    defaults = TrainSeries()
-    for f in dataclasses.fields(TrainSeries):
-        if f.name not in ("retrain", "unseen") and getattr(wanted, f.name) != getattr(
-            defaults, f.name
-        ):
-            raise AttncodaError(
-                f"train setting {f.name}={getattr(wanted, f.name)!r} shapes a series the run "
-                "trains: add --retrain (retrain=True) to train one, or leave it out to read "
-                "the shipped checkpoints"
-            )
-
-
-def _shipped_default(series: str | None) -> bool:
-    from attncoda.models.shipped import SERIES
-
-    return series == SERIES
-
-
-def unseen_runs(steps: int | None) -> tuple[UnseenRun, ...]:
-    """The runs of :data:`attncoda.models.shipped.UNSEEN`, as a series lists them.
-
-    Parameters
-    ----------
-    steps : int or None
-        None: the shipped checkpoints (spec ``name@stepN``). Otherwise the steps of a series
-        the run trains: each unseen run is trained under the run folder (spec ``run:...``)
-        for at most that many steps, so a short run stays short.
-    """
-    from attncoda.models.shipped import UNSEEN
-
-    runs = []
-    for name, fields in UNSEEN.items():
-        if steps is None:
-            recipe = dict(fields)
-            spec = f"{name}@step{recipe['steps']}"
-        else:
-            recipe = {**fields, "steps": min(fields["steps"], steps)}
-            spec = f"{RUN_PREFIX}{(UNSEEN_FOLDER / name).as_posix()}/step{recipe['steps']}"
-        runs.append(UnseenRun(name, recipe["steps"], spec, recipe))
-    return tuple(runs)
-
-
-def _series(series: str | None, train: TrainSeries | None, *, unseen: bool = False) -> Series:
-    """The series of collapse: one the run trains (``series`` None, ``train`` its settings),
-    a series of captures lent to the runner, or the checkpoints ``series`` names."""
-    if series is None:
-        from attncoda.data.tasks import TASKS
-        from attncoda.training.train import TASK_DEFAULTS, checkpoint_steps
-
-        assert train is not None
-        task = train.task
-        if task not in TASKS:
-            raise AttncodaError(f"unknown train task {task!r}: use one of {', '.join(TASKS)}")
-        n_steps = int(train.steps or TASK_DEFAULTS[task]["steps"])
-        folder = f"{RUN_PREFIX}{SERIES_FOLDER.as_posix()}"
-        return Series(
-            name="train-tiny",
-            spec=None,
-            task=task,
-            points=tuple(
-                SeriesPoint(s, f"step{s}", f"{folder}/step{s}") for s in checkpoint_steps(n_steps)
-            ),
-            # models the predictor never saw, trained beside the series (run/train.py)
-            unseen=(
-                unseen_runs(n_steps)
-                if unseen and train.unseen and task == "bigram-backcopy"
-                else ()
-            ),
-        )
-    from attncoda.run.loaded import lent_series
-
-    handed = lent_series(series)
-    if handed is not None:  # captures of a series, handed in (attncoda.run.loaded.lend)
-        return Series(
-            name=series,
-            spec=series,
-            points=tuple(SeriesPoint(step, f"step{step}", label) for step, label in handed),
-        )
-    from attncoda.models.series import parse_series
-
-    points = tuple(parse_series(series))
-    first = parse_spec(points[0].spec)
-    shipped = _shipped_default(series)
-    return Series(
-        name=first.name if first.revision is not None else Path(series).name,
-        spec=series,
-        points=points,
-        unseen=(unseen_runs(None) if unseen else ()) if shipped else None,
+        options=options,
     )

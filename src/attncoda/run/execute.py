@@ -25,15 +25,8 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Tables, experiment
 from attncoda.run.config import RunConfig, run_config
 from attncoda.run.plan import TRAIN, TRAIN_TABLES, Plan, plan
-from attncoda.run.provide import (
-    model_info,
-    provide,
-    read_unit,
-    remember,
-    source,
-    with_family,
-    write_arrays,
-)
+from attncoda.run.provide import model_info, provide, remember, source, with_family
+from attncoda.run.stored import read_unit, write_arrays
 from attncoda.store.lock import writer_lock
 from attncoda.store.runs import NO_REVISION, RunStore, Unit
 

@@ -27,7 +27,8 @@ from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import experiment
 from attncoda.models.series import SeriesPoint
 from attncoda.models.spec import parse_spec
-from attncoda.run.config import RUN_PREFIX, RunConfig
+from attncoda.run.config import RunConfig
+from attncoda.run.series import RUN_PREFIX
 from attncoda.store.runs import NO_REVISION, Unit
 
 __all__ = [

@@ -8,7 +8,6 @@ what a caller lends it live in :mod:`attncoda.run.loaded`.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -29,23 +28,18 @@ from attncoda.run.loaded import (
     tokenizer_of,
 )
 from attncoda.run.plan import reads_series, series_point
+from attncoda.run.stored import read_unit
 from attncoda.store.runs import RunStore, Unit
 
 __all__ = [
-    "ARRAYS",
     "Provided",
     "Source",
     "model_info",
     "provide",
-    "read_unit",
     "remember",
     "source",
     "with_family",
-    "write_arrays",
 ]
-
-#: Where a unit's :attr:`Tables.arrays` are kept, beside its tables (one ``.npz``).
-ARRAYS = "arrays.npz"
 
 
 @dataclass(frozen=True)
@@ -158,30 +152,25 @@ def _identity(src: Source) -> dict[str, Any]:
     return cached(("identity", src.spec, src.how), lambda: identity_of(src.loaded()))
 
 
-def _shared(src: Source, config: RunConfig, at: Mapping[str, int] | None) -> bool:
-    """Whether the rows read with the windows ``at`` (``None``: the run's) are the run's
-    own, which the experiments a unit runs after read too (:attr:`Inputs.shared_rows`)."""
-    rows = config.rows or Rows()
-    return (
-        src.given
-        or at is None
-        or (int(at["docs"]), int(at["max_tokens"])) == (rows.docs, rows.max_tokens)
-    )
-
-
-def _reading(src: Source, facts: Mapping[str, Any]) -> Reading | None:
-    """What :attr:`Inputs.read` says of rows read from a model (``facts``: what
-    :func:`_rows` records): the windows read, their length as read (a Bigram-Backcopy
-    checkpoint's task sequences are shorter than the windows asked for), the corpus by name
-    and sha256; ``None`` for attention handed in."""
+def _rows_read(
+    src: Source, config: RunConfig, at: Mapping[str, int] | None, facts: Mapping
+) -> tuple[Reading | None, bool]:
+    """What :attr:`Inputs.read` and :attr:`Inputs.shared_rows` say of rows read with the
+    windows ``at`` (``None``: the run's; ``facts``: what :func:`_rows` records): the windows
+    read, their length as read (a Bigram-Backcopy checkpoint's task sequences are shorter
+    than the windows asked for) and the corpus by name and sha256, ``None`` for attention
+    handed in; and whether they are the run's own rows."""
     if src.given:
-        return None
-    return Reading(
+        return None, True
+    rows = config.rows or Rows()
+    shared = at is None or (int(at["docs"]), int(at["max_tokens"])) == (rows.docs, rows.max_tokens)
+    read = Reading(
         corpus=facts["corpus"],
         corpus_sha256=facts["corpus_sha256"],
         windows=facts["windows"],
         window_tokens=facts["max_tokens"],
     )
+    return read, shared
 
 
 def _read_from(captured: Any) -> dict[str, Any]:
@@ -324,8 +313,7 @@ def provide(
         if need == "rows":
             at = None if exp.rows_at is None else exp.rows_at(settings)
             values["rows"], facts["read"] = _rows(src, unit.model, config, at)
-            values["read"] = _reading(src, facts["read"])
-            values["shared_rows"] = _shared(src, config, at)
+            values["read"], values["shared_rows"] = _rows_read(src, config, at, facts["read"])
             if exp.identifies and not src.given:  # hashed only for an experiment that needs it
                 values["rows"] = replace(values["rows"], identity=_identity(src))
         elif need == "capture" and "windows" in needs:  # of the unit's own windows
@@ -394,32 +382,3 @@ def _after(
         return with_family(exp.run(provided.inputs, settings), family)
 
     return cached(_after_key(name, prior, src, config), make)
-
-
-def read_unit(store: RunStore, unit: Unit) -> Tables:
-    """The :class:`Tables` a finished unit stored: its partitions (with the run's key
-    columns), the summary in its facts and its arrays."""
-    import numpy as np
-
-    from attncoda.store import read_json
-    from attncoda.store.runs import DONE
-
-    done = read_json(store.unit_dir(unit) / DONE)
-    frames = {name: store.partition(unit, name) for name in done.get("tables", [])}
-    path = store.unit_dir(unit) / ARRAYS
-    arrays: dict[str, Any] = {}
-    if path.is_file():
-        with np.load(io.BytesIO(path.read_bytes())) as data:
-            arrays = {key: data[key] for key in data.files}
-    return Tables(frames=frames, summary=done.get("facts", {}).get("summary", {}), arrays=arrays)
-
-
-def write_arrays(arrays: Mapping[str, Any], folder: Path) -> None:
-    """Keep ``arrays`` in ``folder`` (one ``.npz``, written atomically)."""
-    import numpy as np
-
-    from attncoda.store import atomic_write_bytes
-
-    buffer = io.BytesIO()
-    np.savez(buffer, **dict(arrays))
-    atomic_write_bytes(folder / ARRAYS, buffer.getvalue())

@@ -3,7 +3,7 @@
 A run reads the shipped Bigram-Backcopy checkpoints by default (:mod:`attncoda.models.shipped`).
 With the ``train`` setting ``retrain`` (``reproduce --retrain``) it trains its series into
 ``DIR/series/train-tiny`` instead (its settings: the run config's ``train``,
-:class:`attncoda.run.config.TrainSeries`). The unit's tables are the curves of the series:
+:class:`attncoda.run.series.TrainSeries`). The unit's tables are the curves of the series:
 ``train`` (loss and first-token attention per layer and checkpoint) and, on Bigram-Backcopy,
 ``train_heads`` (attention on the BOS at trigger and non-trigger queries, per head).
 
@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attncoda.run.config import SERIES_FOLDER, UNSEEN_FOLDER, RunConfig
+from attncoda.run.config import RunConfig
+from attncoda.run.series import SERIES_FOLDER, UNSEEN_FOLDER
 
 if TYPE_CHECKING:
     import pandas as pd
