@@ -19,7 +19,7 @@ from attncoda.capture.options import (  # noqa: E402
 )
 from attncoda.experiments.contract import DocRows, HeadRows  # noqa: E402
 from attncoda.experiments.flips import document_sums, flips  # noqa: E402
-from attncoda.run.config import run_config  # noqa: E402
+from attncoda.run.config import RunConfig, run_config  # noqa: E402
 
 
 def test_resolve_device(monkeypatch):
@@ -60,35 +60,34 @@ def test_dtype_option():
 
 
 def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
-    from attncoda.run import loaded
-
     plain = run_config(["smollm2"], experiments=["profile"])
-    assert not {"device_map", "max_memory", "offload_folder"} & set(plain)
+    assert not {"device_map", "max_memory", "offload_folder"} & set(plain.to_json())
     config = run_config(
         ["smollm2"],
         experiments=["profile"],
         options=CaptureOptions(device_map="auto", max_memory={0: "2GiB"}),
     )
-    assert (config["device_map"], config["max_memory"]) == ("auto", {"0": "2GiB"})
-    assert "offload_folder" not in config and config["device"] == "auto"
+    stored = config.to_json()
+    assert (stored["device_map"], stored["max_memory"]) == ("auto", {"0": "2GiB"})
+    assert "offload_folder" not in stored and stored["device"] == "auto"
     given = run_config(
         ["smollm2"],
         experiments=["profile"],
         options=CaptureOptions(device_map="auto", offload_folder="."),
     )
-    assert given["offload_folder"] == str(Path.cwd().resolve())
-    try:
-        loaded.use_options(config, tmp_path / "run")
-        assert loaded._OPTIONS.offload_folder == str(tmp_path / "run" / "offload")
-        assert loaded._OPTIONS.max_memory == {"0": "2GiB"}
-        loaded.use_options(plain, tmp_path / "run")
-        assert loaded._OPTIONS.device_map is None and loaded._OPTIONS.offload_folder is None
-    finally:
-        loaded.use_options(plain)
+    assert given.to_json()["offload_folder"] == str(Path.cwd().resolve())
+    # a run loads by its map, the disk's weights in its own folder unless one is given
+    options = config.options_at(tmp_path / "run")
+    assert options.offload_folder == str(tmp_path / "run" / "offload")
+    assert options.max_memory == {"0": "2GiB"}
+    assert given.options_at(tmp_path / "run").offload_folder == str(Path.cwd().resolve())
+    assert plain.options_at(tmp_path / "run") == plain.options
+    assert plain.options.device_map is None and plain.options.offload_folder is None
     with pytest.raises(AttncodaError, match=r"--device cuda and --device-map auto both say"):
         run_config(["smollm2"], options=CaptureOptions(device="cuda", device_map="auto"))
     # A config written before auto was the default says cpu beside its map: still read.
-    assert CaptureOptions.from_config({"device": "cpu", "device_map": "auto"}).device == "cpu"
+    old = RunConfig.from_json({**stored, "device": "cpu"})
+    assert old.options_at(tmp_path).device == "cpu"
     with pytest.raises(AttncodaError, match=r"max_memory=\{0: '1GiB'\} needs a device map"):
         run_config(["smollm2"], options=CaptureOptions(max_memory={0: "1GiB"}))
     with pytest.raises(AttncodaError, match=r"unknown device_map 'everywhere'"):
@@ -96,13 +95,13 @@ def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
 
 
 def test_run_config_records_device_dtype_and_method():
-    config = run_config(["smollm2"], experiments=["profile"])
+    config = run_config(["smollm2"], experiments=["profile"]).to_json()
     assert (config["device"], config["dtype"], config["method"]) == ("auto", None, "exact")
     config = run_config(
         ["smollm2"],
         experiments=["profile"],
         options=CaptureOptions(device="cpu", dtype="bfloat16", method="fast"),
-    )
+    ).to_json()
     assert (config["device"], config["dtype"], config["method"]) == ("cpu", "bfloat16", "fast")
     with pytest.raises(AttncodaError, match=r"unknown device 'gpu'"):
         run_config(["smollm2"], options=CaptureOptions(device="gpu"))
@@ -191,11 +190,15 @@ def test_flips_on_the_torch_path_agree_with_the_numpy_path(metric, monkeypatch):
 def test_a_ray_task_asks_for_a_gpu_when_the_run_can_use_one():
     from attncoda.run.ray_tasks import task_gpus
 
+    stored = run_config(["smollm2"], experiments=["profile"]).to_json()
+
+    def config(**options):  # read as a manifest records it: cuda needs no GPU here
+        return RunConfig.from_json({**stored, **options})
+
     with_gpu, without = {"CPU": 8.0, "GPU": 2.0}, {"CPU": 8.0}
-    assert task_gpus({"device": "auto"}, with_gpu) == 1
-    assert task_gpus({"device": "cuda"}, with_gpu) == 1
-    assert task_gpus({"device": "cpu"}, with_gpu) == 0  # the run asked for the CPU
-    assert task_gpus({"device": "auto"}, without) == 0
-    assert task_gpus({"device": "cpu", "device_map": "auto"}, with_gpu) == 1
-    assert task_gpus({"device": "cpu", "device_map": "auto"}, without) == 0
-    assert task_gpus({}, with_gpu) == 0  # a config from before the option: the CPU
+    assert task_gpus(config(device="auto"), with_gpu) == 1
+    assert task_gpus(config(device="cuda"), with_gpu) == 1
+    assert task_gpus(config(device="cpu"), with_gpu) == 0  # the run asked for the CPU
+    assert task_gpus(config(device="auto"), without) == 0
+    assert task_gpus(config(device="cpu", device_map="auto"), with_gpu) == 1
+    assert task_gpus(config(device="cpu", device_map="auto"), without) == 0

@@ -99,7 +99,7 @@ def test_plan_has_every_experiment_per_model_and_the_series(models, uninterrupte
 def test_plan_waits_for_the_units_it_reads():
     # safety alone brings the flips unit it reads; each waits for it, same model and revision
     config = run_config(["a/x@step0", "a/b@x@y"], experiments=["safety"])
-    assert config["experiments"] == ["flips", "safety"]
+    assert config.experiments == ("flips", "safety")
     found = plan(config)
     assert [u.key for u in found.units] == [
         "flips/a/x@step0",
@@ -123,7 +123,7 @@ def test_plan_waits_for_the_units_it_reads():
 def test_a_model_named_twice_is_one_unit_per_experiment():
     # named twice in the models: merged, in the order first named
     config = run_config(["b", "a", "b"], experiments=["profile"])
-    assert config["models"] == ["b", "a"]
+    assert config.models == ("b", "a")
     assert [u.key for u in plan(config).units] == ["profile/b@-", "profile/a@-"]
     # named in the models and again as the series' last checkpoint and an unseen run: the
     # predictor runs once on each, where the models name it
@@ -222,7 +222,7 @@ def test_the_scales_are_overrides_of_the_settings_defaults():
     from attncoda.experiments.flips import Settings as FlipsSettings
     from attncoda.experiments.prune import Settings as PruneSettings
 
-    demo = run_config(["x"])
+    demo = run_config(["x"]).to_json()
     assert demo["settings"]["flips"]["n_boot"] == FlipsSettings().n_boot == 200
     assert PruneSettings().ks == (4, 16, 64) and PruneSettings().max_tokens == 128
     # the demo prunes at two head counts over windows of 64 tokens: minutes, not ten
@@ -232,14 +232,14 @@ def test_the_scales_are_overrides_of_the_settings_defaults():
     assert demo["settings"]["prune"]["eval_docs"] == PruneSettings().eval_docs == 16
     # 16 windows: flips' interval needs 10 documents, and the predictor's protocol reads 16
     assert demo["rows"] == {"docs": 16, "max_tokens": 128}
-    full = run_config(["x"], scale="full", settings={"flips": {"n_boot": 7}})
+    full = run_config(["x"], scale="full", settings={"flips": {"n_boot": 7}}).to_json()
     assert full["rows"] == {"docs": 16, "max_tokens": 128}
     assert full["settings"]["flips"]["n_boot"] == 7  # a setting given wins over the scale
     assert full["settings"]["profile"]["docs"] == 32
     assert full["settings"]["prune"]["ks"] == [1, 2, 4, 8, 16, 32, 64]
     assert full["settings"]["prune"]["max_tokens"] == 128
     # an experiment that needs no rows records none
-    assert run_config(["x"], experiments=["profile"])["rows"] is None
+    assert run_config(["x"], experiments=["profile"]).rows is None
 
 
 def test_checkpoint_stats_round_trip_through_tables(models):
@@ -301,15 +301,15 @@ def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupt
     import numpy as np
 
     from attncoda.experiments.flips import CAPTURE_TOL, FlipsResult, flips
-    from attncoda.run import provide
+    from attncoda.run import stored as partition
     from attncoda.run.fit import model_rows
     from attncoda.store.runs import RunStore, Unit
 
     config = json.loads((uninterrupted / "manifest.json").read_text())["config"]
     unit = Unit("flips", models[0])
-    assert (uninterrupted / "units" / unit.folder / provide.ARRAYS).is_file()
+    assert (uninterrupted / "units" / unit.folder / partition.ARRAYS).is_file()
     store = RunStore(uninterrupted, "reproduce", config)
-    stored = FlipsResult.from_tables(models[0], provide.read_unit(store, unit))
+    stored = FlipsResult.from_tables(models[0], partition.read_unit(store, unit))
     rows = model_rows(models[0], rows=SETTINGS["rows"])
     fresh = flips(rows, n_boot=SETTINGS["flips"]["n_boot"], seed=0, tol=CAPTURE_TOL)
     assert stored.distances.keys() == fresh.distances.keys()
@@ -339,18 +339,19 @@ def test_the_default_series_is_the_shipped_one_and_a_retrain_is_asked_for():
     from attncoda.models.shipped import UNSEEN
 
     default = run_config([], experiments=["collapse", "predictor"])
-    assert default["train"] is None and default["series"]["spec"] == "bigram-backcopy"
-    assert default["series"]["points"][-1] == [2000, "step2000", "bigram-backcopy@step2000"]
-    assert [u[2] for u in default["series"]["unseen"]] == [
+    stored = default.to_json()
+    assert stored["train"] is None and stored["series"]["spec"] == "bigram-backcopy"
+    assert stored["series"]["points"][-1] == [2000, "step2000", "bigram-backcopy@step2000"]
+    assert [u[2] for u in stored["series"]["unseen"]] == [
         f"{name}@step{recipe['steps']}" for name, recipe in UNSEEN.items()
     ]
     assert not any(u.experiment == "train" for u in plan(default).units)  # nothing trains
     retrain = {"train": {"retrain": True}}
-    again = run_config([], experiments=["collapse"], settings=retrain)
+    again = run_config([], experiments=["collapse"], settings=retrain).to_json()
     assert again["series"]["task"] == "bigram-backcopy"
     assert again["series"]["points"][-1][1] == "step2000"  # the task's default steps
     text = {"train": {"retrain": True, "task": "text"}}
-    text = run_config([], experiments=["collapse"], settings=text)
+    text = run_config([], experiments=["collapse"], settings=text).to_json()
     assert text["series"]["task"] == "text"
     assert text["series"]["points"][-1][1] == "step1000"
     msg = "unknown train task 'copy': use one of text, bigram-backcopy"
@@ -374,7 +375,9 @@ def test_train_settings_without_a_retrain_are_refused():
     )
     with pytest.raises(AttncodaError) as err:
         run_config(
-            [], series="bigram-backcopy", experiments=["collapse"],
+            [],
+            series="bigram-backcopy",
+            experiments=["collapse"],
             settings={"train": {"retrain": True}},
         )
     assert str(err.value) == msg
@@ -411,7 +414,7 @@ def test_the_predictor_is_applied_to_bigram_backcopy_runs_it_never_saw():
     from attncoda.models.shipped import UNSEEN as UNSEEN_SERIES
 
     config = run_config([], experiments=["collapse", "predictor"], settings=UNSEEN_SETTINGS)
-    unseen = config["series"]["unseen"]
+    unseen = config.to_json()["series"]["unseen"]
     # at most the series' own 16 steps each, trained under the run folder
     assert [(n, s, spec) for n, s, spec, _ in unseen] == [
         (name, 16, f"run:series/unseen/{name}/step16") for name in UNSEEN_SERIES
@@ -422,18 +425,14 @@ def test_the_predictor_is_applied_to_bigram_backcopy_runs_it_never_saw():
     assert [u.key for u in units] == [f"predictor/{name}@step16" for name in UNSEEN_SERIES]
     assert all(found.waits_for(u) == (train,) for u in units)
     # none without the predictor, on the text task, or when switched off
-    assert (
-        run_config([], experiments=["collapse"], settings=UNSEEN_SETTINGS)["series"]["unseen"] == []
-    )
     text = {**UNSEEN_SETTINGS, "train": {**UNSEEN_SETTINGS["train"], "task": "text"}}
-    assert (
-        run_config([], experiments=["collapse", "predictor"], settings=text)["series"]["unseen"]
-        == []
-    )
-    assert (
-        run_config([], experiments=["collapse", "predictor"], settings=SETTINGS)["series"]["unseen"]
-        == []
-    )
+    for experiments, settings in (
+        (["collapse"], UNSEEN_SETTINGS),
+        (["collapse", "predictor"], text),
+        (["collapse", "predictor"], SETTINGS),
+    ):
+        stored = run_config([], experiments=experiments, settings=settings).to_json()
+        assert stored["series"]["unseen"] == []
 
 
 def test_a_run_trains_the_unseen_runs_and_reports_them_unseen(tmp_path):

@@ -237,7 +237,7 @@ def test_a_failed_run_removes_the_folder_it_made_and_only_that(tmp_path):
 
     resumed = tmp_path / "resumed"
     config = run_config([], experiments=["profile"], attentions=[str(bad)])
-    RunStore(resumed, "profile", config)
+    RunStore(resumed, "profile", config.to_json())
     before = _tree(resumed)
     with pytest.raises(AttncodaError, match="holds a pickled object"):
         run_experiment("profile", [], resumed, attentions=[str(bad)], progress=False)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError, check_choice
@@ -52,8 +51,8 @@ def check_dtype(dtype: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class CaptureOptions:
-    """How a run loads and captures every model: built and checked once (by the CLI, the API
-    or :meth:`from_config` of a stored run config), then handed through whole.
+    """How a run loads and captures every model: built and checked once (by the CLI or the
+    API), then handed through whole (a run holds them in its run config).
 
     Attributes
     ----------
@@ -132,30 +131,6 @@ class CaptureOptions:
             resolve_device(self.device)  # refused here, before anything is written or loaded
         if self.offload_folder is not None:
             object.__setattr__(self, "offload_folder", str(self.offload_folder))
-
-    @classmethod
-    def from_config(
-        cls, config: Mapping[str, Any], root: str | Path | None = None
-    ) -> CaptureOptions:
-        """The options a run config records (:func:`attncoda.run.config.run_config`). With a
-        device map and no offload folder, weights it puts on the disk go to
-        ``<root>/offload`` (``root`` the run folder; the working folder never)."""
-        device_map = config.get("device_map")
-        folder = config.get("offload_folder")
-        if folder is None and device_map is not None and root is not None:
-            folder = str(Path(root) / "offload")
-        method = config.get("method", "exact")
-        return cls(
-            device=config.get("device", "cpu"),
-            dtype=config.get("dtype"),
-            method=method,
-            kernel=(config.get("kernel") or "auto") if method == "fast" else "auto",
-            device_map=device_map,
-            max_memory=config.get("max_memory") if device_map is not None else None,
-            offload_folder=folder if device_map is not None else None,
-            sink=str(config.get("sink", "first")),
-            seed=int(config.get("seed", 0)),
-        )
 
     def placement(self) -> dict[str, Any]:
         """The placement keywords of :func:`attncoda.load_model`: the resolved ``device``, or

@@ -20,16 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attncoda.experiments.contract import EXPERIMENTS, View, experiment
+from attncoda.experiments.contract import EXPERIMENTS, View, experiment, settings_dict
 from attncoda.experiments.view import Context, esc, is_missing, model_label, note, table
 from attncoda.models.spec import parse_spec
+from attncoda.run.config import RunConfig
 from attncoda.store import atomic_write_bytes, read_json
 from attncoda.store.runs import read_run_tables
 
 __all__ = ["REPORT_NAME", "render_report", "sections"]
 
 REPORT_NAME = "report.html"
-
 
 
 def sections() -> list[tuple[str, View]]:
@@ -95,9 +95,9 @@ def render_report(run_dir: str | os.PathLike[str]) -> Path:
     root = Path(run_dir)
     tables = read_run_tables(root)
     manifest = read_json(root / "manifest.json")
-    config = manifest.get("config", {}) if isinstance(manifest, Mapping) else {}
-    ctx = Context(tables=tables, sink=str(config.get("sink", "first")))
-    body = [_header(manifest, ctx)]
+    config = RunConfig.from_json(manifest["config"])
+    ctx = Context(tables=tables, sink=config.options.sink)
+    body = [_header(manifest, config, ctx)]
     for section_id, view in sections():
         present = all(ctx.get(n) is not None for n in view.needs)
         inner = _build(view.section, ctx) if present else _not_run(section_id, view, config)
@@ -133,39 +133,35 @@ def _build(build: Callable[[Context], str], ctx: Context) -> str:
         )
 
 
-def _title(config: Mapping[str, Any]) -> str:
-    models = ", ".join(str(m) for m in config.get("models", [])) or "no models"
+def _title(config: RunConfig) -> str:
+    models = ", ".join(config.models) or "no models"
     return f"attncoda report — {models}"
 
 
-def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
-    config = manifest.get("config", {})
-    corpus = config.get("corpus") or {}
-    series = config.get("series") or {}
-    points = series.get("points") or []
+def _header(manifest: Mapping[str, Any], config: RunConfig, ctx: Context) -> str:
+    corpus, series = config.corpus, config.series
     convention = (
         f"keep vs drop is compared throughout; each section names its own (sink = {ctx.sink})"
     )
     facts = [
         ("command", f"attncoda {manifest.get('command', '?')}"),
         ("created", manifest.get("created", "?")),
-        ("models", ", ".join(str(m) for m in config.get("models", [])) or "none"),
+        ("models", ", ".join(config.models) or "none"),
         (
             "checkpoint series",
-            f"{series.get('name', '?')}: {', '.join(str(p[1]) for p in points)}"
-            if series
+            f"{series.name}: {', '.join(p.label for p in series.points)}"
+            if series is not None
             else "none",
         ),
-        ("experiments", ", ".join(str(e) for e in config.get("experiments", []))),
-        ("scale", config.get("scale", "?")),
+        ("experiments", ", ".join(config.experiments)),
+        ("scale", config.scale),
         (
             "corpus",
-            f"{corpus.get('spec', '?')}, {corpus.get('n_documents', '?')} documents, "
-            f"sha256 {corpus.get('sha256', '?')}",
+            f"{corpus.spec}, {corpus.n_documents} documents, sha256 {corpus.sha256}",
         ),
         ("sink", ctx.sink),
-        ("seed", config.get("seed", "?")),
-        ("device", _device(manifest)),
+        ("seed", config.options.seed),
+        ("device", _device(manifest, config)),
         ("python", manifest.get("python", "?")),
         (
             "packages",
@@ -180,7 +176,7 @@ def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
         ),
         table("Run", convention, ("", "value"), [(k, str(v)) for k, v in facts]),
         _settings(config, convention),
-        _models(manifest.get("model_info") or {}, config.get("models") or [], convention),
+        _models(manifest.get("model_info") or {}, config.models, convention),
         _units(ctx),
         "<nav><ol>"
         + "".join(f'<li><a href="#{sid}">{esc(v.title)}</a></li>' for sid, v in sections())
@@ -189,11 +185,10 @@ def _header(manifest: Mapping[str, Any], ctx: Context) -> str:
     return "".join(parts)
 
 
-def _device(manifest: Mapping[str, Any]) -> str:
+def _device(manifest: Mapping[str, Any], config: RunConfig) -> str:
     """Where the run's models ran (the manifest's ``device``, and ``gpu`` where CUDA ran),
     beside the device asked for when that differs (``auto``), e.g. ``cpu (asked: auto)``."""
-    config = manifest.get("config", {})
-    asked = str(config.get("device_map") or config.get("device") or "?")
+    asked = str(config.options.device_map or config.options.device)
     used = manifest.get("device")
     if not used:
         return asked
@@ -201,19 +196,17 @@ def _device(manifest: Mapping[str, Any]) -> str:
     return shown if shown == asked else f"{shown} (asked: {asked})"
 
 
-def _settings(config: Mapping[str, Any], convention: str) -> str:
+def _settings(config: RunConfig, convention: str) -> str:
     """Every setting of the run: each experiment's, the shared rows and the train series,
     as ``group.name``."""
-    groups = dict(config.get("settings") or {})
-    for group in ("rows", "train"):
-        if config.get(group):
-            groups[group] = config[group]
+    groups = {**config.settings, "rows": config.rows, "train": config.train}
     rows = []
     for group, values in groups.items():
-        items = values.items() if isinstance(values, Mapping) else [("", values)]
-        for key, v in sorted(items):
+        if values is None:
+            continue
+        for key, v in sorted(settings_dict(values).items()):
             shown = ", ".join(map(str, v)) if isinstance(v, list) else str(v)
-            rows.append((f"{group}.{key}" if key else str(group), shown))
+            rows.append((f"{group}.{key}", shown))
     return (
         "<details><summary>Settings</summary>"
         + table(
@@ -337,10 +330,9 @@ def _skipped(ctx: Context, section_id: str, view: View) -> str:
     return note("Units not run for this section — " + "; ".join(lines) + ".", "not-run")
 
 
-def _not_run(section_id: str, view: View, config: Mapping[str, Any]) -> str:
-    experiments = [str(e) for e in config.get("experiments", [])]
-    if section_id not in experiments:
-        why = f"{section_id} is not among this run's experiments ({', '.join(experiments)})"
+def _not_run(section_id: str, view: View, config: RunConfig) -> str:
+    if section_id not in config.experiments:
+        why = f"{section_id} is not among this run's experiments ({', '.join(config.experiments)})"
     else:
         why = f"this folder has no tables/{view.needs[0]}.parquet (no unit produced it)"
     return note(f"This section was not run: {why}.", "not-run")

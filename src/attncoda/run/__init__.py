@@ -16,10 +16,13 @@ contract of ``pyproject.toml`` checks it), from the top:
   finish);
 - a unit's inputs: ``provide`` (rows, captures, windows, series points, the tables of the
   experiments a unit runs after);
-- what a run is: ``config`` (the run config), ``loaded`` (what a process keeps and what a
-  caller lends it, a loaded model's identity), ``job`` (what an executor is handed),
-  ``captured`` (the corpus windows a run reads, a model's capture of them, attention handed
-  in), ``train`` (a run's training series), ``plan`` (units and what each waits for).
+- what a run is, each floor reading the run config: ``job`` (what an executor is handed)
+  and ``train`` (a run's training series), ``plan`` (units and what each waits for),
+  ``config`` (the run config, typed and frozen); then its parts: ``series`` (the series of
+  collapse, the one trained, the unseen runs) and ``options`` (the capture options as
+  recorded); ``loaded`` (what a process keeps and what a caller lends it, a loaded model's
+  identity); ``captured`` (the corpus windows a run reads, a model's capture of them,
+  attention handed in) and ``stored`` (a finished unit's tables and arrays read back).
 
 It may import every layer below it (experiments, capture, models, training, store, data,
 coda); never the API or the CLI.

@@ -1,29 +1,19 @@
 """The config of a run: everything that determines its tables (docs/design.md, "Runs").
 
-A run config is a JSON-able dict. Its keys:
+A run config is a frozen :class:`RunConfig`, built once where a run starts
+(:func:`run_config`) and handed whole to every unit, in this process, a worker process or a
+Ray task. JSON only at the run folder: :meth:`RunConfig.to_json` is the manifest's
+``config`` and :meth:`RunConfig.from_json` reads it back. Its keys are the attributes of
+:class:`RunConfig` (``settings``: ``{experiment: settings_dict(Settings)}``), its
+``options`` spread out:
 
-- ``models``: the model specs (or the names of given attention files), in order;
-- ``experiments``: the experiments asked for and those they run after, in the order of
-  :data:`attncoda.experiments.contract.EXPERIMENTS`;
-- ``scale``: ``"demo"`` or ``"full"`` (:data:`SCALES`);
-- ``settings``: ``{experiment: settings_dict(Settings)}`` for every experiment of the run;
-- ``rows``: the windows whose full rows every experiment that needs ``"rows"`` shares
-  (:class:`Rows`), or ``None``;
-- ``train``: the train-tiny series a run trains for collapse (:class:`TrainSeries`, with
-  ``retrain``), or ``None`` when it reads a series: the shipped ``bigram-backcopy`` by
-  default (:mod:`attncoda.models.shipped`), or the one given;
-- ``series``: the checkpoint series of collapse (its points ``[step, label, spec]``; a spec
-  ``run:<path>`` is relative to the run folder), or ``None``; the shipped or a retrained
-  Bigram-Backcopy series also lists, under ``unseen``, the runs the predictor never saw, to
-  whose last checkpoints the run applies it (:func:`attncoda.run.train.unseen_points`);
-- ``attentions``: given attention files read instead of models, or ``None``;
-- ``sink``, ``seed``, ``corpus``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast
-  path's, resolved: ``triton``, ``cpp`` or ``sdpa``) for ``method="fast"`` only;
+- ``sink``, ``seed``, ``device``, ``dtype``, ``method``; ``kernel`` (the fast path's,
+  resolved: ``triton``, ``cpp`` or ``sdpa``) for ``method="fast"`` only;
 - ``device_map`` (a strategy such as ``"auto"``, or ``{module: device}``) and
   ``max_memory`` (``{device: size}``, keys as text) only when a device map places the
   models (docs/design.md, "Models over several devices"); ``offload_folder`` (absolute)
   only when one is given: the weights a map puts on the disk go there, by default to
-  ``<run folder>/offload``.
+  ``<run folder>/offload`` (:meth:`RunConfig.options_at`).
 
 A run folder holds one config: resuming it with another is refused, naming the keys.
 """
@@ -32,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.options import CaptureOptions, resolve_device
+from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import (
     EXPERIMENTS,
     experiment,
@@ -45,16 +35,18 @@ from attncoda.experiments.contract import (
     settings_dict,
     settings_from,
 )
-from attncoda.models.spec import parse_spec
+from attncoda.run.options import options_from_json, options_json, recorded
+from attncoda.run.series import Series, TrainSeries, series_of
 
 __all__ = [
     "DEMO_MODELS",
     "SCALES",
+    "Attentions",
+    "Corpus",
     "Rows",
-    "TrainSeries",
+    "RunConfig",
     "closure",
     "run_config",
-    "settings_of",
 ]
 
 #: The models ``attncoda demo`` (and ``reproduce`` without ``--models``) runs: three
@@ -76,35 +68,126 @@ class Rows:
 
 
 @dataclass(frozen=True)
-class TrainSeries:
-    """The collapse series of a run when none is given: the shipped Bigram-Backcopy
-    checkpoints (:mod:`attncoda.models.shipped`), or, with ``retrain``, a ``train-tiny``
-    series trained on this machine. The other fields apply to a retrained series; ``None``:
-    the task's own default (``attncoda.training.train.TASK_DEFAULTS``)."""
+class Attentions:
+    """Attention files a run reads instead of models: their absolute paths, the token ids'
+    file (absolute, or None: the ids each file holds) and what the saved numbers are
+    (``kind``; None: as each file says; see :func:`attncoda.run.captured.capture_file`)."""
 
-    retrain: bool = field(
-        default=False,
-        metadata={
-            "help": "train the series and the unseen runs on this machine instead of reading "
-            "the shipped checkpoints, and report what that changed (minutes of one core)"
-        },
-    )
-    task: str = field(
-        default="bigram-backcopy",
-        metadata={"help": "bigram-backcopy (a sink grows) or text (the corpus; none grows)"},
-    )
-    size: str | None = None
-    steps: int | None = None
-    window: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    unseen: bool = field(
-        default=True,
-        metadata={
-            "help": "apply the predictor to the Bigram-Backcopy runs it never saw "
-            "(attncoda.models.shipped.UNSEEN)"
-        },
-    )
+    files: tuple[str, ...]
+    tokens: str | None
+    kind: str | None
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The corpus a run reads: ``text`` as given (None: the embedded one) and what
+    :func:`attncoda.data.corpus.corpus_source` records of it (``spec``, ``source``,
+    ``n_documents``, ``sha256``)."""
+
+    text: str | None
+    spec: str
+    source: str
+    n_documents: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run's tables (the module docstring says its JSON).
+
+    Attributes
+    ----------
+    models : tuple of str
+        The model specs (or the names of given attention files), in order.
+    experiments : tuple of str
+        The experiments asked for and those they run after, in the order of
+        :data:`~attncoda.experiments.contract.EXPERIMENTS`.
+    scale : str
+        ``"demo"`` or ``"full"`` (:data:`SCALES`).
+    settings : mapping of str to Settings
+        Each experiment's own frozen ``Settings``, parsed once.
+    rows : Rows or None
+        The windows whose full rows every experiment that needs ``"rows"`` shares, or None
+        when none does.
+    train : TrainSeries or None
+        The train-tiny series the run trains for collapse (with ``retrain``), or None when
+        it reads a series: the shipped ``bigram-backcopy`` by default
+        (:mod:`attncoda.models.shipped`), or the one given.
+    series : Series or None
+        The checkpoint series of collapse, or None without collapse.
+    attentions : Attentions or None
+        Attention files read instead of models.
+    corpus : Corpus
+        The corpus read.
+    options : CaptureOptions
+        How models load and capture, as recorded: the fast path's kernel resolved, a device
+        map's limits with text keys, a given offload folder absolute.
+    """
+
+    models: tuple[str, ...]
+    experiments: tuple[str, ...]
+    scale: str
+    settings: Mapping[str, Any]
+    rows: Rows | None
+    train: TrainSeries | None
+    series: Series | None
+    attentions: Attentions | None
+    corpus: Corpus
+    options: CaptureOptions
+
+    def options_at(self, root: str | Path) -> CaptureOptions:
+        """How the run in the folder ``root`` loads and captures: :attr:`options`, where a
+        device map without an offload folder puts the weights it sends to the disk in
+        ``<root>/offload`` (the working folder never)."""
+        options = self.options
+        if options.device_map is None or options.offload_folder is not None:
+            return options
+        return dataclasses.replace(options, offload_folder=str(Path(root) / "offload"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as the manifest records it (see the module docstring for its keys)."""
+        files = self.attentions
+        return {
+            "models": list(self.models),
+            "experiments": list(self.experiments),
+            "scale": self.scale,
+            "settings": {e: settings_dict(s) for e, s in self.settings.items()},
+            "rows": None if self.rows is None else settings_dict(self.rows),
+            "train": None if self.train is None else settings_dict(self.train),
+            "series": None if self.series is None else self.series.to_json(),
+            "attentions": (
+                None
+                if files is None
+                else {"files": list(files.files), "tokens": files.tokens, "kind": files.kind}
+            ),
+            "corpus": dataclasses.asdict(self.corpus),
+            **options_json(self.options),
+        }
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> RunConfig:
+        """The config a manifest records (:meth:`to_json`); its options as recorded, not
+        checked again (:func:`attncoda.run.options.options_from_json`)."""
+        given = stored["attentions"]
+        return cls(
+            models=tuple(stored["models"]),
+            experiments=tuple(stored["experiments"]),
+            scale=stored["scale"],
+            settings={
+                e: settings_from(experiment(e).settings, values)
+                for e, values in stored["settings"].items()
+            },
+            rows=None if stored["rows"] is None else settings_from(Rows, stored["rows"]),
+            train=None if stored["train"] is None else settings_from(TrainSeries, stored["train"]),
+            series=None if stored["series"] is None else Series.from_json(stored["series"]),
+            attentions=(
+                None
+                if given is None
+                else Attentions(tuple(given["files"]), given["tokens"], given["kind"])
+            ),
+            corpus=Corpus(**stored["corpus"]),
+            options=options_from_json(stored),
+        )
 
 
 #: Each scale as overrides of the defaults (the experiments' Settings, :class:`Rows`,
@@ -165,13 +248,6 @@ def _merged(scale: str, settings: Mapping[str, Mapping[str, Any]] | None) -> dic
     return merged
 
 
-def settings_of(config: Mapping[str, Any], name: str) -> Any:
-    """The Settings of experiment ``name`` (or the :class:`Rows`, :class:`TrainSeries` of
-    ``"rows"``, ``"train"``) that ``config`` records."""
-    values = config[name] if name in _GROUPS else config["settings"][name]
-    return settings_from(_group_class(name), values)
-
-
 def run_config(
     models: Sequence[str],
     *,
@@ -184,8 +260,8 @@ def run_config(
     attentions: Sequence[str] | None = None,
     tokens: str | None = None,
     kind: str | None = None,
-) -> dict[str, Any]:
-    """The config of a run (see the module docstring for its keys).
+) -> RunConfig:
+    """The config of a run (see the module docstring for its keys), every value checked.
 
     Parameters
     ----------
@@ -221,15 +297,8 @@ def run_config(
         group or setting, or a bad series. (A model spec given twice is merged.)
     """
     from attncoda.data.corpus import corpus_source
-    from attncoda.models.placement import check_run_placement
 
-    options = options or CaptureOptions()
-    device, method, device_map = options.device, options.method, options.device_map
-    # A run's offloaded weights go to <run folder>/offload unless a folder is given.
-    folder = options.offload_folder
-    folder = "offload" if device_map is not None and folder is None else folder
-    placed, limits = check_run_placement(device, device_map, options.max_memory, folder)
-    ran = _kernel(options.kernel, method, device, options.dtype)
+    options = recorded(options or CaptureOptions())
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if unknown or not experiments:
         raise AttncodaError(
@@ -262,137 +331,20 @@ def run_config(
                 "(attention files serve experiments that read rows or statistics)"
             )
     wanted = settings_from(TrainSeries, overrides.get("train"))
-    _check_retrain(wanted, series)
-    trains = "collapse" in planned and series is None and wanted.retrain
-    train = settings_dict(wanted) if trains else None
-    if "collapse" in planned and series is None and not trains:
-        from attncoda.models.shipped import SERIES
-
-        series = SERIES
-    unseen = "predictor" in planned and wanted.unseen and (trains or _shipped_default(series))
-    return {
-        "models": models,
-        "experiments": planned,
-        "scale": scale,
-        "settings": {
-            e: settings_dict(settings_from(experiment(e).settings, overrides.get(e)))
-            for e in planned
-        },
-        "rows": (
-            settings_dict(settings_from(Rows, overrides.get("rows"))) if "rows" in needs else None
-        ),
-        "train": train,
-        "series": _series_config(series, train, unseen=unseen) if "collapse" in planned else None,
-        "attentions": (
-            {"files": files, "tokens": tokens and str(Path(tokens).resolve()), "kind": kind}
+    train, collapse = series_of(series, wanted, planned)
+    return RunConfig(
+        models=tuple(models),
+        experiments=tuple(planned),
+        scale=scale,
+        settings={e: settings_from(experiment(e).settings, overrides.get(e)) for e in planned},
+        rows=settings_from(Rows, overrides.get("rows")) if "rows" in needs else None,
+        train=train,
+        series=collapse,
+        attentions=(
+            Attentions(tuple(files), tokens and str(Path(tokens).resolve()), kind)
             if files
             else None
         ),
-        "sink": options.sink,
-        "seed": options.seed,
-        "corpus": {"text": text, **corpus_source(text)},
-        "device": device,
-        "dtype": options.dtype,
-        "method": method,
-        **({"kernel": ran} if ran is not None else {}),
-        **({"device_map": placed} if placed is not None else {}),
-        **({"max_memory": {str(k): v for k, v in limits.items()}} if limits else {}),
-        **(
-            {"offload_folder": str(Path(options.offload_folder).resolve())}
-            if options.offload_folder
-            else {}
-        ),
-    }
-
-
-def _kernel(kernel: str, method: str, device: str, dtype: str | None = None) -> str | None:
-    """The fast path's kernel on ``device`` (None for the exact path; the options checked
-    the kernel's name), and a dtype no kernel takes there (float64 on CUDA) refused before
-    any load (:func:`attncoda.capture.kernels.check_dtype`)."""
-    from attncoda.capture.kernels.registry import check_dtype, resolve_kernel
-
-    if method != "fast":
-        return None
-    where = resolve_device(device)
-    check_dtype(where, dtype)
-    return resolve_kernel(kernel, where)
-
-
-def _check_retrain(wanted: TrainSeries, series: str | None) -> None:
-    """Refuse train settings that would be ignored: they shape a series the run trains."""
-    if wanted.retrain and series is not None:
-        raise AttncodaError(
-            f"retrain trains the default series, but the series {series!r} is given: drop "
-            "--series to retrain, or drop --retrain to read the series given"
-        )
-    if wanted.retrain:
-        return
-    defaults = TrainSeries()
-    for f in dataclasses.fields(TrainSeries):
-        if f.name not in ("retrain", "unseen") and getattr(wanted, f.name) != getattr(
-            defaults, f.name
-        ):
-            raise AttncodaError(
-                f"train setting {f.name}={getattr(wanted, f.name)!r} shapes a series the run "
-                "trains: add --retrain (retrain=True) to train one, or leave it out to read "
-                "the shipped checkpoints"
-            )
-
-
-def _shipped_default(series: str | None) -> bool:
-    from attncoda.models.shipped import SERIES
-
-    return series == SERIES
-
-
-def _series_config(
-    series: str | None, train: Mapping[str, Any] | None, *, unseen: bool = False
-) -> dict[str, Any]:
-    if series is None:
-        from attncoda.data.tasks import TASKS
-        from attncoda.training.train import TASK_DEFAULTS, checkpoint_steps
-
-        assert train is not None
-        task = train["task"]
-        if task not in TASKS:
-            raise AttncodaError(f"unknown train task {task!r}: use one of {', '.join(TASKS)}")
-        n_steps = train["steps"] or TASK_DEFAULTS[task]["steps"]
-        steps = checkpoint_steps(int(n_steps))
-        from attncoda.run.train import unseen_points
-
-        return {
-            "name": "train-tiny",
-            "spec": None,
-            "task": task,
-            "points": [[s, f"step{s}", f"run:series/train-tiny/step{s}"] for s in steps],
-            # models the predictor never saw, trained beside the series (run/train.py)
-            "unseen": (
-                unseen_points(int(n_steps))
-                if unseen and train.get("unseen", True) and task == "bigram-backcopy"
-                else []
-            ),
-        }
-    from attncoda.run.loaded import lent_series
-
-    handed = lent_series(series)
-    if handed is not None:  # captures of a series, handed in (attncoda.run.loaded.lend)
-        return {
-            "name": series,
-            "spec": series,
-            "points": [[step, f"step{step}", label] for step, label in handed],
-        }
-    from attncoda.models.series import parse_series
-
-    points = parse_series(series)
-    first = parse_spec(points[0].spec)
-    name = first.name if first.revision is not None else Path(series).name
-    found = {
-        "name": name,
-        "spec": series,
-        "points": [[p.step, p.label, p.spec] for p in points],
-    }
-    if _shipped_default(series):
-        from attncoda.run.train import unseen_points
-
-        found["unseen"] = unseen_points(None) if unseen else []
-    return found
+        corpus=Corpus(text=text, **corpus_source(text)),
+        options=options,
+    )

@@ -23,18 +23,10 @@ from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Tables, experiment
-from attncoda.run.config import run_config, settings_of
-from attncoda.run.loaded import use_options
+from attncoda.run.config import RunConfig, run_config
 from attncoda.run.plan import TRAIN, TRAIN_TABLES, Plan, plan
-from attncoda.run.provide import (
-    model_info,
-    provide,
-    read_unit,
-    remember,
-    source,
-    with_family,
-    write_arrays,
-)
+from attncoda.run.provide import model_info, provide, remember, source, with_family
+from attncoda.run.stored import read_unit, write_arrays
 from attncoda.store.lock import writer_lock
 from attncoda.store.runs import NO_REVISION, RunStore, Unit
 
@@ -44,9 +36,7 @@ __all__ = ["RUN", "finalise", "open_run", "run_unit", "writing"]
 RUN = "reproduce"
 
 
-def run_unit(
-    unit: Unit, config: Mapping[str, Any], root: str | Path, command: str = RUN
-) -> dict[str, Any]:
+def run_unit(unit: Unit, config: RunConfig, root: str | Path, command: str = RUN) -> dict[str, Any]:
     """Compute ``unit`` and write its partition into the run folder ``root``.
 
     The folder must already hold the run's manifest (made by :class:`RunStore` with
@@ -56,10 +46,9 @@ def run_unit(
     A unit that raises leaves no partition behind (its folder is removed), so a rerun
     computes it from scratch.
     """
-    store = RunStore(Path(root), command, config)
+    store = RunStore(Path(root), command, config.to_json())
     if store.is_done(unit):
         return {**store.facts(unit), "resumed": True}
-    use_options(config, store.root)
     folder = store.begin(unit)
     start = time.perf_counter()
     try:
@@ -73,7 +62,7 @@ def run_unit(
 
 
 def _compute(
-    unit: Unit, config: Mapping[str, Any], store: RunStore, folder: Path
+    unit: Unit, config: RunConfig, store: RunStore, folder: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The tables of ``unit`` and its facts (its arrays written into ``folder``)."""
     facts: dict[str, Any] = {"status": "done", "note": ""}
@@ -82,7 +71,7 @@ def _compute(
 
         return train_unit(config, store.root), facts
     exp = experiment(unit.experiment)
-    settings = settings_of(config, unit.experiment)
+    settings = config.settings[unit.experiment]
     info = model_info(source(unit, config, store.root), config)
     found, device = info
     combined = exp.combine is not None  # parts of one series table: no model facts
@@ -115,7 +104,7 @@ def _compute(
 
 def open_run(
     models: list[str], out: str | Path, *, command: str = RUN, **options: Any
-) -> tuple[dict[str, Any], RunStore, Plan, list[Unit]]:
+) -> tuple[RunConfig, RunStore, Plan, list[Unit]]:
     """Open (or make) the run folder ``out`` for ``models`` and ``options`` (those of
     :func:`attncoda.run.config.run_config`).
 
@@ -125,7 +114,7 @@ def open_run(
         The run config, its store, its plan, and the units not yet finished.
     """
     config = run_config(models, **options)
-    store = RunStore(Path(out), command, config)
+    store = RunStore(Path(out), command, config.to_json())
     found = plan(config)
     return config, store, found, [u for u in found.units if not store.is_done(u)]
 
@@ -157,9 +146,12 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
-def finalise(store: RunStore, run: Plan, failed: Mapping[str, str] | None = None) -> None:
-    """Union the partitions into ``DIR/tables``, combine the units of a series experiment,
-    and write the ``units`` table and the model facts into the manifest.
+def finalise(
+    config: RunConfig, store: RunStore, run: Plan, failed: Mapping[str, str] | None = None
+) -> None:
+    """Union the partitions of the run of ``config`` into ``DIR/tables``, combine the units
+    of a series experiment, and write the ``units`` table and the model facts into the
+    manifest.
 
     Every unit must be finished, except those in ``failed`` (``{unit.key: error}``): they
     are left out of the tables and listed in ``units`` with status ``"failed"`` and their
@@ -176,20 +168,19 @@ def finalise(store: RunStore, run: Plan, failed: Mapping[str, str] | None = None
             "...): run the same command again to finish them"
         )
     done = [u for u in units if u.key not in failed]
-    names = [e for e in store.config["experiments"] if experiment(e).combine is None]
+    names = [e for e in config.experiments if experiment(e).combine is None]
     for name in dict.fromkeys([t for e in names for t in experiment(e).tables] + [*TRAIN_TABLES]):
         store.write_union(name, done)
     combined: dict[str, Any] = {}
-    for name in store.config["experiments"]:
+    for name in config.experiments:
         exp = experiment(name)
         parts = [u for u in units if u.experiment == name]
         if exp.combine is None or not parts or any(u.key in failed for u in parts):
             continue
-        settings = settings_of(store.config, name)
-        tables = exp.combine([read_unit(store, u) for u in parts], settings)
+        tables = exp.combine([read_unit(store, u) for u in parts], config.settings[name])
         _write_combined(store, tables)
         combined[name] = dict(tables.summary)
-    if (store.config.get("train") or {}).get("retrain"):
+    if config.train is not None and config.train.retrain:
         from attncoda.run.train import retrain_table
         from attncoda.store.files import read_table
 

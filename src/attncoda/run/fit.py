@@ -9,7 +9,7 @@ from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.options import CaptureOptions
-from attncoda.experiments.contract import settings_from
+from attncoda.experiments.contract import Reading, settings_from
 from attncoda.run.config import Rows
 
 __all__ = [
@@ -49,12 +49,12 @@ def measured_row(spec: str, **kwargs: Any) -> dict[str, Any]:
     (sink, seed, metrics, tie tolerance); ``kwargs`` as for :func:`model_rows`."""
     rows, corpus = _read_rows(spec, **kwargs)
     options = kwargs.get("options") or CaptureOptions()
-    read = {
-        "windows": corpus["windows"],
-        "window_tokens": corpus["max_tokens"],
-        "corpus": corpus["spec"],
-        "corpus_sha256": corpus["sha256"],
-    }
+    read = Reading(
+        corpus=corpus["spec"],
+        corpus_sha256=corpus["sha256"],
+        windows=corpus["windows"],
+        window_tokens=corpus["max_tokens"],
+    )
     return predictor_row_of(rows, read=read, sink=options.sink, seed=options.seed)
 
 
@@ -94,13 +94,12 @@ def _read_rows(
 
 
 def predictor_row_of(
-    rows: Any, *, read: Mapping[str, Any] | None = None, sink: str = "first", seed: int = 0
+    rows: Any, *, read: Reading | None = None, sink: str = "first", seed: int = 0
 ) -> dict[str, Any]:
     """The predictor's row of one model's recorded rows: its sink features and the flip rate
     of each metric (the flips experiment's metrics and tie tolerance, one bootstrap
-    resample: the interval is not used). With ``read`` (``windows``, ``window_tokens``,
-    ``corpus``, ``corpus_sha256``: what the rows read), the row records its ``protocol``,
-    with ``sink`` and ``seed``."""
+    resample: the interval is not used). With ``read`` (what the rows read), the row
+    records its ``protocol``, with ``sink`` and ``seed``."""
     from attncoda.experiments.contract import experiment
     from attncoda.experiments.flips import flips
     from attncoda.experiments.predictor import predictor_row, protocol_of
@@ -110,10 +109,10 @@ def predictor_row_of(
     protocol = None
     if read is not None:
         protocol = protocol_of(
-            windows=read["windows"],
-            window_tokens=read["window_tokens"],
-            corpus=read.get("corpus"),
-            corpus_sha256=read.get("corpus_sha256"),
+            windows=read.windows,
+            window_tokens=read.window_tokens,
+            corpus=read.corpus,
+            corpus_sha256=read.corpus_sha256,
             sink=sink,
             seed=seed,
             metrics=settings.metrics,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attncoda.run.config import RunConfig
 from attncoda.run.plan import TRAIN, Plan
 from attncoda.store.runs import Unit
 
@@ -28,8 +29,8 @@ class Job:
         Every unit of the run and what each waits for.
     todo : list of Unit
         The units to compute, in plan order (the others are finished).
-    config : dict
-        The run config.
+    config : RunConfig
+        The run config, handed whole to each unit.
     root : Path
         The run folder.
     command : str
@@ -38,7 +39,7 @@ class Job:
 
     plan: Plan
     todo: list[Unit]
-    config: dict[str, Any]
+    config: RunConfig
     root: Path
     command: str
 

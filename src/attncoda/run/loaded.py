@@ -1,20 +1,18 @@
 """What a runner process keeps: its loaded models and their objects (and what identifies
-a loaded model by content, :func:`identity_of`), the options it loads and captures with,
-and what a caller lends it (live models, captures, a series of captures) instead of specs
-to load (docs/design.md, "Runs").
+a loaded model by content, :func:`identity_of`), and what a caller lends it (live models,
+captures, a series of captures) instead of specs to load (docs/design.md, "Runs").
 
 A process keeps one model's objects at a time (its load, its recorded rows, the tables of
 its units), so a process that runs several units of one model loads and captures it once;
-loading another model forgets the previous one's. Nothing of the results depends on what
-the process ran before: every cache key holds what determines its value.
+loading another model, or the same with other options, forgets the previous one's. Nothing
+of the results depends on what the process ran before: every cache key holds what
+determines its value, a model's objects ``(kind, spec, options_key(options), ...)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
@@ -24,7 +22,6 @@ from attncoda.run.captured import Captured
 __all__ = [
     "cache_keys",
     "cached",
-    "capture_options",
     "clear_cache",
     "forget",
     "identity_of",
@@ -34,16 +31,14 @@ __all__ = [
     "lent_capture",
     "lent_series",
     "loaded",
+    "options_key",
     "tokenizer_of",
-    "use_options",
 ]
 
 _CACHE: dict[tuple, Any] = {}
-#: Cache entries of one model (key[1] is its spec): dropped when another model loads.
+#: Cache entries of one model (key[1] its spec, key[2] the options it loads and captures
+#: with): dropped when another model, or the same with other options, loads.
 _PER_MODEL = ("load", "rows", "after", "identity")
-#: How this process loads and captures models: the run config's options (set by
-#: :func:`use_options`; changing how models load or capture forgets every cached model).
-_OPTIONS = CaptureOptions()
 #: What is lent to the runner by label (:func:`lend`): a live model's
 #: ``(model, tokenizer, info)``, or a :class:`Captured` handed in.
 _LENT: dict[str, Any] = {}
@@ -95,21 +90,10 @@ def lent_series(name: str) -> list[tuple[int, str]] | None:
     return _SERIES.get(name)
 
 
-def use_options(config: Mapping[str, Any], root: str | Path | None = None) -> None:
-    """Load and capture as the run config ``config`` says
-    (:meth:`CaptureOptions.from_config`: with a device map, weights it puts on the disk go to
-    the config's ``offload_folder``, else to ``<root>/offload``)."""
-    global _OPTIONS
-    options = CaptureOptions.from_config(config, root)
-    if replace(options, sink="first", seed=0) != replace(_OPTIONS, sink="first", seed=0):
-        _CACHE.clear()
-    _OPTIONS = options
-
-
-def capture_options(config: Mapping[str, Any]) -> CaptureOptions:
-    """How this process captures for the run of ``config``: its options, with its sink and
-    seed."""
-    return replace(_OPTIONS, sink=config["sink"], seed=config["seed"])
+def options_key(options: CaptureOptions) -> str:
+    """What of ``options`` a model's load and captures depend on, as a cache key: all but
+    the sink and seed (the key of a capture names them itself)."""
+    return repr({k: v for k, v in vars(options).items() if k not in ("sink", "seed")})
 
 
 def clear_cache() -> None:
@@ -134,7 +118,7 @@ def cached(key: tuple, make: Callable[[], Any]) -> Any:
     if key not in _CACHE:
         # A Ray worker may run units of hundreds of models: one model's objects at a time.
         if key[0] == "load":
-            for old in [k for k in _CACHE if k[0] in _PER_MODEL and k[1] != key[1]]:
+            for old in [k for k in _CACHE if k[0] in _PER_MODEL and k[1:3] != key[1:3]]:
                 del _CACHE[old]
         _CACHE[key] = make()
     return _CACHE[key]
@@ -145,9 +129,9 @@ def keep(key: tuple, value: Any) -> None:
     _CACHE[key] = value
 
 
-def _quiet_load(spec: str) -> tuple:
-    """:func:`attncoda.load_model` without transformers' per-load progress bar (a run prints
-    one line per unit instead)."""
+def _quiet_load(spec: str, options: CaptureOptions) -> tuple:
+    """:func:`attncoda.load_model` by ``options`` without transformers' per-load progress
+    bar (a run prints one line per unit instead)."""
     from transformers.utils import logging as hf_logging
 
     from attncoda.models.load import load_model
@@ -155,31 +139,36 @@ def _quiet_load(spec: str) -> tuple:
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        return load_model(spec, dtype=_OPTIONS.dtype, **_OPTIONS.placement())
+        return load_model(spec, dtype=options.dtype, **options.placement())
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
 
 
-def loaded(spec: str) -> tuple:
-    """``(model, tokenizer, info)`` of ``spec``, loaded once per process (a lent live
-    model's as it was lent)."""
+def loaded(spec: str, options: CaptureOptions) -> tuple:
+    """``(model, tokenizer, info)`` of ``spec`` loaded by ``options``, once per process (a
+    lent live model's as it was lent)."""
     if spec in _LENT:
         if isinstance(_LENT[spec], Captured):
             raise AttncodaError(
                 f"{spec!r} is a capture handed in, which holds no model: pass a model spec"
             )
         return _LENT[spec]
-    return cached(("load", spec), lambda: _quiet_load(spec))
+    return cached(("load", spec, options_key(options)), lambda: _quiet_load(spec, options))
 
 
-def tokenizer_of(spec: str) -> Any:
+def tokenizer_of(spec: str, options: CaptureOptions) -> Any:
     """The tokenizer of ``spec``: from its cached load, else from a load kept apart (the
     series' first checkpoint cuts the windows of every checkpoint)."""
     if spec in _LENT:
-        return loaded(spec)[1]
-    key = ("load", spec)
-    found = _CACHE[key] if key in _CACHE else cached(("tokenizer", spec), lambda: _quiet_load(spec))
+        return loaded(spec, options)[1]
+    how = options_key(options)
+    key = ("load", spec, how)
+    found = (
+        _CACHE[key]
+        if key in _CACHE
+        else cached(("tokenizer", spec, how), lambda: _quiet_load(spec, options))
+    )
     return found[1]
 
 

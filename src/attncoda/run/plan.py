@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import experiment
+from attncoda.models.series import SeriesPoint
 from attncoda.models.spec import parse_spec
+from attncoda.run.config import RunConfig
+from attncoda.run.series import RUN_PREFIX
 from attncoda.store.runs import NO_REVISION, Unit
 
 __all__ = [
@@ -50,8 +52,6 @@ TRAIN_TABLES = ("train", "train_heads")
 #: Experiments a run also applies to the first and last checkpoint of its series: the
 #: frozen predictor before and after a sink grows.
 SERIES_ENDS = ("predictor",)
-#: A series point's spec under the run folder (a checkpoint the run trains).
-RUN_PREFIX = "run:"
 
 
 def unit_cost(unit: Unit) -> float:
@@ -85,10 +85,10 @@ class Plan:
         return {u for deps in self.after.values() for u in deps}
 
 
-def model_revision(spec: str, config: Mapping[str, Any]) -> tuple[str, str]:
+def model_revision(spec: str, config: RunConfig) -> tuple[str, str]:
     """The ``(model, revision)`` of a unit of model ``spec`` (a given attention file is named
     by its file name and has no revision)."""
-    if config.get("attentions"):
+    if config.attentions is not None:
         return spec, NO_REVISION
     parsed = parse_spec(spec)
     return parsed.name, parsed.label
@@ -99,67 +99,65 @@ def resolve(root: str | Path, spec: str) -> str:
     return str(Path(root) / spec[len(RUN_PREFIX) :]) if spec.startswith(RUN_PREFIX) else spec
 
 
-def _points(config: Mapping[str, Any], model: str) -> list[tuple[int, str, str]]:
-    """``(step, label, spec)`` of the checkpoints named ``model``: the series' points, or
-    the last checkpoint of a run of the series config's ``unseen``."""
-    series = config.get("series") or {}
-    if not series:
+def _points(config: RunConfig, model: str) -> list[SeriesPoint]:
+    """The checkpoints named ``model`` (specs as recorded): the series' points, or the last
+    checkpoint of a run of the series' ``unseen``."""
+    series = config.series
+    if series is None:
         return []
-    if model == series["name"]:
-        return [(int(s), str(label), str(spec)) for s, label, spec in series["points"]]
+    if model == series.name:
+        return list(series.points)
     return [
-        (int(step), f"step{step}", str(spec))
-        for name, step, spec, _ in series.get("unseen", [])
-        if name == model
+        SeriesPoint(run.step, f"step{run.step}", run.spec)
+        for run in series.unseen or ()
+        if run.name == model
     ]
 
 
 def series_point(
-    config: Mapping[str, Any], root: str | Path, label: str, model: str | None = None
-) -> Any:
-    """The :class:`attncoda.models.series.SeriesPoint` of checkpoint ``label`` of the run's
-    series (or of the unseen run ``model``), its spec resolved under ``root``."""
-    from attncoda.models.series import SeriesPoint
-
-    series = config.get("series") or {}
-    for step, name, spec in _points(config, model or series.get("name", "")):
-        if name == label:
-            return SeriesPoint(step=step, label=name, spec=resolve(root, spec))
+    config: RunConfig, root: str | Path, label: str, model: str | None = None
+) -> SeriesPoint:
+    """The checkpoint ``label`` of the run's series (or of the unseen run ``model``), its
+    spec resolved under ``root``."""
+    name = config.series.name if config.series is not None else ""
+    for point in _points(config, model or name):
+        if point.label == label:
+            return replace(point, spec=resolve(root, point.spec))
     raise AttncodaError(f"the run's series has no checkpoint {label!r}")
 
 
-def reads_series(unit: Unit, config: Mapping[str, Any]) -> bool:
+def reads_series(unit: Unit, config: RunConfig) -> bool:
     """Whether ``unit`` reads a checkpoint of the run's series (or of an unseen run)."""
     return unit.revision != NO_REVISION and bool(_points(config, unit.model))
 
 
-def _reads_trained(unit: Unit, config: Mapping[str, Any]) -> bool:
+def _reads_trained(unit: Unit, config: RunConfig) -> bool:
     if not reads_series(unit, config):
         return False
-    specs = {label: spec for _, label, spec in _points(config, unit.model)}
+    specs = {p.label: p.spec for p in _points(config, unit.model)}
     return specs.get(unit.revision, "").startswith(RUN_PREFIX)
 
 
-def plan(config: Mapping[str, Any]) -> Plan:
+def plan(config: RunConfig) -> Plan:
     """Every unit of the run of ``config``, and what each waits for."""
-    names = config["experiments"]
+    names = config.experiments
     per_checkpoint = [e for e in names if "checkpoint" in experiment(e).needs]
     per_model = [e for e in names if e not in per_checkpoint]
     units: list[Unit] = []
-    for spec in config["models"]:
+    for spec in config.models:
         model, revision = model_revision(spec, config)
         units += [Unit(e, model, revision) for e in per_model]
-    series = config.get("series")
-    if series:
-        labels = [label for _, label, _ in series["points"]]
-        if series["spec"] is None:
-            units.append(Unit(TRAIN, series["name"], NO_REVISION))
+    series = config.series
+    if series is not None:
+        labels = [p.label for p in series.points]
+        if series.spec is None:
+            units.append(Unit(TRAIN, series.name, NO_REVISION))
         for name in per_checkpoint:
-            units += [Unit(name, series["name"], label) for label in labels]
+            units += [Unit(name, series.name, label) for label in labels]
         ends = {labels[0], labels[-1]}
         for name in (e for e in SERIES_ENDS if e in per_model):
-            units += [Unit(name, series["name"], label) for label in labels if label in ends]
-            units += [Unit(name, m, f"step{step}") for m, step, _, _ in series.get("unseen", [])]
+            units += [Unit(name, series.name, label) for label in labels if label in ends]
+            units += [Unit(name, run.name, f"step{run.step}") for run in series.unseen or ()]
     # A model named twice (in the models, as a series point, among the unseen runs) is one
     # unit per experiment, where it is first named.
     units = list(dict.fromkeys(units))

@@ -8,7 +8,6 @@ what a caller lends it live in :mod:`attncoda.run.loaded`.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -16,39 +15,36 @@ from pathlib import Path
 from typing import Any
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Experiment, Inputs, Tables, experiment
+from attncoda.capture.options import CaptureOptions
+from attncoda.experiments.contract import Experiment, Inputs, Reading, Tables, experiment
 from attncoda.models.spec import join_spec
-from attncoda.run.config import settings_of
+from attncoda.run.config import Rows, RunConfig
 from attncoda.run.loaded import (
     cached,
-    capture_options,
     keep,
     lent_capture,
     loaded,
+    options_key,
     tokenizer_of,
 )
 from attncoda.run.plan import reads_series, series_point
+from attncoda.run.stored import read_unit
 from attncoda.store.runs import RunStore, Unit
 
 __all__ = [
-    "ARRAYS",
     "Provided",
     "Source",
     "model_info",
     "provide",
-    "read_unit",
     "remember",
     "source",
     "with_family",
-    "write_arrays",
 ]
 
-#: Where a unit's :attr:`Tables.arrays` are kept, beside its tables (one ``.npz``).
-ARRAYS = "arrays.npz"
 
 @dataclass(frozen=True)
 class Source:
-    """What one unit reads.
+    """What one unit reads, and how.
 
     Attributes
     ----------
@@ -56,6 +52,9 @@ class Source:
         What :func:`attncoda.load_model` loads (a series checkpoint: its folder or hub
         revision), the path of a given attention file, or the label of a capture lent to
         the runner (:func:`attncoda.run.loaded.lend`).
+    options : CaptureOptions
+        How its model loads and captures: the run's options in its folder
+        (:meth:`RunConfig.options_at <attncoda.run.config.RunConfig.options_at>`).
     given : bool
         Whether ``spec`` is attention handed in, a file or a lent capture (no model is
         loaded).
@@ -64,28 +63,40 @@ class Source:
     """
 
     spec: str
+    options: CaptureOptions
     given: bool = False
     point: Any = None
 
+    def loaded(self) -> tuple:
+        """``(model, tokenizer, info)`` of :attr:`spec`, loaded by :attr:`options` once per
+        process (:func:`attncoda.run.loaded.loaded`)."""
+        return loaded(self.spec, self.options)
 
-def source(unit: Unit, config: Mapping[str, Any], root: str | Path) -> Source:
+    @property
+    def how(self) -> str:
+        """The cache key of :attr:`options` (:func:`attncoda.run.loaded.options_key`)."""
+        return options_key(self.options)
+
+
+def source(unit: Unit, config: RunConfig, root: str | Path) -> Source:
     """What ``unit`` of the run of ``config`` in folder ``root`` reads."""
+    options = config.options_at(root)
     if reads_series(unit, config):
         point = series_point(config, root, unit.revision, unit.model)
-        return Source(spec=point.spec, given=lent_capture(point.spec) is not None, point=point)
-    given = config.get("attentions")
-    if given:
-        by_name = {Path(f).name: f for f in given["files"]}
-        return Source(spec=by_name[unit.model], given=True)
+        given = lent_capture(point.spec) is not None
+        return Source(spec=point.spec, options=options, given=given, point=point)
+    if config.attentions is not None:
+        by_name = {Path(f).name: f for f in config.attentions.files}
+        return Source(spec=by_name[unit.model], options=options, given=True)
     spec = join_spec(unit.model, unit.revision)
-    return Source(spec=spec, given=lent_capture(spec) is not None)
+    return Source(spec=spec, options=options, given=lent_capture(spec) is not None)
 
 
 def _key(*parts: Any) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
-def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
+def _given(src: Source, config: RunConfig, record_rows: str) -> Any:
     """The :class:`Captured` of attention handed in: a capture lent to the runner as it is,
     or an attention file's."""
     from attncoda.run.captured import capture_file
@@ -93,26 +104,27 @@ def _given(src: Source, config: Mapping[str, Any], record_rows: str) -> Any:
     handed = lent_capture(src.spec)
     if handed is not None:
         return handed
-    given = config["attentions"]
+    given = config.attentions
+    assert given is not None  # a source is given only when lent or a file of the run
     return capture_file(
         src.spec,
-        tokens=given.get("tokens"),
-        kind=given.get("kind"),
-        sink=config["sink"],
+        tokens=given.tokens,
+        kind=given.kind,
+        sink=src.options.sink,
         record_rows=record_rows,
-        seed=config["seed"],
+        seed=src.options.seed,
     )
 
 
 def _rows(
-    src: Source, name: str, config: Mapping[str, Any], at: Mapping[str, int] | None = None
+    src: Source, name: str, config: RunConfig, at: Mapping[str, int] | None = None
 ) -> tuple[Any, dict[str, Any]]:
     """The recorded rows of every head (labelled ``name``) and what they were read from:
     the run's windows, or ``at`` (``{"docs", "max_tokens"}``: an experiment's own,
     :attr:`Experiment.rows_at`)."""
     from attncoda.run.captured import head_rows
 
-    rows = settings_of(config, "rows")
+    rows = config.rows or Rows()
     if at is not None:
         rows = replace(rows, docs=int(at["docs"]), max_tokens=int(at["max_tokens"]))
 
@@ -128,8 +140,8 @@ def _rows(
         # Tables name the model as the run does (a series checkpoint by its series name).
         return replace(found, model=name), read
 
-    key = ("rows", src.spec, _key(name, rows, config["corpus"], config["sink"], config["seed"]))
-    return cached(key, make)
+    sink, seed = src.options.sink, src.options.seed
+    return cached(("rows", src.spec, src.how, _key(name, rows, config.corpus, sink, seed)), make)
 
 
 def _identity(src: Source) -> dict[str, Any]:
@@ -137,28 +149,28 @@ def _identity(src: Source) -> dict[str, Any]:
     once per model and process (:func:`attncoda.run.loaded.identity_of`)."""
     from attncoda.run.loaded import identity_of
 
-    return cached(("identity", src.spec), lambda: identity_of(loaded(src.spec)))
+    return cached(("identity", src.spec, src.how), lambda: identity_of(src.loaded()))
 
 
 def _rows_read(
-    src: Source, config: Mapping[str, Any], at: Mapping[str, int] | None, facts: Mapping
-) -> dict[str, Any] | None:
-    """What :attr:`Inputs.read` says of rows read with the windows ``at`` (``None``: the
-    run's): the windows read, their length as read (a Bigram-Backcopy checkpoint's task
-    sequences are shorter than the windows asked for), the corpus by name and sha256, and
-    whether they are the run's own rows; ``None`` for attention handed in."""
+    src: Source, config: RunConfig, at: Mapping[str, int] | None, facts: Mapping
+) -> tuple[Reading | None, bool]:
+    """What :attr:`Inputs.read` and :attr:`Inputs.shared_rows` say of rows read with the
+    windows ``at`` (``None``: the run's; ``facts``: what :func:`_rows` records): the windows
+    read, their length as read (a Bigram-Backcopy checkpoint's task sequences are shorter
+    than the windows asked for) and the corpus by name and sha256, ``None`` for attention
+    handed in; and whether they are the run's own rows."""
     if src.given:
-        return None
-    rows = settings_of(config, "rows")
-    tokens = rows.max_tokens if at is None else int(at["max_tokens"])
-    shared = at is None or (int(at["docs"]), tokens) == (rows.docs, rows.max_tokens)
-    return {
-        "windows": facts.get("windows"),
-        "window_tokens": facts.get("max_tokens", tokens),
-        "corpus": facts.get("corpus"),
-        "corpus_sha256": facts.get("corpus_sha256"),
-        "shared": shared,
-    }
+        return None, True
+    rows = config.rows or Rows()
+    shared = at is None or (int(at["docs"]), int(at["max_tokens"])) == (rows.docs, rows.max_tokens)
+    read = Reading(
+        corpus=facts["corpus"],
+        corpus_sha256=facts["corpus_sha256"],
+        windows=facts["windows"],
+        window_tokens=facts["max_tokens"],
+    )
+    return read, shared
 
 
 def _read_from(captured: Any) -> dict[str, Any]:
@@ -170,7 +182,7 @@ def _read_from(captured: Any) -> dict[str, Any]:
     return {"windows": corpus["windows"], "max_tokens": corpus["max_tokens"], **forward}
 
 
-def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any, dict]:
+def _capture(src: Source, config: RunConfig, settings: Any) -> tuple[Any, dict]:
     """Statistics of every row (no full rows recorded) of ``settings.docs`` windows of
     ``settings.max_tokens`` tokens."""
     captured = _captured(
@@ -180,7 +192,7 @@ def _capture(src: Source, config: Mapping[str, Any], settings: Any) -> tuple[Any
 
 
 def _capture_windows(
-    exp: Experiment, src: Source, config: Mapping[str, Any], settings: Any, windows: list
+    exp: Experiment, src: Source, settings: Any, windows: list
 ) -> tuple[Any, dict]:
     """The capture of the windows ``exp.captures`` picks of the unit's ``windows``, made with
     the run's options by the unit's model (statistics only, no full rows), and what its
@@ -193,13 +205,13 @@ def _capture_windows(
             "capture: give its Experiment a captures function"
         )
     chosen = list(exp.captures(windows, settings))
-    cap = capture_ids(loaded(src.spec), chosen, capture_options(config), record_rows="none")
+    cap = capture_ids(src.loaded(), chosen, src.options, record_rows="none")
     facts = {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
     return cap, facts | cap.forward_facts()
 
 
 def _captured(
-    src: Source, config: Mapping[str, Any], *, docs: int, max_tokens: int, record_rows: str
+    src: Source, config: RunConfig, *, docs: int, max_tokens: int, record_rows: str
 ) -> Any:
     """The capture of a unit's source: its given attention file, or ``docs`` windows of
     ``max_tokens`` tokens of the run's corpus, with ``record_rows`` full rows per document."""
@@ -209,34 +221,36 @@ def _captured(
         return _given(src, config, record_rows)
     return capture_corpus(
         src.spec,
-        text=config["corpus"]["text"],
-        options=capture_options(config),
+        text=config.corpus.text,
+        options=src.options,
         max_tokens=max_tokens,
         docs=docs,
-        loaded=loaded(src.spec),
+        loaded=src.loaded(),
         record_rows=record_rows,
     )
 
 
 def _windows(
-    exp: Experiment, src: Source, config: Mapping[str, Any], root: str | Path, settings: Any
+    exp: Experiment, src: Source, config: RunConfig, root: str | Path, settings: Any
 ) -> list:
     """Token windows of the corpus, ``settings.docs`` of ``settings.max_tokens`` tokens: cut by
     the unit's own tokenizer, or for a checkpoint by the series' first checkpoint's (every
     checkpoint reads the same token ids)."""
     from attncoda.run.captured import corpus_windows
 
-    text = config["corpus"]["text"]
+    text = config.corpus.text
     if "checkpoint" not in exp.needs:
         windows, _ = corpus_windows(
-            loaded(src.spec)[1], text=text, max_tokens=settings.max_tokens, docs=settings.docs
+            src.loaded()[1], text=text, max_tokens=settings.max_tokens, docs=settings.docs
         )
         return windows
-    first = series_point(config, root, config["series"]["points"][0][1])
+    assert config.series is not None  # a checkpoint is read from the run's series
+    first = series_point(config, root, config.series.points[0].label)
 
     def make() -> list:
+        tokenizer = tokenizer_of(first.spec, src.options)
         windows, _ = corpus_windows(
-            tokenizer_of(first.spec), text=text, max_tokens=settings.max_tokens, docs=settings.docs
+            tokenizer, text=text, max_tokens=settings.max_tokens, docs=settings.docs
         )
         return [w.input_ids for w in windows]
 
@@ -265,15 +279,15 @@ class Provided:
     facts: dict[str, Any]
 
 
-def model_info(src: Source, config: Mapping[str, Any]) -> tuple[Any, str]:
+def model_info(src: Source, config: RunConfig) -> tuple[Any, str]:
     """The facts of the model a unit reads, and the device its tensors live on (input ids
     go there; a model placed by a device map moves them on itself)."""
     from attncoda.capture.options import resolve_device
     from attncoda.models.placement import input_device
 
     if src.given:
-        return _given(src, config, "none").info, resolve_device(config.get("device", "cpu"))
-    model, _, info = loaded(src.spec)
+        return _given(src, config, "none").info, resolve_device(src.options.device)
+    model, _, info = src.loaded()
     return info, input_device(model).type
 
 
@@ -281,7 +295,7 @@ def provide(
     exp: Experiment,
     unit: Unit,
     settings: Any,
-    config: Mapping[str, Any],
+    config: RunConfig,
     store: RunStore,
     *,
     info: tuple[Any, str] | None = None,
@@ -299,19 +313,19 @@ def provide(
         if need == "rows":
             at = None if exp.rows_at is None else exp.rows_at(settings)
             values["rows"], facts["read"] = _rows(src, unit.model, config, at)
-            values["read"] = _rows_read(src, config, at, facts["read"])
+            values["read"], values["shared_rows"] = _rows_read(src, config, at, facts["read"])
             if exp.identifies and not src.given:  # hashed only for an experiment that needs it
                 values["rows"] = replace(values["rows"], identity=_identity(src))
         elif need == "capture" and "windows" in needs:  # of the unit's own windows
             if "windows" not in values:
                 values["windows"] = _windows(exp, src, config, root, settings)
             values["capture"], facts["captured"] = _capture_windows(
-                exp, src, config, settings, values["windows"]
+                exp, src, settings, values["windows"]
             )
         elif need == "capture":
             values["capture"], facts["read"] = _capture(src, config, settings)
         elif need == "model":
-            values["loaded"] = loaded(src.spec)
+            values["loaded"] = src.loaded()
         elif need == "windows" and "windows" not in values:
             values["windows"] = _windows(exp, src, config, root, settings)
         elif need == "checkpoint":
@@ -322,8 +336,8 @@ def provide(
     inputs = Inputs(
         model=unit.model,
         revision=unit.revision,
-        seed=int(config["seed"]),
-        sink=str(config["sink"]),
+        seed=config.options.seed,
+        sink=config.options.sink,
         device=device,
         **values,
     )
@@ -341,18 +355,18 @@ def with_family(tables: Tables, family: str) -> Tables:
     return Tables(frames=frames, summary=tables.summary, arrays=tables.arrays)
 
 
-def _after_key(name: str, unit: Unit, src: Source, config: Mapping[str, Any]) -> tuple:
-    return ("after", src.spec, _key(name, unit.model, unit.revision, config))
+def _after_key(name: str, unit: Unit, src: Source, config: RunConfig) -> tuple:
+    return ("after", src.spec, src.how, _key(name, unit.model, unit.revision, config.to_json()))
 
 
-def remember(unit: Unit, config: Mapping[str, Any], root: str | Path, tables: Tables) -> None:
+def remember(unit: Unit, config: RunConfig, root: str | Path, tables: Tables) -> None:
     """Keep the tables ``unit`` stored, for the units of this process that run after it."""
     src = source(unit, config, root)
     keep(_after_key(unit.experiment, unit, src, config), tables)
 
 
 def _after(
-    name: str, unit: Unit, src: Source, config: Mapping[str, Any], store: RunStore, family: str
+    name: str, unit: Unit, src: Source, config: RunConfig, store: RunStore, family: str
 ) -> Tables:
     """The tables of experiment ``name`` on the unit's model and revision: kept by this
     process, else read back from the finished unit, else computed here (a unit the plan
@@ -363,37 +377,8 @@ def _after(
         if store.is_done(prior):
             return read_unit(store, prior)
         exp = experiment(name)
-        settings = settings_of(config, name)
+        settings = config.settings[name]
         provided = provide(exp, prior, settings, config, store)
         return with_family(exp.run(provided.inputs, settings), family)
 
     return cached(_after_key(name, prior, src, config), make)
-
-
-def read_unit(store: RunStore, unit: Unit) -> Tables:
-    """The :class:`Tables` a finished unit stored: its partitions (with the run's key
-    columns), the summary in its facts and its arrays."""
-    import numpy as np
-
-    from attncoda.store import read_json
-    from attncoda.store.runs import DONE
-
-    done = read_json(store.unit_dir(unit) / DONE)
-    frames = {name: store.partition(unit, name) for name in done.get("tables", [])}
-    path = store.unit_dir(unit) / ARRAYS
-    arrays: dict[str, Any] = {}
-    if path.is_file():
-        with np.load(io.BytesIO(path.read_bytes())) as data:
-            arrays = {key: data[key] for key in data.files}
-    return Tables(frames=frames, summary=done.get("facts", {}).get("summary", {}), arrays=arrays)
-
-
-def write_arrays(arrays: Mapping[str, Any], folder: Path) -> None:
-    """Keep ``arrays`` in ``folder`` (one ``.npz``, written atomically)."""
-    import numpy as np
-
-    from attncoda.store import atomic_write_bytes
-
-    buffer = io.BytesIO()
-    np.savez(buffer, **dict(arrays))
-    atomic_write_bytes(folder / ARRAYS, buffer.getvalue())

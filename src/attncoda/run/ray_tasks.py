@@ -25,6 +25,7 @@ from attncoda.run.plan import unit_cost
 from attncoda.store.runs import Unit
 
 if TYPE_CHECKING:
+    from attncoda.run.config import RunConfig
     from attncoda.run.job import Job, Progress
 
 __all__ = ["TASK_CPUS", "connect", "run_on_ray", "task_gpus"]
@@ -34,7 +35,7 @@ TASK_CPUS = 1
 
 
 def _unit_task(
-    unit: Unit, config: dict[str, Any], root: str, command: str, *after: Any
+    unit: Unit, config: RunConfig, root: str, command: str, *after: Any
 ) -> dict[str, Any]:
     """Body of one Ray task: compute ``unit`` into the run folder ``root``.
 
@@ -110,12 +111,13 @@ def _check_reachable(address: str | None) -> None:
         ) from exc
 
 
-def task_gpus(config: dict[str, Any], resources: dict[str, float]) -> int:
+def task_gpus(config: RunConfig, resources: dict[str, float]) -> int:
     """GPUs each Ray task asks for: one when the cluster has GPUs and the run's device is
     ``cuda`` or ``auto`` (the task then loads its model on the GPU Ray gives it), or a device
     map places its models (the map then spreads each over that GPU, the CPU and the disk),
     else 0."""
-    wants = config.get("device", "cpu") in ("cuda", "auto") or bool(config.get("device_map"))
+    options = config.options
+    wants = options.device in ("cuda", "auto") or bool(options.device_map)
     return 1 if wants and resources.get("GPU", 0) >= 1 else 0
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import EXPERIMENTS
+from attncoda.run.config import RunConfig
 from attncoda.run.execute import RUN, finalise, open_run, writing
 from attncoda.run.executors import Executor, InProcess, Job, Progress
 from attncoda.run.plan import Plan
@@ -67,7 +68,7 @@ class ReproduceResult:
 
 
 def execute_run(
-    config: dict[str, Any],
+    config: RunConfig,
     store: RunStore,
     run: Plan,
     todo: list[Unit],
@@ -105,7 +106,7 @@ def execute_run(
         )
         if nothing_ran_raises:
             nothing_ran(result)
-        finalise(store, run, failed)
+        finalise(config, store, run, failed)
     return result
 
 

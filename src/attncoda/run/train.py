@@ -2,8 +2,8 @@
 
 A run reads the shipped Bigram-Backcopy checkpoints by default (:mod:`attncoda.models.shipped`).
 With the ``train`` setting ``retrain`` (``reproduce --retrain``) it trains its series into
-``DIR/series/train-tiny`` instead (its settings: ``config["train"]``,
-:class:`attncoda.run.config.TrainSeries`). The unit's tables are the curves of the series:
+``DIR/series/train-tiny`` instead (its settings: the run config's ``train``,
+:class:`attncoda.run.series.TrainSeries`). The unit's tables are the curves of the series:
 ``train`` (loss and first-token attention per layer and checkpoint) and, on Bigram-Backcopy,
 ``train_heads`` (attention on the BOS at trigger and non-trigger queries, per head).
 
@@ -18,65 +18,42 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from attncoda.models.shipped import UNSEEN
+from attncoda.run.config import RunConfig
+from attncoda.run.series import SERIES_FOLDER, UNSEEN_FOLDER
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SERIES_FOLDER", "UNSEEN_FOLDER", "retrain_table", "train_unit", "unseen_points"]
-
-#: Where a run trains its default series, under the run folder.
-SERIES_FOLDER = Path("series") / "train-tiny"
-#: Where a run trains the unseen runs, under the run folder.
-UNSEEN_FOLDER = Path("series") / "unseen"
+__all__ = ["retrain_table", "train_unit"]
 
 
-def unseen_points(steps: int | None) -> list[list[Any]]:
-    """The run config's entries of the unseen runs: ``[name, last step, spec, TrainConfig
-    fields]`` each.
-
-    Parameters
-    ----------
-    steps : int or None
-        None: the shipped checkpoints (spec ``name@stepN``). Otherwise the steps of a series
-        the run trains: each unseen run is trained under the run folder (spec ``run:...``)
-        for at most that many steps, so a short run stays short.
-    """
-    points = []
-    for name, fields in UNSEEN.items():
-        if steps is None:
-            recipe = dict(fields)
-            spec = f"{name}@step{recipe['steps']}"
-        else:
-            recipe = {**fields, "steps": min(fields["steps"], steps)}
-            spec = f"run:{(UNSEEN_FOLDER / name).as_posix()}/step{recipe['steps']}"
-        points.append([name, recipe["steps"], spec, recipe])
-    return points
-
-
-def train_unit(config: Mapping[str, Any], root: str | Path) -> dict[str, pd.DataFrame]:
+def train_unit(config: RunConfig, root: str | Path) -> dict[str, pd.DataFrame]:
     """Train (or find trained) the run's series under ``root``; its tables by name."""
     import pandas as pd
 
     from attncoda.training.train import TrainConfig, train_tiny
 
-    train = config["train"]
+    train, series = config.train, config.series
+    assert train is not None and series is not None  # planned for a series the run trains
     train_config = TrainConfig(
-        task=train["task"],
-        steps=train["steps"],
-        seed=config["seed"],
-        size=train["size"],
-        window=train["window"],
-        batch_size=train["batch_size"],
-        lr=train["lr"],
-        corpus=config["corpus"]["text"],
+        task=train.task,
+        steps=train.steps,
+        seed=config.options.seed,
+        size=train.size,
+        window=train.window,
+        batch_size=train.batch_size,
+        lr=train.lr,
+        corpus=config.corpus.text,
     )
     result = train_tiny(Path(root) / SERIES_FOLDER, train_config, threads=1, progress=False)
-    for name, _, _, fields in (config.get("series") or {}).get("unseen", []):
+    for run in series.unseen or ():
         train_tiny(
-            Path(root) / UNSEEN_FOLDER / name, TrainConfig(**fields), threads=1, progress=False
+            Path(root) / UNSEEN_FOLDER / run.name,
+            TrainConfig(**run.recipe),
+            threads=1,
+            progress=False,
         )
     rows = []
     for step, tr, va, att in zip(
@@ -135,7 +112,7 @@ def retrain_table(tables: Mapping[str, pd.DataFrame | None]) -> pd.DataFrame:
     """
     import pandas as pd
 
-    from attncoda.models.shipped import SERIES, manifest
+    from attncoda.models.shipped import SERIES, UNSEEN, manifest
 
     measured = manifest().get("measured", {})
     rows = []

@@ -408,7 +408,8 @@ def test_the_run_config_records_the_kernel_that_runs(monkeypatch):
     from attncoda.run.config import run_config
 
     def config(**kwargs):
-        return run_config(["smollm2"], experiments=["profile"], options=CaptureOptions(**kwargs))
+        options = CaptureOptions(**kwargs)
+        return run_config(["smollm2"], experiments=["profile"], options=options).to_json()
 
     assert config(method="fast", kernel="triton")["kernel"] == "triton"  # interpreted
     # auto on the CPU: cpp where it can be built (every machine of the suite), else sdpa

@@ -30,6 +30,7 @@ from attncoda.experiments.contract import (  # noqa: E402
     RUN_COLUMNS,
     Experiment,
     Inputs,
+    Reading,
     Tables,
     experiment,
     head_rows,  # noqa: E402
@@ -309,13 +310,7 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
     result = flips(rows, n_boot=10, tol=1e-6)
     # The rows record what they read (a predictor is frozen only with its protocol): here,
     # as the runner below says they read it (``read``: 4 windows of 16 tokens of a corpus).
-    read = {
-        "windows": 4,
-        "window_tokens": 16,
-        "corpus": "embedded",
-        "corpus_sha256": "c" * 64,
-        "shared": True,
-    }
+    read = Reading(corpus="embedded", corpus_sha256="c" * 64, windows=4, window_tokens=16)
     protocol = protocol_of(
         windows=4,
         window_tokens=16,
@@ -420,15 +415,8 @@ def test_predictor_run_with_the_shipped_predictor_abstains_outside_its_range(
     # Rows read as the shipped predictor's protocol reads them (its own windows, not the
     # run's), so that the verdict is the range's, not "off protocol".
     shipped = Predictor.from_json(shipped_predictor()).protocol
-    text = shipped.readings[0]
-    read = {
-        "windows": text.windows,
-        "window_tokens": text.window_tokens,
-        "corpus": text.corpus,
-        "corpus_sha256": text.corpus_sha256,
-        "shared": False,
-    }
-    frame = e.run(Inputs(model="tiny", rows=rows, read=read), e.settings())
+    read = shipped.readings[0]
+    frame = e.run(Inputs(model="tiny", rows=rows, read=read, shared_rows=False), e.settings())
     frame = frame.frames["predictor"]
     got = frame.iloc[0]
     assert bool(got["on_protocol"]) and bool(got["abstained"]) and got["verdict"] == "abstained"

@@ -6,7 +6,8 @@ Public names: the declaration (:class:`Experiment`, :func:`experiment`, :data:`R
 (:class:`Inputs`, :class:`Tables`), how it is shown and run (:class:`View`,
 :class:`Headline`, :class:`Command`, :class:`Tool`, :data:`SOURCES`), settings (:func:`setting`,
 :func:`check_settings`, :func:`settings_from`, :func:`settings_dict`), the recorded rows an
-experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`), the windows a
+experiment reads (:class:`HeadRows`, :class:`DocRows`, :func:`head_rows`) and what they
+read (:class:`Reading`), the windows a
 capture read (:func:`captured_ids`, :func:`check_captured`), the shared verdict helpers
 (:data:`CONVENTIONS`, :data:`FLIP_METRICS`, :func:`flip_rate`, :func:`flip_rate_interval`),
 what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
@@ -19,8 +20,8 @@ are compared (:class:`Same`, :class:`Rounding`, :class:`Stated`, :class:`Bound`,
 
 Modules: ``_experiment`` (the declaration, inputs and tables), ``_command`` (views,
 commands and tools), ``_settings`` (setting fields and their checks), ``_inputs`` (recorded
-rows), ``_verdicts`` (metrics, tolerances and flip rates), ``_held`` (the rules of a
-comparison of two runs), ``_frames`` (two frames of a table compared by them),
+rows and what they read), ``_verdicts`` (metrics, tolerances and flip rates), ``_held`` (the
+rules of a comparison of two runs), ``_frames`` (two frames of a table compared by them),
 ``_intervals`` (the fewest observations of a bootstrap, method names, notes), ``_rounding``
 (rounding bounds, nulls and threshold edges). They may import :mod:`attncoda.coda` and
 each other; no experiment, nothing above.
@@ -57,6 +58,7 @@ from attncoda.experiments.contract._held import (
 from attncoda.experiments.contract._inputs import (
     DocRows,
     HeadRows,
+    Reading,
     captured_ids,
     check_captured,
     head_rows,
@@ -128,6 +130,7 @@ __all__ = [
     "RENAMED",
     "REGISTRY",
     "RUN_COLUMNS",
+    "Reading",
     "SOURCES",
     "Tables",
     "Tool",

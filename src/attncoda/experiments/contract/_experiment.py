@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract._command import Command, View
 from attncoda.experiments.contract._held import Held
+from attncoda.experiments.contract._inputs import Reading
 from attncoda.experiments.contract._settings import check_settings
 
 if TYPE_CHECKING:
@@ -140,12 +141,12 @@ class Inputs:
         See :data:`NEEDS`.
     after : dict of str to Tables
         The tables of the experiments named in ``after``, same model and revision.
-    read : mapping or None
-        What ``rows`` were read from, when the runner read them from a model: ``windows``
-        (read), ``window_tokens`` (asked), ``corpus`` (``None``: the embedded one) and
-        ``shared`` (whether they are the run's rows, which the ``after`` experiments read
-        too, or the experiment's own, :attr:`Experiment.rows_at`). ``None`` for attention
-        handed in.
+    read : Reading or None
+        What ``rows`` were read from, when the runner read them from a model: the windows
+        of a corpus. ``None`` for attention handed in.
+    shared_rows : bool
+        Whether ``rows`` are the run's rows, which the ``after`` experiments read too, or
+        the experiment's own (:attr:`Experiment.rows_at`).
     """
 
     model: str
@@ -159,7 +160,8 @@ class Inputs:
     windows: Sequence[Any] | None = None
     checkpoint: Any = None
     after: Mapping[str, Tables] = field(default_factory=dict)
-    read: Mapping[str, Any] | None = None
+    read: Reading | None = None
+    shared_rows: bool = True
 
     def need(self, name: str) -> Any:
         """The input ``name`` (a name of :data:`NEEDS`: ``"model"`` is the ``loaded``

@@ -1,7 +1,9 @@
-"""What the experiments consume: recorded attention rows of every head, per document."""
+"""What the experiments consume: recorded attention rows of every head, per document, and
+what they were read from."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +82,45 @@ class HeadRows:
     def layer_of(self) -> np.ndarray:
         """Layer of each flattened head, shape (head,)."""
         return np.arange(self.n_layers * self.n_heads) // self.n_heads
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What recorded rows read: the windows of one corpus.
+
+    Attributes
+    ----------
+    corpus : str
+        ``"embedded"`` (the corpus shipped with attncoda), a text file's path as given, or
+        ``"bigram-backcopy"`` (a checkpoint's task sequences).
+    corpus_sha256 : str
+        The sha256 of the corpus (:func:`attncoda.data.corpus.corpus_hash`) or of the task's
+        definition (:func:`attncoda.run.captured.task_sha256`): rows match by it, not by the
+        name.
+    windows : int
+        Windows (or task sequences) read per model.
+    window_tokens : int
+        Tokens per window as read (a task sequence's length when shorter than asked).
+    """
+
+    corpus: str
+    corpus_sha256: str
+    windows: int
+    window_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The reading as a JSON object."""
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """One phrase: ``16 windows of 128 tokens of the embedded corpus``."""
+        what = "task sequences" if self.corpus == "bigram-backcopy" else "windows"
+        name = (
+            "the bigram-backcopy task"
+            if self.corpus == "bigram-backcopy"
+            else f"the {self.corpus} corpus"
+        )
+        return f"{self.windows} {what} of {self.window_tokens} tokens of {name}"
 
 
 def head_rows(cap: Any, model: str) -> HeadRows:

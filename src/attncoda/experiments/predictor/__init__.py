@@ -9,8 +9,9 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`fit_predictor
 :data:`FILE_FORMAT`), the match to a training model (:class:`TrainingIdentity`,
 :data:`MATCHES`), the run a model belongs to (:func:`run_of`, :func:`training_runs`), how a
 model stands to the training models (:class:`Relation`, :data:`RELATIONS`), the protocol a
-verdict needs (:class:`Protocol`, :class:`Reading`, :func:`protocol_of`,
-:data:`OFF_PROTOCOL`) and the features (:func:`sink_features`).
+verdict needs (:class:`Protocol`, :func:`protocol_of`, :data:`OFF_PROTOCOL`; what rows read
+is the contract's :class:`~attncoda.experiments.contract.Reading`) and the features
+(:func:`sink_features`).
 
 Modules, one concern each: ``_model`` (the prediction or abstention, and the baseline),
 ``_fit`` (the least-squares fit), ``_cvplus`` (the CV+ interval over runs), ``_support``
@@ -64,7 +65,6 @@ from attncoda.experiments.predictor._model import (
 from attncoda.experiments.predictor._protocol import (
     OFF_PROTOCOL,
     Protocol,
-    Reading,
     protocol_of,
 )
 from attncoda.experiments.predictor._support import (
@@ -98,7 +98,6 @@ __all__ = [
     "Prediction",
     "Predictor",
     "Protocol",
-    "Reading",
     "Relation",
     "Settings",
     "Support",

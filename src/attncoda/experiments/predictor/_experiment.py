@@ -287,9 +287,8 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     predictor = _predictor(settings)
     rows = inputs.need("rows")
     read = inputs.read
-    shared = read is None or bool(read.get("shared", True))
     protocol = predictor.protocol
-    if shared and "flips" in inputs.after:
+    if inputs.shared_rows and "flips" in inputs.after:
         flips_result = FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
     else:  # the predictor's own rows: flip rates counted as the fit counted them
         assert protocol is not None
@@ -302,10 +301,10 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
             device=inputs.device,
         )
     measured_with = protocol_of(
-        windows=None if read is None else read.get("windows"),
-        window_tokens=None if read is None else read.get("window_tokens"),
-        corpus="given attention" if read is None else read.get("corpus"),
-        corpus_sha256=None if read is None else read.get("corpus_sha256"),
+        windows=None if read is None else read.windows,
+        window_tokens=None if read is None else read.window_tokens,
+        corpus="given attention" if read is None else read.corpus,
+        corpus_sha256=None if read is None else read.corpus_sha256,
         sink=inputs.sink,
         seed=inputs.seed,
         metrics=[str(m) for m in flips_result.table["metric"]],

@@ -15,17 +15,17 @@ other row is labelled :data:`OFF_PROTOCOL` and never counted.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda.experiments.contract import Reading
 
 __all__ = [
     "OFF_PROTOCOL",
     "PROTOCOL_KEYS",
     "READING_KEYS",
     "Protocol",
-    "Reading",
     "protocol_of",
 ]
 
@@ -43,47 +43,8 @@ PROTOCOL_KEYS = (
     "tol",
 )
 #: The keys of a :class:`Reading`: what was read, apart from how it was measured.
-READING_KEYS = ("corpus", "corpus_sha256", "windows", "window_tokens")
+READING_KEYS = tuple(f.name for f in fields(Reading))
 _SHARED_KEYS = ("sink", "seed", "metrics", "tol")
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What the training rows of one corpus read.
-
-    Attributes
-    ----------
-    corpus : str
-        ``"embedded"`` (the corpus shipped with attncoda), a text file's path as given, or
-        ``"bigram-backcopy"`` (a checkpoint's task sequences).
-    corpus_sha256 : str
-        The sha256 of the corpus (:func:`attncoda.data.corpus.corpus_hash`) or of the task's
-        definition (:func:`attncoda.run.captured.task_sha256`): a row matches by it, not by
-        the name.
-    windows : int
-        Windows (or task sequences) read per model.
-    window_tokens : int
-        Tokens per window as read (a task sequence's length when shorter than asked).
-    """
-
-    corpus: str
-    corpus_sha256: str
-    windows: int
-    window_tokens: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """The reading as a JSON object."""
-        return {k: getattr(self, k) for k in READING_KEYS}
-
-    def describe(self) -> str:
-        """One phrase: ``16 windows of 128 tokens of the embedded corpus``."""
-        what = "task sequences" if self.corpus == "bigram-backcopy" else "windows"
-        name = (
-            "the bigram-backcopy task"
-            if self.corpus == "bigram-backcopy"
-            else f"the {self.corpus} corpus"
-        )
-        return f"{self.windows} {what} of {self.window_tokens} tokens of {name}"
 
 
 @dataclass(frozen=True)

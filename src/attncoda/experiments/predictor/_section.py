@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from attncoda.experiments.predictor._figure import draw
+from attncoda.experiments.predictor._verdict import VERDICTS
 from attncoda.experiments.view import (
     NA,
     Context,
@@ -24,8 +25,6 @@ from attncoda.experiments.view import (
 )
 
 __all__ = ["predictor_section"]
-
-_VERDICTS = ("confirmed", "abstained", "failed")
 
 
 def predictor_section(ctx: Context) -> str:
@@ -53,7 +52,7 @@ def predictor_section(ctx: Context) -> str:
     stood = [standing(r) for r in records]
     counted = [r for r, (yes, _) in zip(records, stood, strict=True) if yes]
     tested = [str(r["verdict"]) for r in counted]
-    held = ", ".join(f"{tested.count(v)} {v}" for v in _VERDICTS)
+    held = ", ".join(f"{tested.count(v)} {v}" for v in VERDICTS)
     base = [str(r.get("baseline_verdict", NA)) for r in counted]
     base_held = ", ".join(f"{base.count(v)} {v}" for v in ("confirmed", "failed"))
     kinds = [r.get("relation") if "counted" in r else None for r in records]
