@@ -17,6 +17,7 @@ from typing import Any
 
 from attncoda.experiments.contract import EXPERIMENTS, experiment
 from attncoda.experiments.view import Context
+from attncoda.run.config import RunConfig
 
 __all__ = ["demo_screen", "headline", "machine", "run_context"]
 
@@ -30,9 +31,9 @@ def run_context(folder: str | Path) -> Context:
     import pandas as pd
 
     folder = Path(folder)
-    config = _manifest(folder).get("config", {})
+    config = RunConfig.from_json(_manifest(folder)["config"])
     tables = {p.stem: pd.read_parquet(p) for p in sorted((folder / "tables").glob("*.parquet"))}
-    return Context(tables, str(config.get("sink", "first")), dict(config.get("settings", {})))
+    return Context(tables, config.options.sink, config.settings)
 
 
 def machine(folder: str | Path, wall_seconds: float | None = None) -> str:

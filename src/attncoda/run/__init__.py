@@ -17,8 +17,9 @@ contract of ``pyproject.toml`` checks it), from the top:
 - a unit's inputs: ``provide`` (rows, captures, windows, series points, the tables of the
   experiments a unit runs after);
 - what a run is, each floor reading the run config: ``job`` (what an executor is handed)
-  and ``train`` (a run's training series), ``plan`` (units and what each waits for),
-  ``config`` (the run config, typed and frozen); then its parts: ``series`` (the series of
+  and ``train`` (a run's training series), ``plan`` (units and what each waits for) and
+  ``compare`` (whether two run folders hold the same evidence, and the shipped reference
+  run), ``config`` (the run config, typed and frozen); then its parts: ``series`` (the series of
   collapse, the one trained, the unseen runs) and ``options`` (the capture options as
   recorded); ``loaded`` (what a process keeps and what a caller lends it, a loaded model's
   identity); ``captured`` (the corpus windows a run reads, a model's capture of them,

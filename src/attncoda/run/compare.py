@@ -15,6 +15,7 @@ user's demo run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from attncoda.experiments.contract import (
     compare_frames,
     experiment,
 )
+from attncoda.run.config import RunConfig
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -170,9 +172,20 @@ def _same_units(frame: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
     return frame[[row in wanted for row in rows]].reset_index(drop=True)
 
 
-def _config_differs(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, ...]:
-    keys = sorted((set(a) | set(b)) - set(_WHERE))
-    return tuple(k for k in keys if a.get(k) != b.get(k))
+def _config_differs(a: RunConfig, b: RunConfig) -> tuple[str, ...]:
+    """What two runs' configs differ in other than where and how they computed (the options
+    of :data:`_WHERE`), by attribute: ``models``, ``settings``, ``seed`` ..."""
+    found = [
+        f.name
+        for f in dataclasses.fields(a)
+        if f.name != "options" and getattr(a, f.name) != getattr(b, f.name)
+    ]
+    found += [
+        f.name
+        for f in dataclasses.fields(a.options)
+        if f.name not in _WHERE and getattr(a.options, f.name) != getattr(b.options, f.name)
+    ]
+    return tuple(found)
 
 
 def compare(
@@ -225,7 +238,7 @@ def compare(
         if subset:
             theirs_ = _same_units(theirs_, mine_)
         tables.append(compare_frames(name, mine_, theirs_, held.get(name)))
-    config = _config_differs(mine.get("config", {}), theirs.get("config", {}))
+    config = _config_differs(*(RunConfig.from_json(m["config"]) for m in (mine, theirs)))
     shown_left_out = tuple(
         sorted(n for n in left_out if (run / "tables" / f"{n}.parquet").is_file())
     )

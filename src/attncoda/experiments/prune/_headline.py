@@ -34,7 +34,7 @@ def _cell(ctx: Any) -> str:
     best, worst = ranked.iloc[0], ranked.iloc[-1]
     heads = ctx.need("prune_heads")
     n_heads = int((heads["model"] == model).sum())
-    tokens = ctx.settings["prune"]["max_tokens"]
+    tokens = ctx.settings["prune"].max_tokens
     return (
         f"{prose_name(model)}, k = {k} of {n_heads} heads: worst {ratio_text(worst)} "
         f"({worst['channel']}, {worst['order']}est first), best {ratio_text(best)} "

@@ -22,14 +22,14 @@ class Context:
         The run folder's tables by name.
     sink : str
         The sink spec of the run (manifest ``config.sink``), named in every convention.
-    settings : mapping of str to mapping
-        Each experiment's settings as the run recorded them (manifest
-        ``config.settings``), where a section states one (prune's window length).
+    settings : mapping of str to Settings
+        Each experiment's settings as the run recorded them (its frozen ``Settings``), where
+        a section states one (prune's window length).
     """
 
     tables: Mapping[str, pd.DataFrame]
     sink: str
-    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def need(self, name: str) -> pd.DataFrame:
         """Table ``name``, which the section's caller found present (:meth:`get`)."""
