@@ -9,9 +9,10 @@ from pathlib import Path
 
 from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.flips import Settings as FlipsSettings
+from attncoda.run.compare import reference_run
 from attncoda.run.config import DEMO_MODELS, Rows, RunConfig, run_config
 
-REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "results" / "reference"
+REFERENCE = reference_run()
 
 
 def test_the_reference_runs_config_is_what_the_demo_builds_and_reads_back():
