@@ -11,15 +11,11 @@ __all__ = ["machine"]
 
 
 def machine() -> str:
-    """The machine in one line: CPU model, cores, memory, OS, and the load when measured."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """The machine in one line: CPU model (with its family and model numbers, which tell an
+    Intel Xeon's or AMD EPYC's generation), cores, memory, OS, and the load when measured."""
+    from attncoda.store.manifest import cpu_model
+
+    model = cpu_model()
     memory = ""
     try:
         kib = int(Path("/proc/meminfo").read_text().split()[1])

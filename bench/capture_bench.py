@@ -1,5 +1,14 @@
-"""Capture benchmarks on the embedded SmolLM2-135M (30 layers x 9 heads, 3 KV heads).
+"""Capture benchmarks on the embedded SmolLM2-135M (30 layers x 9 heads, 3 KV heads) and
+Gemma 3 270M (18 layers x 4 heads, 1 KV head, head dim 256, sliding windows of 512 keys).
 
+- fast: a fast capture (statistics of every row, ``kernel="auto"``: the ``cpp`` kernel
+  where it builds) over the model's own SDPA forward, like for like (``bench/_floors.py``:
+  the last position's logits, as a capture asks), on SmolLM2 at L = 512, 2048 and 8192 and
+  on Gemma 3 at 2048 and 8192 (target <= 1.10, the goal 1.05): the median of the ratios of
+  ``--repeats`` (at least 5) alternating runs of floor and capture in one process. Beside
+  them: the plain SDPA call with every position's logits, and at 8192 the exact capture.
+  ``--profile`` shows where a fast capture's time goes: the kernel's pass, the rest of the
+  attention function, and the model around it.
 - P1: time of ``capture`` (statistics of every row, no rows recorded) divided by the time of
   an eager forward without ``output_attentions`` that asks, as a capture does, for the last
   position's logits only (``bench/_floors.py``), at L = 512. Target <= 1.15.
@@ -20,6 +29,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+#: fast capture / SDPA forward, like for like, at each (model, length) measured.
+FAST_TARGET = 1.10
+#: The (model, length) pairs of the fast target.
+FAST_CASES = (("smollm2", 512), ("smollm2", 2048), ("smollm2", 8192), ("gemma3", 2048),
+              ("gemma3", 8192))  # fmt: skip
 
 _CHILD = r"""
 import json, resource, sys, torch
@@ -102,6 +117,132 @@ def p1_ratio(length: int = 512, repeats: int = 3) -> dict:
     }
 
 
+def _ids(model, length: int):
+    import torch
+
+    top = min(int(model.config.vocab_size), 40000)
+    return torch.randint(100, top, (1, length), generator=torch.Generator().manual_seed(0))
+
+
+def fast_ratio(spec: str, length: int, repeats: int = 5) -> dict:
+    """The fast capture of one window of ``length`` over the SDPA forward, like for like:
+    the median of the ratios of ``repeats`` alternating runs (floor, then capture), after one
+    of each to warm up (the kernel built, the caches filled). The plain SDPA call with every
+    logit is timed once beside them, and, at 8192 and above, the exact capture once."""
+    import statistics
+
+    import torch
+
+    from _floors import floors
+    from attncoda.capture import capture
+    from attncoda.models.load import load_model
+
+    model, _, _ = load_model(spec)
+    ids = _ids(model, length)
+    calls = floors(model, ids, ("sdpa", "sdpa_all_logits"))
+    kernels: list[str] = []
+
+    def fast():
+        kernels.append(capture(model, ids, record_rows="none", method="fast").kernel)
+
+    def timed(call) -> float:
+        t0 = time.perf_counter()
+        call()
+        return time.perf_counter() - t0
+
+    with torch.inference_mode():
+        calls["sdpa"]()
+        fast()
+        pairs = [(timed(calls["sdpa"]), timed(fast)) for _ in range(repeats)]
+        plain = timed(calls["sdpa_all_logits"])
+        exact = timed(lambda: capture(model, ids, record_rows="none")) if length >= 8192 else None
+    model.set_attn_implementation("eager")
+    floor = statistics.median(f for f, _ in pairs)
+    return {
+        "ratio": statistics.median(c / f for f, c in pairs),
+        "sdpa_s": floor,
+        "fast_s": statistics.median(c for _, c in pairs),
+        "spread": (min(c / f for f, c in pairs), max(c / f for f, c in pairs)),
+        "plain_s": plain,
+        "exact_s": exact,
+        "kernel": "; ".join(dict.fromkeys(kernels)),
+    }
+
+
+def fast_rows(cases=FAST_CASES, repeats: int = 5) -> list[dict]:
+    """:func:`fast_ratio` of each case, as rows of :func:`table`."""
+    out = []
+    for spec, length in cases:
+        got = fast_ratio(spec, length, repeats)
+        low, high = got["spread"]
+        beside = f"; plain call with every logit {got['plain_s']:.2f} s = fast / " + (
+            f"{got['fast_s'] / got['plain_s']:.3f}"
+        )
+        if got["exact_s"] is not None:
+            beside += f"; exact {got['exact_s']:.2f} s = {got['exact_s'] / got['sdpa_s']:.3f}"
+        out.append(
+            {
+                "name": f"fast capture / SDPA forward, {spec} L={length}",
+                "value": got["ratio"],
+                "target": f"<= {FAST_TARGET}",
+                "met": got["ratio"] <= FAST_TARGET,
+                "detail": f"sdpa {got['sdpa_s']:.2f} s, fast {got['fast_s']:.2f} s (kernel "
+                f"{got['kernel']}), {repeats} pairs from {low:.3f} to {high:.3f}{beside}",
+            }
+        )
+        print(table(out[-1:]), flush=True)
+    return out
+
+
+def profile(spec: str, length: int) -> str:
+    """Where one fast capture's time goes: the kernel's pass, the rest of the fast path in
+    the attention function, and the model around it (timers on the two functions), then
+    the model's and the fast path's operators by self time (torch's profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from attncoda.capture import capture
+    from attncoda.capture.kernels import _cpp
+    from attncoda.capture.routing import _exact
+    from attncoda.models.load import load_model
+
+    model, _, _ = load_model(spec)
+    ids = _ids(model, length)
+    spent = {"pass": 0.0, "layer": 0.0}
+
+    def timer(function, key):
+        def wrapped(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - t0
+
+        return wrapped
+
+    with torch.inference_mode():
+        capture(model, ids, record_rows="none", method="fast")  # warm-up: the build
+        original = (_cpp.content_pass, _exact.record_fast_layer)
+        _cpp.content_pass = timer(_cpp.content_pass, "pass")
+        _exact.record_fast_layer = timer(_exact.record_fast_layer, "layer")
+        try:
+            t0 = time.perf_counter()
+            capture(model, ids, record_rows="none", method="fast")
+            whole = time.perf_counter() - t0
+        finally:
+            _cpp.content_pass, _exact.record_fast_layer = original
+        with torch_profile(activities=[ProfilerActivity.CPU]) as found:
+            capture(model, ids, record_rows="none", method="fast")
+    lines = [
+        f"{spec} L={length}: fast capture {whole:.3f} s = the kernel's pass "
+        f"{spent['pass']:.3f} s + the rest of the fast path {spent['layer'] - spent['pass']:.3f}"
+        f" s + the model and capture around them {whole - spent['layer']:.3f} s",
+        found.key_averages().table(sort_by="self_cpu_time_total", row_limit=25),
+    ]
+    return "\n".join(lines)
+
+
 def output_attentions_gib(length: int, layers: int = 30, heads: int = 9) -> float:
     """What ``output_attentions`` holds at once: every layer's float32 probabilities."""
     return layers * heads * length * length * 4 / 2**30
@@ -161,3 +302,39 @@ def table(results: list[dict]) -> str:
     for r in results:
         lines.append(f"{r['name']:<62} {r['value']:>10.3f}  {r['target']:>8}  {r['detail']}")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--repeats", type=int, default=5, help="alternating runs (at least 5)")
+    parser.add_argument(
+        "--cases",
+        default=",".join(f"{s}:{n}" for s, n in FAST_CASES),
+        help="comma list of MODEL:LENGTH of the fast target",
+    )
+    parser.add_argument(
+        "--profile", metavar="MODEL:LENGTH", help="where one fast capture's time goes, instead"
+    )
+    args = parser.parse_args(argv)
+    import torch
+
+    from _machine import machine
+    from _targets import verdict
+
+    torch.set_num_threads(args.threads)
+    print(f"machine: {machine()}; torch {torch.__version__}, {args.threads} threads", flush=True)
+    if args.profile:
+        spec, length = args.profile.split(":")
+        print(profile(spec, int(length)))
+        return 0
+    cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
+    rows = fast_rows(cases, max(args.repeats, 1))
+    print(table(rows))
+    return verdict(rows)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -83,16 +83,30 @@ def sink_at(b, length, positions):
 
 @pytest.fixture(params=["sdpa", "cpp"])
 def content(request):
-    """The content pass of each CPU kernel: None (the ``sdpa`` kernel's two calls) or the
-    ``cpp`` kernel's one pass over ``[V | K]``."""
+    """Each CPU kernel's fast path: ``attend(q, k, v, scaling=, sink=, visible=, causal=,
+    block_size=)`` -> ``(output, stats)``, the ``sdpa`` kernel's two calls
+    (:func:`sdpa_attention`) or the ``cpp`` kernel's one pass (:func:`cpp_attention`, on the
+    mask's :class:`MaskShape`)."""
     if request.param == "sdpa":
-        return None
-    from attncoda.capture.kernels import _cpp, cpp
+        return sdpa_attention
+    from attncoda.capture.kernels import cpp, cpp_attention, mask_shape
 
     why = cpp.prerequisites()
     if why is not None:
         pytest.skip(f"the cpp kernel: {why}")
-    return _cpp.content_pass
+
+    def attend(q, k, v, *, scaling, sink, visible=None, causal=False, block_size=512):
+        b, n = q.shape[0], q.shape[2]
+        window = None
+        if visible is not None and causal is False and bool(visible.any()):
+            reach = (torch.arange(n)[:, None] - torch.arange(n)[None, :])[visible[0, 0]]
+            window = int(reach.max()) + 1
+        shape = mask_shape(visible, causal, b, n, n, window, q.device)
+        if shape is None:
+            pytest.skip("the cpp kernel takes masks with a shape (the sdpa kernel serves)")
+        return cpp_attention(q, k, v, scaling=scaling, sink=sink, shape=shape)
+
+    return attend
 
 
 CAUSAL = lambda b, n: torch.ones(n, n, dtype=torch.bool).tril()[None, None].expand(b, 1, n, n)  # noqa: E731
@@ -113,7 +127,7 @@ def test_fast_statistics_equal_the_float64_definition(name, sinks, causal, expli
     b, length = q.shape[0], q.shape[2]
     sink = sink_at(b, length, sinks)
     visible = CAUSAL(b, length) if causal else torch.ones(b, 1, length, length, dtype=torch.bool)
-    out, stats = sdpa_attention(
+    out, stats = content(
         q,
         k,
         v,
@@ -122,7 +136,6 @@ def test_fast_statistics_equal_the_float64_definition(name, sinks, causal, expli
         visible=visible if explicit else None,
         causal=causal and not explicit,
         block_size=16,
-        content_pass=content,
     )
     ref_out, ref = definition(q, k, v, 0.25, sink, visible)
     assert set(stats) == set(FAST_STATISTICS)
@@ -144,9 +157,7 @@ def test_fast_statistics_under_an_arbitrary_mask_with_rows_without_content_or_si
     visible[0, 0, 7, 0] = True  # sink only: m = 0
     visible[1, 0, 9, 0] = False  # no visible sink: k = 0
     sink = sink_at(b, length, (0,))
-    out, stats = sdpa_attention(
-        q, k, v, scaling=0.25, sink=sink, visible=visible, block_size=5, content_pass=content
-    )
+    out, stats = content(q, k, v, scaling=0.25, sink=sink, visible=visible, block_size=5)
     ref_out, ref = definition(q, k, v, 0.25, sink, visible)
     for key in FLOATS:
         got = stats[key].numpy()
@@ -164,9 +175,7 @@ def test_fast_statistics_under_a_sliding_window(content):
     b, length = q.shape[0], q.shape[2]
     window = CAUSAL(b, length) & ~torch.ones(length, length, dtype=torch.bool).tril(-7)
     sink = sink_at(b, length, (0,))
-    out, stats = sdpa_attention(
-        q, k, v, scaling=0.25, sink=sink, visible=window, block_size=8, content_pass=content
-    )
+    out, stats = content(q, k, v, scaling=0.25, sink=sink, visible=window, block_size=8)
     ref_out, ref = definition(q, k, v, 0.25, sink, window)
     for key in FLOATS:
         np.testing.assert_allclose(stats[key].numpy(), ref[key].numpy(), atol=1e-5, err_msg=key)
@@ -205,7 +214,7 @@ def test_content_entropy_bound_does_not_grow_as_the_sink_mass_goes_to_one(gap, c
     k[:, :, 0] = 0.0
     k[:, :, 0, 0] = gap
     sink = sink_at(b, length, (0,))
-    _, stats = sdpa_attention(q, k, v, scaling=1.0, sink=sink, causal=True, content_pass=content)
+    _, stats = content(q, k, v, scaling=1.0, sink=sink, causal=True)
     _, ref = definition(q, k, v, 1.0, sink, CAUSAL(b, length))
     has = ref["n_keys"] > 1
     s = ref["sink_mass"][has]

@@ -25,12 +25,13 @@ from attncoda.capture import capture  # noqa: E402
 from attncoda.capture.kernels import (  # noqa: E402
     FLOAT64_ROUNDOFF,
     UNIT_ROUNDOFF,
-    _cpp,
     cpp,
+    cpp_attention,
     difference_bounds,
     exact_bounds,
     fast_bounds,
     float64_part,
+    mask_shape,
     registry,
     score_perturbation,
     score_scale,
@@ -218,9 +219,8 @@ def test_each_path_is_within_its_own_bound_of_exact_arithmetic(gap, size):
     _, fast = sdpa_attention(q, k, v, scaling=scaling, sink=sink, causal=True)
     paths = [("fast", fast, fast_bounds)]
     if cpp.prerequisites() is None:  # the cpp kernel's pass, under the same bound
-        _, fused = sdpa_attention(
-            q, k, v, scaling=scaling, sink=sink, causal=True, content_pass=_cpp.content_pass
-        )
+        shape = mask_shape(None, True, b, length, length, None, q.device)
+        _, fused = cpp_attention(q, k, v, scaling=scaling, sink=sink, shape=shape)
         paths.append(("cpp", fused, fast_bounds))
     exact = exact_path(q, k, scaling, [0])
     ref = definition(torch.matmul(q.double(), k.double().transpose(-1, -2)) * scaling, sink[0])

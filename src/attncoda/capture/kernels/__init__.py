@@ -13,8 +13,9 @@ What it holds:
 - one module per kernel, named as users type it, declaring it to the registry:
   :mod:`~attncoda.capture.kernels.sdpa` (PyTorch's fused attention called twice,
   :func:`sdpa_attention`, in ``_sdpa``), :mod:`~attncoda.capture.kernels.cpp` (one fused
-  pass on the CPU over the values ``[V | K]``, C++ compiled here on first use: its loader
-  and call in ``_cpp``, its source ``_cpp.cpp``) and :mod:`~attncoda.capture.kernels.triton` (one
+  flash-style pass on the CPU, C++ built on first use through torch's extension builder:
+  :func:`cpp_attention` in ``_cpp``, its source ``_cpp.cpp``) and
+  :mod:`~attncoda.capture.kernels.triton` (one
   fused Triton pass, :func:`triton_attention`: its launcher in ``_triton``, its argument
   list in ``_launch``, its ``@triton.jit`` source in ``_triton_jit``; whether triton runs
   here, :func:`triton_available`, :func:`interpreting`), and the fused kernel's first-use
@@ -28,8 +29,7 @@ What it holds:
   ``bench/gpu_compile.py``).
 
 What it may import: :mod:`attncoda.capture.stats`, :mod:`attncoda.capture.names`,
-:mod:`attncoda._errors`, torch (and triton, lazily), and the cache folder of
-:mod:`attncoda.models.load` (where the ``cpp`` kernel's library is kept). The names below
+:mod:`attncoda._errors`, torch (and triton, lazily). The names below
 are served lazily, so that the registry and the kernels' declarations import without torch
 (the command line reads :data:`KERNELS`).
 """
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         architecture_of,
         launch_config,
     )
+    from ._cpp import cpp_attention
     from ._masks import MASK_ROWS, MaskShape, boolean_mask, mask_shape, read_mask
     from ._sdpa import FAST_STATISTICS, sdpa_attention, visible_keys
     from ._triton import KernelRefused, launch_for, triton_attention
@@ -93,6 +94,7 @@ _MODULES = {
         "architecture_of",
         "launch_config",
     ),
+    "._cpp": ("cpp_attention",),
     "._masks": ("MASK_ROWS", "MaskShape", "boolean_mask", "mask_shape", "read_mask"),
     "._sdpa": ("FAST_STATISTICS", "sdpa_attention", "visible_keys"),
     "._triton": ("KernelRefused", "launch_for", "triton_attention"),
@@ -121,6 +123,7 @@ __all__ = [
     "boolean_mask",
     "check_dtype",
     "checked_configurations",
+    "cpp_attention",
     "difference_bounds",
     "exact_bounds",
     "fast_bounds",

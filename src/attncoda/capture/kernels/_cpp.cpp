@@ -1,164 +1,445 @@
-// The ``cpp`` kernel of the fast path: one pass of attention over the values [V | K].
+// The ``cpp`` kernel of the fast path: one flash-style pass of attention over each query's
+// content keys, its statistics riding the same rescaling as the output, and its epilogue:
+// each row's sink keys, statistics and output.
 //
-// Built on first use by attncoda.capture.kernels._cpp (docs/design.md, "The fused CPU
-// kernel"), which holds the contract; this file holds the arithmetic. Per (batch, key/value
-// head, block of queries) the queries of the heads sharing the key/value head are packed
-// into one block of rows. For each block of keys the scores of those rows are one matrix
-// product (sgemm, scaled by ``scale``); a flash-style loop keeps each row's running maximum
-// ``m`` and ``l = sum exp(z - m)``, rescaling ``l`` and the accumulated output when ``m``
-// grows; the probabilities then multiply the block of ``[V | K]`` (a second sgemm, ``E``
-// columns wide). At the end each row is divided by ``l`` and ``lse = m + log l`` written.
-// The scores are computed once: this is what the two SDPA calls of the ``sdpa`` kernel do
-// twice.
+// Built on first use by attncoda.capture.kernels._cpp through torch.utils.cpp_extension
+// (docs/design.md, "The fused CPU kernel"), which holds the contract; this file holds the
+// arithmetic. Per (batch, key/value head, block of queries) the queries of the heads sharing
+// the key/value head are packed into one block of rows. For each block of keys the rows'
+// dot products are one matrix product (ATen's cpublas::brgemm, float32); one vectorised
+// sweep per row scales them into scores ``z``, takes their maximum, and with the running
+// maximum ``m`` adds ``exp(z - m)`` to ``l`` and ``exp(z - m) z`` to ``t``, rescaling
+// ``l``, ``t`` and the accumulated output when ``m`` grows; the probabilities then multiply
+// the block of values (a second brgemm). At the end of its block of queries each row has
+// ``lse_C = m + log l``, ``E_q[z] = t / l`` and ``o_C``, the accumulated output over ``l``.
 //
-// Arithmetic: IEEE float32 throughout. The products are BLAS's sgemm (the one PyTorch links,
-// resolved from libtorch_cpu), every exp is SLEEF's expf8_u10 (at most 1 ulp, also resolved
-// from libtorch_cpu), the row sums are float32 adds. Rows that see no key get a zero output
-// and ``lse = -inf``.
-#include <immintrin.h>
+// A row sees key ``j`` when ``lo[b] <= j < hi[b]``, ``j <= i + Lk - Lq`` (causal) and
+// ``i + Lk - Lq - j < window`` (a sliding window); the document's sink keys among them are
+// left out of the pass. Key blocks no row of a query block sees are skipped, so a windowed
+// layer costs its window.
+//
+// ``content_pass`` returns that pass's ``o_C``, ``lse_C`` and ``E_q[z]``. ``attention``
+// goes on, row by row, with the statistics of attncoda.capture.stats.split_rows (the one
+// definition; this is it for one row, in the same float64 steps): the sink keys' scores
+// (float32 dot products, scaled), ``lse = logaddexp(lse_C, logsumexp(z_S))``, each sink's
+// probability, ``log(1 - s) = lse_C - lse`` (no subtraction from 1), ``H = -sum_S p log p +
+// (1 - s) (H(q) - log(1 - s))`` with ``H(q) = lse_C - E_q[z]``, the entropy within the sink
+// set, and the sink balance, whose mean content score comes from a float64 prefix sum of the
+// keys; then the output ``(1 - s) o_C + sum_S p_j v_j``, written in the model's layout
+// ``(batch, query_pos, head, head_dim)``.
+//
+// Arithmetic: IEEE float32 throughout the pass. The dot products are float32 matrix
+// products, scaled once; every exp is ATen's Vectorized<float>::exp (SLEEF's u10 functions:
+// at most 1 ulp); the row sums are float32 adds. Rows that see no content key get a zero
+// content output, ``lse_C = -inf`` and ``E_q[z] = 0``.
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <ATen/native/CPUBlas.h>
+#include <torch/extension.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <cstdint>
 #include <limits>
 #include <vector>
 
-extern "C" {
-void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
-            const float*, const int*, const float*, const int*, const float*, float*, const int*);
-__m256 Sleef_expf8_u10(__m256);
-}
-
 namespace {
 
-// Column-major C (m x n) = alpha op(A) op(B) + beta C, as BLAS has it.
-void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
-  const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
-  sgemm_(&ta, &tb, &mi, &ni, &ki, &alpha, a, &la, b, &lb, &beta, c, &lc);
+using Vec = at::vec::Vectorized<float>;
+constexpr int64_t kVec = Vec::size();
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr double kNegInf64 = -std::numeric_limits<double>::infinity();
+
+float reduce_max(Vec v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
 }
 
-float horizontal_max(__m256 v) {
-  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
-  return _mm_cvtss_f32(x);
+float reduce_sum(Vec v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
 }
 
-float horizontal_sum(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-  return _mm_cvtss_f32(x);
-}
+void fill(float* x, int64_t n, float value) { std::fill(x, x + n, value); }
 
-void scale_row(float* x, int64_t n, float a) {
-  const __m256 va = _mm256_set1_ps(a);
+// x[0:n] *= a
+void scale_by(float* x, int64_t n, float a) {
+  const Vec va(a);
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), va));
+  for (; j + kVec <= n; j += kVec) (Vec::loadu(x + j) * va).store(x + j);
   for (; j < n; ++j) x[j] *= a;
 }
 
-}  // namespace
+// x[c0:c1] *= scale; returns the largest (sink columns hold -inf and stay so).
+float scale_and_max(float* x, int64_t c0, int64_t c1, float scale) {
+  const Vec vs(scale);
+  Vec vmax(kNegInf);
+  int64_t j = c0;
+  for (; j + kVec <= c1; j += kVec) {
+    const Vec z = Vec::loadu(x + j) * vs;
+    z.store(x + j);
+    vmax = at::vec::maximum(vmax, z);
+  }
+  float best = reduce_max(vmax);
+  for (; j < c1; ++j) {
+    x[j] *= scale;
+    best = std::max(best, x[j]);
+  }
+  return best;
+}
 
-// q (B, H, Lq, D), k (B, G, Lk, D), vk (B, G, Lk, E): float32, last stride 1, the other
-// strides in qs, ks, vs (batch, head, position). mask: null, or an additive float32 mask
-// read at mask + b ms[0] + h ms[1] + i ms[2] + j (a broadcast dimension has stride 0).
-// causal: query i sees keys 0 .. i + Lk - Lq. out (B, H, Lq, E) and lse (B, H, Lq),
-// contiguous. Head h reads key/value head h / (H / G).
-extern "C" void attncoda_attention(const float* q, const float* k, const float* vk,
-                                   const float* mask, float* out, float* lse, int64_t B,
-                                   int64_t H, int64_t G, int64_t Lq, int64_t Lk, int64_t D,
-                                   int64_t E, const int64_t* qs, const int64_t* ks,
-                                   const int64_t* vs, const int64_t* ms, int causal,
-                                   float scale, int64_t q_block, int64_t kv_block,
-                                   int threads) {
-  const int64_t group = H / G, offset = Lk - Lq;
-  const int64_t blocks = (Lq + q_block - 1) / q_block;
-  const float ninf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel num_threads(threads)
-  {
+// x[c0:c1] = exp(z - m); returns sum exp(z - m) and adds sum exp(z - m) z to *weighted.
+float exp_and_sums(float* x, int64_t c0, int64_t c1, float m, float* weighted) {
+  const Vec vm(m);
+  Vec vsum(0.f), vdot(0.f);
+  int64_t j = c0;
+  for (; j + kVec <= c1; j += kVec) {
+    const Vec z = Vec::loadu(x + j);
+    const Vec e = (z - vm).exp();
+    e.store(x + j);
+    vsum = vsum + e;
+    vdot = at::vec::fmadd(e, z, vdot);
+  }
+  float sum = reduce_sum(vsum), dot = reduce_sum(vdot);
+  for (; j < c1; ++j) {
+    const float z = x[j], e = std::exp(z - m);
+    x[j] = e;
+    sum += e;
+    dot += e * z;
+  }
+  *weighted = dot;
+  return sum;
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  Vec acc(0.f);
+  int64_t j = 0;
+  for (; j + kVec <= n; j += kVec) acc = at::vec::fmadd(Vec::loadu(a + j), Vec::loadu(b + j), acc);
+  float sum = reduce_sum(acc);
+  for (; j < n; ++j) sum += a[j] * b[j];
+  return sum;
+}
+
+double logaddexp(double a, double b) {
+  if (a == kNegInf64) return b;
+  if (b == kNegInf64) return a;
+  const double top = std::max(a, b);
+  return top + std::log1p(std::exp(-std::abs(a - b)));
+}
+
+// What one call sees: the layer's tensors and the keys each row sees.
+struct Layer {
+  int64_t B, H, G, Lq, Lk, D, group, offset, n_sinks, window;
+  bool causal;
+  float scale;
+  const float* q;
+  const float* k;
+  const float* kt;  // (B, G, D, Lk): the keys transposed, the score product's right factor
+  const float* v;
+  const int64_t* lo;
+  const int64_t* hi;
+  const int64_t* sinks;  // (B, n_sinks), -1: none
+  int64_t qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2;
+
+  // The first key row (query ``i``) sees and one past its last.
+  void run_of(int64_t b, int64_t i, int64_t* first, int64_t* stop) const {
+    const int64_t p = i + offset;
+    *first = lo[b];
+    *stop = hi[b];
+    if (window > 0) *first = std::max(*first, p - window + 1);
+    if (causal) *stop = std::min(*stop, p + 1);
+  }
+};
+
+Layer read_layer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& kt,
+                 const at::Tensor& v, const at::Tensor& lo, const at::Tensor& hi,
+                 const at::Tensor& sinks, bool causal, int64_t window, double scale) {
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                  v.scalar_type() == at::kFloat,
+              "the cpp kernel takes float32 queries, keys and values");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
+              "the cpp kernel takes a last stride of 1");
+  TORCH_CHECK(lo.is_contiguous() && hi.is_contiguous() && sinks.is_contiguous() &&
+                  lo.scalar_type() == at::kLong && sinks.scalar_type() == at::kLong,
+              "the cpp kernel takes contiguous int64 runs and sinks");
+  Layer L;
+  L.B = q.size(0), L.H = q.size(1), L.Lq = q.size(2), L.D = q.size(3);
+  L.G = k.size(1), L.Lk = k.size(2), L.group = L.H / L.G, L.offset = L.Lk - L.Lq;
+  L.n_sinks = sinks.size(1), L.window = window, L.causal = causal;
+  L.scale = static_cast<float>(scale);
+  L.q = q.data_ptr<float>(), L.k = k.data_ptr<float>(), L.kt = kt.data_ptr<float>();
+  L.v = v.data_ptr<float>();
+  L.lo = lo.data_ptr<int64_t>(), L.hi = hi.data_ptr<int64_t>();
+  L.sinks = sinks.data_ptr<int64_t>();
+  L.qs0 = q.stride(0), L.qs1 = q.stride(1), L.qs2 = q.stride(2);
+  L.ks0 = k.stride(0), L.ks1 = k.stride(1), L.ks2 = k.stride(2);
+  L.vs0 = v.stride(0), L.vs1 = v.stride(1), L.vs2 = v.stride(2);
+  return L;
+}
+
+// The rows of one block of queries after the pass: packed (rows = group x qB), row ``rr``
+// being head ``g group + rr / qB`` and query ``m0 + rr % qB``.
+struct Rows {
+  int64_t b, g, m0, qB;
+  const float* Qb;   // (rows, D): the queries
+  const float* mx;   // running maximum
+  const float* sm;   // l
+  const float* tz;   // t
+  float* acc;        // (rows, D): the output, not yet divided by l
+};
+
+// The pass: every (batch, key/value head, block of queries), the longest first, in the
+// threads of ATen's pool; ``finish(rows)`` at the end of each block.
+template <class Finish>
+void run_pass(const Layer& L, int64_t q_block, int64_t kv_block, Finish finish) {
+  const int64_t blocks = (L.Lq + q_block - 1) / q_block;
+  const int64_t total = L.B * L.G * blocks, D = L.D, group = L.group;
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
     const int64_t R = group * q_block;
-    std::vector<float> S(R * kv_block), mx(R), sm(R), acc(R * E), Qb(R * D);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t w = 0; w < B * G * blocks; ++w) {
-      const int64_t b = w / (G * blocks), g = (w / blocks) % G;
-      const int64_t m0 = (blocks - 1 - w % blocks) * q_block;  // the longest blocks first
-      const int64_t qB = std::min(q_block, Lq - m0), rows = group * qB;
+    std::vector<float> S(R * kv_block), mx(R), sm(R), tz(R), acc(R * D), Qb(R * D);
+    for (int64_t w = next++; w < total; w = next++) {
+      // The longest blocks of a causal layer first, so that no thread is left with one.
+      const int64_t b = w / (L.G * blocks), g = (w / blocks) % L.G;
+      const int64_t m0 = (blocks - 1 - w % blocks) * q_block;
+      const int64_t qB = std::min(q_block, L.Lq - m0), rows = group * qB;
       for (int64_t hh = 0; hh < group; ++hh) {
-        const float* src = q + b * qs[0] + (g * group + hh) * qs[1] + m0 * qs[2];
+        const float* src = L.q + b * L.qs0 + (g * group + hh) * L.qs1 + m0 * L.qs2;
         for (int64_t r = 0; r < qB; ++r)
-          std::copy(src + r * qs[2], src + r * qs[2] + D, Qb.data() + (hh * qB + r) * D);
+          std::copy(src + r * L.qs2, src + r * L.qs2 + D, Qb.data() + (hh * qB + r) * D);
       }
-      const float* kp = k + b * ks[0] + g * ks[1];
-      const float* vp = vk + b * vs[0] + g * vs[1];
-      std::fill(mx.begin(), mx.begin() + rows, ninf);
-      std::fill(sm.begin(), sm.begin() + rows, 0.f);
-      std::fill(acc.begin(), acc.begin() + rows * E, 0.f);
-      const int64_t k_end = causal ? std::min(Lk, m0 + qB + offset) : Lk;
-      for (int64_t n0 = 0; n0 < k_end; n0 += kv_block) {
-        const int64_t kB = std::min(kv_block, k_end - n0);
-        // S (rows x kB, row-major) = scale Q K^T.
-        gemm('T', 'N', kB, rows, D, scale, kp + n0 * ks[2], ks[2], Qb.data(), D, 0.f, S.data(),
-             kB);
+      fill(mx.data(), rows, kNegInf);
+      fill(sm.data(), rows, 0.f);
+      fill(tz.data(), rows, 0.f);
+      fill(acc.data(), rows * D, 0.f);
+      const int64_t* doc_sinks = L.sinks + b * L.n_sinks;
+      // The keys some row of the block sees.
+      int64_t k_start, k_stop, unused;
+      L.run_of(b, m0, &k_start, &unused);
+      L.run_of(b, m0 + qB - 1, &unused, &k_stop);
+      const float* kt_b = L.kt + (b * L.G + g) * D * L.Lk;
+      const float* v_b = L.v + b * L.vs0 + g * L.vs1;
+      for (int64_t n0 = k_start; n0 < k_stop; n0 += kv_block) {
+        const int64_t kB = std::min(kv_block, k_stop - n0);
+        at::native::cpublas::brgemm(rows, kB, D, D, L.Lk, kv_block, false, Qb.data(),
+                                    kt_b + n0, S.data());
         for (int64_t rr = 0; rr < rows; ++rr) {
-          const int64_t hh = rr / qB, r = rr % qB;
-          float* row = S.data() + rr * kB;
-          int64_t width = kB;  // the keys of this block the row may see
-          if (causal) width = std::max<int64_t>(0, std::min(kB, m0 + r + offset - n0 + 1));
-          if (mask) {
-            const float* mrow = mask + b * ms[0] + (g * group + hh) * ms[1] + (m0 + r) * ms[2] + n0;
-            for (int64_t j = 0; j < width; ++j) row[j] += mrow[j];
+          float* row = S.data() + rr * kv_block;
+          int64_t first, stop;
+          L.run_of(b, m0 + rr % qB, &first, &stop);
+          const int64_t c0 = std::clamp<int64_t>(first - n0, 0, kB);
+          const int64_t c1 = std::clamp<int64_t>(stop - n0, c0, kB);
+          for (int64_t s = 0; s < L.n_sinks; ++s) {
+            const int64_t col = doc_sinks[s] - n0;
+            if (doc_sinks[s] >= 0 && col >= c0 && col < c1) row[col] = kNegInf;
           }
-          __m256 vmax = _mm256_set1_ps(ninf);
-          int64_t j = 0;
-          for (; j + 8 <= width; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(row + j));
-          float block_max = horizontal_max(vmax);
-          for (; j < width; ++j) block_max = std::max(block_max, row[j]);
+          const float block_max = c1 > c0 ? scale_and_max(row, c0, c1, L.scale) : kNegInf;
           const float new_max = std::max(mx[rr], block_max);
-          if (new_max == ninf) {  // no key seen yet: nothing to add
-            std::fill(row, row + kB, 0.f);
+          if (new_max == kNegInf) {  // no key seen yet: nothing to add
+            fill(row, kB, 0.f);
             continue;
           }
-          const __m256 vm = _mm256_set1_ps(new_max);
-          __m256 vsum = _mm256_setzero_ps();
-          j = 0;
-          for (; j + 8 <= width; j += 8) {
-            const __m256 e = Sleef_expf8_u10(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
-            _mm256_storeu_ps(row + j, e);
-            vsum = _mm256_add_ps(vsum, e);
+          // A sink's column weighs exp(-1000) = 0 exactly, without a 0 * inf.
+          for (int64_t s = 0; s < L.n_sinks; ++s) {
+            const int64_t col = doc_sinks[s] - n0;
+            if (doc_sinks[s] >= 0 && col >= c0 && col < c1) row[col] = new_max - 1000.f;
           }
-          float block_sum = horizontal_sum(vsum);
-          for (; j < width; ++j) {
-            row[j] = std::exp(row[j] - new_max);
-            block_sum += row[j];
-          }
-          std::fill(row + width, row + kB, 0.f);
-          if (mx[rr] != new_max && mx[rr] != ninf) {
+          float weighted = 0.f;
+          const float block_sum = exp_and_sums(row, c0, c1, new_max, &weighted);
+          fill(row, c0, 0.f);
+          fill(row + c1, kB - c1, 0.f);
+          if (mx[rr] != new_max && mx[rr] != kNegInf) {
             const float alpha = std::exp(mx[rr] - new_max);
             sm[rr] *= alpha;
-            scale_row(acc.data() + rr * E, E, alpha);
+            tz[rr] *= alpha;
+            scale_by(acc.data() + rr * D, D, alpha);
           }
           sm[rr] += block_sum;
+          tz[rr] += weighted;
           mx[rr] = new_max;
         }
-        // acc (rows x E, row-major) += P [V | K].
-        gemm('N', 'N', E, rows, kB, 1.f, vp + n0 * vs[2], vs[2], S.data(), kB, 1.f, acc.data(), E);
+        // acc (rows x D) += P (rows x kB) V (kB x D).
+        at::native::cpublas::brgemm(rows, D, kB, kv_block, L.vs2, D, true, S.data(),
+                                    v_b + n0 * L.vs2, acc.data());
       }
-      for (int64_t rr = 0; rr < rows; ++rr) {
-        const int64_t hh = rr / qB, r = rr % qB, h = g * group + hh;
-        float* orow = out + ((b * H + h) * Lq + m0 + r) * E;
-        float* lp = lse + (b * H + h) * Lq + m0 + r;
-        if (sm[rr] == 0.f) {
-          std::fill(orow, orow + E, 0.f);
-          *lp = ninf;
-          continue;
+      finish(Rows{b, g, m0, qB, Qb.data(), mx.data(), sm.data(), tz.data(), acc.data()});
+    }
+  });
+}
+
+// The content pass of one row: ``o_C`` into ``out`` (divided by ``l``), ``lse_C`` and
+// ``E_q[z]`` as float32 (``-inf`` and 0 for a row without content).
+void content_of(int64_t rr, const Rows& rows, int64_t D, float* out, float* lse, float* ez) {
+  const float l = rows.sm[rr];
+  if (l == 0.f) {
+    fill(out, D, 0.f);
+    *lse = kNegInf;
+    *ez = 0.f;
+    return;
+  }
+  std::copy(rows.acc + rr * D, rows.acc + rr * D + D, out);
+  scale_by(out, D, 1.f / l);
+  *lse = rows.mx[rr] + std::log(l);
+  *ez = rows.tz[rr] / l;
+}
+
+at::Tensor transposed_keys(const at::Tensor& k) { return k.transpose(2, 3).contiguous(); }
+
+}  // namespace
+
+// q (B, H, Lq, D), k and v (B, G, Lk, D): float32, last stride 1. lo, hi (B,): int64, each
+// document's run of real keys. sinks (B, S): int64 key positions left out (-1: none).
+// Returns o_C (B, H, Lq, D), lse_C (B, H, Lq) and E_q[z] (B, H, Lq), float32, contiguous.
+// Head h reads key/value head h / (H / G).
+std::vector<at::Tensor> content_pass(const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v, const at::Tensor& lo,
+                                     const at::Tensor& hi, const at::Tensor& sinks, bool causal,
+                                     int64_t window, double scale, int64_t q_block,
+                                     int64_t kv_block) {
+  const auto kt = transposed_keys(k);
+  const Layer L = read_layer(q, k, kt, v, lo, hi, sinks, causal, window, scale);
+  auto out = at::empty({L.B, L.H, L.Lq, L.D}, q.options());
+  auto lse = at::empty({L.B, L.H, L.Lq}, q.options());
+  auto ez = at::empty({L.B, L.H, L.Lq}, q.options());
+  float* out_p = out.data_ptr<float>();
+  float* lse_p = lse.data_ptr<float>();
+  float* ez_p = ez.data_ptr<float>();
+  run_pass(L, q_block, kv_block, [&](const Rows& rows) {
+    for (int64_t rr = 0; rr < L.group * rows.qB; ++rr) {
+      const int64_t h = rows.g * L.group + rr / rows.qB;
+      const int64_t at = (rows.b * L.H + h) * L.Lq + rows.m0 + rr % rows.qB;
+      content_of(rr, rows, L.D, out_p + at * L.D, lse_p + at, ez_p + at);
+    }
+  });
+  return {out, lse, ez};
+}
+
+// The whole fast path of one layer: the pass, then each row's sink keys, statistics and
+// output (see the top of this file). Returns the output (B, Lq, H, D), float32, and the
+// statistics (B, H, Lq): n_keys, n_sink (int64), sink_mass, entropy, content_entropy,
+// within_sink_entropy and sink_balance (float64, nats).
+std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& lo, const at::Tensor& hi,
+                                  const at::Tensor& sinks, bool causal, int64_t window,
+                                  double scale, int64_t q_block, int64_t kv_block) {
+  const auto kt = transposed_keys(k);
+  const Layer L = read_layer(q, k, kt, v, lo, hi, sinks, causal, window, scale);
+  const int64_t B = L.B, H = L.H, Lq = L.Lq, Lk = L.Lk, D = L.D, G = L.G;
+  auto out = at::empty({B, Lq, H, D}, q.options());
+  const auto f64 = q.options().dtype(at::kDouble), i64 = q.options().dtype(at::kLong);
+  auto n_keys = at::empty({B, H, Lq}, i64), n_sink = at::empty({B, H, Lq}, i64);
+  std::vector<at::Tensor> floats;
+  for (int s = 0; s < 5; ++s) floats.push_back(at::empty({B, H, Lq}, f64));
+  // Each (batch, key/value head)'s keys summed from key 0: a row's content keys' summed
+  // score is its query against the run's sum, less its visible sinks' scores.
+  auto prefix = at::zeros({B, G, Lk + 1, D}, f64);
+  double* pre_p = prefix.data_ptr<double>();
+  at::parallel_for(0, B * G, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t bg = begin; bg < end; ++bg) {
+      const float* kb = L.k + (bg / G) * L.ks0 + (bg % G) * L.ks1;
+      double* pb = pre_p + bg * (Lk + 1) * D;
+      for (int64_t j = 0; j < Lk; ++j)
+        for (int64_t t = 0; t < D; ++t)
+          pb[(j + 1) * D + t] = pb[j * D + t] + static_cast<double>(kb[j * L.ks2 + t]);
+    }
+  });
+  float* out_p = out.data_ptr<float>();
+  int64_t* nk_p = n_keys.data_ptr<int64_t>();
+  int64_t* ns_p = n_sink.data_ptr<int64_t>();
+  double* mass_p = floats[0].data_ptr<double>();
+  double* ent_p = floats[1].data_ptr<double>();
+  double* cent_p = floats[2].data_ptr<double>();
+  double* within_p = floats[3].data_ptr<double>();
+  double* bal_p = floats[4].data_ptr<double>();
+  run_pass(L, q_block, kv_block, [&](const Rows& rows) {
+    const int64_t b = rows.b, S = L.n_sinks;
+    const int64_t* doc_sinks = L.sinks + b * S;
+    std::vector<float> o_c(D);
+    std::vector<double> z(S), ps(S);
+    std::vector<int64_t> at_sink(S);
+    for (int64_t rr = 0; rr < L.group * rows.qB; ++rr) {
+      const int64_t h = rows.g * L.group + rr / rows.qB, i = rows.m0 + rr % rows.qB;
+      const int64_t at = (b * H + h) * Lq + i;
+      const float* qrow = rows.Qb + rr * D;
+      float lse32, ez32;
+      content_of(rr, rows, D, o_c.data(), &lse32, &ez32);
+      int64_t first, stop;
+      L.run_of(b, i, &first, &stop);
+      const int64_t n = std::max<int64_t>(stop - first, 0);
+      // The sink keys the row sees, and their scores.
+      int64_t ks = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t j = doc_sinks[s];
+        if (j < 0 || j < first || j >= stop) continue;
+        const float* key = L.k + b * L.ks0 + rows.g * L.ks1 + j * L.ks2;
+        z[ks] = static_cast<double>(dot(qrow, key, D)) * static_cast<double>(L.scale);
+        at_sink[ks++] = j;
+      }
+      const int64_t m = n - ks;
+      const bool content = m > 0;
+      const double lse_c = content ? static_cast<double>(lse32) : kNegInf64;
+      const double h_c = content ? static_cast<double>(lse32) - static_cast<double>(ez32) : 0.0;
+      double lse_s = kNegInf64;
+      if (ks > 0) {
+        const double top = *std::max_element(z.begin(), z.begin() + ks);
+        double sum = 0.0;
+        for (int64_t s = 0; s < ks; ++s) sum += std::exp(z[s] - top);
+        lse_s = top + std::log(sum);
+      }
+      const double lse = logaddexp(lse_c, lse_s);
+      const double safe = std::isfinite(lse) ? lse : 0.0;
+      double mass = 0.0, plogp = 0.0, log_sum = 0.0, within = 0.0;
+      for (int64_t s = 0; s < ks; ++s) {
+        const double log_p = z[s] - safe;
+        ps[s] = std::exp(log_p);
+        mass += ps[s];
+        plogp += ps[s] * log_p;
+        log_sum += log_p;
+        if (ks > 1) {
+          const double log_q = z[s] - lse_s;
+          within -= std::exp(log_q) * log_q;
         }
-        std::copy(acc.data() + rr * E, acc.data() + rr * E + E, orow);
-        scale_row(orow, E, 1.f / sm[rr]);
-        *lp = mx[rr] + std::log(sm[rr]);
+      }
+      const double log_content = content ? lse_c - safe : 0.0;
+      const double share = content ? std::exp(log_content) : 0.0;
+      double balance = 0.0;
+      if (content && ks > 0) {
+        const double* pb = pre_p + (b * G + rows.g) * (Lk + 1) * D;
+        double summed = 0.0;
+        for (int64_t t = 0; t < D; ++t)
+          summed += static_cast<double>(qrow[t]) * (pb[stop * D + t] - pb[first * D + t]);
+        summed *= static_cast<double>(L.scale);
+        for (int64_t s = 0; s < ks; ++s) summed -= z[s];
+        const double mean_sink = log_sum / static_cast<double>(ks);
+        const double mean_content = summed / static_cast<double>(m) - safe;
+        const double factor = std::sqrt(static_cast<double>(ks) * static_cast<double>(m) /
+                                        static_cast<double>(std::max<int64_t>(n, 1)));
+        balance = factor * (mean_sink - mean_content);
+      }
+      nk_p[at] = n;
+      ns_p[at] = ks;
+      mass_p[at] = mass;
+      ent_p[at] = -plogp + share * (h_c - log_content);
+      cent_p[at] = h_c;
+      within_p[at] = ks > 1 ? within : 0.0;
+      bal_p[at] = balance;
+      // (1 - s) o_C + sum_S p_j v_j, in the model's (batch, query_pos, head, head_dim).
+      float* orow = out_p + ((b * Lq + i) * H + h) * D;
+      const float kept = static_cast<float>(share);
+      for (int64_t t = 0; t < D; ++t) orow[t] = kept * o_c[t];
+      for (int64_t s = 0; s < ks; ++s) {
+        const float* value = L.v + b * L.vs0 + rows.g * L.vs1 + at_sink[s] * L.vs2;
+        const float weight = static_cast<float>(ps[s]);
+        for (int64_t t = 0; t < D; ++t) orow[t] += weight * value[t];
       }
     }
-  }
+  });
+  return {out, n_keys, n_sink, floats[0], floats[1], floats[2], floats[3], floats[4]};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("content_pass", &content_pass,
+        "attention over each query's content keys: (output, lse, E[z]) (attncoda)");
+  m.def("attention", &attention,
+        "the fast path of one layer: (output, n_keys, n_sink, sink_mass, entropy, "
+        "content_entropy, within_sink_entropy, sink_balance) (attncoda)");
 }

@@ -1,131 +1,117 @@
-"""The ``cpp`` kernel: one fused pass per layer on the CPU, over the values ``[V | K]``.
+"""The ``cpp`` kernel: one flash-style pass per layer on the CPU, its statistics riding the
+output's rescaling (docs/design.md, "The fused CPU kernel").
 
-The fast path needs, over each query's content keys, the output ``o_C = E_q[v]``, the
-weighted key ``E_q[k]`` (for ``E_q[z] = scaling * query . E_q[k]``) and the log-sum-exp
-``lse_C`` (docs/design.md, "The fast path"). The ``sdpa`` kernel gets them from two calls of
-PyTorch's CPU flash attention, which computes every score twice, because that op refuses a
-value width unlike the key's. This kernel computes each score once: its C++ source
-(``_cpp.cpp``, beside this module) multiplies the probabilities by ``[V | K]``, a value
-width of ``2 d`` at the key width ``d``. What follows the pass (the sink scores, the float64
-statistics, the output) is :func:`attncoda.capture.kernels.sdpa_attention`'s, unchanged.
+The fast path needs, over each query's content keys ``C`` (the keys it sees, less the
+sinks), the output ``o_C = E_q[v]``, the log-sum-exp ``lse_C`` and ``E_q[z]`` (``H(q) =
+lse_C - E_q[z]``). The C++ source beside this module (``_cpp.cpp``) takes them in one pass
+of a flash-style loop over key blocks: the score product, then per row the running maximum
+``m``, ``l = sum exp(z - m)`` and ``t = sum exp(z - m) z``, both rescaled when ``m`` grows,
+as the output is; its work is the work of a forward's attention and one multiply-add a
+score. What it sees is described by a :class:`attncoda.capture.kernels.MaskShape` (each
+document's run of real keys, causal rows, a sliding window) and each document's sink keys,
+so no mask tensor is built or read, and key blocks outside a window are skipped. The sink
+keys' scores, the float64 statistics and the output follow here (:func:`cpp_attention`), as
+for the other kernels (:func:`attncoda.capture.stats.split_rows`).
 
-The source is compiled on first use with the C++ compiler found here
-(:func:`attncoda.capture.kernels._cpp_host.compiler`: ``$CXX``, else ``c++``, ``g++`` or
-``clang++``) for x86-64 with AVX2 and FMA, and linked against the ``libtorch_cpu`` of the
-installed torch, whose BLAS ``sgemm_`` and SLEEF ``Sleef_expf8_u10``
-it calls. The library is cached under the attncoda cache folder
-(:func:`attncoda.models.load.cache_dir`, ``kernels/``), keyed by the source, the flags,
-torch's version and library folder and the compiler, so a change of any rebuilds it; it is
-written to a temporary name and renamed, so processes building at once do not collide.
-Where it cannot be built (:func:`attncoda.capture.kernels._cpp_host.prerequisites`, read without
-torch) ``"auto"`` takes the ``sdpa`` kernel and ``kernel="cpp"`` is refused with the reason;
-where a build or load fails all the same, :func:`unavailable` says why, once, and the
-``sdpa`` kernel serves.
+The source is built on first use through :func:`torch.utils.cpp_extension.load`, with
+torch's own cache of extensions (``TORCH_EXTENSIONS_DIR``, by default under
+``~/.cache/torch_extensions``), for the CPU's vector width (:data:`FLAGS`: AVX2 and FMA, or
+AVX-512); its exp is ATen's ``Vectorized<float>::exp`` and its products ATen's
+``cpublas::brgemm``, both public interfaces of torch's C++ API. Where it cannot be built
+(:func:`attncoda.capture.kernels._cpp_host.prerequisites`, read without torch: Linux
+x86-64, a C++ compiler, ninja) ``"auto"`` takes the ``sdpa`` kernel and ``kernel="cpp"`` is
+refused with the reason; where a build fails all the same, :func:`unavailable` says why,
+once, and the ``sdpa`` kernel serves.
 
-Error bounds: the same IEEE float32 model as the ``sdpa`` kernel's, so the same bounds
+Error bounds: the same IEEE float32 model as the ``sdpa`` kernel's
 (:func:`attncoda.capture.kernels.fast_bounds`, docs/design.md "Error bounds"): float32 dot
-products of ``d`` terms then the scaling (sgemm's ``alpha``), ``exp`` to one ulp (SLEEF's
-``u10`` functions have a maximum error of 1.0 ulp), a running maximum with at most ``n``
-rescalings of the partial sums, ``n``-term sums of positive terms, one division and one log
-per row, and the weighted key sum accumulated alongside the output.
+products of ``d`` terms then the scaling, ``exp`` to one ulp (SLEEF's ``u10`` functions), a
+running maximum with at most ``n`` rescalings of the partial sums, ``n``-term sums of
+positive terms, and ``t``, an ``n``-term sum of terms of size at most ``A`` rescaled
+alongside ``l``: within the ``(4 m + d) u A`` the bound gives ``E_q[z]``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import hashlib
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 from attncoda._errors import AttncodaError
 
-from ._cpp_host import compiler, prerequisites, torch_library
-from ._sdpa import record_layer as _record_layer
+from ._cpp_host import ninja_folder, prerequisites, vector_width
+from ._masks import MaskShape, layer_shape
+from ._record import record_rows, store
+from ._sink_tiles import per_forward_geometry
 
-__all__ = ["FLAGS", "KV_BLOCK", "Q_BLOCK", "SOURCE", "content_pass", "record_layer", "unavailable"]
+__all__ = [
+    "FLAGS",
+    "KV_BLOCK",
+    "NAME",
+    "Q_BLOCK",
+    "SOURCE",
+    "content_pass",
+    "cpp_attention",
+    "record_layer",
+    "unavailable",
+]
 
 #: The C++ source of the pass.
 SOURCE = Path(__file__).with_name("_cpp.cpp")
-#: The compiler's flags: x86-64 with AVX2 and FMA (which :func:`prerequisites` checks the CPU
-#: has), OpenMP for the threads (torch's own ``libgomp``, found through the rpath).
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
+#: The extension's name in torch's cache (its vector width appended).
+NAME = "attncoda_cpp"
+#: The compiler's flags by vector width (:func:`vector_width`): ATen's vector types are
+#: compiled for the CPU capability named (``Vectorized<float>`` of 8 or 16 floats), and
+#: OpenMP for ATen's ``parallel_for``, whose loop is compiled into the extension (it runs
+#: in torch's own OpenMP runtime, which torch has loaded).
+FLAGS = {
+    "avx2": (
+        "-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2",
+        "-DCPU_CAPABILITY_AVX2",
+    ),
+    "avx512": (
+        "-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+        "-mf16c", "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512",
+    ),
+}  # fmt: skip
 #: Query positions per block (times the heads that share a key/value head: the rows of one
-#: score product) and keys per block. Measured on one SmolLM2-shaped layer at L = 8192 on a
-#: 2-core AMD EPYC: blocks of 64 to 256 positions took the same time within 10%.
+#: score product) and keys per block.
 Q_BLOCK, KV_BLOCK = 128, 512
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
-_STRIDES = ctypes.c_int64 * 3
-
-
-def _folder() -> Path:
-    from attncoda.models.load import cache_dir
-
-    return cache_dir() / "kernels"
-
-
-def _build(compiler: str, torch_lib: Path) -> Path:
-    """The compiled library, built here unless the cache holds it."""
-    source = SOURCE.read_bytes()
-    said = [" ".join(FLAGS), torch.__version__, str(torch_lib), compiler]
-    key = hashlib.sha256(b"\0".join([source, *(part.encode() for part in said)])).hexdigest()[:16]
-    folder = _folder()
-    target = folder / f"cpp-attention-{key}.so"
-    if target.exists():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(prefix=target.stem, suffix=".so.partial", dir=folder)
-    os.close(handle)
-    command = [
-        compiler, *FLAGS, str(SOURCE), "-o", partial, f"-L{torch_lib}", "-ltorch_cpu",
-        f"-Wl,-rpath,{torch_lib}",
-    ]  # fmt: skip
-    try:
-        subprocess.run(command, check=True, capture_output=True, text=True)
-        os.replace(partial, target)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
-    return target
 
 
 @functools.cache
-def _library() -> ctypes.CDLL | str:
-    """The loaded library, or why it cannot be had here (a clause)."""
+def _library():
+    """The built extension, or why it cannot be had here (a clause)."""
     why = prerequisites()
     if why is not None:
         return why
-    cxx, torch_lib = compiler(), torch_library()
-    assert cxx is not None and torch_lib is not None  # prerequisites() checked both
+    from torch.utils import cpp_extension
+
+    width = vector_width()
+    folder = ninja_folder()
+    path = os.environ.get("PATH", "")
+    if folder is not None and folder not in path.split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([folder, path])
     try:
-        path = _build(cxx, torch_lib)
-    except subprocess.CalledProcessError as error:
-        said = (error.stderr or "").strip().splitlines()
-        return f"{cxx} did not compile it ({said[-1] if said else error})"
-    except OSError as error:
-        return f"it could not be built in {_folder()} ({error})"
-    try:
-        library = ctypes.CDLL(str(path))
-    except OSError as error:
-        return f"the built library does not load ({error})"
-    function = library.attncoda_attention
-    function.argtypes = [
-        *[_PTR] * 6, *[_I64] * 7, *[ctypes.POINTER(_I64)] * 4, ctypes.c_int, ctypes.c_float,
-        _I64, _I64, ctypes.c_int,
-    ]  # fmt: skip
-    function.restype = None
-    return library
+        return cpp_extension.load(
+            name=f"{NAME}_{width}",
+            sources=[str(SOURCE)],
+            extra_cflags=list(FLAGS[width]),
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
+    except Exception as error:  # a compiler's or linker's message: said once, sdpa serves
+        said = [line for line in str(error).splitlines() if "error" in line.lower()]
+        return f"it did not build ({(said or [type(error).__name__])[0].strip()[:200]})"
 
 
 def unavailable() -> str | None:
-    """Why the pass cannot run here (a clause), or None once its library is loaded.
+    """Why the pass cannot run here (a clause), or None once it is built and loaded.
 
-    The first call builds the library when the cache does not hold it (a second or two).
+    The first call builds it when torch's cache of extensions does not hold it (a minute).
     """
     library = _library()
     return library if isinstance(library, str) else None
@@ -136,86 +122,144 @@ def _say(why: str) -> None:
     print(f"note: the cpp kernel cannot run here: {why}; the sdpa kernel serves", file=sys.stderr)
 
 
-def _strides(tensor: torch.Tensor | None) -> ctypes.Array:
-    if tensor is None:
-        return _STRIDES(0, 0, 0)
-    return _STRIDES(*(0 if size == 1 else stride for size, stride in
-                      zip(tensor.shape[:3], tensor.stride()[:3], strict=True)))  # fmt: skip
+def _loaded():
+    """The built extension; an error that says why where it cannot be had here."""
+    library = _library()
+    if isinstance(library, str):
+        raise AttncodaError(f"kernel='cpp' cannot run here: {library}; use kernel='sdpa'")
+    return library
 
 
-def _last_contiguous(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
+def _arguments(query, key, value, shape: MaskShape, sinks, scale: float) -> tuple:
+    """The pass's arguments: the layer's tensors in float32 with a last stride of 1 (a
+    bfloat16 or float16 layer's statistics are float32 computations of its own queries and
+    keys), each document's run of keys and sinks (int64), its mask's flags and scale."""
+    h, kv = query.shape[1], key.shape[1]
+    if h % kv:
+        raise AttncodaError(
+            f"{h} query heads do not share {kv} key/value heads evenly: each key/value head "
+            "must serve the same number of query heads"
+        )
+    tensors = []
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if tensor.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise AttncodaError(
+                f"kernel='cpp' takes float32, bfloat16 or float16 tensors; got {name} in "
+                f"{tensor.dtype}: use kernel='sdpa'"
+            )
+        tensor = tensor if tensor.dtype == torch.float32 else tensor.to(torch.float32)
+        tensors.append(tensor if tensor.stride(-1) == 1 else tensor.contiguous())
+    runs = (shape.lo.to(torch.int64).contiguous(), shape.hi.to(torch.int64).contiguous())
+    return (
+        *tensors, *runs, sinks.to(torch.int64).contiguous(), shape.causal, shape.window or 0,
+        float(scale), Q_BLOCK, KV_BLOCK,
+    )  # fmt: skip
 
 
-def content_pass(query, key, value, mask, causal, scale):
-    """``(o_C, E_q[k], lse_C)`` from one pass over the values ``[V | K]``.
+def content_pass(query, key, value, shape: MaskShape, sinks, scale: float):
+    """``(o_C, lse_C, E_q[z])`` of every query over its content keys, in one pass (the
+    pass alone, which :func:`cpp_attention` goes on from; what tests and benchmarks time).
 
     Parameters
     ----------
     query : torch.Tensor
-        float32 ``(batch, head, query_pos, head_dim)``.
+        ``(batch, head, query_pos, head_dim)``.
     key, value : torch.Tensor
-        float32 ``(batch, kv_head, key_pos, head_dim)`` and ``(..., value_dim)``, unexpanded
-        under grouped-query attention (head ``i`` reads key/value head ``i // group``).
-    mask : torch.Tensor or None
-        An additive float32 mask broadcastable to ``(batch, head, query_pos, key_pos)``
-        (``-inf`` on the keys a query does not see), or None.
-    causal : bool
-        Query ``i`` sees keys ``0 .. i + key_pos - query_pos`` (on top of ``mask``).
+        ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention
+        (head ``i`` reads key/value head ``i // group``).
+    shape : MaskShape
+        The keys each query sees: ``lo <= j < hi``, causal, a sliding window.
+    sinks : torch.Tensor
+        ``(batch, width)``: each document's sink keys, left out (``-1``: none).
     scale : float
         The score scale.
 
     Returns
     -------
     tuple of torch.Tensor
-        ``E_q[v]`` ``(batch, head, query_pos, value_dim)``, ``E_q[k]``
-        ``(..., head_dim)`` and ``lse_C`` ``(batch, head, query_pos)`` in nats, float32. A
-        row that sees no key gets zeros and ``-inf``.
+        float32 ``(batch, head, query_pos, head_dim)``, ``(batch, head, query_pos)`` and
+        ``(batch, head, query_pos)``: ``E_q[v]``, ``lse_C`` and ``E_q[z]`` in nats. A row
+        that sees no content key gets zeros, ``-inf`` and 0.
     """
-    library = _library()
-    if isinstance(library, str):
-        raise AttncodaError(f"kernel='cpp' cannot run here: {library}; use kernel='sdpa'")
-    for name, tensor in (("query", query), ("key", key), ("value", value), ("mask", mask)):
-        if tensor is not None and tensor.dtype != torch.float32:
-            raise AttncodaError(
-                f"kernel='cpp' takes float32 tensors; got {name} in {tensor.dtype}: convert "
-                "it with .float()"
-            )
-    b, h, q_len, d = query.shape
-    kv, k_len = key.shape[1], key.shape[2]
-    if h % kv:
-        raise AttncodaError(
-            f"{h} query heads do not share {kv} key/value heads evenly: each key/value head "
-            "must serve the same number of query heads"
-        )
-    query, key = _last_contiguous(query), _last_contiguous(key)
-    values = torch.cat([value, key], dim=-1)
-    width = values.shape[-1]
-    if mask is not None:
-        mask = _last_contiguous(mask).expand(b, h, q_len, k_len)
-    out = query.new_empty((b, h, q_len, width))
-    lse = query.new_empty((b, h, q_len))
-    library.attncoda_attention(
-        query.data_ptr(), key.data_ptr(), values.data_ptr(),
-        None if mask is None else mask.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        b, h, kv, q_len, k_len, d, width,
-        _strides(query), _strides(key), _strides(values), _strides(mask),
-        int(causal), scale, Q_BLOCK, KV_BLOCK, torch.get_num_threads(),
-    )  # fmt: skip
-    dv = value.shape[-1]
-    return out[..., :dv], out[..., dv:], lse
+    library = _loaded()
+    return tuple(library.content_pass(*_arguments(query, key, value, shape, sinks, scale)))
 
 
-#: The pass takes grouped keys and values (head ``i`` against key/value head ``i // group``).
-content_pass.grouped = True  # type: ignore[attr-defined]
+def cpp_attention(query, key, value, *, scaling: float, sink, shape: MaskShape, geometry=None):
+    """Attention output and compositional row statistics from one pass of the kernel and
+    its epilogue: each row's sink keys, statistics and output, in C++ and in the steps of
+    :func:`attncoda.capture.stats.split_rows` (the one definition; float64 from the pass's
+    float32 ``lse_C`` and ``E_q[z]``).
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``(batch, head, query_pos, head_dim)``: float32, bfloat16 or float16.
+    key, value : torch.Tensor
+        ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention.
+    scaling : float
+        Score scale.
+    sink : torch.Tensor
+        bool ``(batch, key_pos)``: the sink keys of each document.
+    shape : MaskShape
+        The keys each query sees.
+    geometry : SinkGeometry, optional
+        :func:`attncoda.capture.kernels.sink_geometry` of ``sink`` and ``shape``, when the
+        caller has it (one per forward pass).
+
+    Returns
+    -------
+    output : torch.Tensor
+        ``(batch, head, query_pos, head_dim)`` in the query's dtype: a view of a contiguous
+        ``(batch, query_pos, head, head_dim)`` tensor, the layout the model reads next.
+    stats : dict
+        ``(batch, head, query_pos)`` tensors as :func:`attncoda.capture.kernels.
+        sdpa_attention` returns them (:data:`attncoda.capture.kernels.FAST_STATISTICS`):
+        ``n_keys``, ``n_sink`` (int64) and the float statistics in float64, nats.
+    """
+    from ._sdpa import FAST_STATISTICS
+    from ._sink_tiles import sink_geometry
+
+    library = _loaded()
+    if geometry is None:
+        geometry = sink_geometry(sink, shape)
+    sinks = geometry.columns.masked_fill(geometry.valid == 0, -1)
+    out, *stats = library.attention(*_arguments(query, key, value, shape, sinks, scaling))
+    return out.to(query.dtype).transpose(1, 2), dict(zip(FAST_STATISTICS, stats, strict=True))
 
 
 def record_layer(call):
-    """The fast path of one routed layer's call through this kernel's pass
-    (:func:`attncoda.capture.kernels._sdpa.record_layer` with its ``content_pass``);
-    None, after a note printed once per process, where the pass cannot run."""
+    """The kernel on one routed layer's call (:class:`attncoda.capture.kernels.LayerCall`):
+    statistics into its recorder; the layer's output ``(batch, query_pos, head, head_dim)``.
+
+    None, so that the ``sdpa`` kernel serves the layer: where the pass cannot run (said
+    once per process), or where the layer's mask has no :class:`MaskShape` or carries a bias.
+    """
     why = unavailable()
     if why is not None:
         _say(why)
         return None
-    return _record_layer(call, content_pass=content_pass)
+    recorder, query, key = call.recorder, call.query, call.key
+    b, h, q_len, _ = query.shape
+    k_len = key.shape[2]
+    window = call.kwargs.get("sliding_window")
+    window = int(window) if isinstance(window, int) and window > 0 else None
+    shape, ok = layer_shape(
+        recorder, call.module, call.attention_mask, b, q_len, k_len, window, query.device
+    )
+    if not ok or shape is None:
+        return None
+    geometry = per_forward_geometry(recorder, shape, query.device)
+    out, stats = cpp_attention(
+        query, key, call.value, scaling=call.scaling, sink=recorder.sink, shape=shape,
+        geometry=geometry,
+    )  # fmt: skip
+    store(recorder, call.layer, stats)
+
+    def seen(doc, pos):
+        span = slice(doc, doc + 1)
+        one = MaskShape(shape.lo[span], shape.hi[span], shape.causal, shape.window)
+        return one.visible(pos, k_len, k_len - q_len)[0, 0]
+
+    record_rows(recorder, call.layer, query, key, call.scaling, seen)
+    return out.transpose(1, 2)

@@ -1,43 +1,42 @@
 """What the ``cpp`` kernel needs of the machine that builds it, read without importing
-torch: Linux x86-64 with AVX2 and FMA, a C++ compiler, the installed torch's
-``libtorch_cpu.so`` (docs/design.md, "The fused CPU kernel"). Both the declaration
-(:mod:`attncoda.capture.kernels.cpp`) and the loader (:mod:`attncoda.capture.kernels._cpp`)
-read it.
+torch: Linux x86-64 with AVX2, FMA and F16C, a C++ compiler and ninja, which
+``torch.utils.cpp_extension`` builds with (docs/design.md, "The fused CPU kernel"). Both the
+declaration (:mod:`attncoda.capture.kernels.cpp`) and the loader
+(:mod:`attncoda.capture.kernels._cpp`) read it.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import platform
 import shutil
+import sysconfig
 from pathlib import Path
 
-__all__ = ["CPU_FLAGS", "compiler", "prerequisites", "torch_library"]
+__all__ = ["CPU_FLAGS", "compiler", "ninja_folder", "prerequisites", "vector_width"]
 
-#: The CPU flags the compiled pass uses (``-mavx2 -mfma``).
-CPU_FLAGS = ("avx2", "fma")
+#: The CPU flags the built pass needs (``-mavx2 -mfma -mf16c``).
+CPU_FLAGS = ("avx2", "fma", "f16c")
+#: And those of its AVX-512 build, taken where the CPU has them all.
+AVX512_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 
 
 def compiler() -> str | None:
-    """The C++ compiler that builds the pass: ``$CXX``, else ``c++``, ``g++`` or
-    ``clang++`` on the path; None when there is none."""
-    explicit = os.environ.get("CXX")
-    if explicit:
-        return shutil.which(explicit)
-    found = (shutil.which(name) for name in ("c++", "g++", "clang++"))
-    return next((path for path in found if path), None)
+    """The C++ compiler that builds the pass: ``$CXX``, else ``c++`` on the path (what
+    ``torch.utils.cpp_extension`` calls); None when there is none."""
+    return shutil.which(os.environ.get("CXX") or "c++")
 
 
-def torch_library() -> Path | None:
-    """The folder of the installed torch's ``libtorch_cpu.so``, found without importing
-    torch; None when it is not there."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or spec.origin is None:
-        return None
-    folder = Path(spec.origin).parent / "lib"
-    return folder if (folder / "libtorch_cpu.so").exists() else None
+def ninja_folder() -> str | None:
+    """The folder of a ``ninja`` to build with: the one on the path, else the one beside
+    this Python's scripts (where the ``ninja`` package, in attncoda's ``hf`` extra, puts
+    it); None when there is neither."""
+    found = shutil.which("ninja")
+    if found is not None:
+        return str(Path(found).parent)
+    folder = Path(sysconfig.get_path("scripts"))
+    return str(folder) if (folder / "ninja").is_file() else None
 
 
 @functools.cache
@@ -51,10 +50,17 @@ def _cpu_flags() -> frozenset[str] | None:
     return frozenset(line.split(":", 1)[1].split())
 
 
+def vector_width() -> str:
+    """``"avx512"`` where the CPU has AVX-512 (F, BW, VL, DQ), else ``"avx2"``: the build the
+    pass takes here (a build of each lives apart in torch's cache)."""
+    flags = _cpu_flags() or frozenset()
+    return "avx512" if all(flag in flags for flag in AVX512_FLAGS) else "avx2"
+
+
 def prerequisites() -> str | None:
     """Why the pass cannot be built here (a clause), read without importing torch: it is
-    built on Linux x86-64 with AVX2 and FMA, by a C++ compiler, against the installed
-    torch's ``libtorch_cpu.so``. None when all hold (the build itself may still fail:
+    built on Linux x86-64 with AVX2, FMA and F16C, by a C++ compiler and ninja. None when
+    all hold (the build itself may still fail:
     :func:`attncoda.capture.kernels._cpp.unavailable`)."""
     if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
         return f"it is built on Linux x86-64, not {platform.system()} {platform.machine()}"
@@ -64,10 +70,10 @@ def prerequisites() -> str | None:
     missing = [flag for flag in CPU_FLAGS if flag not in flags]
     if missing:
         lacks = " and ".join(flag.upper() for flag in missing)
-        needs = " and ".join(flag.upper() for flag in CPU_FLAGS)
+        needs = ", ".join(flag.upper() for flag in CPU_FLAGS)
         return f"it needs {needs}, and this CPU lacks {lacks}"
     if compiler() is None:
         return "it is compiled on first use and no C++ compiler was found (set CXX to one)"
-    if torch_library() is None:
-        return "it links against torch's libtorch_cpu.so, which is not installed here"
+    if ninja_folder() is None:
+        return "it is built with ninja, which is not installed (pip install ninja)"
     return None

@@ -171,8 +171,9 @@ class MaskShape:
             seen = seen & (pos - keys[None, :] < self.window)
         return seen.expand(-1, 1, rows.numel(), k_len)
 
-    def seen_keys(self, q_len: int, k_len: int) -> torch.Tensor:
-        """int64 ``(batch, q_len)``: how many token keys each query sees."""
+    def first_stop(self, q_len: int, k_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """int64 ``(batch, q_len)`` each: the first key each query sees and one past its
+        last (the keys it sees are that run; none where ``stop <= first``)."""
         pos = torch.arange(q_len, device=self.lo.device)[None, :] + (k_len - q_len)
         first = self.lo[:, None].to(torch.int64).expand(-1, q_len)
         stop = self.hi[:, None].to(torch.int64).expand(-1, q_len)
@@ -180,6 +181,11 @@ class MaskShape:
             first = torch.maximum(first, pos - self.window + 1)
         if self.causal:
             stop = torch.minimum(stop, pos + 1)
+        return first, stop
+
+    def seen_keys(self, q_len: int, k_len: int) -> torch.Tensor:
+        """int64 ``(batch, q_len)``: how many token keys each query sees."""
+        first, stop = self.first_stop(q_len, k_len)
         return (stop - first).clamp(min=0)
 
 

@@ -31,8 +31,8 @@ Error bounds: derived per row against exact arithmetic on the same float32 queri
 (docs/design.md, "Error bounds"; :func:`attncoda.capture.kernels.fast_bounds`), worst-case
 and far above what is measured (bench/fast_bounds.py); ``tests/capture/kernels/
 test_fast_bounds.py`` checks them on every row of SmolLM2 and Gemma 3 layers and against
-float64 up to ``1 - s = 1e-11``. Everything after the content pass also serves the ``cpp``
-kernel, whose one pass over ``[V | K]`` replaces the two calls (``content_pass``).
+float64 up to ``1 - s = 1e-11``. The ``cpp`` kernel takes the same statistics from one pass
+of its own (:mod:`attncoda.capture.kernels._cpp`).
 
 Kernels: on CPU ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` (returns the
 output and the log-sum-exp; an additive float mask of the query's dtype); on CUDA
@@ -46,7 +46,6 @@ keys those queries can see.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
@@ -209,7 +208,6 @@ def sdpa_attention(
     visible: torch.Tensor | None = None,
     causal: bool = False,
     block_size: int = 512,
-    content_pass: Callable | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Attention output and compositional row statistics from the fused kernel.
 
@@ -236,9 +234,6 @@ def sdpa_attention(
         kernel mask by itself and blocks skip the keys after their last query.
     block_size : int
         Queries per kernel call when the mask is explicit.
-    content_pass : callable, optional
-        ``(query, key, value, mask, causal, scale) -> (o_C, E_q[k], lse_C)``; its
-        ``grouped``: whether it takes unexpanded keys. None: :func:`two_calls` (``sdpa``).
 
     Returns
     -------
@@ -263,7 +258,7 @@ def sdpa_attention(
     work = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
     qf, kf, vf = query.to(work), key.to(work), value.to(work)
     device = query.device
-    kernel = content_pass or two_calls(_kernel_for(device))
+    kernel = two_calls(_kernel_for(device))
     # The kernel's keys and values: unexpanded where it takes groups (the CPU op); else
     # expanded once per layer (the CUDA op), never per call.
     kx, vx = kf, vf
@@ -362,10 +357,9 @@ def sdpa_attention(
     return out.to(query.dtype), stats
 
 
-def record_layer(call, content_pass=None):
+def record_layer(call):
     """One routed layer's call (:class:`attncoda.capture.kernels.LayerCall`): statistics
-    into its recorder (``content_pass``: as :func:`sdpa_attention` takes it); the layer's
-    output.
+    into its recorder; the layer's output.
 
     Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None when this
     layer's mask carries a bias the fast statistics do not model (the caller then runs the
@@ -379,7 +373,7 @@ def record_layer(call, content_pass=None):
         return None
     out, stats = sdpa_attention(
         query, key, call.value, scaling=call.scaling, sink=recorder.sink, visible=visible,
-        causal=causal, block_size=recorder.block_size, content_pass=content_pass,
+        causal=causal, block_size=recorder.block_size,
     )  # fmt: skip
     store(recorder, call.layer, stats)
 

@@ -3,15 +3,16 @@ kernel").
 
 Its declaration for :mod:`attncoda.capture.kernels.registry`, free of torch (the checks of
 what the build needs, :mod:`attncoda.capture.kernels._cpp_host`, import none either). The
-pass is C++ (``_cpp.cpp``), compiled here on first use and cached; its loader and the call
-are :mod:`attncoda.capture.kernels._cpp`. It computes each score once where the ``sdpa``
-kernel's two calls compute it twice, and has the same error bounds
-(:func:`attncoda.capture.kernels.fast_bounds`). ``"auto"`` takes it on the CPU wherever it
-can be built (:func:`prerequisites`: Linux x86-64 with AVX2 and FMA, a C++ compiler), else
-the ``sdpa`` kernel; a build that fails all the same is said once, and ``sdpa`` serves. It
-models sliding windows (through the mask, as ``sdpa``), not soft-capped scores or learned
-sinks, and takes float32, bfloat16 and float16 layers (their statistics accumulate in
-float32); a float64 layer goes to ``sdpa``.
+pass is C++ (``_cpp.cpp``), built on first use through torch's extension builder and kept
+in torch's cache; its loader and the call are :mod:`attncoda.capture.kernels._cpp`. It
+computes each score once, where the ``sdpa`` kernel's two calls compute it twice, and has
+the same error bounds (:func:`attncoda.capture.kernels.fast_bounds`). ``"auto"`` takes it
+on the CPU wherever it can be built (:func:`prerequisites`: Linux x86-64 with AVX2, FMA and
+F16C, a C++ compiler, ninja), else the ``sdpa`` kernel; a build that fails all the same is
+said once, and ``sdpa`` serves. It models padding, causal rows and sliding windows from the
+mask's shape (:class:`attncoda.capture.kernels.MaskShape`; a layer whose mask has none goes
+to ``sdpa``), not soft-capped scores or learned sinks, and takes float32, bfloat16 and
+float16 layers (their statistics accumulate in float32); a float64 layer goes to ``sdpa``.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ._cpp_host import compiler, prerequisites, torch_library
+from ._cpp_host import compiler, prerequisites, vector_width
 
 if TYPE_CHECKING:
     from ._call import LayerCall
 
-__all__ = ["KERNEL", "Cpp", "compiler", "prerequisites", "torch_library"]
+__all__ = ["KERNEL", "Cpp", "compiler", "prerequisites", "vector_width"]
 
 
 class Cpp:
