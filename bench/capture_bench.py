@@ -195,9 +195,11 @@ def fast_rows(cases=FAST_CASES, repeats: int = 5) -> list[dict]:
 
 
 def profile(spec: str, length: int) -> str:
-    """Where one fast capture's time goes: the kernel's pass, the rest of the fast path in
-    the attention function, and the model around it (timers on the two functions), then
-    the model's and the fast path's operators by self time (torch's profiler)."""
+    """Where one fast capture's time goes: the ``cpp`` kernel (its pass and epilogue, one
+    call a layer), the rest of the fast path in the attention function (the mask's shape,
+    storing the statistics), and the model and capture around them (timers on the two
+    functions), then the model's and the fast path's operators by self time (torch's
+    profiler)."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -223,19 +225,19 @@ def profile(spec: str, length: int) -> str:
 
     with torch.inference_mode():
         capture(model, ids, record_rows="none", method="fast")  # warm-up: the build
-        original = (_cpp.content_pass, _exact.record_fast_layer)
-        _cpp.content_pass = timer(_cpp.content_pass, "pass")
+        original = (_cpp.cpp_attention, _exact.record_fast_layer)
+        _cpp.cpp_attention = timer(_cpp.cpp_attention, "pass")
         _exact.record_fast_layer = timer(_exact.record_fast_layer, "layer")
         try:
             t0 = time.perf_counter()
             capture(model, ids, record_rows="none", method="fast")
             whole = time.perf_counter() - t0
         finally:
-            _cpp.content_pass, _exact.record_fast_layer = original
+            _cpp.cpp_attention, _exact.record_fast_layer = original
         with torch_profile(activities=[ProfilerActivity.CPU]) as found:
             capture(model, ids, record_rows="none", method="fast")
     lines = [
-        f"{spec} L={length}: fast capture {whole:.3f} s = the kernel's pass "
+        f"{spec} L={length}: fast capture {whole:.3f} s = the cpp kernel "
         f"{spent['pass']:.3f} s + the rest of the fast path {spent['layer'] - spent['pass']:.3f}"
         f" s + the model and capture around them {whole - spent['layer']:.3f} s",
         found.key_averages().table(sort_by="self_cpu_time_total", row_limit=25),
@@ -327,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     print(f"machine: {machine()}; torch {torch.__version__}, {args.threads} threads", flush=True)
     if args.profile:
-        spec, length = args.profile.split(":")
+        spec, _, length = args.profile.partition(":")
+        if not length.isdigit():
+            parser.error(f"--profile {args.profile!r}: write MODEL:LENGTH, e.g. smollm2:2048")
         print(profile(spec, int(length)))
         return 0
     cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
@@ -337,4 +341,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from attncoda import AttncodaError
+
+    try:
+        raise SystemExit(main())
+    except AttncodaError as error:  # a model or length it cannot read: say so, no traceback
+        raise SystemExit(f"capture_bench: {error}") from None

@@ -22,9 +22,9 @@ The variants are the compile-time switches of the kernel:
   (:attr:`attncoda.capture.kernels._configs.Variant.heavy`);
 - ``padding``: bidirectional rows with padding (BERT-style encoders).
 
-Head dims 80 and 96 run the head-dim-128 kernel: the head dim is a runtime argument (not
-specialised apart from its divisibility by 16, the same for 80, 96 and 128), so one compile
-serves the three and the records of 80 and 96 repeat its figures with ``seconds`` 0.
+Every head dim is compiled on its own: 80 and 96 take the head-dim-128 blocks but not its
+code, since the kernel specialises on whether the head dim fills its block (``EVEN_D``:
+true at 128, false at 80 and 96, which load and store masked columns).
 
 ``--json`` prints one JSON object a line with the keys ``arch``, ``dtype``, ``head_dim``,
 ``flags``, ``block_m``, ``block_n``, ``num_warps``, ``num_stages``, ``shared_bytes``,
@@ -89,39 +89,24 @@ def _compile(job: tuple[str, str, int, str]) -> dict:
 
 
 def jobs(archs, dtypes, head_dims, variants) -> list[tuple[str, str, int, str]]:
-    """Every (arch, dtype, head dim, flags) of the matrix, head dims 80 and 96 last."""
-    out = []
-    for arch in archs:
-        for dtype in dtypes:
-            for head_dim in head_dims:
-                for flags in variants:
-                    out.append((arch, dtype, head_dim, flags))
-    return out
-
-
-def _same_kernel(head_dim: int) -> int:
-    """The head dim whose compile serves ``head_dim`` (80 and 96 run the 128 kernel)."""
-    return 128 if head_dim in (80, 96) else head_dim
+    """Every (arch, dtype, head dim, flags) of the matrix."""
+    return [
+        (arch, dtype, head_dim, flags)
+        for arch in archs
+        for dtype in dtypes
+        for head_dim in head_dims
+        for flags in variants
+    ]
 
 
 def run(matrix, workers: int, emit) -> list[dict]:
     """Compile ``matrix`` on ``workers`` processes; ``emit`` each record as it is done."""
-    compiled = [job for job in matrix if _same_kernel(job[2]) == job[2]]
     records: dict[tuple, dict] = {}
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_compile, job): job for job in compiled}
+        futures = {pool.submit(_compile, job): job for job in matrix}
         for future in concurrent.futures.as_completed(futures):
             job = futures[future]
             records[job] = future.result()
-            emit(records[job])
-    for job in matrix:
-        if job not in records:
-            arch, dtype, head_dim, flags = job
-            served = records.get((arch, dtype, _same_kernel(head_dim), flags))
-            if served is None:  # the 128 kernel was not asked for: compile it here
-                records[job] = _compile(job)
-            else:
-                records[job] = {**served, "head_dim": head_dim, "seconds": 0.0}
             emit(records[job])
     return [records[job] for job in matrix]
 

@@ -135,7 +135,9 @@ def _table() -> dict[tuple[str, str, int, bool], LaunchConfig | Refused]:
     keyed by (architecture, dtype, head-dim class, heavy).
 
     bfloat16 and float16, per architecture, sized for its shared memory and register file
-    (each entry spills nothing and fits in every variant it serves, compiled offline):
+    (each entry fits in every variant it serves and, at head dims 64, 128 and 256, spills
+    nothing, compiled offline; head dims 80 and 96 take the 128 entry and spill 24 to 96 B
+    in some variants, bench/RESULTS.md):
 
     - sm_90 (232,448 B): 128 x 64 blocks at head dim 64 (8 warps, 3 stages), 128 x 128 at
       128 (8 warps, 3 stages) and 128 x 32 at 256 (8 warps, 2 stages), the plain variants'
