@@ -10,10 +10,11 @@ logits, is timed beside it, so that the figures taken against it earlier can be 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FLOORS", "floors"]
+__all__ = ["FLOORS", "floors", "seconds", "window_ids"]
 
 #: The floors by name: (attention implementation, every position's logits or the last's).
 FLOORS = {
@@ -44,3 +45,19 @@ def floors(model: Any, ids: Any, names: tuple[str, ...] = tuple(FLOORS)) -> dict
         return forward
 
     return {name: call(*FLOORS[name]) for name in names}
+
+
+def window_ids(model: Any, length: int) -> Any:
+    """int64 ``(1, length)``: the window the benchmarks time, random tokens from 100 up to
+    the vocabulary's size or 40,000, whichever is smaller (seed 0)."""
+    import torch
+
+    top = min(int(model.config.vocab_size), 40000)
+    return torch.randint(100, top, (1, length), generator=torch.Generator().manual_seed(0))
+
+
+def seconds(call: Callable[[], Any]) -> float:
+    """Wall seconds of one ``call()``."""
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0

@@ -92,12 +92,12 @@ def p1_ratio(length: int = 512, repeats: int = 3) -> dict:
     position's logits, as a capture asks), interleaved so load hits both alike."""
     import torch
 
-    from _floors import floors
+    from _floors import floors, seconds, window_ids
     from attncoda.capture import capture
     from attncoda.models.load import load_model
 
     model, _, _ = load_model("smollm2")
-    ids = torch.randint(100, 40000, (1, length), generator=torch.Generator().manual_seed(0))
+    ids = window_ids(model, length)
     eager = floors(model, ids, ("eager",))["eager"]
     times: dict[str, list[float]] = {"eager": [], "capture": []}
     calls = {"eager": eager, "capture": lambda: capture(model, ids, record_rows="none")}
@@ -106,22 +106,13 @@ def p1_ratio(length: int = 512, repeats: int = 3) -> dict:
             call()
         for _ in range(repeats):
             for name, call in calls.items():
-                t0 = time.perf_counter()
-                call()
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(seconds(call))
     best = {name: min(values) for name, values in times.items()}
     return {
         "eager_s": best["eager"],
         "capture_s": best["capture"],
         "ratio": best["capture"] / best["eager"],
     }
-
-
-def _ids(model, length: int):
-    import torch
-
-    top = min(int(model.config.vocab_size), 40000)
-    return torch.randint(100, top, (1, length), generator=torch.Generator().manual_seed(0))
 
 
 def fast_ratio(spec: str, length: int, repeats: int = 5) -> dict:
@@ -133,29 +124,24 @@ def fast_ratio(spec: str, length: int, repeats: int = 5) -> dict:
 
     import torch
 
-    from _floors import floors
+    from _floors import floors, seconds, window_ids
     from attncoda.capture import capture
     from attncoda.models.load import load_model
 
     model, _, _ = load_model(spec)
-    ids = _ids(model, length)
+    ids = window_ids(model, length)
     calls = floors(model, ids, ("sdpa", "sdpa_all_logits"))
     kernels: list[str] = []
 
     def fast():
         kernels.append(capture(model, ids, record_rows="none", method="fast").kernel)
 
-    def timed(call) -> float:
-        t0 = time.perf_counter()
-        call()
-        return time.perf_counter() - t0
-
     with torch.inference_mode():
         calls["sdpa"]()
         fast()
-        pairs = [(timed(calls["sdpa"]), timed(fast)) for _ in range(repeats)]
-        plain = timed(calls["sdpa_all_logits"])
-        exact = timed(lambda: capture(model, ids, record_rows="none")) if length >= 8192 else None
+        pairs = [(seconds(calls["sdpa"]), seconds(fast)) for _ in range(repeats)]
+        plain = seconds(calls["sdpa_all_logits"])
+        exact = seconds(lambda: capture(model, ids, record_rows="none")) if length >= 8192 else None
     model.set_attn_implementation("eager")
     floor = statistics.median(f for f, _ in pairs)
     return {
@@ -204,13 +190,14 @@ def profile(spec: str, length: int) -> str:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
+    from _floors import window_ids
     from attncoda.capture import capture
     from attncoda.capture.kernels import _cpp
     from attncoda.capture.routing import _exact
     from attncoda.models.load import load_model
 
     model, _, _ = load_model(spec)
-    ids = _ids(model, length)
+    ids = window_ids(model, length)
     spent = {"pass": 0.0, "layer": 0.0}
 
     def timer(function, key):

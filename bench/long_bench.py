@@ -31,6 +31,8 @@ from pathlib import Path
 # this file is loaded (as a script, by bench/run.py, or by a test from its file).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _floors import seconds, window_ids  # noqa: E402
+
 FLIPS_BEFORE_S = 147.0  # the flips unit of `make demo` before this work (2-core machine)
 #: exact capture / eager forward, like for like (the fast capture's target is
 #: bench/capture_bench.py's).
@@ -55,18 +57,6 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"seconds": seconds, "base_mib": base / 1024, "peak_mib": peak / 1024,
                   "mean_sink_mass": float(cap.sink_mass[cap.has_content].mean())}))
 """
-
-
-def _timed(call) -> float:
-    t0 = time.perf_counter()
-    call()
-    return time.perf_counter() - t0
-
-
-def _smollm2_ids(length: int):
-    import torch
-
-    return torch.randint(100, 40000, (1, length), generator=torch.Generator().manual_seed(0))
 
 
 def capture_calls(model, ids) -> dict:
@@ -95,7 +85,7 @@ def capture_ratios(length: int, repeats: int, which=("sdpa", "eager", "exact", "
     from attncoda.models.load import load_model
 
     model, _, _ = load_model("smollm2")
-    ids = _smollm2_ids(length)
+    ids = window_ids(model, length)
     names = ("sdpa", "sdpa_all_logits", "eager", "exact", "fast", "fast_sdpa")
     times: dict[str, list[float]] = {name: [] for name in names}
 
@@ -107,7 +97,7 @@ def capture_ratios(length: int, repeats: int, which=("sdpa", "eager", "exact", "
     with torch.inference_mode():
         for _ in range(repeats):
             for name in which:
-                times[name].append(_timed(calls[name]))
+                times[name].append(seconds(calls[name]))
     model.set_attn_implementation("eager")
     best = {name: min(values) if values else float("nan") for name, values in times.items()}
     return {
@@ -126,7 +116,7 @@ def by_hand(length: int) -> dict:
     from attncoda.models.load import load_model
 
     model, _, _ = load_model("smollm2")
-    ids = _smollm2_ids(length)
+    ids = window_ids(model, length)
 
     from attncoda.capture import forward_kwargs
 
@@ -142,7 +132,7 @@ def by_hand(length: int) -> dict:
 
     model.set_attn_implementation("eager")
     with torch.inference_mode():
-        return {"by_hand_s": _timed(hand)}
+        return {"by_hand_s": seconds(hand)}
 
 
 def long_profile(spec: str, length: int, method: str, threads: int) -> dict:
@@ -251,7 +241,7 @@ def one_call(length: int = 8192, heads: int = 9, dim: int = 64, repeats: int = 3
             call()  # warm-up
         for _ in range(repeats):  # interleaved, so that load hits every side alike
             for name, call in calls.items():
-                best[name] = min(best[name], _timed(call))
+                best[name] = min(best[name], seconds(call))
         padded = calls["padded_s"]()
         same = torch.equal(padded[..., :dim], sdpa(q, k, v))
         fused = calls["fused_s"]()

@@ -152,15 +152,16 @@ def _compared(cell: int, kind: str, old: str, new: str) -> list[str]:
     """What differs between a committed output and a fresh one: the text around the tables
     exactly, the figures by their presence, each table through the rule its columns hold
     (:func:`attncoda.compare`'s, plus a unit of the last digit shown)."""
+    import numpy as np
+
     from attncoda.experiments.contract import compare_frames
     from attncoda.run.compare import column_rules
 
     where = f"code cell {cell}, {kind}"
-    import numpy as np
-
     found = []
-    if len(figures(old)) != len(figures(new)) or not all(
-        f.startswith(b"\x89PNG\r\n\x1a\n") for f in figures(old) + figures(new)
+    pictures = [figures(old), figures(new)]
+    if len(pictures[0]) != len(pictures[1]) or not all(
+        f.startswith(b"\x89PNG\r\n\x1a\n") for f in pictures[0] + pictures[1]
     ):
         found.append(f"{where}: not the same figures")
     words = [_PNG.sub("<figure>", _TABLE.sub("<table/>", t)) for t in (old, new)]

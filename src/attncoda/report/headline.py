@@ -11,29 +11,28 @@ builds on the same pieces.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from attncoda.experiments.contract import EXPERIMENTS, experiment
 from attncoda.experiments.view import Context
 from attncoda.run.config import RunConfig
+from attncoda.store import read_json
+from attncoda.store.manifest import MANIFEST
+from attncoda.store.runs import read_run_tables
 
 __all__ = ["demo_screen", "headline", "machine", "run_context"]
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
-    return dict(json.loads((folder / "manifest.json").read_text(encoding="utf-8")))
+    return dict(read_json(folder / MANIFEST))
 
 
 def run_context(folder: str | Path) -> Context:
     """A run folder's tables, sink spec and settings, as every section reads them."""
-    import pandas as pd
-
     folder = Path(folder)
     config = RunConfig.from_json(_manifest(folder)["config"])
-    tables = {p.stem: pd.read_parquet(p) for p in sorted((folder / "tables").glob("*.parquet"))}
-    return Context(tables, config.options.sink, config.settings)
+    return Context(read_run_tables(folder), config.options.sink, config.settings)
 
 
 def machine(folder: str | Path, wall_seconds: float | None = None) -> str:

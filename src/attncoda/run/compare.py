@@ -16,7 +16,6 @@ user's demo run.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -146,13 +145,16 @@ class Comparison:
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
-    path = folder / "manifest.json"
+    from attncoda.store import read_json
+    from attncoda.store.manifest import MANIFEST
+
+    path = folder / MANIFEST
     if not path.is_file():
         raise AttncodaError(
             f"{str(folder)!r} is not a run folder (no manifest.json): give the folder a run "
             "wrote (attncoda demo, reproduce or an experiment's --out)"
         )
-    found = json.loads(path.read_text(encoding="utf-8"))
+    found = read_json(path)
     if not (folder / "tables").is_dir():
         raise AttncodaError(
             f"run folder {str(folder)!r} has no tables yet: finish the run first (run the "

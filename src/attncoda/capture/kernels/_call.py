@@ -62,6 +62,12 @@ class LayerCall:
         return self.kwargs.get("softcap")
 
     @property
+    def window(self) -> int | None:
+        """The layer's sliding window (keys a query sees, itself included), or None."""
+        window = self.kwargs.get("sliding_window")
+        return int(window) if isinstance(window, int) and window > 0 else None
+
+    @property
     def s_aux(self) -> torch.Tensor | None:
         """GPT-OSS's learned sink logits, one per head (a virtual key), or None."""
         return self.kwargs.get("s_aux")

@@ -242,10 +242,8 @@ def record_layer(call):
     recorder, query, key = call.recorder, call.query, call.key
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
-    window = call.kwargs.get("sliding_window")
-    window = int(window) if isinstance(window, int) and window > 0 else None
     shape, ok = layer_shape(
-        recorder, call.module, call.attention_mask, b, q_len, k_len, window, query.device
+        recorder, call.module, call.attention_mask, b, q_len, k_len, call.window, query.device
     )
     if not ok or shape is None:
         return None
@@ -255,11 +253,5 @@ def record_layer(call):
         geometry=geometry,
     )  # fmt: skip
     store(recorder, call.layer, stats)
-
-    def seen(doc, pos):
-        span = slice(doc, doc + 1)
-        one = MaskShape(shape.lo[span], shape.hi[span], shape.causal, shape.window)
-        return one.visible(pos, k_len, k_len - q_len)[0, 0]
-
-    record_rows(recorder, call.layer, query, key, call.scaling, seen)
+    record_rows(recorder, call.layer, query, key, call.scaling, shape.seen_by_doc(q_len, k_len))
     return out.transpose(1, 2)

@@ -183,6 +183,18 @@ class MaskShape:
             stop = torch.minimum(stop, pos + 1)
         return first, stop
 
+    def seen_by_doc(self, q_len: int, k_len: int):
+        """``seen(doc, rows)``: bool ``(len(rows), k_len)``, the keys the query rows ``rows``
+        of document ``doc`` see (what :func:`attncoda.capture.kernels._record.record_rows`
+        asks of a layer)."""
+
+        def seen(doc: int, rows: torch.Tensor) -> torch.Tensor:
+            span = slice(doc, doc + 1)
+            one = MaskShape(self.lo[span], self.hi[span], self.causal, self.window)
+            return one.visible(rows, k_len, k_len - q_len)[0, 0]
+
+        return seen
+
     def seen_keys(self, q_len: int, k_len: int) -> torch.Tensor:
         """int64 ``(batch, q_len)``: how many token keys each query sees."""
         first, stop = self.first_stop(q_len, k_len)

@@ -310,9 +310,9 @@ def record_layer(call, check=None):
         return None
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
-    window = kwargs.get("sliding_window")
-    window = int(window) if isinstance(window, int) and window > 0 else None
-    shape, ok = layer_shape(recorder, module, attention_mask, b, q_len, k_len, window, query.device)
+    shape, ok = layer_shape(
+        recorder, module, attention_mask, b, q_len, k_len, call.window, query.device
+    )
     if not ok:
         note(recorder, "masks that carry a bias")
         return None
@@ -352,13 +352,8 @@ def record_layer(call, check=None):
         note(recorder, str(refused))
         return None
     store(recorder, layer, stats)
-
-    def seen(doc, pos):
-        span = slice(doc, doc + 1)
-        one = MaskShape(shape.lo[span], shape.hi[span], shape.causal, shape.window)
-        return one.visible(pos, k_len, k_len - q_len)[0, 0]
-
     record_rows(
-        recorder, layer, query, key, scaling, seen, upcast=True, softcap=softcap, s_aux=s_aux
-    )
+        recorder, layer, query, key, scaling, shape.seen_by_doc(q_len, k_len), upcast=True,
+        softcap=softcap, s_aux=s_aux,
+    )  # fmt: skip
     return out.transpose(1, 2)
