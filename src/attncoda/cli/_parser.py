@@ -11,6 +11,7 @@ from typing import Any
 
 from attncoda._errors import AttncodaError, one_line_errors
 from attncoda.cli._args import Parser, add_settings, bind_setting, names, validate
+from attncoda.experiments.contract import RULES
 from attncoda.run.pool import cores
 
 
@@ -250,12 +251,11 @@ def _run_parsers(sub: Any) -> None:
         "compare",
         help="whether two runs hold the same evidence: every table, each column by its rule",
         description="Compares every table of RUN with REFERENCE's (default: the reference run "
-        "recorded from `make demo`, shipped with attncoda), each column held to what it can "
-        "hold: floats to the float32 rounding of what they are computed from, counts and "
-        "rates to the rounding bound their rows state, the bounds themselves to 1%% of "
-        "themselves plus 3 triplets, shares through their parts, MDS coordinates through the "
-        "distances between the heads. Prints one line (and the cells that differ, with what "
-        "each was allowed); exits 1 when the runs differ.",
+        "recorded from `make demo`, shipped with attncoda), each column held by the rule "
+        "its experiment declares, every allowance read from the reference's row: "
+        + "; ".join(f"{rule.__name__}, {rule.says}" for rule in RULES).replace("%", "%%")
+        + ". Prints one line (and the cells that differ, with what each was allowed); exits "
+        "1 when the runs differ, 2 when a folder is not a finished run.",
     )
     co.add_argument("run", help="a finished run folder")
     co.add_argument(

@@ -16,6 +16,7 @@ user's demo run.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -69,7 +70,7 @@ def held_columns() -> dict[str, Mapping[str, Held]]:
 def column_rules() -> dict[str, Held]:
     """Every declared rule by column name alone, for a table read back from a page or a
     notebook that does not say which run table it shows (a rule whose parts a table lacks
-    holds its column to :class:`attncoda.experiments.contract.Rounding`)."""
+    allows its column nothing beyond the digits shown)."""
     return {column: rule for rules in held_columns().values() for column, rule in rules.items()}
 
 
@@ -85,7 +86,8 @@ class Comparison:
         Every table either run holds (that the reference left out of its record, if it is
         the shipped one, excepted), by name.
     left_out : tuple of str
-        Tables of ``run`` that the reference's record leaves out (too large to ship).
+        Tables of ``run`` that the reference's record leaves out (too large to ship): not
+        compared, and said so.
     config : tuple of str
         Config keys in which the two runs differ other than where and how they computed
         (models, settings): their tables then need not agree, and the summary says so.
@@ -99,8 +101,8 @@ class Comparison:
 
     @property
     def same(self) -> bool:
-        """Whether every table agrees within its rules."""
-        return all(t.same for t in self.tables)
+        """Whether there is a table to compare and every table agrees within its rules."""
+        return bool(self.tables) and all(t.same for t in self.tables)
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -110,6 +112,8 @@ class Comparison:
     def summary(self) -> str:
         """One line: ``same evidence within rounding: ...`` or ``different: ...``."""
         n = len(self.tables)
+        if not self.tables:
+            return f"different: {self.run} holds no table of the reference's to compare"
         if self.same:
             worst = max(self.tables, key=lambda t: t.worst, default=None)
             largest = (
@@ -125,12 +129,27 @@ class Comparison:
             f"({', '.join(t.table for t in differ)})"
         )
 
+    def shares(self) -> dict[str, float]:
+        """Per table, the largest difference of a cell in units of its allowance (``inf``
+        where a table could not be compared or a cell differs with nothing allowed)."""
+        return {t.table: (t.worst if t.why is None else math.inf) for t in self.tables}
+
     def lines(self) -> list[str]:
-        """The summary, then why each differing table differs: the reason it could not be
-        compared, or its cells (the first :data:`SHOWN`) with what each was allowed."""
+        """The summary, then the tables left out and the reference's columns the run
+        lacks, then why each differing table differs: the reason it could not be compared,
+        or its cells (the first :data:`SHOWN`) with what each was allowed."""
         out = [self.summary()]
         if self.config:
             out.append(f"note: the runs' configs differ in {', '.join(self.config)}")
+        if self.left_out:
+            out.append(
+                f"not compared: {', '.join(self.left_out)} (left out of the reference's record)"
+            )
+        unheld = [f"{t.table}.{c}" for t in self.tables for c in t.unheld]
+        if unheld:
+            out.append(
+                f"held from the reference's side only (this run lacks them): {', '.join(unheld)}"
+            )
         shown = 0
         for table in self.tables:
             if table.why is not None:
@@ -205,7 +224,8 @@ def compare(
     subset : bool
         ``run`` made some units of ``reference``'s only (an experiment or two, some
         models): compare the tables ``run`` holds, each with the rows of ``reference`` of
-        the same units (``experiment``, ``model`` and ``revision``, those a table has).
+        the same units (``experiment``, ``model`` and ``revision``, those a table has). A
+        run that holds no table is not the same evidence.
 
     Returns
     -------
@@ -223,7 +243,9 @@ def compare(
     run = Path(run)
     other = Path(reference) if reference is not None else reference_run()
     mine, theirs = _manifest(run), _manifest(other)
-    left_out = set(theirs.get("left_out", ())) if reference is None else set()
+    # The shipped reference is the shipped reference however it is named.
+    shipped = other.resolve() == reference_run().resolve()
+    left_out = set(theirs.get("left_out", ())) if shipped else set()
     folders = (run,) if subset else (run, other)
     names = sorted({p.stem for folder in folders for p in (folder / "tables").glob("*.parquet")})
     held = held_columns()

@@ -320,7 +320,7 @@ EXPERIMENT = Experiment(
     held={
         "cluster": {
             **{
-                f"{axis}_{variant}": Coordinates(f"{other}_{variant}")
+                f"{axis}_{variant}": Coordinates(f"{other}_{variant}", "distance_rounding")
                 for variant in VARIANTS
                 for axis, other in (("x", "y"), ("y", "x"))
             },

@@ -14,9 +14,10 @@ what every interval shares (:data:`MIN_BOOTSTRAP_N`, the method names,
 :func:`no_interval_note`, :func:`percentile_interval`, :func:`resample_weights`,
 :func:`check_n_boot`), and what float32 statistics resolve (:data:`FLOAT32_UNIT_ROUNDOFF`,
 :func:`rounding_bound`, :func:`within_rounding`), and how each column is held when two runs
-are compared (:class:`Same`, :class:`Rounding`, :class:`Stated`, :class:`Bound`,
-:class:`Share`, :class:`Coordinates`, :class:`Labels`, :func:`held_by`,
-:func:`compare_frames`, :class:`TableComparison`, :class:`Cell`).
+are compared (:class:`Same`, :class:`RowStatistic`, :class:`Stated`, :class:`Bound`,
+:class:`Exponent`, :class:`Share`, :class:`Coordinates`, :class:`Labels`, :class:`Verdict`,
+:data:`RULES`, :func:`held_by`, :func:`row_statistic_rounding`, :func:`compare_frames`,
+:class:`TableComparison`, :class:`Cell`).
 
 Modules: ``_experiment`` (the declaration, inputs and tables), ``_command`` (views,
 commands and tools), ``_settings`` (setting fields and their checks), ``_inputs`` (recorded
@@ -45,15 +46,19 @@ from attncoda.experiments.contract._experiment import (
 )
 from attncoda.experiments.contract._frames import Cell, TableComparison, compare_frames
 from attncoda.experiments.contract._held import (
+    RULES,
     Bound,
     Coordinates,
+    Exponent,
     Held,
     Labels,
-    Rounding,
+    RowStatistic,
     Same,
     Share,
     Stated,
+    Verdict,
     held_by,
+    row_statistic_rounding,
 )
 from attncoda.experiments.contract._inputs import (
     DocRows,
@@ -103,14 +108,18 @@ __all__ = [
     "Cell",
     "Coordinates",
     "Held",
+    "Exponent",
     "Labels",
-    "Rounding",
+    "RULES",
+    "RowStatistic",
     "Same",
     "Share",
     "Stated",
     "TableComparison",
+    "Verdict",
     "compare_frames",
     "held_by",
+    "row_statistic_rounding",
     "BOOTSTRAP_DOCUMENTS",
     "BOOTSTRAP_WINDOWS",
     "CLOPPER_PEARSON",

@@ -13,16 +13,20 @@ from typing import TYPE_CHECKING, Any
 from attncoda.experiments.contract._held import (
     BOUND_RTOL,
     BOUND_UNITS,
+    FLOAT64_SLACK,
     Bound,
     Coordinates,
+    Exponent,
     Held,
     Labels,
-    Rounding,
+    RowStatistic,
     Same,
     Share,
     Stated,
+    Verdict,
     held_by,
 )
+from attncoda.experiments.contract._rounding import FLOAT32_UNIT_ROUNDOFF
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,7 +73,8 @@ class TableComparison:
     table : str
     why : str or None
         Why the two cannot be compared cell by cell (a table or a column missing on one
-        side, rows of another number); None when they were.
+        side, a column of another dtype, rows of another number, named); None when they
+        were.
     cells : tuple of Cell
         Every cell outside its allowance.
     worst : float
@@ -77,6 +82,9 @@ class TableComparison:
         is equal; ``inf`` where a cell differs with nothing allowed).
     worst_column : str or None
         The column of ``worst``.
+    unheld : tuple of str
+        The reference's columns the run lacks (recorded before they existed): held from
+        the reference's side, compared nowhere.
     """
 
     table: str
@@ -84,6 +92,7 @@ class TableComparison:
     cells: tuple[Cell, ...] = ()
     worst: float = 0.0
     worst_column: str | None = None
+    unheld: tuple[str, ...] = ()
 
     @property
     def same(self) -> bool:
@@ -98,6 +107,8 @@ _KEY_INTEGERS = (
     "layer", "head", "k", "bin", "position", "step", "pair_from", "pair_to", "head_index",
     "sink_share_bin", "sink_gap_bin", "head_a", "head_b",
 )  # fmt: skip
+#: Rows a summary names before it says how many more differ.
+_NAMED_ROWS = 5
 
 
 def _key_columns(frame: pd.DataFrame) -> list[str]:
@@ -112,46 +123,62 @@ def _key_columns(frame: pd.DataFrame) -> list[str]:
     return keys
 
 
+def _row_keys(frame: pd.DataFrame, keys: Sequence[str]) -> list[str]:
+    """Each row's key: its values of ``keys``, joined by spaces."""
+    return [" ".join(str(v) for v in row) for row in frame[list(keys)].itertuples(index=False)]
+
+
 def _floats(frame: pd.DataFrame, column: str) -> np.ndarray:
     import numpy as np
 
+    if column not in frame.columns:
+        return np.full(len(frame), np.nan)
     return frame[column].to_numpy(np.float64, na_value=np.nan)
 
 
-def _numbers(a: pd.DataFrame, b: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    return _floats(a, column), _floats(b, column)
+def _stated(b: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """The reference's stated bounds in ``columns``, summed per row (a null bound: 0)."""
+    import numpy as np
+
+    total = np.zeros(len(b))
+    for column in columns:
+        total = total + np.nan_to_num(np.abs(_floats(b, column)), nan=0.0)
+    return total
 
 
 def _allowance(rule: Held, a: pd.DataFrame, b: pd.DataFrame, column: str) -> np.ndarray:
-    """Per row, what ``column`` may differ by under ``rule`` (a numeric rule)."""
+    """Per row, what ``column`` may differ by under ``rule`` (a numeric rule), read from the
+    reference's row ``b``."""
     import numpy as np
     import pandas as pd
 
-    x, y = _numbers(a, b, column)
-    base = rule if isinstance(rule, Rounding) else Rounding()
-    # A count is a whole number: it carries no rounding of its own, only what its rule adds.
-    counted = pd.api.types.is_integer_dtype(a[column].dtype)
-    allowed = np.zeros_like(x) if counted else base.atol + base.rtol * np.fmax(np.abs(x), np.abs(y))
-    if isinstance(rule, Stated) and rule.bound in a.columns and rule.bound in b.columns:
-        stated = np.fmax(*_numbers(a, b, rule.bound))
-        allowed = allowed + np.nan_to_num(stated, nan=0.0)
-    elif isinstance(rule, Bound):
-        # A count's unit is one; a rate's is one over its count, none where the table
-        # lacks the count (a bound read without it is held to its share of itself).
-        unit = np.ones_like(x) if rule.per is None else np.zeros_like(x)
-        if rule.per is not None and rule.per in a.columns and rule.per in b.columns:
+    x, y = _floats(a, column), _floats(b, column)
+    size = np.abs(y)
+    # A count is a whole number: it carries no float rounding, only what its rule states.
+    slack = 0.0 if pd.api.types.is_integer_dtype(b[column].dtype) else FLOAT64_SLACK * size
+    if isinstance(rule, RowStatistic):
+        n = np.fmax(np.nan_to_num(_floats(b, rule.keys), nan=1.0), 1.0)
+        magnitude = _stated(b, rule.magnitude) if rule.magnitude else size
+        return FLOAT32_UNIT_ROUNDOFF * (n + 2.0) * (magnitude + np.log(n))
+    if isinstance(rule, Stated):
+        return _stated(b, rule.bounds) + slack
+    if isinstance(rule, Bound):
+        # A count's unit is one; a rate's is one over the reference's count, none where the
+        # table lacks it (the bound is then held to its share of itself).
+        unit = np.ones_like(y) if rule.per is None else np.zeros_like(y)
+        if rule.per is not None and rule.per in b.columns:
             with np.errstate(divide="ignore"):
-                unit = 1.0 / np.fmax(*_numbers(a, b, rule.per))
-        allowed = allowed + BOUND_RTOL * np.fmax(np.abs(x), np.abs(y)) + BOUND_UNITS * unit
-    elif isinstance(rule, Share):
-        parts = (*rule.numerators, rule.denominator)
-        if all(p in a.columns and p in b.columns for p in parts):
-            den, den_b = _numbers(a, b, rule.denominator)
-            moves = [np.abs(q - p) for p, q in (_numbers(a, b, c) for c in rule.numerators)]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                moved = (np.max(moves, axis=0) + np.abs(x) * np.abs(den_b - den)) / np.abs(den)
-            allowed = allowed + np.nan_to_num(moved, nan=0.0, posinf=np.inf)
-    return allowed
+                unit = np.nan_to_num(1.0 / _floats(b, rule.per), nan=0.0, posinf=0.0)
+        return BOUND_RTOL * size + BOUND_UNITS * unit + slack
+    if isinstance(rule, Exponent):
+        return size * np.expm1(_stated(b, rule.bounds)) + slack
+    if isinstance(rule, Share):
+        den, den_b = _floats(a, rule.denominator), _floats(b, rule.denominator)
+        moves = [np.abs(_floats(a, c) - _floats(b, c)) for c in rule.numerators]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            moved = (np.max(moves, axis=0) + size * np.abs(den - den_b)) / np.abs(den_b)
+        return np.nan_to_num(moved, nan=0.0, posinf=np.inf) + slack
+    return np.zeros_like(x)
 
 
 def _numeric_cells(
@@ -162,7 +189,7 @@ def _numeric_cells(
     (plus ``shown``: a unit of the last digit a printed value shows)."""
     import numpy as np
 
-    x, y = _numbers(a, b, column)
+    x, y = _floats(a, column), _floats(b, column)
     allowed = _allowance(rule, a, b, column)
     if shown is not None:
         allowed = allowed + shown
@@ -183,6 +210,15 @@ def _equal_cells(a: pd.DataFrame, b: pd.DataFrame, column: str) -> np.ndarray:
     return differs.to_numpy(bool)
 
 
+def _edges(b: pd.DataFrame, column: str | None) -> np.ndarray:
+    """Per row, the reference's edge flag in ``column`` (False where it has none)."""
+    import numpy as np
+
+    if column is None or column not in b.columns:
+        return np.zeros(len(b), bool)
+    return b[column].fillna(False).to_numpy(bool)
+
+
 def _groups(frame: pd.DataFrame, within: Sequence[str]) -> list[np.ndarray]:
     """The row positions of each group of equal ``within`` values (those present)."""
     import numpy as np
@@ -198,16 +234,15 @@ def _coordinate_cells(
     rule: Coordinates, a: pd.DataFrame, b: pd.DataFrame, column: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row, whether its point's distances to the other points of its group differ by
-    more than :class:`Rounding` of the group's largest distance."""
+    more than the reference's stated bound of the group."""
     import numpy as np
 
     n = len(a)
     differs = np.zeros(n, bool)
     difference, allowed = np.zeros(n), np.zeros(n)
-    if rule.partner not in a.columns or rule.partner not in b.columns:
-        return _numeric_cells(Rounding(), a, b, column, None)
     points = [np.stack([_floats(f, column), _floats(f, rule.partner)], -1) for f in (a, b)]
-    for rows in _groups(a, rule.within):
+    bound = _stated(b, (rule.bound,))
+    for rows in _groups(b, rule.within):
         pa, pb = points[0][rows], points[1][rows]
         if np.isnan(pa).any() or np.isnan(pb).any():
             gap = np.where(np.isnan(pa).any(-1) == np.isnan(pb).any(-1), 0.0, np.inf)
@@ -216,8 +251,7 @@ def _coordinate_cells(
             continue
         da = np.linalg.norm(pa[:, None] - pa[None], axis=-1)
         db = np.linalg.norm(pb[:, None] - pb[None], axis=-1)
-        scale = max(float(da.max(initial=0.0)), float(db.max(initial=0.0)))
-        room = Rounding().atol + Rounding().rtol * scale
+        room = float(bound[rows].max(initial=0.0))
         gap = np.abs(da - db).max(axis=1, initial=0.0)
         difference[rows], allowed[rows] = gap, room
         differs[rows] = gap > room
@@ -226,22 +260,55 @@ def _coordinate_cells(
 
 def _label_cells(rule: Labels, a: pd.DataFrame, b: pd.DataFrame, column: str) -> np.ndarray:
     """Per row, whether its label breaks the one-to-one map between the two runs' labels
-    in its group."""
+    in its group (rows on the reference's edge left out of the map)."""
     import numpy as np
 
     differs = np.zeros(len(a), bool)
     la, lb = a[column].astype(str).to_numpy(), b[column].astype(str).to_numpy()
-    for rows in _groups(a, rule.within):
-        pairs = set(zip(la[rows], lb[rows], strict=True))
+    edge = _edges(b, rule.edge)
+    for rows in _groups(b, rule.within):
+        held = rows[~edge[rows]]
         forward: dict[str, set[str]] = {}
         backward: dict[str, set[str]] = {}
-        for p, q in pairs:
+        for p, q in set(zip(la[held], lb[held], strict=True)):
             forward.setdefault(p, set()).add(q)
             backward.setdefault(q, set()).add(p)
         bad = {p for p, qs in forward.items() if len(qs) > 1}
         bad_b = {q for q, ps in backward.items() if len(ps) > 1}
-        differs[rows] = [p in bad or q in bad_b for p, q in zip(la[rows], lb[rows], strict=True)]
+        differs[held] = [p in bad or q in bad_b for p, q in zip(la[held], lb[held], strict=True)]
     return differs
+
+
+def _why(a: pd.DataFrame, b: pd.DataFrame) -> str | None:
+    """Why two frames of a table cannot be compared cell by cell: columns the reference
+    lacks, columns in another order, another dtype, or other rows (named); None when
+    they can."""
+    extra = [c for c in a.columns if c not in b.columns]
+    if extra:
+        return f"columns the reference lacks: {extra}"
+    if [c for c in b.columns if c in a.columns] != list(a.columns):
+        return "columns in another order"
+    dtypes = [
+        f"{c} is {a[c].dtype} here, {b[c].dtype} in the reference"
+        for c in a.columns
+        if str(a[c].dtype) != str(b[c].dtype)
+    ]
+    if dtypes:
+        return "; ".join(dtypes)
+    if len(a) == len(b):
+        return None
+    keys = [k for k in _key_columns(b) if k in a.columns]
+    mine, theirs = _row_keys(a, keys), _row_keys(b, keys)
+    parts = [f"{len(a)} rows against {len(b)}"]
+    for label, rows, other in (
+        ("only here", mine, theirs),
+        ("only in the reference", theirs, mine),
+    ):
+        found = [r for r in dict.fromkeys(rows) if r not in set(other)]
+        if found:
+            more = f" and {len(found) - _NAMED_ROWS} more" if len(found) > _NAMED_ROWS else ""
+            parts.append(f"{label}: {', '.join(found[:_NAMED_ROWS])}{more}")
+    return "; ".join(parts)
 
 
 def compare_frames(
@@ -251,19 +318,22 @@ def compare_frames(
     rules: Mapping[str, Held] | None = None,
     shown: Mapping[str, np.ndarray] | None = None,
 ) -> TableComparison:
-    """Table ``table`` of two runs, ``a`` and ``b``, compared cell by cell.
+    """Table ``table`` of two runs, ``a`` and the reference ``b``, compared cell by cell.
 
     Parameters
     ----------
     table : str
         The table's name (for the cells' names).
     a, b : pandas.DataFrame
-        Its two versions, rows in the same order.
+        The run's version and the reference's, rows in the same order. Every allowance is
+        read from ``b``'s row; a column of ``b`` that ``a`` lacks is held from ``b``'s
+        side and compared nowhere (:attr:`TableComparison.unheld`).
     rules : mapping of str to Held, optional
-        The columns' declared rules (:func:`held_by` gives the others theirs).
+        The columns' declared rules (:func:`held_by`: :class:`Same` for the others).
     shown : mapping of str to ndarray, optional
         Per column, per row, one unit of the last digit a printed value shows (a value read
-        back from a page or a notebook): added to the allowance.
+        back from a page or a notebook): added to the allowance (a :class:`Same` number
+        is then held to it alone).
 
     Returns
     -------
@@ -273,30 +343,30 @@ def compare_frames(
     import pandas as pd
 
     rules = dict(rules or {})
-    if list(a.columns) != list(b.columns):
-        only = sorted(set(a.columns) ^ set(b.columns))
-        why = f"columns differ: {only}" if only else "columns in another order"
-        return TableComparison(table, why=why)
-    if len(a) != len(b):
-        return TableComparison(table, why=f"{len(a)} rows against {len(b)}")
+    unheld = tuple(c for c in b.columns if c not in a.columns)
+    why = _why(a, b)
+    if why is not None:
+        return TableComparison(table, why=why, unheld=unheld)
     a, b = a.reset_index(drop=True), b.reset_index(drop=True)
-    keys = _key_columns(a)
+    keys = _key_columns(b)
     cells: list[Cell] = []
     worst, worst_column = 0.0, None
     for column in a.columns:
-        rule = held_by(rules, column, a[column].dtype)
-        numeric = pd.api.types.is_numeric_dtype(a[column]) and not pd.api.types.is_bool_dtype(
-            a[column]
+        rule = held_by(rules, column)
+        numeric = pd.api.types.is_numeric_dtype(b[column]) and not pd.api.types.is_bool_dtype(
+            b[column]
         )
         difference = allowed = None
+        extra = None if shown is None else shown.get(column)
         if isinstance(rule, Labels):
             differs = _label_cells(rule, a, b, column)
+        elif isinstance(rule, Verdict):
+            differs = _equal_cells(a, b, column) & ~_edges(b, rule.edge)
         elif isinstance(rule, Coordinates) and numeric:
             differs, difference, allowed = _coordinate_cells(rule, a, b, column)
-        elif isinstance(rule, Same) or not numeric or not pd.api.types.is_numeric_dtype(b[column]):
+        elif not numeric or (isinstance(rule, Same) and extra is None):
             differs = _equal_cells(a, b, column)
         else:
-            extra = None if shown is None else shown.get(column)
             differs, difference, allowed = _numeric_cells(rule, a, b, column, extra)
         if difference is not None and allowed is not None:
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -308,8 +378,8 @@ def compare_frames(
         for row in np.flatnonzero(differs):
             gap = math.inf if difference is None else float(difference[row])
             room = 0.0 if allowed is None else float(allowed[row])
-            key = " ".join(str(a.at[row, k]) for k in keys if k != column)
+            key = " ".join(str(b.at[row, k]) for k in keys if k != column)
             cells.append(
                 Cell(table, int(row), key, column, a.at[row, column], b.at[row, column], gap, room)
             )
-    return TableComparison(table, cells=tuple(cells), worst=worst, worst_column=worst_column)
+    return TableComparison(table, None, tuple(cells), worst, worst_column, unheld)

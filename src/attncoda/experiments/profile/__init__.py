@@ -2,7 +2,8 @@
 split (the tables of ``attncoda profile``; docs/design.md, "The experiments").
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`entropy_terms`,
-:func:`head_summary`, :func:`layer_summary`, :data:`ROW_COLUMNS` and :data:`MEANS`.
+:func:`head_summary`, :func:`layer_summary`, :data:`ROW_COLUMNS`, :data:`MEANS`, :data:`TERMS`
+and :data:`HEAD_HELD` (how a head table's columns are held when two runs are compared).
 
 Modules: ``_experiment`` (the summaries, the declaration and its run), ``_figure`` (the
 layer × head heatmaps), ``_section`` (the report section), ``_summary`` (what the command
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 from attncoda.experiments.profile._experiment import (
     EXPERIMENT,
+    HEAD_HELD,
     MEANS,
     ROW_COLUMNS,
+    TERMS,
     Settings,
     entropy_terms,
     head_summary,
@@ -24,9 +27,11 @@ from attncoda.experiments.profile._summary import layer_summary
 
 __all__ = [
     "EXPERIMENT",
+    "HEAD_HELD",
     "MEANS",
     "ROW_COLUMNS",
     "Settings",
+    "TERMS",
     "entropy_terms",
     "head_summary",
     "layer_summary",

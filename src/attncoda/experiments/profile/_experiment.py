@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.contract import Command, Experiment, Inputs, Tables, View, setting
+from attncoda.experiments.contract import (
+    Command,
+    Experiment,
+    Inputs,
+    RowStatistic,
+    Tables,
+    View,
+    setting,
+)
 from attncoda.experiments.profile._figure import draw
 from attncoda.experiments.profile._section import profile_section
 from attncoda.experiments.profile._summary import summary
@@ -30,6 +39,14 @@ ROW_COLUMNS = (
     "has_content",
 )
 MEANS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
+#: The entropy's three additive terms (:func:`entropy_terms`).
+TERMS = ("binary_term", "within_sink_term", "content_term")
+#: The columns of a head table that name and count: a head, its rows, its most keys.
+HEAD_KEYS = ("layer", "head", "n_rows", "n_rows_no_content", "n_keys")
+#: How the head table's columns are held when two runs are compared: each mean over a
+#: head's rows of float32 row statistics over at most ``n_keys`` keys (docs/design.md, "The
+#: same evidence, by one rule").
+HEAD_HELD = MappingProxyType({column: RowStatistic() for column in (*MEANS, *TERMS)})
 
 
 def entropy_terms(rows: pd.DataFrame) -> pd.DataFrame:
@@ -77,17 +94,21 @@ def head_summary(rows: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``layer, head, n_rows, n_rows_no_content`` and the means (over rows with
-        content) of ``sink_mass, entropy, content_entropy, within_sink_entropy,
-        sink_balance, binary_term, within_sink_term, content_term`` — entropies in nats;
-        ``entropy == binary_term + within_sink_term + content_term`` up to rounding.
+        Columns ``layer, head, n_rows, n_rows_no_content, n_keys`` (the most keys a row
+        of the head sees: the length of the float32 sums its statistics come from) and the
+        means (over rows with content) of ``sink_mass, entropy, content_entropy,
+        within_sink_entropy, sink_balance, binary_term, within_sink_term, content_term`` —
+        entropies in nats; ``entropy == binary_term + within_sink_term + content_term`` up
+        to rounding.
     """
     missing = [c for c in ROW_COLUMNS if c not in rows.columns]
     if missing:
         raise AttncodaError(f"rows table lacks columns {missing}; expected {list(ROW_COLUMNS)}")
     has = rows["has_content"].to_numpy(bool)
     counts = rows.groupby(["layer", "head"], sort=True).agg(
-        n_rows=("has_content", "size"), n_rows_with_content=("has_content", "sum")
+        n_rows=("has_content", "size"),
+        n_rows_with_content=("has_content", "sum"),
+        n_keys=("n_keys", "max"),
     )
     counts["n_rows_no_content"] = counts["n_rows"] - counts["n_rows_with_content"]
     kept = rows.loc[has, ["layer", "head", *MEANS]].copy()
@@ -96,9 +117,9 @@ def head_summary(rows: pd.DataFrame) -> pd.DataFrame:
     kept = kept.join(entropy_terms(rows.loc[has]))
     means = kept.groupby(["layer", "head"], sort=True).mean()
     out = counts.drop(columns="n_rows_with_content").join(means, how="left").reset_index()
-    out["n_rows"] = out["n_rows"].astype(np.int64)
-    out["n_rows_no_content"] = out["n_rows_no_content"].astype(np.int64)
-    return out
+    for column in ("n_rows", "n_rows_no_content", "n_keys"):
+        out[column] = out[column].astype(np.int64)
+    return out[[*HEAD_KEYS, *MEANS, *TERMS]]
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,7 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("profile_heads",),
+    held={"profile_heads": HEAD_HELD},
     view=View(
         title="Profile: sink mass and the exact entropy split",
         needs=("profile_heads",),
