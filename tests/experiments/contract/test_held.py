@@ -288,3 +288,13 @@ def test_labels_are_held_through_the_partition_they_make():
     edged = a.assign(label_edge=[False, True, False, False, False, False])
     rule = {"cluster_keep": Labels(edge="label_edge")}
     assert compare_frames("cluster", split.assign(label_edge=edged["label_edge"]), edged, rule).same
+
+
+def test_a_value_on_its_references_edge_may_differ_by_anything():
+    rule = {"ratio": Exponent("ratio_rounding", edge="heads_edge")}
+    ref = pd.DataFrame(
+        {"ratio": [2.0, 3.0], "ratio_rounding": [1e-4, 1e-4], "heads_edge": [True, False]}
+    )
+    assert compare_frames("prune", ref.assign(ratio=[5.0, 3.0]), ref, rule).same
+    (cell,) = compare_frames("prune", ref.assign(ratio=[2.0, 5.0]), ref, rule).cells
+    assert cell.row == 1

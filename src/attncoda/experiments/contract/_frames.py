@@ -368,6 +368,9 @@ def compare_frames(
             differs = _equal_cells(a, b, column)
         else:
             differs, difference, allowed = _numeric_cells(rule, a, b, column, extra)
+        edge = getattr(rule, "edge", None)
+        if edge is not None and not isinstance(rule, (Labels, Verdict)):
+            differs = differs & ~_edges(b, edge)
         if difference is not None and allowed is not None:
             with np.errstate(divide="ignore", invalid="ignore"):
                 units = np.where(difference == 0, 0.0, difference / allowed)

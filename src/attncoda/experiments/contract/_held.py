@@ -8,7 +8,9 @@ path). The experiment that makes a table declares the rule of each of its column
 not plain equality (:attr:`attncoda.experiments.contract.Experiment.held`); there is no
 tolerance by type. Every rule reads what it allows from the **reference's** row (the
 second run of a comparison): a run cannot widen its own allowance, and a column the run
-lacks (a table recorded before the column existed) is held by the reference's.
+lacks (a table recorded before the column existed) is held by the reference's. A rule
+with an ``edge`` column lets a cell go either way where the reference's row flags it: the
+result is decided within rounding of its threshold.
 
 - :class:`Same`: equal, nulls where nulls: text, flags, structural counts, settings a
   table echoes, values read from a file. The rule of every undeclared column.
@@ -130,11 +132,13 @@ def row_statistic_rounding(n_keys: float, magnitude: float) -> float:
 class Stated:
     """A count, rate or interval end held to the bounds its reference row states in the
     columns ``bound`` (summed: a count good to its fragile ties plus its items at a bin
-    edge), plus :data:`FLOAT64_SLACK` of a float value."""
+    edge), plus :data:`FLOAT64_SLACK` of a float value; anything where the reference's flag
+    ``edge`` is set (what the value is made of may differ: a top-k choice on a near-tie)."""
 
     says: ClassVar[str] = "a count, rate or interval end, to the bounds its row states"
 
     bound: str | tuple[str, ...]
+    edge: str | None = None
     kind: str = field(default="stated", init=False)
 
     @property
@@ -159,11 +163,13 @@ class Bound:
 class Exponent:
     """``x = exp(y)``, ``y`` a mean negative log-likelihood or a difference of two, or an
     order statistic of resampled ones: held to ``|x| expm1(b)``, ``b`` the reference's
-    bound of ``y`` (nats; the columns ``bound`` summed)."""
+    bound of ``y`` (nats; the columns ``bound`` summed); anything where the reference's flag
+    ``edge`` is set."""
 
     says: ClassVar[str] = "a perplexity or ratio exp(y), to exp of the stated bound of y"
 
     bound: str | tuple[str, ...]
+    edge: str | None = None
     kind: str = field(default="exponent", init=False)
 
     @property
@@ -176,12 +182,15 @@ class Exponent:
 class Share:
     """A ratio of ``numerators`` (each its own ratio: a lower and an upper end) over
     ``denominator``, held to ``(|d num| + |share| |d den|) / |den|``, its parts' own
-    differences between the runs, plus :data:`FLOAT64_SLACK` of itself."""
+    differences between the runs, plus :data:`FLOAT64_SLACK` of itself; anything where the
+    reference's flag ``edge`` is set (a share measured on one run may be null on another
+    where its denominator lies within rounding of its null bound)."""
 
     says: ClassVar[str] = "a share, through its numerator's and denominator's differences"
 
     numerators: tuple[str, ...]
     denominator: str
+    edge: str | None = None
     kind: str = field(default="share", init=False)
 
 
