@@ -407,3 +407,17 @@ def test_intervals_name_their_method_and_n_where_a_table_gives_them(tiny_run, tm
     interval = f"{fmt_ratio(worst['ratio_ci_low'])} – {fmt_ratio(worst['ratio_ci_high'])}"
     assert f"{fmt_ratio(worst['ratio'])} ({interval})" in text
     assert "paired percentile bootstrap over windows, 16 windows, 1,000 resamples" in text
+
+
+def test_the_run_table_says_whether_the_run_holds_the_references_evidence(tiny_run, tmp_path):
+    import shutil
+
+    from attncoda.run.compare import reference_run
+
+    demo = tmp_path / "demo"
+    shutil.copytree(reference_run(), demo)
+    text = render_report(demo).read_text(encoding="utf-8")
+    assert "against the reference run</td><td>same evidence within rounding: 16 tables" in text
+    # Another command's run is not compared with the demo's reference, and says why.
+    other = render_report(tiny_run).read_text(encoding="utf-8")
+    assert "against the reference run</td><td>not compared: the run&#x27;s config differs" in other

@@ -1,7 +1,8 @@
 """``attncoda compare``: two run folders' tables, each column held by its rule. A run is the
-same evidence as itself and as the shipped reference run is as itself; a copy with one flip
-count moved past its stated band, or with an inflated count of fragile triplets, differs,
-and the comparison names the cell and what it was allowed."""
+same evidence as itself, the shipped reference run is as itself (however it is named), and
+the demo recorded on an Intel Xeon is the same evidence as it; a copy with one flip count
+moved past its stated band, or with an inflated count of fragile triplets, differs, and the
+comparison names the cell and what it was allowed."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ import pytest
 from attncoda import AttncodaError, compare
 from attncoda.cli import main
 from attncoda.run.compare import reference_run
+
+#: The demo's tables recorded on an Intel Xeon (MKL's AVX-512 path), before the tables
+#: stated every threshold's fragility (tests/run/recorded/README.md).
+INTEL = Path(__file__).parent / "recorded" / "demo-intel-xeon-207-aten-avx2"
 
 
 def _copy(run: Path, tmp_path: Path, name: str = "copy") -> Path:
@@ -45,6 +50,32 @@ def test_the_shipped_reference_run_is_the_default_and_leaves_out_what_it_does_no
     got = compare(reference)
     assert got.reference == reference and got.same and got.left_out == ()
     assert "cluster_distances" not in {t.table for t in got.tables}
+
+
+def test_the_shipped_reference_named_by_its_path_is_the_default(tmp_path):
+    run = _copy(reference_run(), tmp_path)
+    table = pd.DataFrame({"model": ["smollm2"], "distance": [1.0]})
+    table.to_parquet(run / "tables" / "cluster_distances.parquet")
+    for reference in (None, reference_run(), str(reference_run()) + "/"):
+        got = compare(run, reference)
+        assert got.same and got.left_out == ("cluster_distances",), reference
+        assert got.summary().startswith("same evidence within rounding: 16 tables")
+        assert "not compared: cluster_distances (left out of the reference's record)" in got.lines()
+
+
+def test_the_demo_recorded_on_an_intel_xeon_is_the_same_evidence():
+    got = compare(INTEL)
+    assert got.same, "\n".join(got.lines())
+    assert got.left_out == () and len(got.tables) == 16
+
+
+def test_a_subset_run_that_holds_no_table_is_not_the_same_evidence(tmp_path):
+    run = _copy(reference_run(), tmp_path)
+    for path in (run / "tables").glob("*.parquet"):
+        path.unlink()
+    got = compare(run, subset=True)
+    assert not got.same and got.tables == ()
+    assert got.summary() == f"different: {run} holds no table of the reference's to compare"
 
 
 def test_a_flip_count_moved_past_its_band_differs_naming_the_cell(uninterrupted, tmp_path):
@@ -106,3 +137,40 @@ def test_the_command_prints_the_verdict_and_exits_by_it(uninterrupted, tmp_path,
 def test_a_folder_that_is_not_a_finished_run_is_refused(tmp_path):
     with pytest.raises(AttncodaError, match="is not a run folder"):
         compare(tmp_path)
+
+
+def test_the_demo_ends_by_the_comparison_and_fails_where_the_run_differs(tmp_path, capsys):
+    from attncoda.cli._commands import end_demo
+
+    run = _copy(reference_run(), tmp_path)
+    assert end_demo(run, 1.0) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1].startswith("same evidence within rounding: 16 tables")
+    frame = pd.read_parquet(run / "tables" / "flips.parquet")
+    row = int(frame["n_fragile"].idxmax())
+    _edit(run, "flips", row, "flips", lambda r: r["flips"] + r["n_fragile"] + 1)
+    assert end_demo(run, 1.0) == 1
+    out = capsys.readouterr().out
+    assert "different: 1 of 16 tables" in out and "flips[" in out and "allowed" in out
+
+
+def test_the_built_wheel_ships_the_reference_run(tmp_path):
+    import subprocess
+    import sys
+    import zipfile
+
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path), str(root)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("attncoda-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {
+        "attncoda/run/reference/" + p.relative_to(reference_run()).as_posix()
+        for p in reference_run().rglob("*")
+        if p.is_file()
+    }
+    assert "attncoda/run/reference/manifest.json" in shipped
+    assert len(shipped) >= 17 and shipped <= names

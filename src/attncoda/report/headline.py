@@ -12,7 +12,7 @@ builds on the same pieces.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attncoda.experiments.contract import EXPERIMENTS, experiment
 from attncoda.experiments.view import Context
@@ -20,6 +20,9 @@ from attncoda.run.config import RunConfig
 from attncoda.store import read_json
 from attncoda.store.manifest import MANIFEST
 from attncoda.store.runs import read_run_tables
+
+if TYPE_CHECKING:
+    from attncoda.run.compare import Comparison
 
 __all__ = ["demo_screen", "headline", "machine", "run_context"]
 
@@ -87,17 +90,16 @@ def headline(
     return "\n".join(lines) + "\n"
 
 
-def demo_screen(folder: str | Path, wall_seconds: float) -> list[str]:
+def demo_screen(folder: str | Path, wall_seconds: float, against: Comparison) -> list[str]:
     """The last screen of ``attncoda demo``: what the run in ``folder`` found (its headline,
     the README's results table of this run) and whether it holds the same evidence as the
-    reference run recorded from ``make demo`` (:func:`attncoda.compare`)."""
-    from attncoda.run.compare import compare, reference_run
-
+    reference run recorded from ``make demo`` (``against``, :func:`attncoda.compare` of the
+    run), with the cells that differ."""
     return [
         "",
         "What this run found, beside the paper (the README's results):",
         "",
         headline(folder, wall_seconds=wall_seconds, label="this run"),
-        f"Against the reference run ({reference_run()}):",
-        *compare(folder).lines(),
+        f"Against the reference run ({against.reference}):",
+        *against.lines(),
     ]

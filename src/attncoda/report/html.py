@@ -97,7 +97,7 @@ def render_report(run_dir: str | os.PathLike[str]) -> Path:
     manifest = read_json(root / "manifest.json")
     config = RunConfig.from_json(manifest["config"])
     ctx = Context(tables=tables, sink=config.options.sink)
-    body = [_header(manifest, config, ctx)]
+    body = [_header(manifest, config, ctx, root)]
     for section_id, view in sections():
         present = all(ctx.get(n) is not None for n in view.needs)
         inner = _build(view.section, ctx) if present else _not_run(section_id, view, config)
@@ -138,7 +138,20 @@ def _title(config: RunConfig) -> str:
     return f"attncoda report — {models}"
 
 
-def _header(manifest: Mapping[str, Any], config: RunConfig, ctx: Context) -> str:
+def _against_reference(root: Path) -> str:
+    """Whether the run holds the same evidence as the reference run recorded from ``make
+    demo`` (:func:`attncoda.compare`'s summary), or why it is not compared: another command
+    or other settings than the reference's."""
+    from attncoda.run.compare import compare
+
+    found = compare(root)
+    if found.config:
+        differs = ", ".join(found.config)
+        return f"not compared: the run's config differs from the reference's in {differs}"
+    return found.summary()
+
+
+def _header(manifest: Mapping[str, Any], config: RunConfig, ctx: Context, root: Path) -> str:
     corpus, series = config.corpus, config.series
     convention = (
         f"keep vs drop is compared throughout; each section names its own (sink = {ctx.sink})"
@@ -162,6 +175,7 @@ def _header(manifest: Mapping[str, Any], config: RunConfig, ctx: Context) -> str
         ("sink", ctx.sink),
         ("seed", config.options.seed),
         ("device", _device(manifest, config)),
+        ("against the reference run", _against_reference(root)),
         ("python", manifest.get("python", "?")),
         (
             "packages",
