@@ -298,3 +298,15 @@ def test_a_value_on_its_references_edge_may_differ_by_anything():
     assert compare_frames("prune", ref.assign(ratio=[5.0, 3.0]), ref, rule).same
     (cell,) = compare_frames("prune", ref.assign(ratio=[2.0, 5.0]), ref, rule).cells
     assert cell.row == 1
+
+
+def test_a_bound_of_a_rate_in_percent_counts_its_units_in_points():
+    # One item of 2,000 is 0.05 points of a rate in percent: 3 items are 0.15 points.
+    rule = {"rate_rounding": Bound(per="n_items", scale=100.0)}
+    ref = pd.DataFrame({"n_items": [2000], "rate_rounding": [0.10]})
+    allowed = BOUND_RTOL * 0.10 + 3 * 100.0 / 2000 + FLOAT64_SLACK * 0.10
+    assert compare_frames("t", ref.assign(rate_rounding=[0.10 + 0.99 * allowed]), ref, rule).same
+    (cell,) = compare_frames(
+        "t", ref.assign(rate_rounding=[0.10 + 1.01 * allowed]), ref, rule
+    ).cells
+    assert cell.allowed == pytest.approx(allowed)

@@ -168,15 +168,18 @@ def _allowance(rule: Held, a: pd.DataFrame, b: pd.DataFrame, column: str) -> np.
         unit = np.ones_like(y) if rule.per is None else np.zeros_like(y)
         if rule.per is not None and rule.per in b.columns:
             with np.errstate(divide="ignore"):
-                unit = np.nan_to_num(1.0 / _floats(b, rule.per), nan=0.0, posinf=0.0)
+                unit = np.nan_to_num(rule.scale / _floats(b, rule.per), nan=0.0, posinf=0.0)
         return BOUND_RTOL * size + BOUND_UNITS * unit + slack
     if isinstance(rule, Exponent):
         return size * np.expm1(_stated(b, rule.bounds)) + slack
     if isinstance(rule, Share):
+        # num_a / den_a - num_b / den_b = (d num - share_b d den) / den_a, exactly: over the
+        # smaller denominator, whichever run holds it.
         den, den_b = _floats(a, rule.denominator), _floats(b, rule.denominator)
         moves = [np.abs(_floats(a, c) - _floats(b, c)) for c in rule.numerators]
         with np.errstate(divide="ignore", invalid="ignore"):
-            moved = (np.max(moves, axis=0) + size * np.abs(den - den_b)) / np.abs(den_b)
+            smaller = np.fmin(np.abs(den), np.abs(den_b))
+            moved = (np.max(moves, axis=0) + size * np.abs(den - den_b)) / smaller
         return np.nan_to_num(moved, nan=0.0, posinf=np.inf) + slack
     return np.zeros_like(x)
 
@@ -369,11 +372,13 @@ def compare_frames(
         else:
             differs, difference, allowed = _numeric_cells(rule, a, b, column, extra)
         edge = getattr(rule, "edge", None)
+        on_edge = _edges(b, edge)
         if edge is not None and not isinstance(rule, (Labels, Verdict)):
-            differs = differs & ~_edges(b, edge)
+            differs = differs & ~on_edge
         if difference is not None and allowed is not None:
+            # A cell on its reference's edge may differ by anything: it uses no allowance.
             with np.errstate(divide="ignore", invalid="ignore"):
-                units = np.where(difference == 0, 0.0, difference / allowed)
+                units = np.where((difference == 0) | on_edge, 0.0, difference / allowed)
             if units.size and float(np.nanmax(units)) > worst:
                 worst, worst_column = float(np.nanmax(units)), column
         elif differs.any():

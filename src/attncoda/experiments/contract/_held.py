@@ -150,12 +150,13 @@ class Stated:
 @dataclass(frozen=True)
 class Bound:
     """A stated bound: within :data:`BOUND_RTOL` of the reference's plus :data:`BOUND_UNITS`
-    units, a unit being one (a count) or one over the reference's column ``per`` (a rate
-    over that count)."""
+    units, a unit being one (a count) or ``scale`` over the reference's column ``per`` (a
+    rate over that count: ``scale`` 100 for a rate in percent)."""
 
     says: ClassVar[str] = "a stated bound, to 1% of the reference's plus 3 units"
 
     per: str | None = None
+    scale: float = 1.0
     kind: str = field(default="bound", init=False)
 
 
@@ -236,7 +237,7 @@ class Verdict:
 #: One of the rules.
 Held = Same | RowStatistic | Stated | Bound | Exponent | Share | Coordinates | Labels | Verdict
 #: Every rule, for the command's help and the docs.
-RULES: tuple[type, ...] = (
+RULES: tuple[type[Held], ...] = (
     Same, RowStatistic, Stated, Bound, Exponent, Share, Coordinates, Labels, Verdict,
 )  # fmt: skip
 
