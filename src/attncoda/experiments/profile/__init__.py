@@ -2,6 +2,7 @@
 split (the tables of ``attncoda profile``; docs/design.md, "The experiments").
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`entropy_terms`,
+:func:`balance_magnitude`,
 :func:`head_summary`, :func:`layer_summary`, :data:`ROW_COLUMNS`, :data:`MEANS`, :data:`TERMS`
 and :data:`HEAD_HELD` (how a head table's columns are held when two runs are compared).
 
@@ -19,6 +20,7 @@ from attncoda.experiments.profile._experiment import (
     ROW_COLUMNS,
     TERMS,
     Settings,
+    balance_magnitude,
     entropy_terms,
     head_summary,
     run,
@@ -32,6 +34,7 @@ __all__ = [
     "ROW_COLUMNS",
     "Settings",
     "TERMS",
+    "balance_magnitude",
     "entropy_terms",
     "head_summary",
     "layer_summary",

@@ -46,7 +46,12 @@ HEAD_KEYS = ("layer", "head", "n_rows", "n_rows_no_content", "n_keys")
 #: How the head table's columns are held when two runs are compared: each mean over a
 #: head's rows of float32 row statistics over at most ``n_keys`` keys (docs/design.md, "The
 #: same evidence, by one rule").
-HEAD_HELD = MappingProxyType({column: RowStatistic() for column in (*MEANS, *TERMS)})
+HEAD_HELD = MappingProxyType(
+    {
+        **{column: RowStatistic() for column in (*MEANS, *TERMS, "sink_balance_magnitude")},
+        "sink_balance": RowStatistic(magnitude=("sink_balance_magnitude",)),
+    }
+)
 
 
 def entropy_terms(rows: pd.DataFrame) -> pd.DataFrame:
@@ -82,6 +87,33 @@ def entropy_terms(rows: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def balance_magnitude(rows: pd.DataFrame) -> np.ndarray:
+    """The magnitude each row's sink balance is computed from, in nats: what its float32
+    rounding is relative to (docs/design.md, "The same evidence, by one rule").
+
+    The balance ``b = sqrt(k m / n) (mean_S log p - mean_C log p)`` is a difference of mean
+    logs, so it rounds relative to ``M = sqrt(k m / n) (mean_S |log p| + mean_C |log p|)``,
+    not to ``|b|``. For a one-key sink ``mean_S |log p| = -log s``, and ``mean_C |log p| =
+    b sqrt(n / m) - log s``, so ``M = b + 2 sqrt(m / n) (-log s)`` exactly, from the row's
+    own statistics (``m = n - 1``). For a sink of ``k > 1`` keys the same formula takes
+    ``-log s``, below ``mean_S |log p|`` (Jensen): the least magnitude, not a bound.
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        Rows with content of a rows table (:data:`ROW_COLUMNS`).
+
+    Returns
+    -------
+    ndarray of float64, shape (row,)
+    """
+    n = rows["n_keys"].to_numpy(np.float64)
+    s = np.maximum(rows["sink_mass"].to_numpy(np.float64), np.finfo(np.float64).tiny)
+    b = rows["sink_balance"].astype("Float64").fillna(0.0).to_numpy(np.float64)
+    m = np.maximum(n - 1.0, 0.0)
+    return np.abs(b + 2.0 * np.sqrt(m / np.maximum(n, 1.0)) * -np.log(np.minimum(s, 1.0)))
+
+
 def head_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (layer, head): means over the rows that have content, and row counts.
 
@@ -99,7 +131,7 @@ def head_summary(rows: pd.DataFrame) -> pd.DataFrame:
         means (over rows with content) of ``sink_mass, entropy, content_entropy,
         within_sink_entropy, sink_balance, binary_term, within_sink_term, content_term`` —
         entropies in nats; ``entropy == binary_term + within_sink_term + content_term`` up
-        to rounding.
+        to rounding — and ``sink_balance_magnitude`` (:func:`balance_magnitude`, nats).
     """
     missing = [c for c in ROW_COLUMNS if c not in rows.columns]
     if missing:
@@ -115,11 +147,12 @@ def head_summary(rows: pd.DataFrame) -> pd.DataFrame:
     for col in MEANS:
         kept[col] = kept[col].astype(np.float64)
     kept = kept.join(entropy_terms(rows.loc[has]))
+    kept["sink_balance_magnitude"] = balance_magnitude(rows.loc[has])
     means = kept.groupby(["layer", "head"], sort=True).mean()
     out = counts.drop(columns="n_rows_with_content").join(means, how="left").reset_index()
     for column in ("n_rows", "n_rows_no_content", "n_keys"):
         out[column] = out[column].astype(np.int64)
-    return out[[*HEAD_KEYS, *MEANS, *TERMS]]
+    return out[[*HEAD_KEYS, *MEANS, *TERMS, "sink_balance_magnitude"]]
 
 
 @dataclass(frozen=True)
