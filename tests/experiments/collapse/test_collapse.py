@@ -89,6 +89,11 @@ def test_tables_have_the_documented_columns_and_levels(series):
     assert str(result.table["layer"].dtype) == "Int64"
     for name in ("sink_share", "sink_share_low", "sink_share_high"):
         assert str(result.table[name].dtype) == "Float64"
+    for name in ("share_edge", "note_edge"):
+        assert str(result.table[name].dtype) == "bool"
+    # the longest window, 14 tokens: the most keys a row sees, in every row of both tables
+    assert (result.table["n_keys"] == 14).all() and (result.checkpoints["n_keys"] == 14).all()
+    assert str(result.checkpoints["n_keys"].dtype) == "int64"
     assert (result.table["sink_share_method"] == SHARE_METHOD).all()
     assert (result.table["model"] == "tiny").all()
     assert [p["step"] for p in result.summary["points"]] == [0, 16, 512]
@@ -290,12 +295,14 @@ def test_an_unchanged_model_has_an_undefined_share():
     assert model_row["sink_share"] is pd.NA
     assert model_row["sink_share_low"] is pd.NA and model_row["sink_share_high"] is pd.NA
     # the rounding of the two mean entropies: u = 2**-24 (float32) times (n + 2) times
-    # their sum, n = 14 the longest window (the most keys a row sees)
-    bound = 2.0**-24 * 16 * (model_row["entropy_from"] + model_row["entropy_to"])
+    # their sum plus log n, n = 14 the longest window (the most keys a row sees)
+    bound = 2.0**-24 * 16 * (model_row["entropy_from"] + model_row["entropy_to"] + math.log(14))
     assert model_row["sink_share_note"] == (
         f"|delta_entropy| is within its float32 rounding {bound:.2g} nats "
-        "(u (n + 2) (H before + H after), n = 14 keys): share undefined"
+        "(u (n + 2) (H before + H after + log n), n = 14 keys): share undefined"
     )
+    # a change of 0 lies within its rounding of the null bound: another run may measure it
+    assert result.table["share_edge"].all() and result.table["note_edge"].all()
     assert result.summary["first_last"]["sink_share"] is None
     assert result.table["sink_share"].isna().all()
 
@@ -315,50 +322,117 @@ def constant_stats(step, entropy, content_entropy, sink_mass, shape=(2, 1, 2, 3)
     )
 
 
+#: u (n + 2) (M + log n) by hand: n = 3 positions, M the magnitudes summed (nats).
+def by_hand(*magnitudes: float, n: int = 3) -> float:
+    return 2.0**-24 * (n + 2) * (sum(abs(m) for m in magnitudes) + math.log(n))
+
+
 @pytest.mark.parametrize(
-    ("times", "null"), [(0.5, True), (0.99, True), (1.5, False), (1e4, False)]
-)
-def test_a_change_within_its_float32_rounding_has_no_share(times, null):
-    # H = 3 nats at both ends, windows of 3 positions: the rounding of the mean change is
-    # 2**-24 * (3 + 2) * 6 = 1.8e-6 nats
-    bound = 2.0**-24 * 5 * 6.0
-    delta = -times * bound
+    ("times", "null", "edge"),
+    [(0.5, True, True), (0.99, True, True), (1.5, False, True), (2.5, False, False),
+     (1e4, False, False)],
+)  # fmt: skip
+def test_a_change_within_its_float32_rounding_has_no_share(times, null, edge):
+    # H = 3 nats before, H + delta after, windows of 3 positions: the rounding of the mean
+    # change is 2**-24 * (3 + 2) * (6 + delta + log 3) = 2.1e-6 nats; it lies on the edge
+    # of that null bound where |delta| <= 2 bounds (every null share included)
+    delta = -times * by_hand(3.0, 3.0)
     a = constant_stats(0, 3.0, 3.5, 0.2)
     b = constant_stats(8, 3.0 + delta, 3.5 + delta / 4, 0.2)  # content part: 0.8 * delta / 4
     table, _, pairs, first_last = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
+    bound = by_hand(3.0, 3.0 + delta)
+    assert (abs(delta) <= bound) == null and (abs(delta) <= 2 * bound) == edge
     shares = table[["sink_share", "sink_share_low", "sink_share_high"]]
+    assert (table["share_edge"] == edge).all()
+    assert first_last["share_edge"] is edge
     if null:
         assert shares.isna().all().all()
         assert table["sink_share_note"].str.contains("within its float32 rounding").all()
         assert first_last["sink_share"] is None and pairs[0]["sink_share_low"] is None
-    else:
-        # the sink part is delta - 0.8 * delta / 4 = 0.8 delta: a share of 80%, to rounding
-        assert table["sink_share"].astype(float).to_numpy() == pytest.approx(0.8, rel=1e-6)
-        assert (table["sink_share_note"] == "").all()
-        assert first_last["sink_share"] == pytest.approx(0.8, rel=1e-6)
+        return
+    # the sink part is delta - 0.8 * delta / 4 = 0.8 delta: a share of 80%, to rounding
+    assert table["sink_share"].astype(float).to_numpy() == pytest.approx(0.8, rel=1e-6)
+    assert first_last["sink_share"] == pytest.approx(0.8, rel=1e-6)
+    # the parts' roundings: the content part's of the content entropies, the sink part's
+    # of all four means (3.5 nats each); each part's sign is resolved beyond its rounding
+    content, sink = 0.2 * abs(delta), 0.8 * abs(delta)
+    e_content = by_hand(3.5, 3.5 + delta / 4)
+    e_sink = by_hand(3.0, 3.0 + delta, 3.5, 3.5 + delta / 4)
+    unresolved = [
+        p for p, x, e in (("sink", sink, e_sink), ("content", content, e_content)) if x <= e
+    ]
+    # 1.5 bounds: both parts within their roundings; 2.5: the content part (0.5 of the
+    # change's bound against 1.14 of it); 1e4: neither
+    assert unresolved == {1.5: ["sink", "content"], 2.5: ["content"], 1e4: []}[times]
+    several = len(unresolved) > 1
+    expected = (
+        f"the {' and '.join(unresolved)} part{'s lie' if several else ' lies'} within "
+        f"{'their' if several else 'its'} float32 rounding of 0: whether the share lies in "
+        "[0, 1] is not resolved"
+        if unresolved
+        else ""
+    )
+    assert (table["sink_share_note"] == expected).all()
+    near = content <= 2 * e_content or sink <= 2 * e_sink
+    assert (table["note_edge"] == (edge or near)).all()
 
 
 def test_share_atol_still_nulls_a_change_of_zero_entropies():
-    # one-hot rows at both ends: no entropy, so no rounding; share_atol decides
-    a, b = constant_stats(0, 0.0, 0.0, 1.0), constant_stats(8, 0.0, 0.0, 1.0)
+    # rows of one key at both ends: no entropy and log 1 = 0, so no rounding; share_atol
+    # decides, and a change of 0 lies far from it (not on its edge)
+    shape = (2, 1, 2, 1)
+    a, b = constant_stats(0, 0.0, 0.0, 1.0, shape), constant_stats(8, 0.0, 0.0, 1.0, shape)
     table, *_ = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
-    note = "|delta_entropy| = 0 nats <= share_atol 1e-09: undefined"
+    note = "|delta_entropy| <= share_atol 1e-09 nats: share undefined"
     assert (table["sink_share_note"] == note).all()
+    assert not table["share_edge"].any() and not table["note_edge"].any()
+
+
+OPPOSITE = "sink and content parts have opposite signs: share outside [0, 1]"
 
 
 def test_opposite_parts_are_noted():
     pts = points(2)
     models = {pts[0].spec: neox(0), pts[1].spec: neox(1)}
     result = collapse(pts, windows(), models)
+    seen = set()
     for _, row in result.table.iterrows():
-        if "within its float32 rounding" in row["sink_share_note"]:
-            assert row["sink_share"] is pd.NA  # a change of the last bits: no share at all
-        elif row["delta_sink"] * row["delta_content"] < 0:
-            assert row["sink_share_note"] == (
-                "sink and content parts have opposite signs: share outside [0, 1]"
+        # each rounding by hand: u (n + 2) (M + log n), n = 14 keys
+        rounding = lambda *cols: 2.0**-24 * 16 * (sum(row[c] for c in cols) + math.log(14))  # noqa: B023, E731
+        e_sink = rounding(
+            "entropy_from", "entropy_to", "content_entropy_from", "content_entropy_to"
+        )
+        e_content = rounding("content_entropy_from", "content_entropy_to")
+        unresolved = [
+            part
+            for part, e in (("sink", e_sink), ("content", e_content))
+            if abs(row[f"delta_{part}"]) <= e
+        ]
+        if abs(row["delta_entropy"]) <= rounding("entropy_from", "entropy_to"):
+            kind = "null"  # a change of the last bits: no share at all
+            assert (
+                row["sink_share"] is pd.NA
+                and "within its float32 rounding" in row["sink_share_note"]
             )
+        elif unresolved:
+            kind = "unresolved"
+            assert row["sink_share_note"].startswith(f"the {' and '.join(unresolved)} part")
+            assert row["note_edge"]
+        elif row["delta_sink"] * row["delta_content"] < 0:
+            kind = "opposite"
+            assert row["sink_share_note"] == OPPOSITE
         else:
+            kind = "same"
             assert row["sink_share_note"] == ""
+        seen.add(kind)
+    # this tiny model's opposite parts all have a sink part within its rounding: their sign
+    # is the last bits', and the note says so instead of "opposite signs"
+    assert {"null", "unresolved", "same"} <= seen
+    # a sink part of -0.3 nats and a content part of +0.1 (0.8 * 0.125): a share of 1.5
+    a, b = constant_stats(0, 3.0, 3.5, 0.2), constant_stats(8, 2.8, 3.625, 0.2)
+    table, *_ = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
+    assert table["sink_share"].astype(float).to_numpy() == pytest.approx(1.5, rel=1e-9)
+    assert (table["sink_share_note"] == OPPOSITE).all() and not table["note_edge"].any()
 
 
 def test_summary_is_json_ready_and_the_table_drawn(series, tmp_path):
@@ -436,11 +510,141 @@ def test_moving_sink_keys_are_refused():
         check_same_layout(stats("step0", [0]), stats("step8", [0, 2]))
 
 
-def test_the_cli_summary_says_why_a_share_is_null():
+def test_the_cli_summary_says_why_a_share_is_null_and_that_it_is_on_the_edge():
     from attncoda.experiments.collapse._summary import summary
 
     a = constant_stats(0, 3.0, 3.5, 0.2)
-    b = constant_stats(8, 3.0 + 1e-8, 3.5, 0.2)  # 1e-8 nats: within 3.6e-7
+    b = constant_stats(8, 3.0 + 1e-8, 3.5, 0.2)  # 1e-8 nats: within 2.1e-6
     table, *_ = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
     printed = summary({"collapse": table}, lambda *_: {}, "first")
     assert "sink share n/a (|delta_entropy| is within its float32 rounding" in printed
+    assert "on the edge of its null bound: another run may measure it" in printed
+    # 1.5 bounds: measured here, and on the edge
+    b = constant_stats(8, 3.0 - 1.5 * by_hand(3.0, 3.0), 3.5, 0.2)
+    table, *_ = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
+    printed = summary({"collapse": table}, lambda *_: {}, "first")
+    assert "on the edge of its null bound: another run may leave it undefined" in printed
+    # far from it, both parts too (-0.1 and -0.4 nats): no edge
+    b = constant_stats(8, 2.5, 3.0, 0.2)
+    table, *_ = series_tables([a, b], "synthetic", DEFAULT_SHARE_ATOL)
+    assert "edge" not in summary({"collapse": table}, lambda *_: {}, "first")
+
+
+# --- how two runs' tables are held: the rules, the null bound and its edge ----------------
+
+
+def pair_table(*changes: float) -> pd.DataFrame:
+    """The pair table of one checkpoint to another per change of H (nats), H = 3 and H(q) =
+    3.5 before, windows of 3 positions (every level's row the same)."""
+    a = constant_stats(0, 3.0, 3.5, 0.2)
+    tables = [
+        series_tables(
+            [a, constant_stats(8, 3.0 + c, 3.5 + c / 4, 0.2)], "synthetic", DEFAULT_SHARE_ATOL
+        )[0].head(1)
+        for c in changes
+    ]
+    return pd.concat(tables, ignore_index=True)
+
+
+def held(table: str = "collapse"):
+    from attncoda.experiments.collapse import EXPERIMENT
+
+    return EXPERIMENT.held[table]
+
+
+def test_every_column_of_both_tables_declares_its_rule():
+    from attncoda.experiments.contract import RowStatistic, Same, Share, Verdict
+
+    for table, columns in (("collapse", COLUMNS), ("collapse_checkpoints", CHECKPOINT_COLUMNS)):
+        rules = held(table)
+        assert set(rules) == {"revision", *columns}, table
+    rules = held()
+    floats = [c for c in COLUMNS if c.startswith(("mean_", "entropy", "content_", "delta_"))]
+    assert len(floats) == 11 and not any(isinstance(rules[c], Same) for c in floats)
+    assert rules["delta_entropy"] == RowStatistic(magnitude=("entropy_from", "entropy_to"))
+    assert rules["sink_share"] == Share(("delta_sink",), "delta_entropy", edge="share_edge")
+    assert rules["sink_share_note"] == Verdict("note_edge")
+    assert held("collapse_checkpoints")["sink_balance"] == RowStatistic()
+
+
+def test_the_null_bound_is_the_allowance_of_delta_entropy():
+    # One formula: a change moved by just under its null bound (the bound of the reference's
+    # row) is the same evidence, by just over it is not.
+    from attncoda.experiments.contract import compare_frames
+
+    ref = pair_table(-1e-3)
+    bound = by_hand(3.0, 3.0 - 1e-3)
+    for times, same in ((0.99, True), (1.01, False)):
+        moved = ref.assign(delta_entropy=ref["delta_entropy"] + times * bound)
+        got = compare_frames("collapse", moved, ref, {"delta_entropy": held()["delta_entropy"]})
+        assert got.same is same, times
+        assert got.worst == pytest.approx(times, rel=1e-6)
+    # each part by the means it is made of: the content part of the two content entropies
+    e_content = by_hand(3.5, 3.5 - 1e-3 / 4)
+    for times, same in ((0.99, True), (1.01, False)):
+        moved = ref.assign(delta_content=ref["delta_content"] + times * e_content)
+        got = compare_frames("collapse", moved, ref, {"delta_content": held()["delta_content"]})
+        assert got.same is same, times
+
+
+def test_a_share_null_on_one_side_is_the_same_evidence_only_on_its_edge():
+    from attncoda.experiments.contract import compare_frames
+
+    bound = by_hand(3.0, 3.0)
+    # measured in the reference, 1.5 and 30 bounds away from 0 (its parts, 0.2 and 0.8 of
+    # the change, far from 0 too); null in the run
+    ref = pair_table(-1.5 * bound, -30 * bound)
+    assert ref["share_edge"].tolist() == [True, False]
+    assert ref["note_edge"].tolist() == [True, False]
+    run = ref.copy()
+    for column in ("sink_share", "sink_share_low", "sink_share_high"):
+        run[column] = pd.array([None, None], dtype="Float64")
+    run["sink_share_note"] = "|delta_entropy| is within its float32 rounding"
+    got = compare_frames("collapse", run, ref, held())
+    assert {(c.row, c.column) for c in got.cells} == {
+        (1, "sink_share"),
+        (1, "sink_share_low"),
+        (1, "sink_share_high"),
+        (1, "sink_share_note"),
+    }
+    # the other way round: null in the reference (on its edge, as every null is), measured
+    # in the run
+    assert compare_frames("collapse", ref.iloc[:1], run.iloc[:1], held()).same
+
+
+def test_a_note_changed_off_its_edge_differs():
+    from attncoda.experiments.contract import compare_frames
+
+    ref = pair_table(-0.2)  # parts -0.16 and -0.04 nats: far from 0, no edge
+    assert not ref["note_edge"].any() and ref["sink_share_note"].tolist() == [""]
+    run = ref.assign(sink_share_note=[OPPOSITE])
+    (cell,) = compare_frames("collapse", run, ref, held()).cells
+    assert cell.column == "sink_share_note"
+    # on its edge (the reference's row says so), either note is the same evidence
+    edge = {"note_edge": [True]}
+    assert compare_frames("collapse", run.assign(**edge), ref.assign(**edge), held()).same
+
+
+def test_the_share_is_held_through_its_parts():
+    from attncoda.experiments.contract import compare_frames
+
+    ref = pair_table(-0.2)
+    # the change moved by 1e-6 nats and its sink part not: the share moves by 0.8e-6 / 0.2
+    moved = ref.assign(delta_entropy=ref["delta_entropy"] - 1e-6)
+    moved["sink_share"] = pd.array(moved["delta_sink"] / moved["delta_entropy"], dtype="Float64")
+    assert compare_frames("collapse", moved, ref, held()).same
+    # a share moved without its parts is not
+    moved = ref.assign(sink_share=pd.array(ref["sink_share"] + 1e-9, dtype="Float64"))
+    (cell,) = compare_frames("collapse", moved, ref, held()).cells
+    assert cell.column == "sink_share"
+
+
+def test_the_section_says_which_shares_lie_on_their_edge():
+    from attncoda.experiments.collapse._section import collapse_section
+    from attncoda.experiments.view import Context
+
+    bound = by_hand(3.0, 3.0)
+    table = pair_table(-0.5 * bound, -1.5 * bound, -0.2).assign(revision="-")
+    page = collapse_section(Context(tables={"collapse": table}, sink="first"))
+    assert page.count("on the edge of its null bound: another run may measure this share") == 1
+    assert page.count("another run may leave this share undefined") == 1

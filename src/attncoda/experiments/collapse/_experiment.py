@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from attncoda._errors import AttncodaError
 from attncoda.experiments.collapse._figure import draw
 from attncoda.experiments.collapse._headline import HEADLINE
+from attncoda.experiments.collapse._held import HELD
 from attncoda.experiments.collapse._section import collapse_section
 from attncoda.experiments.collapse._split import (
     DEFAULT_SHARE_ATOL,
@@ -37,7 +38,6 @@ from attncoda.experiments.contract import (
     Command,
     Experiment,
     Inputs,
-    Share,
     Tables,
     View,
     captured_ids,
@@ -71,7 +71,9 @@ class CollapseResult:
         it repeats the one consecutive pair). ``level`` is ``"model"``, ``"layer"`` or
         ``"head"``; ``layer`` and ``head`` are nullable ``Int64``, ``<NA>`` above their
         level. ``n_rows`` counts the rows (document, [layer, head,] query) averaged: those
-        with content at both checkpoints. Every other number is a mean over those rows:
+        with content at both checkpoints; ``n_keys`` is the most keys a row sees (the
+        windows' padded length: the length of the float32 sums each row statistic comes
+        from). Every other number is a mean over those rows:
         sink mass, ``H(p)`` and ``H(q)`` at each end (nats), ``delta_entropy`` (``dH``),
         ``delta_sink`` and ``delta_content`` (its two-factor Shapley split; they sum to
         ``dH``), ``delta_sink_sink_first`` and ``delta_sink_content_first`` (the sink part
@@ -79,14 +81,21 @@ class CollapseResult:
         ``sink_share = delta_sink / delta_entropy``, ``sink_share_low`` and
         ``sink_share_high`` (the smaller and the larger share of the two orderings, which
         bound it; nullable ``Float64``, ``<NA>`` when ``|dH|`` lies within its float32
-        rounding, ``u (n + 2) (H before + H after)`` with ``n`` the most keys a row sees,
-        or ``<= share_atol``),
-        ``sink_share_method`` (what the share and its range are) and ``sink_share_note``
-        (``""``, or why the share is undefined or outside ``[0, 1]``).
+        rounding, ``u (n + 2) (H before + H after + log n)`` with ``n = n_keys``, or
+        ``<= share_atol``), ``share_edge`` (bool: ``|dH|`` lies within that rounding of the
+        null bound, either side, so that another run may null a share measured here or
+        measure one nulled here; every share nulled by rounding is on it),
+        ``sink_share_method`` (what the share and its range are), ``sink_share_note``
+        (``""``, or why the share is undefined, that it lies outside ``[0, 1]``, or that a
+        part's sign is not resolved: the part lies within its rounding of 0) and
+        ``note_edge`` (bool: the note may read otherwise on another run: ``share_edge``, or
+        a part within twice its rounding of 0;
+        :func:`~attncoda.experiments.collapse.share_verdict`).
     checkpoints : pandas.DataFrame
         ``collapse_checkpoints.parquet``: one row per (checkpoint, level, layer, head),
-        columns :data:`CHECKPOINT_COLUMNS`: means over the rows with content at that
-        checkpoint of sink mass, ``H(p)``, ``H(q)`` (nats) and sink balance.
+        columns :data:`CHECKPOINT_COLUMNS`: ``n_rows`` and ``n_keys`` as in ``table``, and
+        means over the rows with content at that checkpoint of sink mass, ``H(p)``, ``H(q)``
+        (nats) and sink balance.
     summary : dict
         JSON-ready: model, sink, points, window counts and hash, ``share_atol``, and the
         model-level numbers of every pair (``pairs``) and of ``first_last``.
@@ -165,8 +174,10 @@ def _summary(
         **windows,
         "share_atol": float(share_atol),
         "share_rounding": "a share and its range are null where |dH| <= u * (n + 2) * (H "
-        "before + H after), u = 2**-24 (float32 unit roundoff), n the most keys a row sees "
-        "(each row entropy is a float32 sum over its keys), or <= share_atol",
+        "before + H after + log n), u = 2**-24 (float32 unit roundoff), n the most keys a row "
+        "sees (each row entropy is a float32 sum over its keys), or <= share_atol; "
+        "share_edge: |dH| lies within that rounding of the null bound, and another run may "
+        "null a share measured here or measure one nulled here",
         "share_definition": "sink_share = sum of dH_sink / sum of dH over the rows with "
         "content at both checkpoints; dH_content = ((1-s0)+(1-s1))/2 * (H(q1)-H(q0)), "
         "dH_sink = dH - dH_content (nats): a two-factor Shapley attribution, no keep/drop "
@@ -311,19 +322,10 @@ EXPERIMENT = Experiment(
     tables=("collapse_rows", "collapse_sinks"),
     combine=combine,
     combined=("collapse", "collapse_checkpoints"),
-    # A share is held through its parts: near its null threshold it moves by much more
-    # than they do (docs/design.md, "Verdicts and ratios within rounding").
-    held={
-        "collapse": {
-            "sink_share": Share(("delta_sink",), "delta_entropy"),
-            **{
-                f"sink_share_{end}": Share(
-                    ("delta_sink_sink_first", "delta_sink_content_first"), "delta_entropy"
-                )
-                for end in ("low", "high")
-            },
-        }
-    },
+    # Every column's rule: the means as row statistics, the changes by the means they are
+    # made of, the shares through their parts (docs/design.md, "The same evidence, by one
+    # rule"); a share or its note on its edge may go either way.
+    held=HELD,
     view=View(
         title="Collapse: entropy over training, sink vs content",
         needs=("collapse",),

@@ -54,7 +54,7 @@ def collapse_section(ctx: Context) -> str:
                     f"{fmt_pct(r['sink_share'])}{_range(r)}: ΔH = "
                     f"{fmt_nats(r['delta_entropy'])} = sink {fmt_nats(r['delta_sink'])} + "
                     f"content {fmt_nats(r['delta_content'])} nats"
-                    + (f" ({r['sink_share_note']})" if _text(r.get("sink_share_note")) else ""),
+                    + (f" ({_note(r)})" if _note(r) else ""),
                 )
             )
         shown = first_last[first_last["level"].isin(["model", "layer"])]
@@ -126,12 +126,16 @@ _ORDERINGS = note(
 )
 
 _ROUNDING = note(
-    "A share is a ratio over ΔH. Where |ΔH| lies within its float32 rounding, u·(n + 2)·(H "
-    "before + H after) with u = 2⁻²⁴ and n the most keys a row sees (a row entropy is a "
-    "float32 sum over its keys), the change is one "
+    "A share is a ratio over ΔH. Where |ΔH| lies within its float32 rounding, e = u·(n + 2)·"
+    "(H before + H after + log n) with u = 2⁻²⁴ and n the most keys a row sees (a row "
+    "entropy is a float32 sum over its keys), the change is one "
     "of the last bits, which another device or kernel gives otherwise: the share and its "
     "range are then left empty (n/a), and the note says so. Early training steps change the "
-    "entropy by less than that in some heads."
+    "entropy by less than that in some heads. Whether a share is left empty is itself "
+    "decided at that bound: where |ΔH| lies within e of it (|ΔH| ≤ 2e, every empty share "
+    "included), the note says the share is on the edge, and another run may measure it or "
+    "leave it empty; so too where a part lies within twice its rounding of 0, whose sign "
+    "decides whether the share lies in [0, 1]."
 )
 
 _STAND_IN = note(
@@ -204,6 +208,29 @@ def _text(value: Any) -> str:
     return "" if is_missing(value) else str(value)
 
 
+def _edge(r: dict[str, Any]) -> str:
+    """What the row's edge flags say (``""`` off both, or for a table made before them)."""
+    if _flag(r.get("share_edge")):
+        if is_missing(r.get("sink_share")):
+            return "on the edge of its null bound: another run may measure this share"
+        return "on the edge of its null bound: another run may leave this share undefined"
+    if _flag(r.get("note_edge")):
+        return (
+            "on the edge: a part lies within twice its rounding of 0, so another run may "
+            "note otherwise"
+        )
+    return ""
+
+
+def _flag(value: Any) -> bool:
+    return not is_missing(value) and bool(value)
+
+
+def _note(r: dict[str, Any]) -> str:
+    """The row's note and what its edge flags say, joined."""
+    return "; ".join(t for t in (_text(r.get("sink_share_note")), _edge(r)) if t)
+
+
 def _range(r: dict[str, Any]) -> str:
     """`` (Shapley attribution; 75.2–83.6% over the two orderings)``, or ``""`` without one."""
     low, high = r.get("sink_share_low"), r.get("sink_share_high")
@@ -231,7 +258,7 @@ def _pair_row(r: dict[str, Any]) -> tuple[str, ...]:
             if is_missing(r.get("sink_share_low"))
             else f"{fmt_pct(r['sink_share_low'])} – {fmt_pct(r['sink_share_high'])}"
         ),
-        _text(r.get("sink_share_note")),
+        _note(r),
     )
 
 

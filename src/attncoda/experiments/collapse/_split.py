@@ -33,31 +33,42 @@ The Shapley share lies between them (it is their mean): a statement such as "x% 
 entropy drop is the sink" is the Shapley share together with that range.
 
 The share and its range are undefined where the change lies within its own rounding,
-``|delta_entropy| <= u (n + 2) (entropy_from + entropy_to)`` (``u = 2**-24``, the float32
-unit roundoff; ``n`` the most keys a row sees: each row entropy is a float32 sum over its
-keys, which rounding moves by up to ``(n + 2) u H``; entropies are non-negative, so
-``entropy_from + entropy_to`` is the mean of ``|H(p_0)| + |H(p_1)|`` over the rows;
-:func:`share_rounding`, docs/design.md, "Verdicts and ratios within rounding"), or
-``<= share_atol``: a ratio of a change of the
+``|delta_entropy| <= u (n + 2) (entropy_from + entropy_to + log n)`` (``u = 2**-24``, the
+float32 unit roundoff; ``n`` the most keys a row sees, the ``n_keys`` column; each row
+entropy is a float32 sum over its keys: :func:`share_rounding`, the rounding
+:class:`~attncoda.experiments.contract.RowStatistic` holds ``delta_entropy`` to, docs/design.md
+"Verdicts and ratios within rounding"), or ``<= share_atol``: a ratio of a change of the
 last bits is noise, which two devices or two kernels give differently (-18 and -85 for one
 head at ``4e-8`` nats). It is then ``<NA>`` (null in Parquet, ``None`` in JSON) and
-``sink_share_note`` says why. When
-the two parts have opposite signs the share lies outside ``[0, 1]`` (the note says so): a
-sink part of ``-0.3`` nats and a content part of ``+0.1`` give ``dH = -0.2`` and a share of
-1.5.
+``sink_share_note`` says why. When the two parts have opposite signs the share lies outside
+``[0, 1]`` (the note says so): a sink part of ``-0.3`` nats and a content part of ``+0.1``
+give ``dH = -0.2`` and a share of 1.5; where a part lies within its own rounding of 0
+(:data:`PART_MAGNITUDES`), its sign is not resolved and the note says that instead.
+
+Both are verdicts at a threshold, and each row states whether it lies on its edge:
+``share_edge`` where ``|delta_entropy|`` lies within its rounding of the null bound (either
+side: a share null here may be measured on another run, and the other way round; a share
+nulled by rounding always is), ``note_edge`` where the note may read otherwise on another
+run (``share_edge``, or a part within twice its rounding of 0: :func:`share_verdict`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.collapse._stats import CheckpointStats, check_same_layout
-from attncoda.experiments.contract import rounding_bound, within_rounding
+from attncoda.experiments.contract import (
+    FLOAT32_UNIT_ROUNDOFF,
+    row_statistic_rounding,
+    within_rounding,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,10 +77,14 @@ __all__ = [
     "CHECKPOINT_COLUMNS",
     "COLUMNS",
     "DEFAULT_SHARE_ATOL",
+    "PART_MAGNITUDES",
     "SHARE_METHOD",
+    "ShareVerdict",
     "collapse_pair",
+    "part_rounding",
     "series_tables",
     "share_rounding",
+    "share_verdict",
 ]
 
 #: Columns of the pair table (``CollapseResult.table``, ``collapse.parquet``), in order.
@@ -84,6 +99,7 @@ COLUMNS = (
     "layer",
     "head",
     "n_rows",
+    "n_keys",
     "mean_sink_mass_from",
     "mean_sink_mass_to",
     "entropy_from",
@@ -98,8 +114,10 @@ COLUMNS = (
     "sink_share",
     "sink_share_low",
     "sink_share_high",
+    "share_edge",
     "sink_share_method",
     "sink_share_note",
+    "note_edge",
 )
 #: What ``sink_share`` is and what its range spans (the ``sink_share_method`` column).
 SHARE_METHOD = "two-factor Shapley; range: the sink-first and content-first orderings"
@@ -113,6 +131,7 @@ CHECKPOINT_COLUMNS = (
     "layer",
     "head",
     "n_rows",
+    "n_keys",
     "mean_sink_mass",
     "entropy",
     "content_entropy",
@@ -151,45 +170,148 @@ def _levels(sums: dict[str, np.ndarray], counts: np.ndarray):
             yield "head", layer, head, n, m
 
 
-def share_rounding(entropy_from: float, entropy_to: float, keys: int = 0) -> float:
-    """The rounding bound of a mean entropy change, ``u (n + 2) (entropy_from +
-    entropy_to)`` nats (``u = 2**-24``, ``n`` the most keys a row sees: the windows' padded
-    length). Each row entropy is a float32 sum over its keys, which its rounding moves by up
-    to ``(n + 2) u H`` (the accumulation term of the exact path's bound, docs/design.md
-    "Error bounds"), and a difference of two mean entropies by the sum of theirs: the part
-    of the capture's error bound that needs nothing but the entropies and the key count. Two
-    devices, or two kernels, that differ in summation order differ by less. A share over a
-    ``|delta_entropy|`` within it is null."""
-    return rounding_bound(entropy_from, entropy_to) * (max(int(keys), 0) + 2)
+#: The means each change of the pair table is made of: its rounding is
+#: ``u (n + 2) (M + log n)`` with ``M`` the sum of their absolute values (:func:`part_rounding`),
+#: the allowance :class:`~attncoda.experiments.contract.RowStatistic` gives it with these
+#: columns as its ``magnitude``. The change of entropy is made of the two entropies; a
+#: content part ``c (H(q_1) - H(q_0))`` (``c`` a content mass in [0, 1]) of the two content
+#: entropies: its ``H(q)`` carry ``c`` times their rounding and its masses ``u (n + 2) s``
+#: times ``|H(q_1) - H(q_0)| <= H(q_0) + H(q_1)``, and ``c + s <= 1``; a sink part, the
+#: change less a content part, of all four.
+PART_MAGNITUDES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "delta_entropy": ("entropy_from", "entropy_to"),
+        "delta_content": ("content_entropy_from", "content_entropy_to"),
+        **{
+            name: ("entropy_from", "entropy_to", "content_entropy_from", "content_entropy_to")
+            for name in ("delta_sink", "delta_sink_sink_first", "delta_sink_content_first")
+        },
+    }
+)
 
 
-def _share(
-    means: dict[str, float], atol: float, keys: int = 0
-) -> tuple[dict[str, float | None], str]:
-    """The Shapley share of one level's means, its range over the two orderings, and a note
-    (``keys``: the most keys a row sees, for :func:`share_rounding`)."""
+def part_rounding(name: str, means: Mapping[str, float], keys: int) -> float:
+    """How far float32 rounding can move the change ``name`` of one level's means (nats):
+    ``u (n + 2) (M + log n)``, ``M`` the means of :data:`PART_MAGNITUDES` summed in absolute
+    value, ``n = keys`` the most keys a row sees
+    (:func:`~attncoda.experiments.contract.row_statistic_rounding`). NaN where a mean is."""
+    magnitude = math.fsum(abs(float(means[column])) for column in PART_MAGNITUDES[name])
+    return row_statistic_rounding(keys, magnitude)
+
+
+def share_rounding(entropy_from: float, entropy_to: float, keys: int) -> float:
+    """The rounding bound of a mean entropy change, ``u (n + 2) (entropy_from + entropy_to +
+    log n)`` nats (``u = 2**-24``, ``n`` the most keys a row sees: the windows' padded
+    length): a share over a ``|delta_entropy|`` within it is null.
+
+    Each row entropy is a float32 sum over its keys, which its rounding moves by up to
+    ``(n + 2) u H`` (the accumulation term of the exact path's bound, docs/design.md "Error
+    bounds"), and the rows' rounded logs by ``u H <= u log n`` each; a difference of two
+    mean entropies by the sum of theirs. It is :func:`part_rounding` of ``delta_entropy``,
+    the allowance that :class:`~attncoda.experiments.contract.RowStatistic` gives the column
+    between two runs: one formula for the null and for the comparison."""
+    return part_rounding(
+        "delta_entropy", {"entropy_from": entropy_from, "entropy_to": entropy_to}, keys
+    )
+
+
+def _moved(name: str, means: Mapping[str, float], keys: int) -> float:
+    """How far :func:`part_rounding` of ``name`` itself moves between two runs: ``u (n + 2)``
+    times the rounding of each mean it is made of (a bound moves with its magnitudes)."""
+    return (
+        FLOAT32_UNIT_ROUNDOFF
+        * (max(keys, 1) + 2)
+        * math.fsum(row_statistic_rounding(keys, means[c]) for c in PART_MAGNITUDES[name])
+    )
+
+
+@dataclass(frozen=True)
+class ShareVerdict:
+    """The share of one level's means and the verdicts it is decided by.
+
+    Attributes
+    ----------
+    shares : dict of str to float or None
+        ``sink_share``, ``sink_share_low``, ``sink_share_high``; None where undefined.
+    note : str
+        ``sink_share_note``: why the share is undefined, that it lies outside ``[0, 1]``,
+        that a part's sign is not resolved, or ``""``.
+    share_edge : bool
+        ``|delta_entropy|`` lies within its rounding of the null bound (either side), so
+        that another run may null a share measured here or measure one nulled here. A share
+        nulled by rounding always is: ``|dH| <= e`` lies within ``e`` of ``e``.
+    note_edge : bool
+        The note may read otherwise on another run: ``share_edge``, or, for a share
+        measured here, a part (``delta_sink`` or ``delta_content``) within twice its
+        rounding of 0 (within it the note says its sign is not resolved; another run moves
+        the part by up to its rounding, across 0 or across the rounding).
+    """
+
+    shares: dict[str, float | None]
+    note: str
+    share_edge: bool
+    note_edge: bool
+
+
+def share_verdict(means: Mapping[str, float], atol: float, keys: int) -> ShareVerdict:
+    """The Shapley share of one level's means, its range over the two orderings, its note,
+    and whether each verdict lies on its edge (:class:`ShareVerdict`).
+
+    Parameters
+    ----------
+    means : mapping of str to float
+        One level's means (the names of :data:`COLUMNS` ``mean_sink_mass_from`` ...
+        ``delta_sink_content_first``, nats).
+    atol : float
+        ``share_atol``: a share is also null where ``|delta_entropy| <= atol`` nats.
+    keys : int
+        The most keys a row sees (``n_keys``).
+
+    Returns
+    -------
+    ShareVerdict
+    """
     delta, delta_sink = means["delta_entropy"], means["delta_sink"]
     bound = share_rounding(means["entropy_from"], means["entropy_to"], keys)
-    if within_rounding(delta, bound) and bound >= atol:  # else share_atol is the wider
+    # The null is decided at the wider of the rounding and share_atol (a setting, exact);
+    # the change moves by its rounding, and a rounding threshold with its entropies.
+    threshold, moves = atol, 0.0
+    if bound >= atol:
+        threshold, moves = bound, _moved("delta_entropy", means, keys)
+    share_edge = bool(abs(abs(delta) - threshold) <= bound + moves)
+    if within_rounding(delta, threshold):
         # The change itself is not printed: its last digits are what two devices differ in.
         note = (
             f"|delta_entropy| is within its float32 rounding {bound:.2g} nats "
-            f"(u (n + 2) (H before + H after), n = {keys} keys): share undefined"
+            f"(u (n + 2) (H before + H after + log n), n = {keys} keys): share undefined"
+            if bound >= atol
+            else f"|delta_entropy| <= share_atol {atol:g} nats: share undefined"
         )
-        return dict.fromkeys(_SHARES), note
-    if within_rounding(delta, atol):
-        note = f"|delta_entropy| = {abs(delta):.3g} nats <= share_atol {atol:g}: undefined"
-        return dict.fromkeys(_SHARES), note
+        return ShareVerdict(dict.fromkeys(_SHARES), note, share_edge, share_edge)
     orderings = sorted(
         (means["delta_sink_sink_first"] / delta, means["delta_sink_content_first"] / delta)
     )
-    note = ""
-    if delta_sink * means["delta_content"] < 0:
-        note = "sink and content parts have opposite signs: share outside [0, 1]"
     shares: dict[str, float | None] = dict(
         zip(_SHARES, (delta_sink / delta, *orderings), strict=True)
     )
-    return shares, note
+    unresolved, near = [], False
+    for part in ("sink", "content"):
+        name = f"delta_{part}"
+        rounding = part_rounding(name, means, keys)
+        if within_rounding(means[name], rounding):
+            unresolved.append(part)
+        near |= abs(means[name]) <= 2 * rounding + _moved(name, means, keys)
+    note = ""
+    if unresolved:
+        several = len(unresolved) > 1
+        note = (
+            f"the {' and '.join(unresolved)} part{'s lie' if several else ' lies'} within "
+            f"{'their' if several else 'its'} float32 rounding of 0: whether the share lies "
+            "in [0, 1] is not resolved"
+        )
+    elif delta_sink * means["delta_content"] < 0:
+        note = "sink and content parts have opposite signs: share outside [0, 1]"
+    return ShareVerdict(shares, note, share_edge, share_edge or bool(near))
 
 
 def collapse_pair(a: Any, b: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -246,12 +368,14 @@ def _pair_records(
     model, kind, a: CheckpointStats, b: CheckpointStats, atol: float
 ) -> list[dict[str, Any]]:
     sums, counts = collapse_pair(a, b)
-    keys = int(np.shape(a.entropy)[-1])  # the padded window: the most keys a row sees
+    keys = _keys(a)
     records = []
     for level, layer, head, n, means in _levels(sums, counts):
-        shares, note = _share(means, atol, keys)
+        verdict = share_verdict(means, atol, keys)
         if n == 0:
-            shares, note = dict.fromkeys(_SHARES), "no row has content at both checkpoints"
+            verdict = ShareVerdict(
+                dict.fromkeys(_SHARES), "no row has content at both checkpoints", False, False
+            )
         records.append(
             {
                 "model": model,
@@ -264,13 +388,21 @@ def _pair_records(
                 "layer": layer,
                 "head": head,
                 "n_rows": n,
+                "n_keys": keys,
                 **means,
-                **shares,
+                **verdict.shares,
+                "share_edge": verdict.share_edge,
                 "sink_share_method": SHARE_METHOD,
-                "sink_share_note": note,
+                "sink_share_note": verdict.note,
+                "note_edge": verdict.note_edge,
             }
         )
     return records
+
+
+def _keys(stats: CheckpointStats) -> int:
+    """The most keys a row of the series sees: the windows' padded length (``n_keys``)."""
+    return int(np.shape(stats.entropy)[-1])
 
 
 def _checkpoint_records(model, stats: CheckpointStats) -> list[dict[str, Any]]:
@@ -292,6 +424,7 @@ def _checkpoint_records(model, stats: CheckpointStats) -> list[dict[str, Any]]:
             "layer": layer,
             "head": head,
             "n_rows": n,
+            "n_keys": _keys(stats),
             **means,
         }
         for level, layer, head, n, means in _levels(sums, counts)
@@ -304,7 +437,8 @@ def _frame(records: list[dict[str, Any]], columns: Sequence[str], floats: Sequen
     frame = pd.DataFrame.from_records(records, columns=list(columns))
     for name in ("layer", "head"):
         frame[name] = pd.array(frame[name].tolist(), dtype="Int64")
-    frame["n_rows"] = frame["n_rows"].astype(np.int64)
+    for name in ("n_rows", "n_keys"):
+        frame[name] = frame[name].astype(np.int64)
     for name in floats:
         frame[name] = frame[name].astype(np.float64)
     if "sink_share" in frame:
@@ -312,6 +446,8 @@ def _frame(records: list[dict[str, Any]], columns: Sequence[str], floats: Sequen
             frame[name] = pd.array(frame[name].tolist(), dtype="Float64")
         frame["sink_share_method"] = frame["sink_share_method"].astype(str)
         frame["sink_share_note"] = frame["sink_share_note"].astype(str)
+        for name in ("share_edge", "note_edge"):
+            frame[name] = frame[name].astype(bool)
     return frame
 
 
@@ -327,6 +463,7 @@ def _model_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "sink_share_low",
         "sink_share_high",
         "sink_share_note",
+        "share_edge",
         "entropy_from",
         "entropy_to",
         "mean_sink_mass_from",
@@ -350,6 +487,7 @@ def series_tables(
     share_atol : float
         ``sink_share`` is undefined (``<NA>``) where ``|delta_entropy| <= share_atol`` nats,
         as it is where ``|delta_entropy|`` lies within its rounding (:func:`share_rounding`).
+        Rows within rounding of either threshold are flagged (``share_edge``).
 
     Returns
     -------

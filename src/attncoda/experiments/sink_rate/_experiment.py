@@ -15,6 +15,17 @@ rate at position ``k`` is the percentage of (window, layer, head) triples whose 
 exceeds ``epsilon`` (theirs: 0.3, on windows of 64 tokens). Only windows longer than ``k``
 count at ``k``. Probabilities, not the keep/drop conventions: the score is of the full row,
 sink included, so no convention applies.
+
+A triple counts by comparing its score with ``epsilon``, so each rate states how many of its
+triples lie within float32 rounding of it (docs/design.md, "Verdicts and ratios within
+rounding"): a score is a mean over queries of probabilities ``exp(log p)``, each of a
+float32 log-softmax row over at most ``n`` keys, whose normaliser (a float32 sum of ``n``
+terms) moves ``p`` by ``(n + 2) u p`` and whose rounded log by ``u p |log p| <= u / e``;
+the sum over queries is float64. So a score moves by at most ``u (n + 2) (score + log n)``
+(:func:`score_rounding`: the row statistic's rounding,
+:class:`~attncoda.experiments.contract.RowStatistic`), and a triple within it of
+``epsilon`` is *fragile*: above on one run, not on another. Each fragile triple moves a rate
+by ``100 / n_triples`` percentage points.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import (
+    FLOAT32_UNIT_ROUNDOFF,
     Command,
     Experiment,
     HeadRows,
@@ -36,13 +48,22 @@ from attncoda.experiments.contract import (
     setting,
 )
 from attncoda.experiments.sink_rate._figure import draw
+from attncoda.experiments.sink_rate._held import HELD
 from attncoda.experiments.sink_rate._section import sink_rate_section
 from attncoda.experiments.sink_rate._summary import summary
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["EXPERIMENT", "Settings", "SinkRateResult", "key_scores", "run", "sink_rate"]
+__all__ = [
+    "EXPERIMENT",
+    "Settings",
+    "SinkRateResult",
+    "key_scores",
+    "run",
+    "score_rounding",
+    "sink_rate",
+]
 
 
 def key_scores(logp: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
@@ -81,6 +102,36 @@ def key_scores(logp: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
     return probs.sum(axis=1) / seen_by[None, :]
 
 
+def score_rounding(scores: Any, n_keys: Any) -> np.ndarray:
+    r"""How far float32 rounding can move Gu et al.'s scores (a probability mass).
+
+    .. math:: e = u \, (n + 2) \, (|\mathrm{score}| + \log n)
+
+    with ``u = 2**-24`` and ``n`` the most keys a row of the window sees. Each
+    log-probability of a float32 log-softmax row over at most ``n`` keys moves by ``(n + 2)
+    u`` through its normaliser (the log of a float32 sum of ``n`` terms) and by ``u |log
+    p|`` through its own rounding, so each probability ``exp(log p)`` (float64) by ``(n + 2)
+    u p + u p |log p| <= (n + 2) u p + u / e``; a mean over queries (float64) by ``u (n + 2)
+    score + u / e``, within ``e``: the rounding
+    :func:`~attncoda.experiments.contract.row_statistic_rounding` gives a mean of row
+    statistics over ``n`` keys, by which a mean score is held between two runs.
+
+    Parameters
+    ----------
+    scores : array_like
+        Scores (NaN where none).
+    n_keys : array_like of int
+        The most keys a row sees, broadcast against ``scores`` (``>= 1``).
+
+    Returns
+    -------
+    ndarray of float64
+        Non-negative, NaN where a score is.
+    """
+    n = np.maximum(np.asarray(n_keys, dtype=np.float64), 1.0)
+    return FLOAT32_UNIT_ROUNDOFF * (n + 2.0) * (np.abs(np.asarray(scores, np.float64)) + np.log(n))
+
+
 @dataclass(frozen=True)
 class SinkRateResult:
     """The sink rate of one model.
@@ -90,14 +141,23 @@ class SinkRateResult:
     table : pandas.DataFrame
         ``sink_rate.parquet``: one row per position: ``model``, ``position``, ``epsilon``,
         ``sink_rate`` (percent of the ``n_triples`` (window, layer, head) triples whose
-        score exceeds ``epsilon``), ``n_windows`` (windows longer than the position),
-        ``n_heads`` (layers × heads) and ``n_triples``. A position no window reaches has
-        a NaN rate and zero counts.
+        score exceeds ``epsilon``), ``n_fragile`` (triples whose score lies within its
+        float32 rounding of ``epsilon``, :func:`score_rounding`: above it on one run, not on
+        another), ``rate_rounding`` (percentage points, ``100 * n_fragile / n_triples``: how
+        far they can move the rate), ``n_windows`` (windows longer than the position),
+        ``n_heads`` (layers × heads), ``n_triples`` and ``items_per_point``
+        (``n_triples / 100``, float: the triples that make one percentage point, the count
+        ``rate_rounding`` is a rate over). A position no window reaches has a NaN rate and
+        rounding and zero counts.
     heads : pandas.DataFrame
         ``sink_rate_heads.parquet``: one row per (layer, head, position): ``model``,
-        ``layer``, ``head``, ``position``, ``score`` (the mean over windows of the score, a
-        probability mass) and ``above`` (percent of the windows whose score exceeds
-        ``epsilon``).
+        ``layer``, ``head``, ``position``, ``n_windows`` (windows longer than the position),
+        ``n_keys`` (the most keys a row of those windows sees), ``score`` (the mean over
+        windows of the score, a probability mass), ``above`` (percent of the windows whose
+        score exceeds ``epsilon``), ``n_fragile`` (windows whose score lies within its
+        rounding of ``epsilon``), ``above_rounding`` (percentage points, ``100 * n_fragile /
+        n_windows``) and ``items_per_point`` (``n_windows / 100``). A position no window
+        reaches has NaN ``score``, ``above`` and ``above_rounding`` and zero counts.
     """
 
     table: pd.DataFrame
@@ -128,17 +188,22 @@ def sink_rate(
     positions = tuple(int(p) for p in positions)
     n_heads = rows.n_layers * rows.n_heads
     scores = np.full((len(rows.docs), n_heads, len(positions)), np.nan)
+    keys = np.zeros(len(rows.docs), dtype=np.int64)  # the most keys a row of each window sees
     for d, doc in enumerate(rows.docs):
         per_key = key_scores(doc.logp, doc.key_mask)
+        keys[d] = int(np.asarray(doc.key_mask, bool).sum(axis=1).max())
         for j, k in enumerate(positions):
             if k < per_key.shape[1]:
                 scores[d, :, j] = per_key[:, k]
     reached = ~np.isnan(scores[:, 0, :])  # (doc, position)
     above = scores > epsilon
+    with np.errstate(invalid="ignore"):
+        fragile = np.abs(scores - epsilon) <= score_rounding(scores, keys[:, None, None])
     table = []
     for j, k in enumerate(positions):
         n_windows = int(reached[:, j].sum())
         count = int(above[reached[:, j], :, j].sum())
+        n_fragile = int(fragile[reached[:, j], :, j].sum())
         n_triples = n_windows * n_heads
         table.append(
             {
@@ -146,17 +211,21 @@ def sink_rate(
                 "position": k,
                 "epsilon": float(epsilon),
                 "sink_rate": 100.0 * count / n_triples if n_triples else float("nan"),
+                "n_fragile": n_fragile,
+                "rate_rounding": 100.0 * n_fragile / n_triples if n_triples else float("nan"),
                 "n_windows": n_windows,
                 "n_heads": n_heads,
                 "n_triples": n_triples,
+                "items_per_point": n_triples / 100.0,
             }
         )
     layer, head = np.divmod(np.arange(n_heads), rows.n_heads)
     heads = []
     for j, k in enumerate(positions):
         seen = reached[:, j]
-        mean = scores[seen, :, j].mean(axis=0) if seen.any() else np.full(n_heads, np.nan)
-        share = 100.0 * above[seen, :, j].mean(axis=0) if seen.any() else mean
+        n_seen = int(seen.sum())
+        none = np.full(n_heads, np.nan)
+        n_fragile = fragile[seen, :, j].sum(axis=0).astype(np.int64)
         heads.append(
             pd.DataFrame(
                 {
@@ -164,8 +233,13 @@ def sink_rate(
                     "layer": layer,
                     "head": head,
                     "position": k,
-                    "score": mean,
-                    "above": share,
+                    "n_windows": n_seen,
+                    "n_keys": int(keys[seen].max(initial=0)),
+                    "score": scores[seen, :, j].mean(axis=0) if n_seen else none,
+                    "above": 100.0 * above[seen, :, j].mean(axis=0) if n_seen else none,
+                    "n_fragile": n_fragile,
+                    "above_rounding": 100.0 * n_fragile / n_seen if n_seen else none,
+                    "items_per_point": n_seen / 100.0,
                 }
             )
         )
@@ -195,9 +269,7 @@ def rows_at(settings: Settings) -> Mapping[str, int]:
 
 def run(inputs: Inputs, settings: Settings) -> Tables:
     """The tables ``sink_rate`` and ``sink_rate_heads`` of the unit's rows."""
-    result = sink_rate(
-        inputs.need("rows"), epsilon=settings.epsilon, positions=settings.positions
-    )
+    result = sink_rate(inputs.need("rows"), epsilon=settings.epsilon, positions=settings.positions)
     facts: dict[str, Any] = {"epsilon": settings.epsilon, "positions": list(settings.positions)}
     return Tables(
         frames={"sink_rate": result.table, "sink_rate_heads": result.heads}, summary=facts
@@ -213,6 +285,7 @@ EXPERIMENT = Experiment(
     run=run,
     tables=("sink_rate", "sink_rate_heads"),
     rows_at=rows_at,
+    held=HELD,
     view=View(
         title="Sink rate (Gu et al. 2025): how often a key position is a sink",
         needs=("sink_rate",),

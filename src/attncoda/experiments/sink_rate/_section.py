@@ -8,17 +8,29 @@ from __future__ import annotations
 
 from attncoda.experiments.sink_rate._figure import draw
 from attncoda.experiments.view import (
+    NA,
     Context,
     figure_or_note,
     fmt_count,
     fmt_num,
     fmt_pct,
     groups,
+    is_missing,
     paper_vs_measured,
     table,
 )
 
 __all__ = ["sink_rate_section"]
+
+
+def _within_rounding(row: dict, rounding: str) -> str:
+    """``±x (k within rounding of ε)``: how far the triples (or windows) whose score lies
+    within its float32 rounding of ε can move the rate; not applicable for tables made
+    before the columns were (docs/design.md, "Verdicts and ratios within rounding")."""
+    k = row.get("n_fragile")
+    if is_missing(k) or is_missing(row.get(rounding)):
+        return NA
+    return f"±{fmt_pct(row[rounding] / 100, 2)} ({fmt_count(k)} within rounding of ε)"
 
 
 def sink_rate_section(ctx: Context) -> str:
@@ -33,8 +45,7 @@ def sink_rate_section(ctx: Context) -> str:
     )
     first = rates[rates["position"] == rates["position"].min()]
     measured = "; ".join(
-        f"{label} {fmt_pct(g['sink_rate'].iloc[0] / 100)} at position "
-        f"{int(g['position'].iloc[0])}"
+        f"{label} {fmt_pct(g['sink_rate'].iloc[0] / 100)} at position {int(g['position'].iloc[0])}"
         for label, g in groups(first)
     )
     claims = [
@@ -53,6 +64,7 @@ def sink_rate_section(ctx: Context) -> str:
             fmt_count(r["n_windows"]),
             fmt_count(r["n_heads"]),
             fmt_count(r["n_triples"]),
+            _within_rounding(r, "rate_rounding"),
         )
         for label, g in groups(rates)
         for r in g.to_dict("records")
@@ -61,9 +73,20 @@ def sink_rate_section(ctx: Context) -> str:
         paper_vs_measured(convention, claims),
         table(
             "Sink rate per model and key position: % of (window, layer, head) triples whose "
-            "score exceeds ε",
+            "score exceeds ε; within rounding: the triples whose score lies within its float32 "
+            "rounding of ε, u·(n + 2)·(score + log n) with n the keys a row sees (above ε on "
+            "one run, not on another), and how far they can move the rate",
             convention,
-            ("model", "position", "ε", "sink rate", "windows", "heads", "triples"),
+            (
+                "model",
+                "position",
+                "ε",
+                "sink rate",
+                "windows",
+                "heads",
+                "triples",
+                "within rounding",
+            ),
             rows,
         ),
     ]
@@ -79,13 +102,21 @@ def sink_rate_section(ctx: Context) -> str:
                         str(int(r["position"])),
                         fmt_num(r["score"]),
                         fmt_pct(r["above"] / 100),
+                        _within_rounding(r, "above_rounding"),
                     )
                 )
         parts.append(
             table(
                 "The five heads whose first position receives the most attention, per model",
                 convention,
-                ("model", "head", "position", "mean score", "windows above ε"),
+                (
+                    "model",
+                    "head",
+                    "position",
+                    "mean score",
+                    "windows above ε",
+                    "within rounding",
+                ),
                 top,
             )
         )

@@ -11,13 +11,24 @@ if TYPE_CHECKING:
 __all__ = ["summary"]
 
 
+def _rounding(row: Any) -> str:
+    """``; k within rounding of epsilon (±x points)`` (nothing for a table made before the
+    columns were, or a position no window reaches)."""
+    k = getattr(row, "n_fragile", None)
+    if k is None or row.n_triples == 0:
+        return ""
+    return f"; {k} within rounding of epsilon (±{row.rate_rounding:.2g} points)"
+
+
 def summary(
     tables: Mapping[str, pd.DataFrame],
     facts: Callable[[str, str], Mapping[str, Any]],
     sink: str,
 ) -> str:
     """One line per model and position: the sink rate (percent of (window, layer, head)
-    triples whose score exceeds ε) and how many triples it counts."""
+    triples whose score exceeds ε), how many triples it counts, and how many of them lie
+    within float32 rounding of ε (``n_fragile``: above it on one run, not on another) with
+    how far they can move the rate."""
     lines = [
         "sink rate (Gu et al. 2025): % of (window, layer, head) triples in which the key at "
         "the position receives more than epsilon of its queries' attention:"
@@ -27,5 +38,6 @@ def summary(
         lines.append(
             f"  {row.model:<24} position {row.position:<3} epsilon {row.epsilon:g}  {rate} "
             f"of {row.n_triples} triples ({row.n_windows} windows x {row.n_heads} heads)"
+            + _rounding(row)
         )
     return "\n".join(lines)
