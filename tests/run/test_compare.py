@@ -140,7 +140,7 @@ def test_a_folder_that_is_not_a_finished_run_is_refused(tmp_path):
 
 
 def test_the_demo_ends_by_the_comparison_and_fails_where_the_run_differs(tmp_path, capsys):
-    from attncoda.cli._commands import end_demo
+    from attncoda.report.headline import end_demo
 
     run = _copy(reference_run(), tmp_path)
     assert end_demo(run, 1.0) == 0

@@ -21,7 +21,7 @@ from attncoda.cli._args import settings_values
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["end_demo", "run_command"]
+__all__ = ["run_command"]
 
 
 def _slug(spec: str) -> str:
@@ -328,19 +328,11 @@ def _demo(args: argparse.Namespace) -> int:
     print("\nNow every experiment on the embedded models (attncoda reproduce):\n", flush=True)
     started = time.perf_counter()
     code = _reproduce(args)
-    return end_demo(args.out, time.perf_counter() - started) if code == 0 else code
+    if code != 0:
+        return code
+    from attncoda.report.headline import end_demo
 
-
-def end_demo(out: str | Path, wall_seconds: float) -> int:
-    """The demo's last screen for its finished run folder ``out`` (the headline, then the
-    comparison with the reference run and the cells that differ); 0 when the run holds the
-    reference's evidence, else 1: the demo's promise is that evidence."""
-    from attncoda.report.headline import demo_screen
-    from attncoda.run.compare import compare
-
-    against = compare(out)
-    print("\n".join(demo_screen(out, wall_seconds, against)))
-    return 0 if against.same else 1
+    return end_demo(args.out, time.perf_counter() - started)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from attncoda.store.runs import read_run_tables
 if TYPE_CHECKING:
     from attncoda.run.compare import Comparison
 
-__all__ = ["demo_screen", "headline", "machine", "run_context"]
+__all__ = ["demo_screen", "end_demo", "headline", "machine", "run_context"]
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
@@ -103,3 +103,14 @@ def demo_screen(folder: str | Path, wall_seconds: float, against: Comparison) ->
         f"Against the reference run ({against.reference}):",
         *against.lines(),
     ]
+
+
+def end_demo(out: str | Path, wall_seconds: float) -> int:
+    """Print the demo's last screen for its run folder ``out`` (:func:`demo_screen`: the
+    headline, then the comparison with the reference run, cells that differ listed) and
+    return 0 where the run holds the reference's evidence (the demo's promise), else 1."""
+    from attncoda.run.compare import compare
+
+    against = compare(out)
+    print("\n".join(demo_screen(out, wall_seconds, against)))
+    return 0 if against.same else 1

@@ -89,7 +89,7 @@ def test_the_fragile_triples_are_those_within_rounding_of_epsilon():
     fragile = sum(abs(o) <= e for window in offsets for o in window)
     above = sum(o > 0 for window in offsets for o in window)
     assert (table["n_fragile"], table["n_triples"]) == (fragile, 12) == (5, 12)
-    assert table["rate_rounding"] == 100 * 5 / 12 and table["items_per_point"] == 0.12
+    assert table["rate_rounding"] == 100 * 5 / 12
     # the rate is a float64 count within its stated rounding: the triples at exactly
     # epsilon go either way
     assert abs(table["sink_rate"] - 100 * above / 12) <= table["rate_rounding"]
@@ -98,7 +98,6 @@ def test_the_fragile_triples_are_those_within_rounding_of_epsilon():
     assert heads["n_fragile"].tolist() == per_head == [2, 1, 1, 0, 1, 0]
     assert heads["above_rounding"].tolist() == [100 * k / 2 for k in per_head]
     assert (heads["n_keys"] == 4).all() and (heads["n_windows"] == 2).all()
-    assert (heads["items_per_point"] == 0.02).all()
 
 
 def test_a_position_no_window_reaches_states_no_rounding():
@@ -135,9 +134,9 @@ def test_every_column_declares_its_rule():
         assert set(held(name)) == set(table.columns), name
         floats = [c for c in table.columns if table[c].dtype == np.float64]
         same = [c for c in floats if isinstance(held(name)[c], Same)]
-        assert same == {"sink_rate": ["epsilon", "items_per_point"]}.get(name, ["items_per_point"])
+        assert same == {"sink_rate": ["epsilon"]}.get(name, [])
     assert held("sink_rate")["sink_rate"] == Stated("rate_rounding")
-    assert held("sink_rate")["rate_rounding"] == Bound(per="items_per_point")
+    assert held("sink_rate")["rate_rounding"] == Bound(per="n_triples", scale=100.0)
     assert held("sink_rate_heads")["above"] == Stated("above_rounding")
     assert held("sink_rate_heads")["score"] == RowStatistic()
     assert held("sink_rate_heads")["n_fragile"] == Bound()

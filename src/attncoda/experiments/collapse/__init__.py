@@ -12,7 +12,8 @@ rounding; ``EXPERIMENT.held`` says how its tables are held when two runs are com
 
 Modules: ``_experiment`` (the declaration, its run and the combination of a series' units),
 ``_stats`` (per-checkpoint row statistics and their frames), ``_split`` (the exact split per
-head, layer and model), ``_held`` (the rule of each column of its tables). They may import
+head, layer and model), ``_null`` (a change's rounding, the null of a share and the edges of
+its verdicts), ``_held`` (the rule of each column of its tables). They may import
 :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract` and :mod:`attncoda.models.spec`;
 they capture nothing
 (a run's captures are the runner's; :mod:`attncoda.run.direct` captures for a direct call).

@@ -55,20 +55,21 @@ run (``share_edge``, or a part within twice its rounding of 0: :func:`share_verd
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.collapse._stats import CheckpointStats, check_same_layout
-from attncoda.experiments.contract import (
-    FLOAT32_UNIT_ROUNDOFF,
-    row_statistic_rounding,
-    within_rounding,
+from attncoda.experiments.collapse._null import (
+    PART_MAGNITUDES,
+    SHARES,
+    ShareVerdict,
+    part_rounding,
+    share_rounding,
+    share_verdict,
 )
+from attncoda.experiments.collapse._stats import CheckpointStats, check_same_layout
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -121,7 +122,6 @@ COLUMNS = (
 )
 #: What ``sink_share`` is and what its range spans (the ``sink_share_method`` column).
 SHARE_METHOD = "two-factor Shapley; range: the sink-first and content-first orderings"
-_SHARES = ("sink_share", "sink_share_low", "sink_share_high")
 #: Columns of the checkpoint table (``CollapseResult.checkpoints``).
 CHECKPOINT_COLUMNS = (
     "model",
@@ -168,150 +168,6 @@ def _levels(sums: dict[str, np.ndarray], counts: np.ndarray):
             select[layer, head] = True
             n, m = means(select)
             yield "head", layer, head, n, m
-
-
-#: The means each change of the pair table is made of: its rounding is
-#: ``u (n + 2) (M + log n)`` with ``M`` the sum of their absolute values (:func:`part_rounding`),
-#: the allowance :class:`~attncoda.experiments.contract.RowStatistic` gives it with these
-#: columns as its ``magnitude``. The change of entropy is made of the two entropies; a
-#: content part ``c (H(q_1) - H(q_0))`` (``c`` a content mass in [0, 1]) of the two content
-#: entropies: its ``H(q)`` carry ``c`` times their rounding and its masses ``u (n + 2) s``
-#: times ``|H(q_1) - H(q_0)| <= H(q_0) + H(q_1)``, and ``c + s <= 1``; a sink part, the
-#: change less a content part, of all four.
-PART_MAGNITUDES: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "delta_entropy": ("entropy_from", "entropy_to"),
-        "delta_content": ("content_entropy_from", "content_entropy_to"),
-        **{
-            name: ("entropy_from", "entropy_to", "content_entropy_from", "content_entropy_to")
-            for name in ("delta_sink", "delta_sink_sink_first", "delta_sink_content_first")
-        },
-    }
-)
-
-
-def part_rounding(name: str, means: Mapping[str, float], keys: int) -> float:
-    """How far float32 rounding can move the change ``name`` of one level's means (nats):
-    ``u (n + 2) (M + log n)``, ``M`` the means of :data:`PART_MAGNITUDES` summed in absolute
-    value, ``n = keys`` the most keys a row sees
-    (:func:`~attncoda.experiments.contract.row_statistic_rounding`). NaN where a mean is."""
-    magnitude = math.fsum(abs(float(means[column])) for column in PART_MAGNITUDES[name])
-    return row_statistic_rounding(keys, magnitude)
-
-
-def share_rounding(entropy_from: float, entropy_to: float, keys: int) -> float:
-    """The rounding bound of a mean entropy change, ``u (n + 2) (entropy_from + entropy_to +
-    log n)`` nats (``u = 2**-24``, ``n`` the most keys a row sees: the windows' padded
-    length): a share over a ``|delta_entropy|`` within it is null.
-
-    Each row entropy is a float32 sum over its keys, which its rounding moves by up to
-    ``(n + 2) u H`` (the accumulation term of the exact path's bound, docs/design.md "Error
-    bounds"), and the rows' rounded logs by ``u H <= u log n`` each; a difference of two
-    mean entropies by the sum of theirs. It is :func:`part_rounding` of ``delta_entropy``,
-    the allowance that :class:`~attncoda.experiments.contract.RowStatistic` gives the column
-    between two runs: one formula for the null and for the comparison."""
-    return part_rounding(
-        "delta_entropy", {"entropy_from": entropy_from, "entropy_to": entropy_to}, keys
-    )
-
-
-def _moved(name: str, means: Mapping[str, float], keys: int) -> float:
-    """How far :func:`part_rounding` of ``name`` itself moves between two runs: ``u (n + 2)``
-    times the rounding of each mean it is made of (a bound moves with its magnitudes)."""
-    return (
-        FLOAT32_UNIT_ROUNDOFF
-        * (max(keys, 1) + 2)
-        * math.fsum(row_statistic_rounding(keys, means[c]) for c in PART_MAGNITUDES[name])
-    )
-
-
-@dataclass(frozen=True)
-class ShareVerdict:
-    """The share of one level's means and the verdicts it is decided by.
-
-    Attributes
-    ----------
-    shares : dict of str to float or None
-        ``sink_share``, ``sink_share_low``, ``sink_share_high``; None where undefined.
-    note : str
-        ``sink_share_note``: why the share is undefined, that it lies outside ``[0, 1]``,
-        that a part's sign is not resolved, or ``""``.
-    share_edge : bool
-        ``|delta_entropy|`` lies within its rounding of the null bound (either side), so
-        that another run may null a share measured here or measure one nulled here. A share
-        nulled by rounding always is: ``|dH| <= e`` lies within ``e`` of ``e``.
-    note_edge : bool
-        The note may read otherwise on another run: ``share_edge``, or, for a share
-        measured here, a part (``delta_sink`` or ``delta_content``) within twice its
-        rounding of 0 (within it the note says its sign is not resolved; another run moves
-        the part by up to its rounding, across 0 or across the rounding).
-    """
-
-    shares: dict[str, float | None]
-    note: str
-    share_edge: bool
-    note_edge: bool
-
-
-def share_verdict(means: Mapping[str, float], atol: float, keys: int) -> ShareVerdict:
-    """The Shapley share of one level's means, its range over the two orderings, its note,
-    and whether each verdict lies on its edge (:class:`ShareVerdict`).
-
-    Parameters
-    ----------
-    means : mapping of str to float
-        One level's means (the names of :data:`COLUMNS` ``mean_sink_mass_from`` ...
-        ``delta_sink_content_first``, nats).
-    atol : float
-        ``share_atol``: a share is also null where ``|delta_entropy| <= atol`` nats.
-    keys : int
-        The most keys a row sees (``n_keys``).
-
-    Returns
-    -------
-    ShareVerdict
-    """
-    delta, delta_sink = means["delta_entropy"], means["delta_sink"]
-    bound = share_rounding(means["entropy_from"], means["entropy_to"], keys)
-    # The null is decided at the wider of the rounding and share_atol (a setting, exact);
-    # the change moves by its rounding, and a rounding threshold with its entropies.
-    threshold, moves = atol, 0.0
-    if bound >= atol:
-        threshold, moves = bound, _moved("delta_entropy", means, keys)
-    share_edge = bool(abs(abs(delta) - threshold) <= bound + moves)
-    if within_rounding(delta, threshold):
-        # The change itself is not printed: its last digits are what two devices differ in.
-        note = (
-            f"|delta_entropy| is within its float32 rounding {bound:.2g} nats "
-            f"(u (n + 2) (H before + H after + log n), n = {keys} keys): share undefined"
-            if bound >= atol
-            else f"|delta_entropy| <= share_atol {atol:g} nats: share undefined"
-        )
-        return ShareVerdict(dict.fromkeys(_SHARES), note, share_edge, share_edge)
-    orderings = sorted(
-        (means["delta_sink_sink_first"] / delta, means["delta_sink_content_first"] / delta)
-    )
-    shares: dict[str, float | None] = dict(
-        zip(_SHARES, (delta_sink / delta, *orderings), strict=True)
-    )
-    unresolved, near = [], False
-    for part in ("sink", "content"):
-        name = f"delta_{part}"
-        rounding = part_rounding(name, means, keys)
-        if within_rounding(means[name], rounding):
-            unresolved.append(part)
-        near |= abs(means[name]) <= 2 * rounding + _moved(name, means, keys)
-    note = ""
-    if unresolved:
-        several = len(unresolved) > 1
-        note = (
-            f"the {' and '.join(unresolved)} part{'s lie' if several else ' lies'} within "
-            f"{'their' if several else 'its'} float32 rounding of 0: whether the share lies "
-            "in [0, 1] is not resolved"
-        )
-    elif delta_sink * means["delta_content"] < 0:
-        note = "sink and content parts have opposite signs: share outside [0, 1]"
-    return ShareVerdict(shares, note, share_edge, share_edge or bool(near))
 
 
 def collapse_pair(a: Any, b: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -374,7 +230,7 @@ def _pair_records(
         verdict = share_verdict(means, atol, keys)
         if n == 0:
             verdict = ShareVerdict(
-                dict.fromkeys(_SHARES), "no row has content at both checkpoints", False, False
+                dict.fromkeys(SHARES), "no row has content at both checkpoints", False, False
             )
         records.append(
             {
@@ -442,7 +298,7 @@ def _frame(records: list[dict[str, Any]], columns: Sequence[str], floats: Sequen
     for name in floats:
         frame[name] = frame[name].astype(np.float64)
     if "sink_share" in frame:
-        for name in _SHARES:
+        for name in SHARES:
             frame[name] = pd.array(frame[name].tolist(), dtype="Float64")
         frame["sink_share_method"] = frame["sink_share_method"].astype(str)
         frame["sink_share_note"] = frame["sink_share_note"].astype(str)

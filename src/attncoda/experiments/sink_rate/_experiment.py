@@ -145,10 +145,8 @@ class SinkRateResult:
         float32 rounding of ``epsilon``, :func:`score_rounding`: above it on one run, not on
         another), ``rate_rounding`` (percentage points, ``100 * n_fragile / n_triples``: how
         far they can move the rate), ``n_windows`` (windows longer than the position),
-        ``n_heads`` (layers × heads), ``n_triples`` and ``items_per_point``
-        (``n_triples / 100``, float: the triples that make one percentage point, the count
-        ``rate_rounding`` is a rate over). A position no window reaches has a NaN rate and
-        rounding and zero counts.
+        ``n_heads`` (layers × heads) and ``n_triples``. A position no window reaches has a
+        NaN rate and rounding and zero counts.
     heads : pandas.DataFrame
         ``sink_rate_heads.parquet``: one row per (layer, head, position): ``model``,
         ``layer``, ``head``, ``position``, ``n_windows`` (windows longer than the position),
@@ -156,8 +154,8 @@ class SinkRateResult:
         windows of the score, a probability mass), ``above`` (percent of the windows whose
         score exceeds ``epsilon``), ``n_fragile`` (windows whose score lies within its
         rounding of ``epsilon``), ``above_rounding`` (percentage points, ``100 * n_fragile /
-        n_windows``) and ``items_per_point`` (``n_windows / 100``). A position no window
-        reaches has NaN ``score``, ``above`` and ``above_rounding`` and zero counts.
+        n_windows``). A position no window reaches has NaN ``score``, ``above`` and
+        ``above_rounding`` and zero counts.
     """
 
     table: pd.DataFrame
@@ -216,7 +214,6 @@ def sink_rate(
                 "n_windows": n_windows,
                 "n_heads": n_heads,
                 "n_triples": n_triples,
-                "items_per_point": n_triples / 100.0,
             }
         )
     layer, head = np.divmod(np.arange(n_heads), rows.n_heads)
@@ -239,7 +236,6 @@ def sink_rate(
                     "above": 100.0 * above[seen, :, j].mean(axis=0) if n_seen else none,
                     "n_fragile": n_fragile,
                     "above_rounding": 100.0 * n_fragile / n_seen if n_seen else none,
-                    "items_per_point": n_seen / 100.0,
                 }
             )
         )

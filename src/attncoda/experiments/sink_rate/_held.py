@@ -11,16 +11,16 @@ from attncoda.experiments.contract import RUN_COLUMNS, Bound, Held, RowStatistic
 
 __all__ = ["HELD"]
 
-#: ``items_per_point`` is ``n / 100``: a rounding in percentage points is a rate over it,
-#: so :class:`Bound` allows 3 of its items, as it allows 3 fragile items of the count.
-_FRAGILE: dict[str, Held] = {"n_fragile": Bound(), "items_per_point": Same()}
+#: A rounding in percentage points is a rate over its count: :class:`Bound` allows 3 of
+#: its items (each ``100 / n`` points), as it allows 3 fragile items of the count.
+_FRAGILE: dict[str, Held] = {"n_fragile": Bound()}
 
 #: ``{table: {column: rule}}`` of :attr:`attncoda.experiments.contract.Experiment.held`.
 HELD: Mapping[str, Mapping[str, Held]] = {
     "sink_rate": {
         **{c: Same() for c in ("model", *RUN_COLUMNS, "position", "epsilon")},
         "sink_rate": Stated("rate_rounding"),
-        "rate_rounding": Bound(per="items_per_point"),
+        "rate_rounding": Bound(per="n_triples", scale=100.0),
         **{c: Same() for c in ("n_windows", "n_heads", "n_triples")},
         **_FRAGILE,
     },
@@ -29,7 +29,7 @@ HELD: Mapping[str, Mapping[str, Held]] = {
         **{c: Same() for c in ("n_windows", "n_keys")},
         "score": RowStatistic(),
         "above": Stated("above_rounding"),
-        "above_rounding": Bound(per="items_per_point"),
+        "above_rounding": Bound(per="n_windows", scale=100.0),
         **_FRAGILE,
     },
 }
