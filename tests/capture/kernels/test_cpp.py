@@ -5,7 +5,8 @@ C++ would read, refused in Python with what to do, and by the C++ itself when ca
 directly), a failed build said once with ``sdpa`` serving, and a machine without a
 compiler. The statistics it feeds are checked against their float64 definitions in
 test_fast.py and against the derived bounds in test_fast_bounds.py, with the ``sdpa``
-kernel beside it, and at long rows in test_cpp_long_rows.py."""
+kernel beside it, and at long rows in test_cpp_long_rows.py; how it is built, in
+test_cpp_build.py."""
 
 from __future__ import annotations
 

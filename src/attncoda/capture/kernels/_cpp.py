@@ -22,9 +22,9 @@ torch's own cache of extensions (``TORCH_EXTENSIONS_DIR``, by default under
 AVX-512); its exp is ATen's ``Vectorized<float>::exp`` and its products ATen's
 ``cpublas::brgemm``, both public interfaces of torch's C++ API. Where it cannot be built
 (:func:`attncoda.capture.kernels._cpp_host.prerequisites`, read without torch: Linux
-x86-64, a C++ compiler, ninja) ``"auto"`` takes the ``sdpa`` kernel and ``kernel="cpp"`` is
-refused with the reason; where a build fails all the same, :func:`unavailable` says why,
-once, and the ``sdpa`` kernel serves.
+x86-64, torch 2.6 or later, a C++ compiler, ninja) ``"auto"`` takes the ``sdpa`` kernel and
+``kernel="cpp"`` is refused with the reason, before any build is tried; where a build fails
+all the same, :func:`unavailable` says why, once, and the ``sdpa`` kernel serves.
 
 Error bounds: the same IEEE float32 model as the ``sdpa`` kernel's
 (:func:`attncoda.capture.kernels.fast_bounds`, docs/design.md "Error bounds"): float32 dot
@@ -88,7 +88,8 @@ Q_BLOCK, KV_BLOCK = 128, 512
 
 @functools.cache
 def _library():
-    """The built extension, or why it cannot be had here (a clause)."""
+    """The built extension, or why it cannot be had here (a clause). Nothing is built where
+    :func:`prerequisites` refuses (torch older than 2.6 included)."""
     why = prerequisites()
     if why is not None:
         return why
