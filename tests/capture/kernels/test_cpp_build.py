@@ -1,6 +1,7 @@
 """How the ``cpp`` kernel is built (capture/kernels/_cpp_host.py, _cpp.py, cpp.py, and the
 registry's record of a fallback): its torch floor, read before any build, with ``auto``
-taking ``sdpa`` and saying why once per process and in the capture's record."""
+taking ``sdpa`` and saying why once per process and in the capture's record; the build
+``ATEN_CPU_CAPABILITY`` picks, capped by the CPU."""
 
 from __future__ import annotations
 
@@ -75,3 +76,29 @@ def test_an_old_torch_leaves_the_kernel_unbuilt_and_auto_on_sdpa_said_once(fresh
     with torch.inference_mode():
         named = capture(model, ids, record_rows="none", method="fast", kernel="sdpa")
     assert (named.kernel, named.forward) == ("sdpa", "fast:sdpa")
+
+
+def test_aten_cpu_capability_picks_the_build_capped_by_the_cpu(monkeypatch):
+    avx512 = frozenset(_cpp_host.AVX2_FLAGS + _cpp_host.AVX512_FLAGS)
+    avx2 = frozenset(_cpp_host.AVX2_FLAGS)
+    cases = [
+        (avx512, None, "avx512"),
+        (avx512, "default", "default"),
+        (avx512, "avx2", "avx2"),
+        (avx512, "avx512", "avx512"),
+        (avx2, "avx512", "avx2"),  # capped by what the CPU has
+        (avx2, None, "avx2"),
+        (frozenset({"avx2", "fma"}), None, "default"),  # no F16C: the portable build
+        (None, "avx2", "default"),  # flags unreadable: the portable build
+        (avx512, "AVX512", "avx512"),  # not ATen's spelling: ignored, as ATen ignores it
+        (avx512, "sve256", "avx512"),  # another architecture's value: ignored
+    ]
+    for flags, asked, build in cases:
+        monkeypatch.setattr(_cpp_host, "_cpu_flags", lambda flags=flags: flags)
+        if asked is None:
+            monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        else:
+            monkeypatch.setenv("ATEN_CPU_CAPABILITY", asked)
+        assert cpp.vector_width() == build, (flags, asked)
+    assert set(_cpp.FLAGS) == set(_cpp_host.CAPABILITIES)
+    assert not any(flag.startswith("-m") for flag in _cpp.FLAGS["default"])

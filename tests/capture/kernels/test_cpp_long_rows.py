@@ -10,6 +10,10 @@ a causal row at that length and each case takes a second or two."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -193,6 +197,39 @@ def test_long_rows_are_within_their_derived_bounds_of_float64(case, dtype):
     k_len, window = CASES[case]
     q, k, v = long_layer(dtype, k_len)
     out, stats = run_kernel(q, k, v, window)
+    check_rows(q, k, v, window, out, stats)
+
+
+#: The kernel under ``ATEN_CPU_CAPABILITY=default``, in a process of its own (the build is
+#: chosen once per process): its build's name, and its results on the saved layer.
+DEFAULT_BUILD = """
+import sys, torch
+from attncoda.capture.kernels import _cpp, cpp
+from test_cpp_long_rows import run_kernel
+q, k, v, window = torch.load(sys.argv[1])
+out, stats = run_kernel(q, k, v, window)
+torch.save((cpp.vector_width(), _cpp._library().__name__, out, stats), sys.argv[2])
+"""
+
+
+def test_the_portable_build_under_aten_cpu_capability_default(tmp_path):
+    # ATen's generic Vectorized<float> (8 floats in an array, std::exp), no -m flag: the
+    # same bounds hold. Its first build takes a minute; torch's cache keeps it after.
+    import attncoda
+
+    k_len, window = CASES["window"]
+    q, k, v = long_layer(torch.bfloat16, k_len)
+    torch.save((q, k, v, window), tmp_path / "layer.pt")
+    src = str(Path(attncoda.__file__).parents[1])
+    paths = [src, str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": os.pathsep.join(paths)}
+    done = subprocess.run(
+        [sys.executable, "-c", DEFAULT_BUILD, str(tmp_path / "layer.pt"), str(tmp_path / "o.pt")],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    width, name, out, stats = torch.load(tmp_path / "o.pt")
+    assert (width, name) == ("default", "attncoda_cpp_default")
     check_rows(q, k, v, window, out, stats)
 
 

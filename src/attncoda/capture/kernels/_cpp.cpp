@@ -36,8 +36,9 @@
 //
 // Arithmetic: IEEE float32 throughout the pass. The dot products are float32 matrix
 // products, scaled once; every exp is ATen's Vectorized<float>::exp (SLEEF's u10 functions:
-// at most 1 ulp); the row sums are float32 adds. Rows that see no content key get a zero
-// content output, ``lse_C = -inf`` and ``E_q[z] = 0``.
+// at most 1 ulp; in the portable ``default`` build, std::exp, glibc's expf, also within 1
+// ulp); the row sums are float32 adds. Rows that see no content key get a zero content
+// output, ``lse_C = -inf`` and ``E_q[z] = 0``.
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>

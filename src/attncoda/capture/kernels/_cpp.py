@@ -18,8 +18,9 @@ the C++ checks the same again, cheaply, as a second line.
 
 The source is built on first use through :func:`torch.utils.cpp_extension.load`, with
 torch's own cache of extensions (``TORCH_EXTENSIONS_DIR``, by default under
-``~/.cache/torch_extensions``), for the CPU's vector width (:data:`FLAGS`: AVX2 and FMA, or
-AVX-512); its exp is ATen's ``Vectorized<float>::exp`` and its products ATen's
+``~/.cache/torch_extensions``), for the build :func:`vector_width` names (:data:`FLAGS`:
+AVX-512, AVX2 and FMA, or ``default``, portable: ``ATEN_CPU_CAPABILITY`` capped by the
+CPU); its exp is ATen's ``Vectorized<float>::exp`` and its products ATen's
 ``cpublas::brgemm``, both public interfaces of torch's C++ API. Where it cannot be built
 (:func:`attncoda.capture.kernels._cpp_host.prerequisites`, read without torch: Linux
 x86-64, torch 2.6 or later, a C++ compiler, ninja) ``"auto"`` takes the ``sdpa`` kernel and
@@ -28,10 +29,11 @@ all the same, :func:`unavailable` says why, once, and the ``sdpa`` kernel serves
 
 Error bounds: the same IEEE float32 model as the ``sdpa`` kernel's
 (:func:`attncoda.capture.kernels.fast_bounds`, docs/design.md "Error bounds"): float32 dot
-products of ``d`` terms then the scaling, ``exp`` to one ulp (SLEEF's ``u10`` functions), a
-running maximum with at most ``n`` rescalings of the partial sums, ``n``-term sums of
-positive terms, and ``t``, an ``n``-term sum of terms of size at most ``A`` rescaled
-alongside ``l``: within the ``(4 m + d) u A`` the bound gives ``E_q[z]``.
+products of ``d`` terms then the scaling, ``exp`` to one ulp (SLEEF's ``u10`` functions;
+the ``default`` build's ``std::exp``, glibc's, is within one ulp too), a running maximum
+with at most ``n`` rescalings of the partial sums, ``n``-term sums of positive terms, and
+``t``, an ``n``-term sum of terms of size at most ``A`` rescaled alongside ``l``: within
+the ``(4 m + d) u A`` the bound gives ``E_q[z]``.
 """
 
 from __future__ import annotations
@@ -65,13 +67,17 @@ __all__ = [
 
 #: The C++ source of the pass.
 SOURCE = Path(__file__).with_name("_cpp.cpp")
-#: The extension's name in torch's cache (its vector width appended).
+#: The extension's name in torch's cache (its build, :func:`vector_width`, appended).
 NAME = "attncoda_cpp"
-#: The compiler's flags by vector width (:func:`vector_width`): ATen's vector types are
-#: compiled for the CPU capability named (``Vectorized<float>`` of 8 or 16 floats), and
-#: OpenMP for ATen's ``parallel_for``, whose loop is compiled into the extension (it runs
-#: in torch's own OpenMP runtime, which torch has loaded).
+#: The compiler's flags by build (:func:`vector_width`): ATen's vector types are compiled
+#: for the CPU capability named (``Vectorized<float>`` of 16 or 8 floats in AVX-512 or AVX2
+#: registers; for ``default``, ATen's generic ``Vectorized<float>``, 8 floats in an array,
+#: and no ``-m`` flag, so it runs on any x86-64), and OpenMP for ATen's ``parallel_for``,
+#: whose loop is compiled into the extension (it runs in torch's own OpenMP runtime, which
+#: torch has loaded). The products are oneDNN's in every build (``cpublas::brgemm`` picks
+#: its instructions at run time).
 FLAGS = {
+    "default": ("-O3", "-fopenmp", "-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"),
     "avx2": (
         "-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2",
         "-DCPU_CAPABILITY_AVX2",

@@ -1,9 +1,10 @@
 """What the ``cpp`` kernel needs of the machine that builds it, read without importing
-torch: Linux x86-64 with AVX2, FMA and F16C, torch :data:`TORCH_FLOOR` or later, a C++
-compiler and ninja, which ``torch.utils.cpp_extension`` builds with (docs/design.md, "The
-fused CPU kernel"). Both the
-declaration (:mod:`attncoda.capture.kernels.cpp`) and the loader
-(:mod:`attncoda.capture.kernels._cpp`) read it.
+torch: Linux x86-64, torch :data:`TORCH_FLOOR` or later, a C++ compiler and ninja, which
+``torch.utils.cpp_extension`` builds with (:func:`prerequisites`); and which of its builds
+the CPU takes (:func:`vector_width`: ATen's ``ATEN_CPU_CAPABILITY``, capped by the CPU's
+flags). docs/design.md, "The fused CPU kernel". Both the declaration
+(:mod:`attncoda.capture.kernels.cpp`) and the loader (:mod:`attncoda.capture.kernels._cpp`)
+read it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = [
-    "CPU_FLAGS",
+    "AVX2_FLAGS",
+    "AVX512_FLAGS",
+    "CAPABILITIES",
     "TORCH_FLOOR",
     "compiler",
+    "cpu_capability",
     "ninja_folder",
     "prerequisites",
     "torch_version",
@@ -32,10 +36,11 @@ __all__ = [
 #: Below it the kernel is unavailable before any build is tried, and ``"auto"`` takes
 #: ``sdpa``.
 TORCH_FLOOR = (2, 6)
-
-#: The CPU flags the built pass needs (``-mavx2 -mfma -mf16c``).
-CPU_FLAGS = ("avx2", "fma", "f16c")
-#: And those of its AVX-512 build, taken where the CPU has them all.
+#: ATen's ``ATEN_CPU_CAPABILITY`` values on x86-64, narrowest first: the builds there are.
+CAPABILITIES = ("default", "avx2", "avx512")
+#: The CPU flags of the AVX2 build (``-mavx2 -mfma -mf16c``).
+AVX2_FLAGS = ("avx2", "fma", "f16c")
+#: And those of the AVX-512 build.
 AVX512_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 
 
@@ -84,18 +89,33 @@ def _cpu_flags() -> frozenset[str] | None:
     return frozenset(line.split(":", 1)[1].split())
 
 
-def vector_width() -> str:
-    """``"avx512"`` where the CPU has AVX-512 (F, BW, VL, DQ), else ``"avx2"``: the build the
-    pass takes here (a build of each lives apart in torch's cache)."""
+def cpu_capability() -> str:
+    """The widest build of :data:`CAPABILITIES` the CPU runs: ``"avx512"`` where it has
+    AVX-512 (F, BW, VL, DQ), ``"avx2"`` where it has AVX2, FMA and F16C, else
+    ``"default"`` (also where its flags cannot be read)."""
     flags = _cpu_flags() or frozenset()
-    return "avx512" if all(flag in flags for flag in AVX512_FLAGS) else "avx2"
+    if all(flag in flags for flag in AVX512_FLAGS):
+        return "avx512"
+    return "avx2" if all(flag in flags for flag in AVX2_FLAGS) else "default"
+
+
+def vector_width() -> str:
+    """The build the pass takes here, one of :data:`CAPABILITIES`: ``ATEN_CPU_CAPABILITY``
+    where it names one of them, as ATen reads it (lowercase; ATen ignores any other value,
+    and so does this), capped by what the CPU has (:func:`cpu_capability`). Each build
+    lives apart in torch's cache (``attncoda_cpp_<build>``)."""
+    best = cpu_capability()
+    asked = os.environ.get("ATEN_CPU_CAPABILITY")
+    if asked not in CAPABILITIES:
+        return best
+    return min(asked, best, key=CAPABILITIES.index)
 
 
 def prerequisites() -> str | None:
     """Why the pass cannot be built here (a clause), read without importing torch: it is
-    built on Linux x86-64 with AVX2, FMA and F16C, against torch :data:`TORCH_FLOOR` or
-    later, by a C++ compiler and ninja. None when all hold (the build itself may still
-    fail: :func:`attncoda.capture.kernels._cpp.unavailable`)."""
+    built on Linux x86-64, against torch :data:`TORCH_FLOOR` or later, by a C++ compiler
+    and ninja. None when all hold (the build itself may still fail:
+    :func:`attncoda.capture.kernels._cpp.unavailable`)."""
     if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
         return f"it is built on Linux x86-64, not {platform.system()} {platform.machine()}"
     version = torch_version()
@@ -105,14 +125,6 @@ def prerequisites() -> str | None:
             f"it calls ATen's float32 brgemm, which torch {floor} brought and torch "
             f"{version} lacks (upgrade torch to {floor} or later)"
         )
-    flags = _cpu_flags()
-    if flags is None:
-        return "it reads the CPU's flags from /proc/cpuinfo, which cannot be read here"
-    missing = [flag for flag in CPU_FLAGS if flag not in flags]
-    if missing:
-        lacks = " and ".join(flag.upper() for flag in missing)
-        needs = ", ".join(flag.upper() for flag in CPU_FLAGS)
-        return f"it needs {needs}, and this CPU lacks {lacks}"
     if compiler() is None:
         return "it is compiled on first use and no C++ compiler was found (set CXX to one)"
     if ninja_folder() is None:
