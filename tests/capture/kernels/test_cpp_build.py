@@ -1,9 +1,14 @@
 """How the ``cpp`` kernel is built (capture/kernels/_cpp_host.py, _cpp.py, cpp.py, and the
 registry's record of a fallback): its torch floor, read before any build, with ``auto``
 taking ``sdpa`` and saying why once per process and in the capture's record; the build
-``ATEN_CPU_CAPABILITY`` picks, capped by the CPU."""
+``ATEN_CPU_CAPABILITY`` picks, capped by the CPU; a stale build lock said and removed, so
+that the build goes on rather than waiting forever; the line said when a build starts."""
 
 from __future__ import annotations
+
+import os
+import threading
+import time
 
 import pytest
 
@@ -100,5 +105,78 @@ def test_aten_cpu_capability_picks_the_build_capped_by_the_cpu(monkeypatch):
         else:
             monkeypatch.setenv("ATEN_CPU_CAPABILITY", asked)
         assert cpp.vector_width() == build, (flags, asked)
-    assert set(_cpp.FLAGS) == set(_cpp_host.CAPABILITIES)
-    assert not any(flag.startswith("-m") for flag in _cpp.FLAGS["default"])
+    assert set(_cpp_host.FLAGS) == set(_cpp_host.CAPABILITIES)
+    assert not any(flag.startswith("-m") for flag in _cpp_host.FLAGS["default"])
+
+
+def _stale_lock(folder, age):
+    lock = folder / "lock"
+    lock.write_text("")
+    then = time.time() - age
+    os.utime(lock, (then, then))
+    return lock
+
+
+def test_a_stale_build_lock_is_said_removed_and_the_build_goes_on(tmp_path, fresh, capsys):
+    # A build killed midway left its lock; torch's builder would wait on it forever. Here
+    # the build goes on, in an extension of its own name and folder, and fails at once on
+    # a flag no compiler takes (a whole build is a minute): it ran, and nothing waited.
+    fresh.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    fresh.setattr(_cpp, "NAME", "attncoda_cpp_stale")
+    width = cpp.vector_width()
+    fresh.setitem(_cpp_host.FLAGS, width, (*_cpp_host.FLAGS[width], "--no-such-flag"))
+    folder = _cpp_host.build_folder(f"attncoda_cpp_stale_{width}")
+    assert folder == tmp_path / f"attncoda_cpp_stale_{width}"  # torch's own folder
+    lock = _stale_lock(folder, _cpp_host.BUILD_TIMEOUT + 60)
+    found: list = []
+    worker = threading.Thread(target=lambda: found.append(_cpp.unavailable()), daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the build waited on the stale lock"
+    assert found[0].startswith("it did not build ("), found
+    assert not lock.exists()
+    err = capsys.readouterr().err.splitlines()
+    stale = [line for line in err if "build lock" in line]
+    assert stale == [
+        f"note: the cpp kernel's build lock {lock} is {_cpp_host.BUILD_TIMEOUT + 60:.0f} s old, "
+        f"older than the {_cpp_host.BUILD_TIMEOUT:.0f} s a build may take (a killed build left "
+        "it): removed, rebuilding"
+    ]
+    building = f"cpp kernel: building its {width} build (about a minute) in {folder}: "
+    assert f"{building}0/1 build (0 s)" in err
+
+
+def test_a_live_lock_is_waited_on_and_removed_only_once_stale(tmp_path, capsys):
+    lock = _stale_lock(tmp_path, 0)
+    # Its holder (another process's build) releases it: nothing removed, nothing said.
+    releaser = threading.Timer(0.3, lock.unlink)
+    releaser.start()
+    assert _cpp_host.clear_stale_lock(tmp_path, timeout=30.0) is False
+    releaser.join()
+    assert capsys.readouterr().err == ""
+    # Held past the build's timeout: stale from then on, removed.
+    lock = _stale_lock(tmp_path, 0)
+    started = time.monotonic()
+    assert _cpp_host.clear_stale_lock(tmp_path, timeout=0.5) is True
+    assert 0.4 < time.monotonic() - started < 5 and not lock.exists()
+    assert capsys.readouterr().err.startswith("note: the cpp kernel's build lock ")
+
+
+def test_a_build_shows_as_progress_from_its_start(tmp_path, monkeypatch, capsys):
+    from torch.utils import cpp_extension
+
+    built = tmp_path / "attncoda_cpp_x.so"
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: kwargs["name"])
+    assert _cpp_host.load_extension("attncoda_cpp_x", "avx2", tmp_path) == "attncoda_cpp_x"
+    said = capsys.readouterr().err
+    desc = f"cpp kernel: building its avx2 build (about a minute) in {tmp_path}"
+    assert said == f"{desc}: 0/1 build (0 s)\n{desc}: 1/1 build, done (0 s)\n"
+    built.write_bytes(b"")  # built since the source last changed: loaded, nothing said
+    later = _cpp_host.SOURCE.stat().st_mtime + 1
+    os.utime(built, (later, later))
+    _cpp_host.load_extension("attncoda_cpp_x", "avx2", tmp_path)
+    assert capsys.readouterr().err == ""
+    older = _cpp_host.SOURCE.stat().st_mtime - 1  # the source changed since: built again
+    os.utime(built, (older, older))
+    _cpp_host.load_extension("attncoda_cpp_x", "avx2", tmp_path)
+    assert capsys.readouterr().err == said

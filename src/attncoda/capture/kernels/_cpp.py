@@ -21,11 +21,14 @@ torch's own cache of extensions (``TORCH_EXTENSIONS_DIR``, by default under
 ``~/.cache/torch_extensions``), for the build :func:`vector_width` names (:data:`FLAGS`:
 AVX-512, AVX2 and FMA, or ``default``, portable: ``ATEN_CPU_CAPABILITY`` capped by the
 CPU); its exp is ATen's ``Vectorized<float>::exp`` and its products ATen's
-``cpublas::brgemm``, both public interfaces of torch's C++ API. Where it cannot be built
+``cpublas::brgemm``, both public interfaces of torch's C++ API. A build shows as progress
+from when it starts (it takes about a minute), and a build lock a killed build left is
+said and removed rather than waited on forever
+(:mod:`attncoda.capture.kernels._cpp_host`). Where it cannot be built
 (:func:`attncoda.capture.kernels._cpp_host.prerequisites`, read without torch: Linux
-x86-64, torch 2.6 or later, a C++ compiler, ninja) ``"auto"`` takes the ``sdpa`` kernel and
-``kernel="cpp"`` is refused with the reason, before any build is tried; where a build fails
-all the same, :func:`unavailable` says why, once, and the ``sdpa`` kernel serves.
+x86-64, torch 2.6 or later, a C++ compiler, ninja) ``"auto"`` takes the ``sdpa`` kernel
+and ``kernel="cpp"`` is refused with the reason, before any build is tried; where a build
+fails all the same, :func:`unavailable` says why, once, and the ``sdpa`` kernel serves.
 
 Error bounds: the same IEEE float32 model as the ``sdpa`` kernel's
 (:func:`attncoda.capture.kernels.fast_bounds`, docs/design.md "Error bounds"): float32 dot
@@ -42,13 +45,21 @@ import functools
 import math
 import os
 import sys
-from pathlib import Path
 
 import torch
 
 from attncoda._errors import AttncodaError
 
-from ._cpp_host import ninja_folder, prerequisites, vector_width
+from ._cpp_host import (
+    FLAGS,
+    SOURCE,
+    build_folder,
+    clear_stale_lock,
+    load_extension,
+    ninja_folder,
+    prerequisites,
+    vector_width,
+)
 from ._masks import MaskShape, layer_shape
 from ._record import record_rows, store
 from ._sink_tiles import per_forward_geometry
@@ -65,28 +76,8 @@ __all__ = [
     "unavailable",
 ]
 
-#: The C++ source of the pass.
-SOURCE = Path(__file__).with_name("_cpp.cpp")
 #: The extension's name in torch's cache (its build, :func:`vector_width`, appended).
 NAME = "attncoda_cpp"
-#: The compiler's flags by build (:func:`vector_width`): ATen's vector types are compiled
-#: for the CPU capability named (``Vectorized<float>`` of 16 or 8 floats in AVX-512 or AVX2
-#: registers; for ``default``, ATen's generic ``Vectorized<float>``, 8 floats in an array,
-#: and no ``-m`` flag, so it runs on any x86-64), and OpenMP for ATen's ``parallel_for``,
-#: whose loop is compiled into the extension (it runs in torch's own OpenMP runtime, which
-#: torch has loaded). The products are oneDNN's in every build (``cpublas::brgemm`` picks
-#: its instructions at run time).
-FLAGS = {
-    "default": ("-O3", "-fopenmp", "-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"),
-    "avx2": (
-        "-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2",
-        "-DCPU_CAPABILITY_AVX2",
-    ),
-    "avx512": (
-        "-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
-        "-mf16c", "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512",
-    ),
-}  # fmt: skip
 #: Query positions per block (times the heads that share a key/value head: the rows of one
 #: score product) and keys per block.
 Q_BLOCK, KV_BLOCK = 128, 512
@@ -95,25 +86,21 @@ Q_BLOCK, KV_BLOCK = 128, 512
 @functools.cache
 def _library():
     """The built extension, or why it cannot be had here (a clause). Nothing is built where
-    :func:`prerequisites` refuses (torch older than 2.6 included)."""
+    :func:`prerequisites` refuses (torch older than 2.6 included); a stale build lock is
+    removed first (:func:`clear_stale_lock`)."""
     why = prerequisites()
     if why is not None:
         return why
-    from torch.utils import cpp_extension
-
     width = vector_width()
+    name = f"{NAME}_{width}"
     folder = ninja_folder()
     path = os.environ.get("PATH", "")
     if folder is not None and folder not in path.split(os.pathsep):
         os.environ["PATH"] = os.pathsep.join([folder, path])
     try:
-        return cpp_extension.load(
-            name=f"{NAME}_{width}",
-            sources=[str(SOURCE)],
-            extra_cflags=list(FLAGS[width]),
-            extra_ldflags=["-fopenmp"],
-            verbose=False,
-        )
+        where = build_folder(name)
+        clear_stale_lock(where)
+        return load_extension(name, width, where)
     except Exception as error:  # a compiler's or linker's message: said once, sdpa serves
         said = [line for line in str(error).splitlines() if "error" in line.lower()]
         return f"it did not build ({(said or [type(error).__name__])[0].strip()[:200]})"
