@@ -1,9 +1,12 @@
 """The ``cpp`` kernel (capture/kernels/cpp.py, _cpp.py, _cpp.cpp): its one pass against
 float64 attention over each row's content keys (causal, grouped, padded, windowed rows, sink
-keys left out, rows that see nothing), its refusals, a failed build said once with ``sdpa``
-serving, and a machine without a compiler. The statistics it feeds are checked against
-their float64 definitions in test_fast.py and against the derived bounds in
-test_fast_bounds.py, with the ``sdpa`` kernel beside it."""
+keys left out, rows that see nothing), its refusals (every malformed tensor or index the
+C++ would read, refused in Python with what to do, and by the C++ itself when called
+directly), a failed build said once with ``sdpa`` serving, and a machine without a
+compiler. The statistics it feeds are checked against their float64 definitions in
+test_fast.py and against the derived bounds in test_fast_bounds.py, with the ``sdpa``
+kernel beside it, and at long rows in test_cpp_long_rows.py; how it is built, in
+test_cpp_build.py."""
 
 from __future__ import annotations
 
@@ -116,6 +119,145 @@ def test_what_the_pass_refuses():
         _cpp.content_pass(q, k.double(), v, s, sinks, 1.0)
     with pytest.raises(AttncodaError, match=r"^6 query heads do not share 4 key/value heads"):
         _cpp.content_pass(q, torch.cat([k, k], 1), torch.cat([v, v], 1), s, sinks, 1.0)
+
+
+def _refused(message, *args, **kwargs):
+    """The pass's refusal of ``args``: exactly ``message``."""
+    with pytest.raises(AttncodaError) as refused:
+        _cpp.content_pass(*args, **kwargs)
+    assert str(refused.value) == message
+
+
+def test_every_tensor_the_pass_reads_is_checked_first():
+    q, k, v = layer(b=2, h=4, kv=2, q_len=8, k_len=10, d=16)
+    runs, sinks = shape(2, [0, 3], [10, 10]), torch.tensor([[0, -1], [3, -1]])
+    _cpp.content_pass(q, k, v, runs, sinks, 0.25)  # as it should be: no refusal
+    _refused(
+        "kernel='cpp' takes query as a 4-d tensor (batch, head, position, head_dim); got "
+        "(2, 4, 8): pass the layer's query as the attention function receives it",
+        q[:, :, :, 0], k, v, runs, sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' runs on the cpu; got key on meta: use kernel='auto', or move the layer "
+        "to the cpu",
+        q, k.to("meta"), v, runs, sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes non-empty tensors; got query of shape (2, 4, 8, 0): leave empty "
+        "layers out",
+        q[..., :0], k[..., :0], v[..., :0], runs, sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes keys and values of shape (batch, kv_head, key_pos, head_dim) with "
+        "the query's batch and head_dim; got query (2, 4, 8, 16), key (2, 2, 10, 16) and "
+        "value (2, 2, 9, 16): pass the layer's own, unexpanded",
+        q, k, v[:, :, :9], runs, sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' aligns the queries with the last keys; got 8 queries and 6 keys: pass "
+        "every key the queries see (a cache's keys included)",
+        q, k[:, :, :6], v[:, :, :6], shape(2, [0, 3], [6, 6]), sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes MaskShape.lo of shape (2,); got (3,): give one row per document "
+        "of the batch",
+        q, k, v, shape(3, [0, 3, 0], [10, 10]), sinks, 0.25,
+    )  # fmt: skip
+    floats = MaskShape(torch.tensor([0.0, 3.0]), torch.tensor([10, 10]), True, None)
+    _refused(
+        "kernel='cpp' takes MaskShape.lo as integers on the cpu; got torch.float32 on cpu: "
+        "build it from the layer's mask on the cpu",
+        q, k, v, floats, sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes MaskShape.hi in [0, 10]; got 11: give key positions of the "
+        "layer's keys",
+        q, k, v, shape(2, [0, 3], [10, 11]), sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes MaskShape.lo in [0, 10]; got -1: give key positions of the "
+        "layer's keys",
+        q, k, v, shape(2, [0, -1], [10, 10]), sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes runs of keys with lo <= hi; document 1 has lo 7 and hi 5: give "
+        "each document's first real key and one past its last",
+        q, k, v, shape(2, [0, 7], [10, 5]), sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes a sliding window of at least one key; got 0: pass None for no "
+        "window",
+        q, k, v, shape(2, [0, 3], [10, 10], window=0), sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes a sliding window of a whole number of keys; got 4.0: pass an "
+        "int, or None for no window",
+        q, k, v, shape(2, [0, 3], [10, 10], window=4.0), sinks, 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes sinks of shape (2, any); got (2,): give one row per document of "
+        "the batch",
+        q, k, v, runs, sinks[:, 0], 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes sinks in [-1, 9]; got 10: give key positions of the layer's keys",
+        q, k, v, runs, torch.tensor([[0, 10], [3, -1]]), 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes sinks in [-1, 9]; got -2: give key positions of the layer's keys",
+        q, k, v, runs, torch.tensor([[0, -2], [3, -1]]), 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes each document's sink keys once; got [[0, 0], [3, -1]]: list each "
+        "sink key once, -1 for an unused column",
+        q, k, v, runs, torch.tensor([[0, 0], [3, -1]]), 0.25,
+    )  # fmt: skip
+    _refused(
+        "kernel='cpp' takes a finite score scale; got nan: pass the layer's scaling",
+        q, k, v, runs, sinks, math.nan,
+    )  # fmt: skip
+    sink = torch.zeros(2, 9, dtype=torch.bool)
+    with pytest.raises(AttncodaError) as refused:
+        _cpp.cpp_attention(q, k, v, scaling=0.25, sink=sink, shape=runs)
+    assert str(refused.value) == (
+        "kernel='cpp' takes sink as bool of shape (2, 10); got (torch.bool, (2, 9)): mark "
+        "each document's sink keys, one row per document"
+    )
+
+
+def test_the_cpp_checks_what_it_reads_again():
+    # Called directly, past the Python checks, the C++ refuses what it would misread.
+    library = _cpp._loaded()
+    q, k, v = (t.contiguous() for t in layer(b=2, h=4, kv=2, q_len=8, k_len=10, d=16))
+    lo, hi = torch.tensor([0, 3]), torch.tensor([10, 10])
+    sinks = torch.tensor([[0], [3]])
+    good = (q, k, v, lo, hi, sinks, True, 0, 0.25, 128, 512)
+    library.content_pass(*good)
+
+    def refused(message, **changed):
+        names = ("q", "k", "v", "lo", "hi", "sinks", "causal", "window", "scale", "qb", "kb")
+        args = [changed.get(name, arg) for name, arg in zip(names, good, strict=True)]
+        for call in (library.content_pass, library.attention):
+            with pytest.raises(RuntimeError, match=message):
+                call(*args)
+
+    refused("takes runs with 0 <= lo <= hi <= key_pos", hi=torch.tensor([10, 11]))
+    refused("takes runs with 0 <= lo <= hi <= key_pos", lo=torch.tensor([-5, 0]))
+    refused(
+        "takes runs with 0 <= lo <= hi <= key_pos",
+        lo=torch.tensor([0, 9]),
+        hi=torch.tensor([10, 5]),
+    )
+    refused("takes contiguous int64 runs and sinks", hi=hi.int())
+    refused(r"takes runs \(batch,\) and sinks \(batch, width\)", lo=torch.tensor([0]))
+    refused(r"takes runs \(batch,\) and sinks \(batch, width\)", sinks=sinks[:1])
+    refused(r"takes sinks in \[-1, key_pos\)", sinks=torch.tensor([[0], [10]]))
+    refused("takes keys and values of one shape", v=v[:, :, :9].contiguous())
+    refused("takes no more queries than keys", k=k[:, :, :6].contiguous(), v=v[:, :, :6])
+    refused("takes float32 queries, keys and values", q=q.double())
+    refused("takes 4-d queries, keys and values", q=q[0])
+    refused(r"takes a window of 0 \(none\) or more keys", window=-3)
+    refused("takes blocks of one row or more", kb=0)
 
 
 def test_a_missing_compiler_leaves_auto_the_sdpa_kernel(monkeypatch):

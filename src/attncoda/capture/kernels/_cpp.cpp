@@ -20,18 +20,25 @@
 //
 // ``content_pass`` returns that pass's ``o_C``, ``lse_C`` and ``E_q[z]``. ``attention``
 // goes on, row by row, with the statistics of attncoda.capture.stats.split_rows (the one
-// definition; this is it for one row, in the same float64 steps): the sink keys' scores
-// (float32 dot products, scaled), ``lse = logaddexp(lse_C, logsumexp(z_S))``, each sink's
-// probability, ``log(1 - s) = lse_C - lse`` (no subtraction from 1), ``H = -sum_S p log p +
-// (1 - s) (H(q) - log(1 - s))`` with ``H(q) = lse_C - E_q[z]``, the entropy within the sink
-// set, and the sink balance, whose mean content score comes from a float64 prefix sum of the
-// keys; then the output ``(1 - s) o_C + sum_S p_j v_j``, written in the model's layout
-// ``(batch, query_pos, head, head_dim)``.
+// definition; this is it for one row, in the same float64 steps), in named steps:
+// ``sink_scores`` (the visible sink keys' float32 dot products, scaled), ``split_row``
+// (``lse = logaddexp(lse_C, logsumexp(z_S))``, each sink's probability, ``log(1 - s) =
+// lse_C - lse`` with no subtraction from 1, ``H = -sum_S p log p + (1 - s) (H(q) - log(1 -
+// s))`` with ``H(q) = lse_C - E_q[z]``, the entropy within the sink set), ``sink_balance``
+// (whose mean content score comes from a float64 prefix sum of the keys,
+// ``key_prefix_sums``), and ``write_output`` (``(1 - s) o_C + sum_S p_j v_j``, in the
+// model's layout ``(batch, query_pos, head, head_dim)``).
+//
+// ``read_layer`` checks every tensor and index it hands the loops (shapes, dtypes, device,
+// each document's run ``0 <= lo <= hi <= Lk``, sinks in ``[-1, Lk)``): the second line
+// behind attncoda.capture.kernels._cpp, whose checks say what to do; no call reads out of
+// bounds.
 //
 // Arithmetic: IEEE float32 throughout the pass. The dot products are float32 matrix
 // products, scaled once; every exp is ATen's Vectorized<float>::exp (SLEEF's u10 functions:
-// at most 1 ulp); the row sums are float32 adds. Rows that see no content key get a zero
-// content output, ``lse_C = -inf`` and ``E_q[z] = 0``.
+// at most 1 ulp; in the portable ``default`` build, std::exp, glibc's expf, also within 1
+// ulp); the row sums are float32 adds. Rows that see no content key get a zero content
+// output, ``lse_C = -inf`` and ``E_q[z] = 0``.
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
@@ -133,7 +140,8 @@ struct Layer {
   float scale;
   const float* q;
   const float* k;
-  const float* kt;  // (B, G, D, Lk): the keys transposed, the score product's right factor
+  at::Tensor kt_owner;  // (B, G, D, Lk): the keys transposed, the score product's right factor
+  const float* kt;
   const float* v;
   const int64_t* lo;
   const int64_t* hi;
@@ -150,26 +158,58 @@ struct Layer {
   }
 };
 
-Layer read_layer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& kt,
-                 const at::Tensor& v, const at::Tensor& lo, const at::Tensor& hi,
-                 const at::Tensor& sinks, bool causal, int64_t window, double scale) {
+// The layer's tensors and index tensors as the pass reads them. attncoda.capture.kernels._cpp
+// checks every one of them first, with errors that say what to do; these checks are the
+// second line, so that no malformed call (one that bypasses that module) reads out of
+// bounds: a handful of comparisons and one read of each document's run and sinks.
+Layer read_layer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const at::Tensor& lo, const at::Tensor& hi, const at::Tensor& sinks,
+                 bool causal, int64_t window, double scale, int64_t q_block, int64_t kv_block) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+              "the cpp kernel takes 4-d queries, keys and values");
+  TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() &&
+                  lo.device().is_cpu() && hi.device().is_cpu() && sinks.device().is_cpu(),
+              "the cpp kernel takes cpu tensors");
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
                   v.scalar_type() == at::kFloat,
               "the cpp kernel takes float32 queries, keys and values");
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
               "the cpp kernel takes a last stride of 1");
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
+              "the cpp kernel takes keys and values of one shape, with the query's batch "
+              "and head dim");
+  TORCH_CHECK(q.numel() > 0 && k.numel() > 0 && q.size(1) % k.size(1) == 0,
+              "the cpp kernel takes non-empty tensors, each key/value head serving as many "
+              "query heads");
+  TORCH_CHECK(q.size(2) <= k.size(2), "the cpp kernel takes no more queries than keys");
+  const int64_t B = q.size(0), Lk = k.size(2);
   TORCH_CHECK(lo.is_contiguous() && hi.is_contiguous() && sinks.is_contiguous() &&
-                  lo.scalar_type() == at::kLong && sinks.scalar_type() == at::kLong,
+                  lo.scalar_type() == at::kLong && hi.scalar_type() == at::kLong &&
+                  sinks.scalar_type() == at::kLong,
               "the cpp kernel takes contiguous int64 runs and sinks");
+  TORCH_CHECK(lo.dim() == 1 && lo.size(0) == B && hi.dim() == 1 && hi.size(0) == B &&
+                  sinks.dim() == 2 && sinks.size(0) == B,
+              "the cpp kernel takes runs (batch,) and sinks (batch, width)");
+  const int64_t* lo_p = lo.data_ptr<int64_t>();
+  const int64_t* hi_p = hi.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(0 <= lo_p[b] && lo_p[b] <= hi_p[b] && hi_p[b] <= Lk,
+                "the cpp kernel takes runs with 0 <= lo <= hi <= key_pos");
+  const int64_t* sinks_p = sinks.data_ptr<int64_t>();
+  for (int64_t s = 0; s < sinks.numel(); ++s)
+    TORCH_CHECK(-1 <= sinks_p[s] && sinks_p[s] < Lk, "the cpp kernel takes sinks in [-1, key_pos)");
+  TORCH_CHECK(window >= 0, "the cpp kernel takes a window of 0 (none) or more keys");
+  TORCH_CHECK(q_block > 0 && kv_block > 0, "the cpp kernel takes blocks of one row or more");
   Layer L;
-  L.B = q.size(0), L.H = q.size(1), L.Lq = q.size(2), L.D = q.size(3);
-  L.G = k.size(1), L.Lk = k.size(2), L.group = L.H / L.G, L.offset = L.Lk - L.Lq;
+  L.kt_owner = k.transpose(2, 3).contiguous();
+  L.B = B, L.H = q.size(1), L.Lq = q.size(2), L.D = q.size(3);
+  L.G = k.size(1), L.Lk = Lk, L.group = L.H / L.G, L.offset = L.Lk - L.Lq;
   L.n_sinks = sinks.size(1), L.window = window, L.causal = causal;
   L.scale = static_cast<float>(scale);
-  L.q = q.data_ptr<float>(), L.k = k.data_ptr<float>(), L.kt = kt.data_ptr<float>();
+  L.q = q.data_ptr<float>(), L.k = k.data_ptr<float>(), L.kt = L.kt_owner.data_ptr<float>();
   L.v = v.data_ptr<float>();
-  L.lo = lo.data_ptr<int64_t>(), L.hi = hi.data_ptr<int64_t>();
-  L.sinks = sinks.data_ptr<int64_t>();
+  L.lo = lo_p, L.hi = hi_p;
+  L.sinks = sinks_p;
   L.qs0 = q.stride(0), L.qs1 = q.stride(1), L.qs2 = q.stride(2);
   L.ks0 = k.stride(0), L.ks1 = k.stride(1), L.ks2 = k.stride(2);
   L.vs0 = v.stride(0), L.vs1 = v.stride(1), L.vs2 = v.stride(2);
@@ -282,7 +322,115 @@ void content_of(int64_t rr, const Rows& rows, int64_t D, float* out, float* lse,
   *ez = rows.tz[rr] / l;
 }
 
-at::Tensor transposed_keys(const at::Tensor& k) { return k.transpose(2, 3).contiguous(); }
+// The epilogue of one row, in named steps: the statistics of
+// attncoda.capture.stats.split_rows for one row, in the same float64 steps.
+struct RowView {
+  int64_t b, g;          // batch, key/value head
+  int64_t first, stop;   // the run of keys the row sees
+  const float* qrow;     // its query (D floats)
+};
+
+// The sink keys the row sees, and their scores (float32 dot products, scaled in float64):
+// their keys' positions into ``at_sink`` and scores into ``z``; returns how many.
+int64_t sink_scores(const Layer& L, const RowView& row, double* z, int64_t* at_sink) {
+  const int64_t* doc_sinks = L.sinks + row.b * L.n_sinks;
+  int64_t ks = 0;
+  for (int64_t s = 0; s < L.n_sinks; ++s) {
+    const int64_t j = doc_sinks[s];
+    if (j < 0 || j < row.first || j >= row.stop) continue;
+    const float* key = L.k + row.b * L.ks0 + row.g * L.ks1 + j * L.ks2;
+    z[ks] = static_cast<double>(dot(row.qrow, key, L.D)) * static_cast<double>(L.scale);
+    at_sink[ks++] = j;
+  }
+  return ks;
+}
+
+// The float64 split of one row from its content pass (``lse_C``, ``E_q[z]`` in float32)
+// and its ``ks`` sink scores: each sink's probability into ``ps``, and the statistics.
+struct RowSplit {
+  double mass, entropy, content_entropy, within, share, log_sum, lse;
+};
+
+RowSplit split_row(float lse32, float ez32, bool content, const double* z, int64_t ks,
+                   double* ps) {
+  const double lse_c = content ? static_cast<double>(lse32) : kNegInf64;
+  const double h_c = content ? static_cast<double>(lse32) - static_cast<double>(ez32) : 0.0;
+  double lse_s = kNegInf64;
+  if (ks > 0) {
+    const double top = *std::max_element(z, z + ks);
+    double sum = 0.0;
+    for (int64_t s = 0; s < ks; ++s) sum += std::exp(z[s] - top);
+    lse_s = top + std::log(sum);
+  }
+  const double lse = logaddexp(lse_c, lse_s);
+  const double safe = std::isfinite(lse) ? lse : 0.0;
+  double mass = 0.0, plogp = 0.0, log_sum = 0.0, within = 0.0;
+  for (int64_t s = 0; s < ks; ++s) {
+    const double log_p = z[s] - safe;
+    ps[s] = std::exp(log_p);
+    mass += ps[s];
+    plogp += ps[s] * log_p;
+    log_sum += log_p;
+    if (ks > 1) {
+      const double log_q = z[s] - lse_s;
+      within -= std::exp(log_q) * log_q;
+    }
+  }
+  const double log_content = content ? lse_c - safe : 0.0;
+  const double share = content ? std::exp(log_content) : 0.0;
+  return {mass, -plogp + share * (h_c - log_content), h_c, ks > 1 ? within : 0.0,
+          share, log_sum, safe};
+}
+
+// The sink balance of a row with content and sinks: the mean log-probability of its sink
+// keys less that of its content keys, times sqrt(ks m / n). The content keys' summed score
+// is the query against the float64 prefix sum of the keys over the row's run, less the
+// sinks' scores.
+double sink_balance(const Layer& L, const double* prefix, const RowView& row, const double* z,
+                    int64_t ks, int64_t m, int64_t n, const RowSplit& split) {
+  const int64_t D = L.D;
+  const double* pb = prefix + (row.b * L.G + row.g) * (L.Lk + 1) * D;
+  double summed = 0.0;
+  for (int64_t t = 0; t < D; ++t)
+    summed += static_cast<double>(row.qrow[t]) * (pb[row.stop * D + t] - pb[row.first * D + t]);
+  summed *= static_cast<double>(L.scale);
+  for (int64_t s = 0; s < ks; ++s) summed -= z[s];
+  const double mean_sink = split.log_sum / static_cast<double>(ks);
+  const double mean_content = summed / static_cast<double>(m) - split.lse;
+  const double factor = std::sqrt(static_cast<double>(ks) * static_cast<double>(m) /
+                                  static_cast<double>(std::max<int64_t>(n, 1)));
+  return factor * (mean_sink - mean_content);
+}
+
+// The row's output ``(1 - s) o_C + sum_S p_j v_j`` into ``orow``, a row of the model's
+// layout ``(batch, query_pos, head, head_dim)``.
+void write_output(const Layer& L, const RowView& row, const float* o_c, double share,
+                  const double* ps, const int64_t* at_sink, int64_t ks, float* orow) {
+  const float kept = static_cast<float>(share);
+  for (int64_t t = 0; t < L.D; ++t) orow[t] = kept * o_c[t];
+  for (int64_t s = 0; s < ks; ++s) {
+    const float* value = L.v + row.b * L.vs0 + row.g * L.vs1 + at_sink[s] * L.vs2;
+    const float weight = static_cast<float>(ps[s]);
+    for (int64_t t = 0; t < L.D; ++t) orow[t] += weight * value[t];
+  }
+}
+
+// Each (batch, key/value head)'s keys summed from key 0, in float64: (B, G, Lk + 1, D).
+at::Tensor key_prefix_sums(const Layer& L, const at::TensorOptions& f64) {
+  const int64_t G = L.G, Lk = L.Lk, D = L.D;
+  auto prefix = at::zeros({L.B, G, Lk + 1, D}, f64);
+  double* pre_p = prefix.data_ptr<double>();
+  at::parallel_for(0, L.B * G, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t bg = begin; bg < end; ++bg) {
+      const float* kb = L.k + (bg / G) * L.ks0 + (bg % G) * L.ks1;
+      double* pb = pre_p + bg * (Lk + 1) * D;
+      for (int64_t j = 0; j < Lk; ++j)
+        for (int64_t t = 0; t < D; ++t)
+          pb[(j + 1) * D + t] = pb[j * D + t] + static_cast<double>(kb[j * L.ks2 + t]);
+    }
+  });
+  return prefix;
+}
 
 }  // namespace
 
@@ -295,8 +443,7 @@ std::vector<at::Tensor> content_pass(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& hi, const at::Tensor& sinks, bool causal,
                                      int64_t window, double scale, int64_t q_block,
                                      int64_t kv_block) {
-  const auto kt = transposed_keys(k);
-  const Layer L = read_layer(q, k, kt, v, lo, hi, sinks, causal, window, scale);
+  const Layer L = read_layer(q, k, v, lo, hi, sinks, causal, window, scale, q_block, kv_block);
   auto out = at::empty({L.B, L.H, L.Lq, L.D}, q.options());
   auto lse = at::empty({L.B, L.H, L.Lq}, q.options());
   auto ez = at::empty({L.B, L.H, L.Lq}, q.options());
@@ -321,27 +468,15 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
                                   const at::Tensor& lo, const at::Tensor& hi,
                                   const at::Tensor& sinks, bool causal, int64_t window,
                                   double scale, int64_t q_block, int64_t kv_block) {
-  const auto kt = transposed_keys(k);
-  const Layer L = read_layer(q, k, kt, v, lo, hi, sinks, causal, window, scale);
-  const int64_t B = L.B, H = L.H, Lq = L.Lq, Lk = L.Lk, D = L.D, G = L.G;
+  const Layer L = read_layer(q, k, v, lo, hi, sinks, causal, window, scale, q_block, kv_block);
+  const int64_t B = L.B, H = L.H, Lq = L.Lq, D = L.D;
   auto out = at::empty({B, Lq, H, D}, q.options());
   const auto f64 = q.options().dtype(at::kDouble), i64 = q.options().dtype(at::kLong);
   auto n_keys = at::empty({B, H, Lq}, i64), n_sink = at::empty({B, H, Lq}, i64);
   std::vector<at::Tensor> floats;
   for (int s = 0; s < 5; ++s) floats.push_back(at::empty({B, H, Lq}, f64));
-  // Each (batch, key/value head)'s keys summed from key 0: a row's content keys' summed
-  // score is its query against the run's sum, less its visible sinks' scores.
-  auto prefix = at::zeros({B, G, Lk + 1, D}, f64);
-  double* pre_p = prefix.data_ptr<double>();
-  at::parallel_for(0, B * G, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t bg = begin; bg < end; ++bg) {
-      const float* kb = L.k + (bg / G) * L.ks0 + (bg % G) * L.ks1;
-      double* pb = pre_p + bg * (Lk + 1) * D;
-      for (int64_t j = 0; j < Lk; ++j)
-        for (int64_t t = 0; t < D; ++t)
-          pb[(j + 1) * D + t] = pb[j * D + t] + static_cast<double>(kb[j * L.ks2 + t]);
-    }
-  });
+  const auto prefix = key_prefix_sums(L, f64);
+  const double* pre_p = prefix.data_ptr<double>();
   float* out_p = out.data_ptr<float>();
   int64_t* nk_p = n_keys.data_ptr<int64_t>();
   int64_t* ns_p = n_sink.data_ptr<int64_t>();
@@ -351,86 +486,29 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
   double* within_p = floats[3].data_ptr<double>();
   double* bal_p = floats[4].data_ptr<double>();
   run_pass(L, q_block, kv_block, [&](const Rows& rows) {
-    const int64_t b = rows.b, S = L.n_sinks;
-    const int64_t* doc_sinks = L.sinks + b * S;
     std::vector<float> o_c(D);
-    std::vector<double> z(S), ps(S);
-    std::vector<int64_t> at_sink(S);
+    std::vector<double> z(L.n_sinks), ps(L.n_sinks);
+    std::vector<int64_t> at_sink(L.n_sinks);
     for (int64_t rr = 0; rr < L.group * rows.qB; ++rr) {
       const int64_t h = rows.g * L.group + rr / rows.qB, i = rows.m0 + rr % rows.qB;
-      const int64_t at = (b * H + h) * Lq + i;
-      const float* qrow = rows.Qb + rr * D;
+      const int64_t at = (rows.b * H + h) * Lq + i;
+      RowView row{rows.b, rows.g, 0, 0, rows.Qb + rr * D};
       float lse32, ez32;
       content_of(rr, rows, D, o_c.data(), &lse32, &ez32);
-      int64_t first, stop;
-      L.run_of(b, i, &first, &stop);
-      const int64_t n = std::max<int64_t>(stop - first, 0);
-      // The sink keys the row sees, and their scores.
-      int64_t ks = 0;
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t j = doc_sinks[s];
-        if (j < 0 || j < first || j >= stop) continue;
-        const float* key = L.k + b * L.ks0 + rows.g * L.ks1 + j * L.ks2;
-        z[ks] = static_cast<double>(dot(qrow, key, D)) * static_cast<double>(L.scale);
-        at_sink[ks++] = j;
-      }
+      L.run_of(rows.b, i, &row.first, &row.stop);
+      const int64_t n = std::max<int64_t>(row.stop - row.first, 0);
+      const int64_t ks = sink_scores(L, row, z.data(), at_sink.data());
       const int64_t m = n - ks;
-      const bool content = m > 0;
-      const double lse_c = content ? static_cast<double>(lse32) : kNegInf64;
-      const double h_c = content ? static_cast<double>(lse32) - static_cast<double>(ez32) : 0.0;
-      double lse_s = kNegInf64;
-      if (ks > 0) {
-        const double top = *std::max_element(z.begin(), z.begin() + ks);
-        double sum = 0.0;
-        for (int64_t s = 0; s < ks; ++s) sum += std::exp(z[s] - top);
-        lse_s = top + std::log(sum);
-      }
-      const double lse = logaddexp(lse_c, lse_s);
-      const double safe = std::isfinite(lse) ? lse : 0.0;
-      double mass = 0.0, plogp = 0.0, log_sum = 0.0, within = 0.0;
-      for (int64_t s = 0; s < ks; ++s) {
-        const double log_p = z[s] - safe;
-        ps[s] = std::exp(log_p);
-        mass += ps[s];
-        plogp += ps[s] * log_p;
-        log_sum += log_p;
-        if (ks > 1) {
-          const double log_q = z[s] - lse_s;
-          within -= std::exp(log_q) * log_q;
-        }
-      }
-      const double log_content = content ? lse_c - safe : 0.0;
-      const double share = content ? std::exp(log_content) : 0.0;
-      double balance = 0.0;
-      if (content && ks > 0) {
-        const double* pb = pre_p + (b * G + rows.g) * (Lk + 1) * D;
-        double summed = 0.0;
-        for (int64_t t = 0; t < D; ++t)
-          summed += static_cast<double>(qrow[t]) * (pb[stop * D + t] - pb[first * D + t]);
-        summed *= static_cast<double>(L.scale);
-        for (int64_t s = 0; s < ks; ++s) summed -= z[s];
-        const double mean_sink = log_sum / static_cast<double>(ks);
-        const double mean_content = summed / static_cast<double>(m) - safe;
-        const double factor = std::sqrt(static_cast<double>(ks) * static_cast<double>(m) /
-                                        static_cast<double>(std::max<int64_t>(n, 1)));
-        balance = factor * (mean_sink - mean_content);
-      }
+      const RowSplit split = split_row(lse32, ez32, m > 0, z.data(), ks, ps.data());
       nk_p[at] = n;
       ns_p[at] = ks;
-      mass_p[at] = mass;
-      ent_p[at] = -plogp + share * (h_c - log_content);
-      cent_p[at] = h_c;
-      within_p[at] = ks > 1 ? within : 0.0;
-      bal_p[at] = balance;
-      // (1 - s) o_C + sum_S p_j v_j, in the model's (batch, query_pos, head, head_dim).
-      float* orow = out_p + ((b * Lq + i) * H + h) * D;
-      const float kept = static_cast<float>(share);
-      for (int64_t t = 0; t < D; ++t) orow[t] = kept * o_c[t];
-      for (int64_t s = 0; s < ks; ++s) {
-        const float* value = L.v + b * L.vs0 + rows.g * L.vs1 + at_sink[s] * L.vs2;
-        const float weight = static_cast<float>(ps[s]);
-        for (int64_t t = 0; t < D; ++t) orow[t] += weight * value[t];
-      }
+      mass_p[at] = split.mass;
+      ent_p[at] = split.entropy;
+      cent_p[at] = split.content_entropy;
+      within_p[at] = split.within;
+      bal_p[at] = m > 0 && ks > 0 ? sink_balance(L, pre_p, row, z.data(), ks, m, n, split) : 0.0;
+      write_output(L, row, o_c.data(), split.share, ps.data(), at_sink.data(), ks,
+                   out_p + ((rows.b * Lq + i) * H + h) * D);
     }
   });
   return {out, n_keys, n_sink, floats[0], floats[1], floats[2], floats[3], floats[4]};

@@ -7,12 +7,15 @@ pass is C++ (``_cpp.cpp``), built on first use through torch's extension builder
 in torch's cache; its loader and the call are :mod:`attncoda.capture.kernels._cpp`. It
 computes each score once, where the ``sdpa`` kernel's two calls compute it twice, and has
 the same error bounds (:func:`attncoda.capture.kernels.fast_bounds`). ``"auto"`` takes it
-on the CPU wherever it can be built (:func:`prerequisites`: Linux x86-64 with AVX2, FMA and
-F16C, a C++ compiler, ninja), else the ``sdpa`` kernel; a build that fails all the same is
-said once, and ``sdpa`` serves. It models padding, causal rows and sliding windows from the
-mask's shape (:class:`attncoda.capture.kernels.MaskShape`; a layer whose mask has none goes
-to ``sdpa``), not soft-capped scores or learned sinks, and takes float32, bfloat16 and
-float16 layers (their statistics accumulate in float32); a float64 layer goes to ``sdpa``.
+on the CPU wherever it can be built (:func:`prerequisites`: Linux x86-64, torch
+:data:`TORCH_FLOOR` or later, a C++ compiler, ninja; read before any build is tried), else
+the ``sdpa`` kernel, saying why once per process and recording it beside the kernel that
+served; a build that fails all the same is said once, and ``sdpa`` serves. Its build
+follows ``ATEN_CPU_CAPABILITY`` (``default``, ``avx2``, ``avx512``), capped by the CPU
+(:func:`vector_width`). It models padding, causal rows and sliding windows from the mask's
+shape (:class:`attncoda.capture.kernels.MaskShape`; a layer whose mask has none goes to
+``sdpa``), not soft-capped scores or learned sinks, and takes float32, bfloat16 and float16
+layers (their statistics accumulate in float32); a float64 layer goes to ``sdpa``.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ._cpp_host import compiler, prerequisites, vector_width
+from ._cpp_host import TORCH_FLOOR, compiler, prerequisites, vector_width
 
 if TYPE_CHECKING:
     from ._call import LayerCall
 
-__all__ = ["KERNEL", "Cpp", "compiler", "prerequisites", "vector_width"]
+__all__ = ["KERNEL", "TORCH_FLOOR", "Cpp", "compiler", "prerequisites", "vector_width"]
 
 
 class Cpp:
@@ -41,7 +44,8 @@ class Cpp:
 
     def refusal(self, device: str) -> str | None:
         """Another device than the CPU, or a machine it is not built on
-        (:func:`prerequisites`; no build happens here)."""
+        (:func:`prerequisites`, a torch older than :data:`TORCH_FLOOR` included; no build
+        happens here)."""
         if device != "cpu":
             return f"kernel='cpp' runs on the cpu; got device {device!r}: use kernel='auto'"
         why = prerequisites()

@@ -13,7 +13,9 @@ declarations:
 - :data:`KERNELS`, the choices (``"auto"`` and the kernels' names), read by the command
   line without importing torch; :func:`describe` says them in words;
 - :func:`resolve_kernel`: the kernel that serves a device (``"auto"``: the first in
-  :data:`ORDER` that takes the device and can run there);
+  :data:`ORDER` that takes the device and can run there); :func:`passed_over` says why
+  ``"auto"`` did not take the kernel it prefers there (said once per process, and recorded
+  beside the kernel that served, in ``Capture.kernel`` and ``Capture.forward``);
 - :func:`check_dtype`: ``method="fast"`` refused, before anything runs, in a dtype no
   kernel takes on the device (float64 on CUDA);
 - :func:`declines` and :func:`record_layer`: the kernel chosen for a routed layer, then
@@ -23,6 +25,8 @@ declarations:
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +49,7 @@ __all__ = [
     "describe",
     "dtype_name",
     "lookup",
+    "passed_over",
     "record_layer",
     "resolve_kernel",
 ]
@@ -156,12 +161,14 @@ def resolve_kernel(kernel: str, device: str) -> str:
 
     ``"auto"`` is the first kernel of :data:`ORDER` that ``"auto"`` may take on the device
     and that can run there: the ``triton`` kernel on CUDA when triton imports (each
-    configuration then checked on first use), the ``sdpa`` kernel otherwise. A kernel asked
-    by name is refused where it cannot run (its :meth:`Kernel.refusal`).
+    configuration then checked on first use), the ``cpp`` kernel on the CPU where it can be
+    built, the ``sdpa`` kernel otherwise. Where it passes over the kernel it prefers on the
+    device (:func:`passed_over`), one note says why, once per process. A kernel asked by
+    name is refused where it cannot run (its :meth:`Kernel.refusal`).
     """
     check_choice("kernel", kernel, KERNELS)
     if kernel == "auto":
-        return next(
+        chosen = next(
             (
                 k.name
                 for k in ORDER
@@ -170,10 +177,31 @@ def resolve_kernel(kernel: str, device: str) -> str:
             ),
             PORTABLE,
         )
+        why = passed_over(device)
+        if why is not None:
+            _say_passed_over(device, chosen, why)
+        return chosen
     why = _BY_NAME[kernel].refusal(device)
     if why is not None:
         raise AttncodaError(why)
     return kernel
+
+
+def passed_over(device: str) -> str | None:
+    """Why ``"auto"`` does not take the kernel it prefers on ``device`` (the first of
+    :data:`ORDER` that names the device among its ``auto_devices``: ``cpp`` on the CPU,
+    ``triton`` on CUDA): that kernel's :meth:`Kernel.refusal`, such as a torch older than
+    the ``cpp`` kernel's floor. None where it can run, or where no kernel is preferred."""
+    preferred = next(
+        (k for k in ORDER if k.auto_devices is not None and device in k.auto_devices), None
+    )
+    return None if preferred is None else preferred.refusal(device)
+
+
+@functools.cache
+def _say_passed_over(device: str, chosen: str, why: str) -> None:
+    """The note of a kernel ``"auto"`` passes over, once per process and reason."""
+    print(f"note: kernel='auto' takes {chosen} on {device}, since {why}", file=sys.stderr)
 
 
 def check_dtype(device: object, dtype: object) -> None:
@@ -217,7 +245,9 @@ def record_layer(call):
     after it in :data:`ORDER`: each that :func:`declines` the layer says so (its
     :meth:`Kernel.note`), and each may decline it itself (a mask it cannot describe, a
     failed first-use check). ``recorder.ran[layer]`` records which served the layer
-    (``"exact"`` when none did).
+    (``"exact"`` when none did); where ``"auto"`` passed over the kernel it prefers on the
+    device, the reason follows the name (``"sdpa (kernel='cpp' cannot run here: ...)"``),
+    so that ``Capture.kernel`` and ``Capture.forward`` carry it.
 
     Returns
     -------
@@ -230,6 +260,7 @@ def record_layer(call):
     device = query.device.type
     check_dtype(device, query.dtype)
     first = NAMES.index(resolve_kernel(asked, device))
+    fallback = passed_over(device) if asked == "auto" else None
     for kernel in ORDER[first:]:
         why = declines(kernel, device, query.dtype, call.kwargs)
         if why is not None:
@@ -237,7 +268,8 @@ def record_layer(call):
             continue
         out = kernel.record_layer(call, auto=asked == "auto")
         if out is not None:
-            recorder.ran[call.layer] = kernel.name
+            named = kernel.name if fallback is None else f"{kernel.name} ({fallback})"
+            recorder.ran[call.layer] = named
             return out
     recorder.ran[call.layer] = "exact"
     return None
