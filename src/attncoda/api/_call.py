@@ -4,6 +4,7 @@ to it (:func:`attncoda.run.loaded.lend`) under their labels."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -158,8 +159,9 @@ def _on_live(
     from attncoda.run.loaded import lend
 
     entries = live_entries(items, common.get("names"), name)
-    for option, default in (("device", "auto"), ("dtype", None), ("device_map", None)):
-        if getattr(options, option) != default:
+    defaults = {f.name: f.default for f in dataclasses.fields(options)}
+    for option in ("device", "dtype", "device_map"):
+        if getattr(options, option) != defaults[option]:
             raise AttncodaError(
                 f"{option}={getattr(options, option)!r} is for model specs: a live model runs "
                 "where and in the dtype it is"
@@ -227,8 +229,6 @@ def _on_captures(
 
 def run_function(name: str, values: Mapping[str, Any]) -> Result:
     """Call ``name`` with an API function's parameters ``values`` (its ``locals()``)."""
-    import dataclasses
-
     values = dict(values)
     source = values.pop("source")
     common = {k: values.pop(k, None) for k in COMMON_OPTIONS if k != "source"}

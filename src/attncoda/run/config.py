@@ -35,7 +35,7 @@ from attncoda.experiments.contract import (
     settings_dict,
     settings_from,
 )
-from attncoda.run.options import options_from_json, options_json, recorded
+from attncoda.run.options import recorded
 from attncoda.run.series import Series, TrainSeries, series_of
 
 __all__ = [
@@ -161,13 +161,14 @@ class RunConfig:
                 else {"files": list(files.files), "tokens": files.tokens, "kind": files.kind}
             ),
             "corpus": dataclasses.asdict(self.corpus),
-            **options_json(self.options),
+            **self.options.to_json(),
         }
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> RunConfig:
-        """The config a manifest records (:meth:`to_json`); its options as recorded, not
-        checked again (:func:`attncoda.run.options.options_from_json`)."""
+        """The config a manifest records (:meth:`to_json`); its options checked as any are,
+        but not against this machine (:meth:`CaptureOptions.from_json
+        <attncoda.capture.options.CaptureOptions.from_json>`)."""
         given = stored["attentions"]
         return cls(
             models=tuple(stored["models"]),
@@ -186,7 +187,7 @@ class RunConfig:
                 else Attentions(tuple(given["files"]), given["tokens"], given["kind"])
             ),
             corpus=Corpus(**stored["corpus"]),
-            options=options_from_json(stored),
+            options=CaptureOptions.from_json(stored),
         )
 
 
