@@ -82,11 +82,10 @@ def _unit_seconds(out: Path) -> float:
     )
 
 
-def bench_sweep(quick: bool = False) -> dict[str, Any]:
+def bench_sweep(quick: bool = False) -> dict[str, Any]:  # long: the benchmark's steps, in order
     """P5 figures (see the module docstring) as a dict."""
     import torch
 
-    from attncoda.run.loaded import clear_cache
     from attncoda.run.sweep import sweep
 
     settings = QUICK_SETTINGS if quick else SETTINGS
@@ -103,8 +102,7 @@ def bench_sweep(quick: bool = False) -> dict[str, Any]:
         default_threads = torch.get_num_threads()
         timings: dict[int, float] = {}
         for threads in sorted({1, os.cpu_count() or 1}) if not quick else [default_threads]:
-            torch.set_num_threads(threads)
-            clear_cache()
+            torch.set_num_threads(threads)  # each sweep loads its models anew (its own Loaded)
             start = time.perf_counter()
             sweep(models, work / f"in-process-{threads}", **common)
             timings[threads] = time.perf_counter() - start

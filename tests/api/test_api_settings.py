@@ -33,8 +33,8 @@ FUNCTIONS = {
     "sink_rate": ("sink_rate", ("sink-rate",)),
 }
 COMMON = [
-    *("source", "sink", "seed", "out", "device", "dtype", "method", "kernel", "device_map"),
-    *("max_memory", "offload_folder", "text", "names"),
+    *("source", "sink", "seed", "device", "device_map", "max_memory", "offload_folder"),
+    *("dtype", "method", "kernel", "out", "text", "names"),
 ]
 #: The windows of the shared rows (``Rows``), keywords of the experiments that read rows.
 ROWS = ["docs", "max_tokens"]
@@ -136,8 +136,8 @@ BAD_CALLS = [
     (
         "ac.flips('minilm', n_bootstrap=3, out=OUT)",
         "unknown setting 'n_bootstrap' of flips: use one of docs, max_tokens, metrics, n_boot, "
-        "tol (or the options sink, seed, out, device, dtype, method, kernel, device_map, "
-        "max_memory, offload_folder, text, names)",
+        "tol (or the options sink, seed, device, device_map, max_memory, offload_folder, "
+        "dtype, method, kernel, out, text, names)",
     ),
     (
         "ac.flips('minilm', metrics=['jsd', 'l2'], out=OUT)",

@@ -10,13 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attncoda._errors import AttncodaError  # noqa: E402
-from attncoda.capture.options import (  # noqa: E402
-    DEVICES,
-    DTYPES,
-    CaptureOptions,
-    check_dtype,
-    resolve_device,
-)
+from attncoda.capture.options import DEVICES, DTYPES, CaptureOptions, resolve_device  # noqa: E402
 from attncoda.experiments.contract import DocRows, HeadRows  # noqa: E402
 from attncoda.experiments.flips import document_sums, flips  # noqa: E402
 from attncoda.run.config import RunConfig, run_config  # noqa: E402
@@ -53,10 +47,10 @@ def test_auto_is_the_default_device_and_cuda_without_a_gpu_is_refused_at_once(mo
 
 
 def test_dtype_option():
-    assert "bfloat16" in DTYPES and check_dtype(None) is None
-    assert check_dtype("float16") == "float16"
-    with pytest.raises(AttncodaError, match=r"unknown dtype 'int8'"):
-        check_dtype("int8")
+    assert "bfloat16" in DTYPES and CaptureOptions().dtype is None
+    assert CaptureOptions(dtype="float16").dtype == "float16"
+    with pytest.raises(AttncodaError, match=r"^unknown dtype 'int8': use one of float32, "):
+        CaptureOptions(dtype="int8")
 
 
 def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):

@@ -321,20 +321,6 @@ def test_safety_and_predictor_read_the_stored_flip_distances(models, uninterrupt
     pd.testing.assert_frame_equal(stored.table, fresh.table, check_exact=True)
 
 
-def test_the_process_cache_holds_one_model_at_a_time():
-    from attncoda.run import loaded
-
-    loaded.clear_cache()
-    try:
-        for kind, value in (("load", 1), ("rows", 2), ("after", 3), ("series_windows", 4)):
-            loaded.cached((kind, "a"), lambda v=value: v)
-        assert loaded.cached(("rows", "a"), lambda: 99) == 2  # cached: not made again
-        loaded.cached(("load", "b"), lambda: 5)
-        assert loaded.cache_keys() == [("series_windows", "a"), ("load", "b")]
-    finally:
-        loaded.clear_cache()
-
-
 def test_the_default_series_is_the_shipped_one_and_a_retrain_is_asked_for():
     from attncoda.models.shipped import UNSEEN
 
@@ -516,7 +502,6 @@ def test_the_weights_are_hashed_only_for_the_predictor(models, tmp_path, monkeyp
     """Only the predictor recognises models by content: a run without it hashes nothing,
     and a run with it hashes each model once."""
     import attncoda.training.identity as identity
-    from attncoda.run import loaded
 
     real, calls = identity.model_identity, []
 
@@ -525,7 +510,6 @@ def test_the_weights_are_hashed_only_for_the_predictor(models, tmp_path, monkeyp
         return real(model, folder)
 
     monkeypatch.setattr(identity, "model_identity", counted)
-    loaded.clear_cache()
     reproduce(models[:1], tmp_path / "f", experiments=["flips"], settings=SETTINGS, progress=False)
     assert calls == []
     reproduce(

@@ -1,9 +1,11 @@
 """How an experiment function runs: on model specs, live models and captures, all through
 the one runner in this process (docs/design.md, "Runs"); live models and captures are lent
-to it (:func:`attncoda.run.loaded.lend`) under their labels."""
+to its :class:`~attncoda.run.loaded.Loaded` (:meth:`~attncoda.run.loaded.Loaded.lend`) under
+their labels, one per call."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,6 +15,7 @@ from attncoda._errors import AttncodaError
 from attncoda.api._result import Result
 from attncoda.api._signatures import COMMON_OPTIONS, check_common, rows_settings
 from attncoda.api._sources import capture_names, sources
+from attncoda.run.loaded import Loaded
 
 if TYPE_CHECKING:
     from attncoda.capture.options import CaptureOptions
@@ -23,16 +26,15 @@ __all__ = ["call", "run_function"]
 def _on_specs(
     name: str,
     specs: Sequence[str],
-    settings: Any,
-    *,
-    out: str | Path | None,
-    text: str | None,
+    groups: Mapping[str, Any],
     options: CaptureOptions,
-    rows: Mapping[str, Any] | None = None,
+    common: Mapping[str, Any],
+    kept: Loaded | None = None,
 ) -> Result:
-    """Run ``name`` on model specs through the runner into ``out`` (or a temporary folder),
-    with ``options``, and read its tables back."""
-    from attncoda.experiments.contract import experiment, settings_dict
+    """Run ``name`` on model specs through the runner into ``common["out"]`` (or a temporary
+    folder) with the settings ``groups`` (``{group: values}``), ``options``, the corpus
+    ``common["text"]`` and what the runner is lent (``kept``), and read its tables back."""
+    from attncoda.experiments.contract import experiment
     from attncoda.run.reproduce import run_experiment
     from attncoda.store.runs import read_run_tables
 
@@ -45,18 +47,19 @@ def _on_specs(
             "spec (owner/name@step0,step512 or a folder of stepN checkpoints)"
         )
 
-    sink = options.sink
+    sink, out = options.sink, common.get("out")
 
     def run(folder: Path) -> Result:
         ran = run_experiment(
             name,
             [] if series is not None else list(specs),
             folder,
-            settings={name: settings_dict(settings), **({"rows": dict(rows)} if rows else {})},
+            settings=groups,
             series=series,
             progress=False,
-            text=text,
+            text=common.get("text"),
             options=options,
+            kept=kept,
         )
         stored = read_run_tables(folder)
         tables = {t: stored[t] for t in own if t in stored}
@@ -112,6 +115,7 @@ def call(
     exp = experiment(name)
     chosen = settings_from(exp.settings, settings)  # every value checked: nothing loaded yet
     windows = None if rows is None else settings_dict(settings_from(Rows, rows))
+    groups = {name: settings_dict(chosen), **({"rows": windows} if windows else {})}
     options = check_common(common)  # the CaptureOptions, built once
     if common.get("steps") is not None and exp.combine is None:
         raise AttncodaError(
@@ -119,67 +123,49 @@ def call(
         )
     items, kind = sources(source)
     if kind == "live":
-        return _on_live(name, items, chosen, common, options, windows)
+        return _on_live(name, items, groups, common, options)
     if kind == "capture":
         if windows is not None and windows != settings_dict(Rows()):
             raise AttncodaError(
                 f"docs= and max_tokens= say which windows of a model spec {name} reads: a "
                 "capture holds its own rows; capture other windows instead"
             )
-        return _on_captures(name, items, chosen, common, options)
+        return _on_captures(name, items, {name: groups[name]}, common, options)
     if common.get("steps") is not None or common.get("names") is not None:
         raise AttncodaError(
             "steps= and names= are for captures: a run names its models by their specs and "
             "reads a series' steps from its spec"
         )
-    specs = [str(s) for s in items]
-    return _on_specs(
-        name,
-        specs,
-        chosen,
-        out=common.get("out"),
-        text=common.get("text"),
-        options=options,
-        rows=windows,
-    )
+    return _on_specs(name, [str(s) for s in items], groups, options, common)
 
 
 def _on_live(
     name: str,
     items: Sequence[Any],
-    settings: Any,
+    groups: Mapping[str, Any],
     common: Mapping[str, Any],
     options: CaptureOptions,
-    rows: Mapping[str, Any] | None = None,
 ) -> Result:
     """Run ``name`` on live models through the runner with ``options``, as on specs (the
-    runner is lent them: :func:`attncoda.run.loaded.lend`)."""
+    runner is lent them: :meth:`Loaded.lend <attncoda.run.loaded.Loaded.lend>`)."""
     from attncoda.api._sources import live_entries
-    from attncoda.run.loaded import lend
 
     entries = live_entries(items, common.get("names"), name)
-    for option, default in (("device", "auto"), ("dtype", None), ("device_map", None)):
-        if getattr(options, option) != default:
+    defaults = {f.name: f.default for f in dataclasses.fields(options)}
+    for option in ("device", "dtype", "device_map"):
+        if getattr(options, option) != defaults[option]:
             raise AttncodaError(
                 f"{option}={getattr(options, option)!r} is for model specs: a live model runs "
                 "where and in the dtype it is"
             )
-    with lend(entries):
-        return _on_specs(
-            name,
-            list(entries),
-            settings,
-            out=common.get("out"),
-            text=common.get("text"),
-            options=options,
-            rows=rows,
-        )
+    with Loaded().lend(entries) as kept:
+        return _on_specs(name, list(entries), groups, options, common, kept)
 
 
 def _on_captures(
     name: str,
     captures: Sequence[Any],
-    settings: Any,
+    groups: Mapping[str, Any],
     common: Mapping[str, Any],
     options: CaptureOptions,
 ) -> Result:
@@ -188,7 +174,6 @@ def _on_captures(
     ``steps``) and read as attention handed in."""
     from attncoda.experiments.contract import experiment
     from attncoda.run.captured import handed_in
-    from attncoda.run.loaded import lend
 
     exp = experiment(name)
     model_free = not {"model", "windows"} & set(exp.needs)
@@ -201,10 +186,8 @@ def _on_captures(
     if exp.combine is None:
         labels = capture_names(captures, given)
         entries = {label: handed_in(c, label) for label, c in zip(labels, captures, strict=True)}
-        with lend(entries):
-            return _on_specs(
-                name, labels, settings, out=common.get("out"), text=None, options=options
-            )
+        with Loaded().lend(entries) as kept:
+            return _on_specs(name, labels, groups, options, {**common, "text": None}, kept)
     # One series: one name for every checkpoint's capture, a step for each.
     if given is not None and not isinstance(given, str):
         raise AttncodaError(f"names={given!r}: give the series one name (a str)")
@@ -219,16 +202,12 @@ def _on_captures(
     labels = [f"{series}@step{int(s)}" for s in steps]
     entries = {label: handed_in(c, label) for label, c in zip(labels, captures, strict=True)}
     points = [(int(s), label) for s, label in zip(steps, labels, strict=True)]
-    with lend(entries, {series: points}):
-        return _on_specs(
-            name, [series], settings, out=common.get("out"), text=None, options=options
-        )
+    with Loaded().lend(entries, {series: points}) as kept:
+        return _on_specs(name, [series], groups, options, {**common, "text": None}, kept)
 
 
 def run_function(name: str, values: Mapping[str, Any]) -> Result:
     """Call ``name`` with an API function's parameters ``values`` (its ``locals()``)."""
-    import dataclasses
-
     values = dict(values)
     source = values.pop("source")
     common = {k: values.pop(k, None) for k in COMMON_OPTIONS if k != "source"}

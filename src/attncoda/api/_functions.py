@@ -1,7 +1,9 @@
 """The experiment functions, one per experiment of the registry, made from its declaration:
-the common options, then every field of the shared rows' settings (for an experiment that
-reads rows) and of the experiment's ``Settings`` with its default
-(:mod:`attncoda.api._signatures` checks every value and builds the docstring)."""
+the capture options (one keyword per field of
+:class:`~attncoda.capture.options.CaptureOptions`), the function's own, then every field of
+the shared rows' settings (for an experiment that reads rows) and of the experiment's
+``Settings`` with its default (:mod:`attncoda.api._signatures` checks every value and builds
+the docstring)."""
 
 from __future__ import annotations
 
@@ -14,26 +16,18 @@ from typing import Any
 
 from attncoda.api._call import run_function
 from attncoda.api._result import Result
-from attncoda.api._signatures import experiment_function, rows_settings
+from attncoda.api._signatures import experiment_function, option_parameters, rows_settings
+from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import REGISTRY, experiment
 
 __all__ = ["functions"]
 
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
-#: The common options of every function, with their defaults and annotations, in order
-#: (``steps`` only for an experiment over a checkpoint series).
-_COMMON: tuple[tuple[str, Any, Any], ...] = (
-    ("sink", "first", "str"),
-    ("seed", 0, "int"),
+#: The function's own options beside the capture options, with their defaults and
+#: annotations, in order (``steps`` only for an experiment over a checkpoint series).
+_OWN: tuple[tuple[str, Any, Any], ...] = (
     ("out", None, "str | Path | None"),
-    ("device", "auto", "str"),
-    ("dtype", None, "str | None"),
-    ("method", "exact", "str"),
-    ("kernel", "auto", "str"),
-    ("device_map", None, "str | dict[str, int | str] | None"),
-    ("max_memory", None, "dict[int | str, int | str] | str | None"),
-    ("offload_folder", None, "str | Path | None"),
     ("text", None, "str | None"),
     ("names", None, "Sequence[str] | str | None"),
 )
@@ -43,9 +37,10 @@ def _signature(name: str) -> inspect.Signature:
     declared = experiment(name)
     series = declared.command is not None and declared.command.sources == "series"
     params = [
-        inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Any")
+        inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Any"),
+        *option_parameters(CaptureOptions),
     ]
-    for option, default, annotation in _COMMON:
+    for option, default, annotation in _OWN:
         if series and option == "names":
             annotation = "str | None"  # one name for the series
         params.append(inspect.Parameter(option, _KEYWORD, default=default, annotation=annotation))

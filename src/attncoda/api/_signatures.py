@@ -13,14 +13,11 @@ import inspect
 import re
 import textwrap
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from attncoda._errors import AttncodaError, one_line_errors
-from attncoda.capture.kernels.registry import describe
+from attncoda.capture.options import CaptureOptions, about
 from attncoda.experiments.contract import RENAMED
-
-if TYPE_CHECKING:
-    from attncoda.capture.options import CaptureOptions
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -28,13 +25,34 @@ __all__ = [
     "check_common",
     "docstring",
     "experiment_function",
+    "option_docs",
+    "option_parameters",
     "python_spelling",
     "rows_settings",
 ]
 
 
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+def option_docs(cls: type) -> dict[str, tuple[str, str]]:
+    """Each capture option of ``cls`` (:class:`~attncoda.capture.options.CaptureOptions`),
+    as :data:`COMMON_OPTIONS` says it: its numpydoc type and text, from its declaration."""
+    return {f.name: (about(f).kind, about(f).doc_text()) for f in dataclasses.fields(cls)}
+
+
+def option_parameters(cls: type) -> list[inspect.Parameter]:
+    """The keywords of the capture options of ``cls``, each with its declared default and
+    annotation, in the declaration's order."""
+    return [
+        inspect.Parameter(f.name, _KEYWORD, default=f.default, annotation=about(f).annotation)
+        for f in dataclasses.fields(cls)
+    ]
+
+
 #: The options every experiment function takes beside its settings, and what each is
-#: (the docstring's text; ``steps`` is collapse's alone).
+#: (the docstring's text): the source, the capture options (:func:`option_docs`), then the
+#: API's own (``steps`` is collapse's alone).
 COMMON_OPTIONS = {
     "source": (
         "str, Capture, live model, or a list of one kind",
@@ -45,44 +63,11 @@ COMMON_OPTIONS = {
         "object itself; or captures (:func:`attncoda.capture_windows`, "
         ":func:`attncoda.from_attentions`), lent to the same runner as attention handed in.",
     ),
-    "sink": ("str", 'Sink spec (docs/design.md, "Sinks").'),
-    "seed": ("int", "The run's seed (bootstrap resamples, MDS, random pruning)."),
+    **option_docs(CaptureOptions),
     "out": (
         "str or path, optional",
         "The run folder to keep (``attncoda report OUT`` renders it); None: a temporary "
         "folder, removed when the function returns.",
-    ),
-    "device": (
-        "str",
-        'Model specs only: where models run (``"cpu"``, ``"cuda"``, or ``"auto"``: CUDA where '
-        "torch sees a GPU, else the CPU).",
-    ),
-    "dtype": ("str, optional", "Model specs only: the models' parameter dtype (None: float32)."),
-    "method": (
-        "str",
-        'Model specs and live models: the capture method, ``"exact"`` (the reference) or '
-        '``"fast"``.',
-    ),
-    "kernel": (
-        "str",
-        'Model specs and live models, with ``method="fast"``: the fast path\'s kernel, '
-        f"{describe(quoted=True)}.",
-    ),
-    "device_map": (
-        "str or dict, optional",
-        "Model specs only: spread each model over GPUs, the CPU and the disk instead of "
-        '``device`` (``"auto"``, ``"balanced"``, ``"sequential"`` or ``{module: device}``, as '
-        "for :func:`attncoda.load_model`); weights put on the disk go to ``out/offload``.",
-    ),
-    "max_memory": (
-        "dict or str, optional",
-        "Model specs with a ``device_map`` only: memory limits per device, "
-        '``{0: "2GiB", "cpu": "8GiB"}`` (or the text ``"0=2GiB,cpu=8GiB"``).',
-    ),
-    "offload_folder": (
-        "str or path, optional",
-        "Model specs with a ``device_map`` only: where weights the map puts on the disk go "
-        "(None: ``out/offload``).",
     ),
     "text": (
         "str, optional",
@@ -242,28 +227,12 @@ def python_spelling(
 
 
 def check_common(common: Mapping[str, Any]) -> CaptureOptions:
-    """The :class:`~attncoda.capture.options.CaptureOptions` of the common options, built once:
-    a value the run would refuse later is refused here, before anything loads (the CLI builds
-    the same object from its options, :func:`attncoda.cli._args.validate`)."""
-    from attncoda.capture.options import CaptureOptions
-
-    options = CaptureOptions(
-        **{
-            k: common[k]
-            for k in (
-                "device",
-                "dtype",
-                "method",
-                "kernel",
-                "device_map",
-                "max_memory",
-                "offload_folder",
-                "sink",
-                "seed",
-            )
-            if common.get(k) is not None or k == "dtype"
-        }
-    )
+    """The :class:`~attncoda.capture.options.CaptureOptions` of the common options, built once
+    from those given (the others keep the declaration's default): a value the run would
+    refuse later is refused here, before anything loads (the CLI builds the same object from
+    its options, :func:`attncoda.cli._args.validate`)."""
+    given = {f.name: common.get(f.name) for f in dataclasses.fields(CaptureOptions)}
+    options = CaptureOptions(**{k: v for k, v in given.items() if v is not None})
     if common.get("text") is not None:
         from attncoda.data.corpus import read_corpus
 

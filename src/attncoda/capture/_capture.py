@@ -23,8 +23,8 @@ forward helpers (:mod:`attncoda.capture._forward`) and :func:`record_plan`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-def capture(
+def capture(  # params: the public entry point, each keyword one a caller sets # long: their docs
     model, input_ids, attention_mask=None, *, sink="first", tokenizer=None,
     block_size: int = 512, record_rows="auto", seed: int = 0, mode: str = "auto",
     zeros: str = "raise", prepend_bos: bool = False, method: str = "exact",
@@ -138,42 +138,39 @@ def capture(
         Bad arguments, a model whose attention cannot be routed (``mode="attention"``), a
         zero probability under ``zeros="raise"``, sink specs that do not fit a document.
     """
-    plan = _plan(
-        model, options, sink, seed, method, kernel, mode=mode, zeros=zeros,
-        block_size=block_size, record_rows=record_rows, keep_outputs=keep_outputs,
-        prepend_bos=prepend_bos, tokenizer=tokenizer, first_doc=_first_doc,
+    asked = CapturePlan(
+        sink, seed, method, block_size, record_rows, tokenizer, _first_doc, kernel=kernel,
+        mode=mode, zeros=zeros, keep_outputs=keep_outputs, prepend_bos=prepend_bos,
     )  # fmt: skip
+    plan = _plan(model, asked if options is None else _from_options(asked, options))
     if kind_of(model) != "hf":  # a wrapper runs its own forward, recorded
         return capture_live(model, input_ids, attention_mask, plan)
     batch, plan = _batch(model, input_ids, attention_mask, plan)
     return _captured(model, batch, plan)
 
 
-def _plan(
-    model, options, sink, seed, method, kernel, *, mode, zeros, block_size, record_rows,
-    keep_outputs, prepend_bos, tokenizer, first_doc,
-) -> CapturePlan:  # fmt: skip
-    """The plan of one :func:`capture` call: its arguments (as there; ``options`` gives the
-    sink, seed, method and kernel) checked against each other and the model, once."""
-    if options is not None:
-        sink, seed, method, kernel = _from_options(options, sink, seed, method, kernel)
-    if mode not in MODES:
+def _plan(model, asked: CapturePlan) -> CapturePlan:
+    """The plan of one :func:`capture` call: what it ``asked`` (its keywords as given, the
+    sink a spec, the mode and kernel as asked) checked against each other and the model,
+    once."""
+    if asked.mode not in MODES:
         raise AttncodaError(
-            f"unknown mode {mode!r}: use 'auto' (route when possible), 'attention' (routed, "
-            f"exact) or 'outputs' (eager output_attentions)"
+            f"unknown mode {asked.mode!r}: use 'auto' (route when possible), 'attention' "
+            f"(routed, exact) or 'outputs' (eager output_attentions)"
         )
-    check_choice("zero policy", zeros, ZEROS)
+    check_choice("zero policy", asked.zeros, ZEROS)
+    method, kernel = asked.method, cast(str, asked.kernel)  # as asked: checked below
     check_choice("method", method, METHODS)
-    check_block_size(block_size)
+    check_block_size(asked.block_size)
     if kernel not in KERNELS:
         resolve_kernel(kernel, "cpu")  # the unknown-kernel message
-    spec = parse_sink(sink)
-    record_plan([1], record_rows, seed, 0)  # validates record_rows
+    spec = parse_sink(asked.sink)
+    record_plan([1], asked.record_rows, asked.seed, 0)  # validates record_rows
     name = type(model).__name__
     device = None
-    resolved = "attention" if mode == "auto" else mode
+    resolved = "attention" if asked.mode == "auto" else asked.mode
     if kind_of(model) != "hf":
-        _check_wrapped(name, method, kernel, resolved, keep_outputs)
+        _check_wrapped(name, method, kernel, resolved, asked.keep_outputs)
     else:
         device = input_device(model)
         if method == "fast":
@@ -183,42 +180,32 @@ def _plan(
             raise AttncodaError(
                 f"{name} is in training mode: capture runs in eval mode only (call model.eval())"
             )
-        if mode == "auto" and not routable(model):
+        if asked.mode == "auto" and not routable(model):
             resolved = "outputs"
         if spec.learned and resolved == "outputs":
             raise AttncodaError(
                 f"sink {spec.text!r} needs the learned sink logits, which eager outputs do "
                 f"not carry: capture {name} with mode='attention'"
             )
-    return CapturePlan(
-        spec, seed, method, block_size, record_rows, tokenizer, first_doc,
-        kernel=kernel if method == "fast" and device is not None else None, mode=resolved,
-        auto_mode=mode == "auto", zeros=zeros, keep_outputs=keep_outputs,
-        prepend_bos=prepend_bos, device=device,
+    return replace(
+        asked, sink=spec, kernel=kernel if method == "fast" and device is not None else None,
+        mode=resolved, auto_mode=asked.mode == "auto", device=device,
     )  # fmt: skip
 
 
-def _from_options(
-    options: CaptureOptions, sink: Any, seed: int, method: str, kernel: str
-) -> tuple[Any, int, str, str]:
-    """The sink, seed, method and kernel of ``options``; a keyword of the same name given
-    beside it (not its default) is refused, since the two could disagree."""
-    given = [
-        f"{name}={value!r}"
-        for name, value, default in (
-            ("sink", sink, "first"),
-            ("seed", seed, 0),
-            ("method", method, "exact"),
-            ("kernel", kernel, "auto"),
-        )
-        if value != default
-    ]
+def _from_options(asked: CapturePlan, options: CaptureOptions) -> CapturePlan:
+    """``asked`` with the sink, seed, method and kernel of ``options``; a keyword of the same
+    name given beside them (not the declaration's default) is refused, since the two could
+    disagree."""
+    names = ("sink", "seed", "method", "kernel")
+    declared = {f.name: f.default for f in fields(options) if f.name in names}
+    given = [f"{n}={getattr(asked, n)!r}" for n in names if getattr(asked, n) != declared[n]]
     if given:
         raise AttncodaError(
             f"options= already says the sink, seed, method and kernel: drop {', '.join(given)} "
             "or set it in the options"
         )
-    return options.sink, options.seed, options.method, options.kernel
+    return replace(asked, **{name: getattr(options, name) for name in names})
 
 
 def _check_wrapped(name: str, method: str, kernel: str, mode: str, keep_outputs: bool) -> None:

@@ -29,6 +29,7 @@ from attncoda.capture.names import ATTENTION_FILES
 __all__ = [
     "AT_LEAST",
     "Parser",
+    "add_options",
     "add_settings",
     "bind_setting",
     "ints",
@@ -228,15 +229,32 @@ def _files(args: argparse.Namespace) -> None:
                 )
 
 
-def _options(args: argparse.Namespace) -> None:
-    """Build the command's :class:`~attncoda.capture.options.CaptureOptions` once, as
-    ``args.options``: ``--device``, ``--dtype``, ``--method``, ``--kernel``, ``--device-map``
-    with ``--max-memory`` and ``--offload-folder``, ``--sink`` and ``--seed``."""
-    if not hasattr(args, "device_map"):
-        return
-    from attncoda.capture.options import CaptureOptions
-    from attncoda.models.placement import parse_max_memory
+def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One option per field of the capture options ``cls`` (declared with
+    :func:`~attncoda.capture.options.option`): ``--<field-name>``, its choices, type, metavar
+    and help from the field, default None (the declaration's stands); :func:`validate` builds
+    ``args.options`` of those given."""
+    from attncoda.capture.options import about
 
+    for f in dataclasses.fields(cls):
+        declared = about(f)
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=declared.parse,
+            choices=declared.choices() if declared.choices is not None else None,
+            metavar=declared.metavar,
+            help=declared.help_text(f.default),
+        )
+    parser.set_defaults(_options_class=cls)
+
+
+def _options(args: argparse.Namespace) -> None:
+    """Build the command's capture options (the class :func:`add_options` read, given
+    options only: the others keep the declaration's default) once, as ``args.options``."""
+    cls = getattr(args, "_options_class", None)
+    if cls is None:
+        return
     if args.device_map is None:
         for dest in ("max_memory", "offload_folder"):
             if getattr(args, dest) is not None:
@@ -244,18 +262,8 @@ def _options(args: argparse.Namespace) -> None:
                     f"{_flag(args, dest)} {getattr(args, dest)} needs --device-map: add "
                     f"--device-map auto (or balanced, sequential), or drop {_flag(args, dest)}"
                 )
-    limits = None if args.max_memory is None else parse_max_memory(args.max_memory)
-    args.options = CaptureOptions(
-        device=args.device,
-        dtype=args.dtype,
-        method=args.method,
-        kernel=args.kernel,
-        device_map=args.device_map,
-        max_memory=limits,
-        offload_folder=args.offload_folder,
-        sink=getattr(args, "sink", "first"),
-        seed=getattr(args, "seed", 0),
-    )
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+    args.options = cls(**{name: value for name, value in given.items() if value is not None})
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -266,12 +274,8 @@ def validate(args: argparse.Namespace) -> None:
     AttncodaError
         With a message that names the option and its value and says what to give instead.
     """
-    from attncoda.capture.sinks import parse_sink
-
     _settings(args)
     _numbers(args)
-    if getattr(args, "sink", None) is not None:
-        parse_sink(args.sink)
     models = getattr(args, "models", None)
     if isinstance(models, tuple) and not models:
         raise AttncodaError("--models is empty: give a comma list of models, e.g. smollm2,minilm")

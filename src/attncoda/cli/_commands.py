@@ -139,7 +139,7 @@ def _experiment(args: argparse.Namespace) -> int:
     def facts(model: str, revision: str) -> dict[str, Any]:
         return _facts(out, Unit(name, model, revision))
 
-    print(command.summary(tables, facts, args.sink))
+    print(command.summary(tables, facts, args.options.sink))
     _finish(out)
     return _print_failed(failed)
 

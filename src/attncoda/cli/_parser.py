@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attncoda._errors import AttncodaError, one_line_errors
-from attncoda.cli._args import Parser, add_settings, bind_setting, names, validate
+from attncoda.cli._args import Parser, add_options, add_settings, bind_setting, names, validate
 from attncoda.experiments.contract import RULES
 from attncoda.run.pool import cores
 
@@ -23,57 +23,16 @@ def _rows(p: argparse.ArgumentParser) -> None:
 
 def _corpus_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
-    p.add_argument(
-        "--sink",
-        default="first",
-        help="first | auto | positions like 0 or 0,1 | a token like [CLS] or id:101",
-    )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="run folder (default: attncoda-out/<command>/<model>)")
     _capture_options(p)
 
 
 def _capture_options(p: argparse.ArgumentParser) -> None:
-    from attncoda.capture.kernels.registry import KERNELS, describe
-    from attncoda.capture.names import METHODS
-    from attncoda.capture.options import DEVICES, DTYPES
-    from attncoda.models.placement import DEVICE_MAPS
+    """The capture options, one per field of their declaration (``--sink``, ``--seed``,
+    ``--device``, ...: :class:`~attncoda.capture.options.CaptureOptions`)."""
+    from attncoda.capture.options import CaptureOptions
 
-    p.add_argument(
-        "--device",
-        default="auto",
-        choices=DEVICES,
-        help="where models run (default: auto, CUDA where torch sees a GPU, else the CPU)",
-    )
-    p.add_argument(
-        "--device-map",
-        choices=DEVICE_MAPS,
-        help="spread each model over the GPUs, the CPU and the disk instead of --device "
-        "(transformers' device_map strategies)",
-    )
-    p.add_argument(
-        "--max-memory",
-        metavar="DEV=SIZE,...",
-        help="with --device-map: the most each device holds, e.g. 0=2GiB,cpu=8GiB",
-    )
-    p.add_argument(
-        "--offload-folder",
-        metavar="DIR",
-        help="with --device-map: where weights put on the disk go (default: OUT/offload)",
-    )
-    p.add_argument("--dtype", choices=DTYPES, help="model parameter dtype (default: float32)")
-    p.add_argument(
-        "--method",
-        default="exact",
-        choices=METHODS,
-        help="capture: exact (the reference) or fast (statistics from the fused kernel)",
-    )
-    p.add_argument(
-        "--kernel",
-        default="auto",
-        choices=KERNELS,
-        help=f"the fast path's kernel: {describe()}",
-    )
+    add_options(p, CaptureOptions)
 
 
 def _attention_options(p: argparse.ArgumentParser, several: bool) -> None:
@@ -96,7 +55,7 @@ def _attention_options(p: argparse.ArgumentParser, several: bool) -> None:
     )
 
 
-def _run_options(p: argparse.ArgumentParser) -> None:
+def _run_options(p: argparse.ArgumentParser) -> None:  # long: a run command's options, in order
     from attncoda.experiments.contract import EXPERIMENTS, experiment
     from attncoda.run.config import DEMO_MODELS, Rows
 
@@ -153,8 +112,6 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "the default) or text (the corpus; no sink grows)",
     )
     p.add_argument("--text", help="a .txt or .jsonl corpus (default: the embedded one)")
-    p.add_argument("--sink", default="first", help="sink spec, as for profile")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--workers",
         type=int,

@@ -21,9 +21,10 @@ contract of ``pyproject.toml`` checks it), from the top:
   ``compare`` (whether two run folders hold the same evidence, and the shipped reference
   run), ``config`` (the run config, typed and frozen); then its parts: ``series`` (the series of
   collapse, the one trained, the unseen runs) and ``options`` (the capture options as
-  recorded); ``loaded`` (what a process keeps and what a caller lends it, a loaded model's
-  identity); ``captured`` (the corpus windows a run reads, a model's capture of them,
-  attention handed in) and ``stored`` (a finished unit's tables and arrays read back).
+  recorded); ``loaded`` (``Loaded``, what a runner keeps and what a caller lends it, owned
+  and passed; a loaded model's identity); ``captured`` (the corpus windows a run reads, a
+  model's capture of them, attention handed in) and ``stored`` (a finished unit's tables and
+  arrays read back).
 
 It may import every layer below it (experiments, capture, models, training, store, data,
 coda); never the API or the CLI.

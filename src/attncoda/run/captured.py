@@ -329,7 +329,8 @@ def capture_file(
 
 def handed_in(cap: Any, label: str) -> Captured:
     """The :class:`Captured` of a capture handed to an experiment function, labelled
-    ``label``: what the runner reads when it is lent (:func:`attncoda.run.loaded.lend`)."""
+    ``label``: what the runner reads when it is lent
+    (:meth:`Loaded.lend <attncoda.run.loaded.Loaded.lend>`)."""
     info = GivenInfo(
         spec=label,
         path="",

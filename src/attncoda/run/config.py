@@ -24,7 +24,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.options import CaptureOptions
@@ -35,7 +36,8 @@ from attncoda.experiments.contract import (
     settings_dict,
     settings_from,
 )
-from attncoda.run.options import options_from_json, options_json, recorded
+from attncoda.run.loaded import Loaded
+from attncoda.run.options import recorded
 from attncoda.run.series import Series, TrainSeries, series_of
 
 __all__ = [
@@ -161,13 +163,14 @@ class RunConfig:
                 else {"files": list(files.files), "tokens": files.tokens, "kind": files.kind}
             ),
             "corpus": dataclasses.asdict(self.corpus),
-            **options_json(self.options),
+            **self.options.to_json(),
         }
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> RunConfig:
-        """The config a manifest records (:meth:`to_json`); its options as recorded, not
-        checked again (:func:`attncoda.run.options.options_from_json`)."""
+        """The config a manifest records (:meth:`to_json`); its options checked as any are,
+        but not against this machine (:meth:`CaptureOptions.from_json
+        <attncoda.capture.options.CaptureOptions.from_json>`)."""
         given = stored["attentions"]
         return cls(
             models=tuple(stored["models"]),
@@ -186,7 +189,7 @@ class RunConfig:
                 else Attentions(tuple(given["files"]), given["tokens"], given["kind"])
             ),
             corpus=Corpus(**stored["corpus"]),
-            options=options_from_json(stored),
+            options=CaptureOptions.from_json(stored),
         )
 
 
@@ -195,17 +198,20 @@ class RunConfig:
 #: run): prune, whose every evaluation is a forward pass over its windows and a language-
 #: model head (Gemma 3's has 262,144 rows), evaluates its 16 windows at 64 tokens and two
 #: head counts; ``full`` is the paper's grid.
-SCALES: dict[str, dict[str, dict[str, Any]]] = {
-    "demo": {"prune": {"ks": [16, 64], "max_tokens": 64}},
-    "full": {
-        "rows": {"docs": 16},
-        "profile": {"docs": 32},
-        "flips": {"n_boot": 1000},
-        "collapse": {"docs": 32},
-        "prune": {"ks": [1, 2, 4, 8, 16, 32, 64], "profile_docs": 16, "eval_docs": 16},
-    },
-}
-_GROUPS = {"rows": Rows, "train": TrainSeries}
+SCALES: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({
+    scale: MappingProxyType({group: MappingProxyType(v) for group, v in groups.items()})
+    for scale, groups in cast(dict[str, dict[str, dict[str, Any]]], {
+        "demo": {"prune": {"ks": (16, 64), "max_tokens": 64}},
+        "full": {
+            "rows": {"docs": 16},
+            "profile": {"docs": 32},
+            "flips": {"n_boot": 1000},
+            "collapse": {"docs": 32},
+            "prune": {"ks": (1, 2, 4, 8, 16, 32, 64), "profile_docs": 16, "eval_docs": 16},
+        },
+    }).items()
+})  # fmt: skip
+_GROUPS = MappingProxyType({"rows": Rows, "train": TrainSeries})
 
 
 def closure(experiments: Sequence[str]) -> list[str]:
@@ -248,7 +254,7 @@ def _merged(scale: str, settings: Mapping[str, Mapping[str, Any]] | None) -> dic
     return merged
 
 
-def run_config(
+def run_config(  # params: the arguments of a run, keyword-only, each checked here # long: docs
     models: Sequence[str],
     *,
     series: str | None = None,
@@ -260,6 +266,7 @@ def run_config(
     attentions: Sequence[str] | None = None,
     tokens: str | None = None,
     kind: str | None = None,
+    lent: Loaded | None = None,
 ) -> RunConfig:
     """The config of a run (see the module docstring for its keys), every value checked.
 
@@ -289,6 +296,9 @@ def run_config(
         Attention files read instead of models (``.npz``, ``.pt``, ``.safetensors``), token
         ids for token sinks and what the saved numbers are (see
         :func:`attncoda.run.captured.capture_file`).
+    lent : Loaded, optional
+        What the run's runner is lent (:meth:`Loaded.lend <attncoda.run.loaded.Loaded.lend>`):
+        a ``series`` that names a series of lent captures reads them.
 
     Raises
     ------
@@ -331,7 +341,7 @@ def run_config(
                 "(attention files serve experiments that read rows or statistics)"
             )
     wanted = settings_from(TrainSeries, overrides.get("train"))
-    train, collapse = series_of(series, wanted, planned)
+    train, collapse = series_of(series, wanted, planned, Loaded() if lent is None else lent)
     return RunConfig(
         models=tuple(models),
         experiments=tuple(planned),

@@ -21,34 +21,15 @@ from attncoda._errors import AttncodaError
 __all__ = ["checkpoint_stats", "prune_model"]
 
 
-def _capture(
-    model: Any,
-    tokenizer: Any,
-    windows: list[Any],
-    *,
-    sink: Any,
-    seed: int,
-    batch_size: int,
-    method: str,
-    kernel: str,
-) -> Any:
-    """Statistics of every row of ``windows`` (no full rows), as the call says."""
+def _capture(model: Any, tokenizer: Any, windows: list[Any], **how: Any) -> Any:
+    """Statistics of every row of ``windows`` (no full rows), captured ``how`` the call says
+    (its ``sink``, ``seed``, ``method``, ``kernel`` and ``batch_size``)."""
     from attncoda.capture import capture_windows
 
-    return capture_windows(
-        model,
-        windows,
-        batch_size=batch_size,
-        sink=sink,
-        tokenizer=tokenizer,
-        record_rows="none",
-        seed=seed,
-        method=method,
-        kernel=kernel,
-    )
+    return capture_windows(model, windows, tokenizer=tokenizer, record_rows="none", **how)
 
 
-def prune_model(
+def prune_model(  # params: a direct call's keywords, each documented below
     model: Any,
     tokenizer: Any,
     profile_windows: Sequence[Any],
@@ -89,16 +70,8 @@ def prune_model(
 
     if capture is None:
         ids = check_windows(profile_windows, "profile_windows")
-        capture = _capture(
-            model,
-            tokenizer,
-            ids,
-            sink=sink,
-            seed=seed,
-            batch_size=batch_size,
-            method=method,
-            kernel=kernel,
-        )
+        how = {"sink": sink, "seed": seed, "method": method, "kernel": kernel}
+        capture = _capture(model, tokenizer, ids, batch_size=batch_size, **how)
     elif (method, kernel) != ("exact", "auto"):
         raise AttncodaError(
             f"method={method!r} and kernel={kernel!r} say how prune captures, but a capture "
@@ -117,7 +90,7 @@ def prune_model(
     )
 
 
-def checkpoint_stats(
+def checkpoint_stats(  # params: a direct call's keywords, each documented below
     model: Any,
     tokenizer: Any,
     windows_ids: Sequence[Sequence[int]] | Sequence[Any],
@@ -166,14 +139,5 @@ def checkpoint_stats(
             f"checkpoint {point.label} has a vocabulary of {vocab} tokens, but the windows hold "
             f"token id {top}: make the windows with this series' tokenizer"
         )
-    cap = _capture(
-        model,
-        tokenizer,
-        windows,
-        sink=sink,
-        seed=seed,
-        batch_size=batch_size,
-        method=method,
-        kernel=kernel,
-    )
-    return capture_stats(cap, point)
+    how = {"sink": sink, "seed": seed, "method": method, "kernel": kernel}
+    return capture_stats(_capture(model, tokenizer, windows, batch_size=batch_size, **how), point)

@@ -24,6 +24,7 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract import Tables, experiment
 from attncoda.run.config import RunConfig, run_config
+from attncoda.run.loaded import Loaded
 from attncoda.run.plan import TRAIN, TRAIN_TABLES, Plan, plan
 from attncoda.run.provide import model_info, provide, remember, source, with_family
 from attncoda.run.stored import read_unit, write_arrays
@@ -36,15 +37,19 @@ __all__ = ["RUN", "finalise", "open_run", "run_unit", "writing"]
 RUN = "reproduce"
 
 
-def run_unit(unit: Unit, config: RunConfig, root: str | Path, command: str = RUN) -> dict[str, Any]:
+def run_unit(
+    unit: Unit, config: RunConfig, root: str | Path, command: str = RUN, kept: Loaded | None = None
+) -> dict[str, Any]:
     """Compute ``unit`` and write its partition into the run folder ``root``.
 
     The folder must already hold the run's manifest (made by :class:`RunStore` with
-    ``command`` and ``config``). A finished unit is not redone. Returns the facts recorded
-    with the unit: ``status`` (``"done"``, or ``"skipped"`` for a unit that does not apply
-    to its model, with ``note``), ``seconds``, the model facts and the experiment's summary.
-    A unit that raises leaves no partition behind (its folder is removed), so a rerun
-    computes it from scratch.
+    ``command`` and ``config``). A finished unit is not redone. ``kept`` is what the runner
+    keeps between units and was lent (:class:`~attncoda.run.loaded.Loaded`: the models it
+    loaded, their rows, the tables of its units); None: the unit's own, forgotten after it.
+    Returns the facts recorded with the unit: ``status`` (``"done"``, or ``"skipped"`` for a
+    unit that does not apply to its model, with ``note``), ``seconds``, the model facts and
+    the experiment's summary. A unit that raises leaves no partition behind (its folder is
+    removed), so a rerun computes it from scratch.
     """
     store = RunStore(Path(root), command, config.to_json())
     if store.is_done(unit):
@@ -52,7 +57,7 @@ def run_unit(unit: Unit, config: RunConfig, root: str | Path, command: str = RUN
     folder = store.begin(unit)
     start = time.perf_counter()
     try:
-        frames, facts = _compute(unit, config, store, folder)
+        frames, facts = _compute(unit, config, store, folder, Loaded() if kept is None else kept)
         facts["seconds"] = round(time.perf_counter() - start, 3)
         store.finish(unit, frames, facts)
     except BaseException:
@@ -62,9 +67,10 @@ def run_unit(unit: Unit, config: RunConfig, root: str | Path, command: str = RUN
 
 
 def _compute(
-    unit: Unit, config: RunConfig, store: RunStore, folder: Path
+    unit: Unit, config: RunConfig, store: RunStore, folder: Path, kept: Loaded
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The tables of ``unit`` and its facts (its arrays written into ``folder``)."""
+    """The tables of ``unit`` and its facts (its arrays written into ``folder``), by the
+    runner that keeps ``kept``."""
     facts: dict[str, Any] = {"status": "done", "note": ""}
     if unit.experiment == TRAIN:
         from attncoda.run.train import train_unit
@@ -72,7 +78,7 @@ def _compute(
         return train_unit(config, store.root), facts
     exp = experiment(unit.experiment)
     settings = config.settings[unit.experiment]
-    info = model_info(source(unit, config, store.root), config)
+    info = model_info(source(unit, config, store.root, kept), config)
     found, device = info
     combined = exp.combine is not None  # parts of one series table: no model facts
     facts["device"] = device
@@ -82,7 +88,7 @@ def _compute(
     if reason:
         facts["status"], facts["note"] = "skipped", reason
         return {}, facts
-    provided = provide(exp, unit, settings, config, store, info=info)
+    provided = provide(unit, config, store, kept, info=info)
     facts.update(provided.facts)
     if not combined:
         # The forward the capture followed, in the manifest's model facts.
@@ -98,7 +104,7 @@ def _compute(
     facts["note"] = str(tables.summary.get("note", ""))
     if tables.arrays:
         write_arrays(tables.arrays, folder)
-    remember(unit, config, store.root, tables)
+    remember(unit, config, store.root, kept, tables)
     return dict(tables.frames), facts
 
 

@@ -6,7 +6,8 @@ of ``job.todo`` after the units it waits for, and returns the units that failed,
 "ExceptionType: message"}``. A unit whose awaited unit failed is not run: it fails with a
 message that names that unit.
 
-- :class:`InProcess`: one unit after another in this process (Ray is not imported).
+- :class:`InProcess`: one unit after another in this process (Ray is not imported), with
+  one :class:`~attncoda.run.loaded.Loaded` per run (or the one it is given).
 - :class:`OnRay`: one Ray task per unit on a private local instance or an existing
   cluster (:mod:`attncoda.run.ray_tasks`).
 
@@ -23,6 +24,7 @@ from typing import Protocol, runtime_checkable
 
 from attncoda._errors import AttncodaError
 from attncoda.run.job import Job, Progress, describe, failed_before
+from attncoda.run.loaded import Loaded
 
 __all__ = ["Executor", "InProcess", "Job", "OnRay", "Progress", "describe", "failed_before"]
 
@@ -43,16 +45,20 @@ class InProcess:
         Times a failed unit is run again before it is reported.
     keep_going : bool
         Carry on after a failed unit (reported in the returned dict); ``False``: raise.
+    kept : Loaded, optional
+        What the units keep and are lent (live models, captures); None: one for each run.
     """
 
-    def __init__(self, retries: int = 0, keep_going: bool = True):
+    def __init__(self, retries: int = 0, keep_going: bool = True, kept: Loaded | None = None):
         self.retries = int(retries)
         self.keep_going = keep_going
+        self.kept = kept
 
     def run(self, job: Job, log: Progress) -> dict[str, str]:
         from attncoda._progress import shown
         from attncoda.run.execute import run_unit
 
+        kept = Loaded() if self.kept is None else self.kept
         failed: dict[str, str] = {}
         for unit in job.todo:
             log.start(unit)
@@ -66,7 +72,7 @@ class InProcess:
                 last = attempt == self.retries
                 try:
                     with shown(log.enabled):  # progress inside the unit, as the run's
-                        facts = run_unit(unit, job.config, job.root, job.command)
+                        facts = run_unit(unit, job.config, job.root, job.command, kept)
                 except AttncodaError as exc:
                     if not self.keep_going and last:
                         raise AttncodaError(f"unit {unit.key} failed: {exc}") from exc

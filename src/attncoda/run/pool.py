@@ -1,18 +1,17 @@
 """The units of a run in parallel on this machine: a pool of worker processes.
 
 :class:`LocalPool` is an executor (:class:`attncoda.run.executors.Executor`), as
-:class:`~attncoda.run.executors.InProcess` and :class:`~attncoda.run.executors.OnRay` are:
-a unit cannot tell where it runs. Each worker is a process of its own (started with
-``spawn``, so it imports torch itself) with its share of the cores as torch threads, and
-keeps the model it last loaded (the runner's per-process cache), so a model is loaded
-once per worker, not once per unit. Its threads (torch's and numpy's BLAS) are
-``cores() // workers``: a unit computes there exactly as in one process with as many
-threads. When fewer units are running than there are workers (the others have nothing
-ready), the running ones take the idle cores too (:func:`shares`), from their next step of
-long work on (:func:`attncoda._progress.between_steps`): the last long unit of a run
-(Gemma 3's prune in the demo) does not run on one core while the other sits idle. A thread
-count changes no value the tables hold: the test of the pool compares its tables with one
-process's.
+:class:`~attncoda.run.executors.InProcess` and :class:`~attncoda.run.executors.OnRay` are: a
+unit cannot tell where it runs. Each worker is a process of its own (started with ``spawn``, so
+it imports torch itself) with its share of the cores as torch threads, and keeps the model it
+last loaded (its own :class:`~attncoda.run.loaded.Loaded`: :func:`serve`), so a model is loaded
+once per worker, not once per unit. Its threads (torch's and numpy's BLAS) are ``cores() //
+workers``: a unit computes there exactly as in one process with as many threads. When fewer
+units are running than there are workers (the others have nothing ready), the running ones take
+the idle cores too (:func:`shares`), from their next step of long work on
+(:func:`attncoda._progress.between_steps`): the last long unit of a run (Gemma 3's prune in the
+demo) does not run on one core while the other sits idle. A thread count changes no value the
+tables hold: the test of the pool compares its tables with one process's.
 
 :class:`Schedule` chooses what each idle worker runs next, in plan order:
 
@@ -41,11 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attncoda._errors import AttncodaError
+from attncoda._progress import between_steps, shown
 from attncoda.run.job import Job, Progress, describe, failed_before
+from attncoda.run.loaded import Loaded
 from attncoda.run.plan import TRAIN, unit_cost
 from attncoda.store.runs import Unit
 
-__all__ = ["LocalPool", "Schedule", "available_memory", "cores", "died", "shares"]
+__all__ = ["LocalPool", "Schedule", "available_memory", "cores", "died", "serve", "shares"]
 
 
 def cores() -> int:
@@ -197,8 +198,8 @@ def shares(running: Any, workers: int, total: int) -> dict[int, int]:
 def _worker(
     index: int, threads: int, tasks: Any, results: Any, shown_progress: bool, allowed: Any
 ) -> None:  # pragma: no cover - runs in a child process
-    """A worker: run the units sent on ``tasks`` until ``None``, one result each; between two
-    steps of long work it follows its share of the cores (``allowed[index]``, :func:`shares`)."""
+    """A worker: :func:`serve`, following its share of the cores between two steps of long
+    work (``allowed[index]``, :func:`shares`)."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = str(threads)
     import torch
@@ -210,10 +211,6 @@ def _worker(
         threadpool_limits = None
     if threadpool_limits is not None:
         threadpool_limits(threads)
-    from attncoda._progress import between_steps, shown
-    from attncoda.run.execute import run_unit
-    from attncoda.run.loaded import clear_cache
-
     current = [threads]
 
     def follow() -> None:
@@ -226,21 +223,27 @@ def _worker(
             current[0] = want
 
     between_steps(follow)
+    serve(index, tasks, results, shown_progress, follow)
 
-    held = None
+
+def serve(index: int, tasks: Any, results: Any, shown_progress: bool, follow: Any) -> None:
+    """Worker ``index``'s loop: the units of ``tasks`` (to None) with its own :class:`Loaded`."""
+    from attncoda.run.execute import run_unit
+
+    kept, held = Loaded(), None
     while True:
         task = tasks.get()
         if task is None:
             return
         unit, config, root, command, spec = task
         if spec is not None and held is not None and spec != held:
-            clear_cache()  # one model per worker: the last one goes before the next loads
+            kept.clear()  # one model per worker: the last one goes before the next loads
         held = spec if spec is not None else held
         start = time.perf_counter()
         follow()
         try:
             with shown(shown_progress):
-                facts = run_unit(unit, config, root, command)
+                facts = run_unit(unit, config, root, command, kept)
         except BaseException as exc:  # reported to the parent, which decides
             results.put((index, "failed", describe(exc), isinstance(exc, AttncodaError)))
             if isinstance(exc, KeyboardInterrupt):
@@ -285,7 +288,7 @@ class LocalPool:
         self.budget = budget
         self.peak_of = peak_of
 
-    def run(self, job: Job, log: Progress) -> dict[str, str]:
+    def run(self, job: Job, log: Progress) -> dict[str, str]:  # long: one loop over its queues
         import multiprocessing
 
         from attncoda.models.peak import peak_bytes
@@ -294,10 +297,10 @@ class LocalPool:
         specs: dict[Unit, str | None] = {}
 
         def spec_of(unit: Unit) -> str | None:  # asked at every turn: found once a unit
-            if unit not in specs:
-                found = None if unit.experiment == TRAIN else source(unit, job.config, job.root)
-                specs[unit] = None if found is None or found.given else found.spec
-            return specs[unit]
+            if unit not in specs and unit.experiment != TRAIN:  # the train unit loads none
+                found = source(unit, job.config, job.root, Loaded())  # nothing lent to a pool
+                specs[unit] = None if found.given else found.spec
+            return specs.get(unit)
 
         n = min(self.workers, max(1, len(job.todo)))
         schedule = Schedule(

@@ -2,8 +2,9 @@
 tables of the experiments it runs after (the ``needs`` and ``after`` of
 :class:`attncoda.experiments.contract.Experiment`).
 
-What a process keeps between units (its models, their rows, the tables of its units) and
-what a caller lends it live in :mod:`attncoda.run.loaded`.
+What a runner keeps between units (its models, their rows, the tables of its units) and
+what a caller lends it are its :class:`~attncoda.run.loaded.Loaded`, which every unit's
+:class:`Source` carries.
 """
 
 from __future__ import annotations
@@ -19,14 +20,7 @@ from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import Experiment, Inputs, Reading, Tables, experiment
 from attncoda.models.spec import join_spec
 from attncoda.run.config import Rows, RunConfig
-from attncoda.run.loaded import (
-    cached,
-    keep,
-    lent_capture,
-    loaded,
-    options_key,
-    tokenizer_of,
-)
+from attncoda.run.loaded import Loaded, options_key
 from attncoda.run.plan import reads_series, series_point
 from attncoda.run.stored import read_unit
 from attncoda.store.runs import RunStore, Unit
@@ -51,10 +45,12 @@ class Source:
     spec : str
         What :func:`attncoda.load_model` loads (a series checkpoint: its folder or hub
         revision), the path of a given attention file, or the label of a capture lent to
-        the runner (:func:`attncoda.run.loaded.lend`).
+        the runner (:meth:`Loaded.lend <attncoda.run.loaded.Loaded.lend>`).
     options : CaptureOptions
         How its model loads and captures: the run's options in its folder
         (:meth:`RunConfig.options_at <attncoda.run.config.RunConfig.options_at>`).
+    kept : Loaded
+        What the runner keeps and was lent: the model is loaded, and its objects kept, there.
     given : bool
         Whether ``spec`` is attention handed in, a file or a lent capture (no model is
         loaded).
@@ -64,13 +60,14 @@ class Source:
 
     spec: str
     options: CaptureOptions
+    kept: Loaded
     given: bool = False
     point: Any = None
 
     def loaded(self) -> tuple:
-        """``(model, tokenizer, info)`` of :attr:`spec`, loaded by :attr:`options` once per
-        process (:func:`attncoda.run.loaded.loaded`)."""
-        return loaded(self.spec, self.options)
+        """``(model, tokenizer, info)`` of :attr:`spec`, loaded by :attr:`options` once by the
+        runner (:meth:`Loaded.loaded <attncoda.run.loaded.Loaded.loaded>`)."""
+        return self.kept.loaded(self.spec, self.options)
 
     @property
     def how(self) -> str:
@@ -78,18 +75,19 @@ class Source:
         return options_key(self.options)
 
 
-def source(unit: Unit, config: RunConfig, root: str | Path) -> Source:
-    """What ``unit`` of the run of ``config`` in folder ``root`` reads."""
+def source(unit: Unit, config: RunConfig, root: str | Path, kept: Loaded) -> Source:
+    """What ``unit`` of the run of ``config`` in folder ``root`` reads, by the runner that
+    keeps ``kept``."""
     options = config.options_at(root)
     if reads_series(unit, config):
         point = series_point(config, root, unit.revision, unit.model)
-        given = lent_capture(point.spec) is not None
-        return Source(spec=point.spec, options=options, given=given, point=point)
+        given = kept.lent_capture(point.spec) is not None
+        return Source(point.spec, options, kept, given=given, point=point)
     if config.attentions is not None:
         by_name = {Path(f).name: f for f in config.attentions.files}
-        return Source(spec=by_name[unit.model], options=options, given=True)
+        return Source(by_name[unit.model], options, kept, given=True)
     spec = join_spec(unit.model, unit.revision)
-    return Source(spec=spec, options=options, given=lent_capture(spec) is not None)
+    return Source(spec, options, kept, given=kept.lent_capture(spec) is not None)
 
 
 def _key(*parts: Any) -> str:
@@ -101,7 +99,7 @@ def _given(src: Source, config: RunConfig, record_rows: str) -> Any:
     or an attention file's."""
     from attncoda.run.captured import capture_file
 
-    handed = lent_capture(src.spec)
+    handed = src.kept.lent_capture(src.spec)
     if handed is not None:
         return handed
     given = config.attentions
@@ -141,15 +139,17 @@ def _rows(
         return replace(found, model=name), read
 
     sink, seed = src.options.sink, src.options.seed
-    return cached(("rows", src.spec, src.how, _key(name, rows, config.corpus, sink, seed)), make)
+    return src.kept.cached(
+        ("rows", src.spec, src.how, _key(name, rows, config.corpus, sink, seed)), make
+    )
 
 
 def _identity(src: Source) -> dict[str, Any]:
     """The identity (weights hash, ``train-tiny`` recipe) of the model a unit reads, computed
-    once per model and process (:func:`attncoda.run.loaded.identity_of`)."""
+    once per model by the runner (:func:`attncoda.run.loaded.identity_of`)."""
     from attncoda.run.loaded import identity_of
 
-    return cached(("identity", src.spec, src.how), lambda: identity_of(src.loaded()))
+    return src.kept.cached(("identity", src.spec, src.how), lambda: identity_of(src.loaded()))
 
 
 def _rows_read(
@@ -248,13 +248,13 @@ def _windows(
     first = series_point(config, root, config.series.points[0].label)
 
     def make() -> list:
-        tokenizer = tokenizer_of(first.spec, src.options)
+        tokenizer = src.kept.tokenizer_of(first.spec, src.options)
         windows, _ = corpus_windows(
             tokenizer, text=text, max_tokens=settings.max_tokens, docs=settings.docs
         )
         return [w.input_ids for w in windows]
 
-    return cached(("series_windows", first.spec, _key(text, settings)), make)
+    return src.kept.cached(("series_windows", first.spec, _key(text, settings)), make)
 
 
 @dataclass(frozen=True)
@@ -292,18 +292,19 @@ def model_info(src: Source, config: RunConfig) -> tuple[Any, str]:
 
 
 def provide(
-    exp: Experiment,
     unit: Unit,
-    settings: Any,
     config: RunConfig,
     store: RunStore,
+    kept: Loaded,
     *,
     info: tuple[Any, str] | None = None,
 ) -> Provided:
-    """The :class:`Inputs` of ``unit`` (an experiment ``exp`` with ``settings``) of the run
-    of ``config`` in ``store``'s folder. ``info``: :func:`model_info`, when known."""
+    """The :class:`Inputs` of ``unit`` (its experiment with the run's settings of it) of the
+    run of ``config`` in ``store``'s folder, by the runner that keeps ``kept``. ``info``:
+    :func:`model_info`, when known."""
     root = store.root
-    src = source(unit, config, root)
+    exp, settings = experiment(unit.experiment), config.settings[unit.experiment]
+    src = source(unit, config, root, kept)
     found, device = info or model_info(src, config)
     values: dict[str, Any] = {}
     facts: dict[str, Any] = {}
@@ -359,26 +360,24 @@ def _after_key(name: str, unit: Unit, src: Source, config: RunConfig) -> tuple:
     return ("after", src.spec, src.how, _key(name, unit.model, unit.revision, config.to_json()))
 
 
-def remember(unit: Unit, config: RunConfig, root: str | Path, tables: Tables) -> None:
-    """Keep the tables ``unit`` stored, for the units of this process that run after it."""
-    src = source(unit, config, root)
-    keep(_after_key(unit.experiment, unit, src, config), tables)
+def remember(unit: Unit, config: RunConfig, root: str | Path, kept: Loaded, tables: Tables) -> None:
+    """Keep the tables ``unit`` stored in ``kept``, for the units that run after it there."""
+    src = source(unit, config, root, kept)
+    kept.keep(_after_key(unit.experiment, unit, src, config), tables)
 
 
 def _after(
     name: str, unit: Unit, src: Source, config: RunConfig, store: RunStore, family: str
 ) -> Tables:
-    """The tables of experiment ``name`` on the unit's model and revision: kept by this
-    process, else read back from the finished unit, else computed here (a unit the plan
+    """The tables of experiment ``name`` on the unit's model and revision: kept by the
+    runner, else read back from the finished unit, else computed here (a unit the plan
     does not hold, such as flips on a series checkpoint)."""
     prior = Unit(name, unit.model, unit.revision)
 
     def make() -> Tables:
         if store.is_done(prior):
             return read_unit(store, prior)
-        exp = experiment(name)
-        settings = config.settings[name]
-        provided = provide(exp, prior, settings, config, store)
-        return with_family(exp.run(provided.inputs, settings), family)
+        provided = provide(prior, config, store, src.kept)
+        return with_family(experiment(name).run(provided.inputs, config.settings[name]), family)
 
-    return cached(_after_key(name, prior, src, config), make)
+    return src.kept.cached(_after_key(name, prior, src, config), make)

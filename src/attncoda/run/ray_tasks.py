@@ -37,7 +37,8 @@ TASK_CPUS = 1
 def _unit_task(
     unit: Unit, config: RunConfig, root: str, command: str, *after: Any
 ) -> dict[str, Any]:
-    """Body of one Ray task: compute ``unit`` into the run folder ``root``.
+    """Body of one Ray task: compute ``unit`` into the run folder ``root``, with a
+    :class:`~attncoda.run.loaded.Loaded` of its own (it loads its model itself).
 
     ``after`` holds the results of the units this one waits for (Ray passes them once they
     are finished); they are not used.
@@ -45,10 +46,11 @@ def _unit_task(
     import torch
 
     from attncoda.run.execute import run_unit
+    from attncoda.run.loaded import Loaded
 
     torch.set_num_threads(TASK_CPUS)
     start = time.perf_counter()
-    facts = run_unit(unit, config, root, command)
+    facts = run_unit(unit, config, root, command, Loaded())
     return {**facts, "_wall": time.perf_counter() - start}
 
 

@@ -28,6 +28,7 @@ from attncoda.experiments.contract import EXPERIMENTS
 from attncoda.run.config import RunConfig
 from attncoda.run.execute import RUN, finalise, open_run, writing
 from attncoda.run.executors import Executor, InProcess, Job, Progress
+from attncoda.run.loaded import Loaded
 from attncoda.run.plan import Plan
 from attncoda.run.pool import LocalPool
 from attncoda.store.guard import check_run_folder, new_folders, remove_created
@@ -113,14 +114,8 @@ def execute_run(
 def check_models(models: Sequence[str], series: str | None = None, *, cache: bool = True) -> None:
     """Refuse a model spec or series checkpoint that cannot load, before a run folder is
     made (:func:`attncoda.models.resolve.check_spec`; with ``cache``, a hub id must be in
-    the local Hugging Face cache while ``HF_HUB_OFFLINE`` is set). A live model lent to
-    this process's runner (:func:`attncoda.run.loaded.lend`), or a series of lent captures,
-    is no spec to check."""
-    from attncoda.run.loaded import lent
-
-    specs = [m.strip() for m in models if m and m.strip() and not lent(m)]
-    if series is not None and lent(series):
-        series = None
+    the local Hugging Face cache while ``HF_HUB_OFFLINE`` is set)."""
+    specs = [m.strip() for m in models if m and m.strip()]
     if not specs and series is None:
         return
     from attncoda.models.resolve import check_spec
@@ -235,7 +230,7 @@ def reproduce(
     )
 
 
-def run_experiment(
+def run_experiment(  # params: the run's config, each keyword a user or the API sets
     name: str,
     models: Sequence[str],
     out: str | Path,
@@ -248,13 +243,16 @@ def run_experiment(
     text: str | None = None,
     options: CaptureOptions | None = None,
     progress: bool = True,
+    kept: Loaded | None = None,
 ) -> ReproduceResult:
     """Run experiment ``name`` (and those it runs after) on ``models`` into ``out``.
 
     The folder belongs to the command ``name`` (its manifest says so); it is resumed as a
     reproduce folder is. ``settings`` overrides the defaults by group, as for
     :func:`reproduce`; ``attentions`` (with ``tokens`` and ``kind``) reads attention files
-    instead of models; ``series`` is the checkpoint series of collapse.
+    instead of models; ``series`` is the checkpoint series of collapse. ``kept`` is what
+    the run's units keep and are lent (:class:`~attncoda.run.loaded.Loaded`: a caller's live
+    models and captures, by label); None: a fresh one, forgotten when the run returns.
 
     Like :func:`reproduce` it keeps going past a unit that fails and lists the failures in
     the result, unless no unit finished at all: then it raises the first failure,
@@ -273,6 +271,7 @@ def run_experiment(
         keep_finished=False,
         progress=progress,
         nothing_ran_raises=True,
+        kept=kept,
         series=series,
         experiments=[name],
         settings=settings,
@@ -284,7 +283,7 @@ def run_experiment(
     )
 
 
-def _run_here(
+def _run_here(  # params: the run's own switches, keyword-only; the config's pass through
     command: str,
     models: Sequence[str],
     out: str | Path,
@@ -294,6 +293,7 @@ def _run_here(
     workers: int = 1,
     fail_fast: bool = False,
     nothing_ran_raises: bool = False,
+    kept: Loaded | None = None,
     **run_args: Any,
 ) -> ReproduceResult:
     """Run ``command``'s units on ``models`` into ``out`` in this process (``run_args``:
@@ -305,20 +305,27 @@ def _run_here(
     raises its first failure (:func:`nothing_ran`). When the run fails, what this call
     made goes again, unless ``keep_finished`` and a unit finished: finished units of a long
     run are worth resuming; a run that finished none left nothing but its own manifest and
-    lock.
+    lock. ``kept``: what the units keep and are lent (None: a fresh one per run).
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise AttncodaError(f"workers must be a positive integer; got {workers!r}")
     check_run_folder(out)
     created = new_folders(out)
-    if not run_args.get("attentions"):
-        check_models(models, run_args.get("series"))
+    kept = Loaded() if kept is None else kept
+    if not run_args.get("attentions"):  # a live model or a series of captures lent is no spec
+        series = run_args.get("series")
+        series = None if series is not None and kept.lent(series) else series
+        check_models([m for m in models if not kept.lent(m)], series)
     store: RunStore | None = None
     try:
-        config, store, run, todo = open_run(list(models), out, command=command, **run_args)
+        config, store, run, todo = open_run(
+            list(models), out, command=command, lent=kept, **run_args
+        )
         going = not fail_fast
         executor: Executor = (
-            InProcess(keep_going=going) if workers == 1 else LocalPool(workers, keep_going=going)
+            InProcess(keep_going=going, kept=kept)
+            if workers == 1
+            else LocalPool(workers, keep_going=going)
         )
         result = execute_run(
             config,

@@ -15,6 +15,7 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.models.series import SeriesPoint
 from attncoda.models.spec import parse_spec
+from attncoda.run.loaded import Loaded
 
 __all__ = [
     "RUN_PREFIX",
@@ -133,12 +134,13 @@ class Series:
 
 
 def series_of(
-    series: str | None, wanted: TrainSeries, experiments: Sequence[str]
+    series: str | None, wanted: TrainSeries, experiments: Sequence[str], lent: Loaded
 ) -> tuple[TrainSeries | None, Series | None]:
     """The series a run of ``experiments`` trains (``wanted``, when it retrains) and the
-    checkpoint series of its collapse (None without collapse): ``series`` as given, else
-    the one it trains, else the shipped one; the unseen runs join it when the run applies
-    the predictor to the shipped or a retrained Bigram-Backcopy series.
+    checkpoint series of its collapse (None without collapse): ``series`` as given (a series
+    of captures ``lent`` to the run's runner, or checkpoints), else the one it trains, else
+    the shipped one; the unseen runs join it when the run applies the predictor to the
+    shipped or a retrained Bigram-Backcopy series.
 
     Raises
     ------
@@ -154,7 +156,7 @@ def series_of(
     series = SERIES if series is None and not trains else series
     unseen = "predictor" in experiments and wanted.unseen and (trains or series == SERIES)
     train = wanted if trains else None
-    return train, _series(series, train, unseen=unseen)
+    return train, _series(series, train, lent, unseen=unseen)
 
 
 def _check_retrain(wanted: TrainSeries, series: str | None) -> None:
@@ -202,9 +204,11 @@ def _unseen_runs(steps: int | None) -> tuple[UnseenRun, ...]:
     return tuple(runs)
 
 
-def _series(series: str | None, train: TrainSeries | None, *, unseen: bool = False) -> Series:
+def _series(
+    series: str | None, train: TrainSeries | None, lent: Loaded, *, unseen: bool = False
+) -> Series:
     """The series of collapse: one the run trains (``series`` None, ``train`` its settings),
-    a series of captures lent to the runner, or the checkpoints ``series`` names."""
+    a series of captures ``lent`` to the runner, or the checkpoints ``series`` names."""
     if series is None:
         from attncoda.data.tasks import TASKS
         from attncoda.training.train import TASK_DEFAULTS, checkpoint_steps
@@ -229,10 +233,8 @@ def _series(series: str | None, train: TrainSeries | None, *, unseen: bool = Fal
                 else ()
             ),
         )
-    from attncoda.run.loaded import lent_series
-
-    handed = lent_series(series)
-    if handed is not None:  # captures of a series, handed in (attncoda.run.loaded.lend)
+    handed = lent.lent_series(series)
+    if handed is not None:  # captures of a series, handed in (Loaded.lend)
         return Series(
             name=series,
             spec=series,

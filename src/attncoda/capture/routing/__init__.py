@@ -1,7 +1,8 @@
 """How attention is routed inside a model: the registered ``"attncoda"`` attention function.
 
 What it holds: the AttentionInterface registration and :func:`routed`, the exact kernel
-(row statistics from the full score rows), the recording state (:func:`active_recorder`,
+(row statistics from the full score rows) and the dtype recipe of each family's eager
+function it follows (``_recipe``: seen by running it), the recording state (:func:`active_recorder`,
 :func:`marked`, :func:`is_recorded`), the dispatch of ``method="fast"`` to the kernels of
 :mod:`attncoda.capture.kernels`, and the per-layer head edit that the contexts of
 :mod:`attncoda.capture.ablation` set (:class:`EditPlan`, :data:`ACTIVE_PLAN`,

@@ -19,10 +19,6 @@ rounded ones, while the output stays eager's (docs/design.md, "Precision per dty
 
 from __future__ import annotations
 
-import inspect
-import sys
-from dataclasses import dataclass
-
 import torch
 
 from attncoda._errors import AttncodaError
@@ -32,41 +28,10 @@ from attncoda.capture.stats import Workspace
 
 from ._head_edit import layer_edit
 from ._precision import HALF_DTYPES, statistics_logits
+from ._recipe import recipe
 from ._state import ACTIVE
 
 __all__ = ["IGNORED_KEYWORDS", "IMPLEMENTED_KEYWORDS", "attncoda_attention", "last_visible_key"]
-
-
-@dataclass(frozen=True)
-class _Recipe:
-    """The dtype choices of a family's eager attention function, read from its source.
-
-    ``upcast_softmax``: the softmax runs in float32 and casts back (Llama, OPT, GPT-NeoX,
-    ...; GPT-2 and BERT take it in the scores' dtype). ``float32_scores``: the scores are a
-    float32 matmul of upcast queries and keys (GPT-J, CodeGen, GPT-Neo). Both matter only
-    for float16/bfloat16 weights.
-    """
-
-    upcast_softmax: bool
-    float32_scores: bool
-
-
-_RECIPES: dict[type, _Recipe] = {}
-
-
-def _recipe(module) -> _Recipe:
-    cls = type(module)
-    if cls not in _RECIPES:
-        eager = getattr(sys.modules.get(cls.__module__), "eager_attention_forward", None)
-        try:
-            source = inspect.getsource(eager) if eager is not None else ""
-        except (OSError, TypeError):
-            source = ""
-        _RECIPES[cls] = _Recipe(
-            upcast_softmax="dtype=torch.float32" in source or not source,
-            float32_scores="query.to(torch.float32)" in source,
-        )
-    return _RECIPES[cls]
 
 
 #: Keywords that families pass to the attention function and that carry no arithmetic of
@@ -119,14 +84,16 @@ def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
     return states[:, :, None].expand(b, kv, groups, n, d).reshape(b, kv * groups, n, d)
 
 
-def _scores(module, query, key_states, scaling, softcap, space=None, capacity=0):
-    """Scores ``(batch, head, q, key_pos)`` exactly as the family's eager code computes them.
+def _scores(call, query, key_states, space=None, capacity=0):
+    """Scores ``(batch, head, q, key_pos)`` exactly as the family's eager code computes them
+    (``call``: the layer's, for its module, scaling and soft-capping).
 
     With a workspace the matmul writes into its ``"scores"`` buffer and the scaling and
     soft-capping run in place: the same kernels, so the same values, without allocating.
     Without one (autograd needs the graph's tensors intact) every op allocates, as eager's.
     """
-    if _recipe(module).float32_scores:
+    module, scaling, softcap = call.module, call.scaling, call.softcap
+    if recipe(module, call.query, call.key).float32_scores:
         query, key_states = query.to(torch.float32), key_states.to(torch.float32)
     if getattr(module, "reorder_and_upcast_attn", False):
         # GPT-2's eager path for this flag: float32 baddbmm with the scale as alpha.
@@ -289,7 +256,7 @@ def _fast(call, edit):
     return None
 
 
-def _exact(call, attention_mask, edit):
+def _exact(call, attention_mask, edit):  # long: eager's op sequence, block by block, in one place
     """The exact path: eager's op sequence, ``block_size`` queries at a time, each block's
     rows into the recorder; ``(attn_output, attn_weights)`` as
     :func:`attncoda_attention` returns them.
@@ -301,7 +268,7 @@ def _exact(call, attention_mask, edit):
     recorder, layer, module, query = call.recorder, call.layer, call.module, call.query
     value, scaling, softcap, s_aux = call.value, call.scaling, call.softcap, call.s_aux
     block = recorder.block_size if recorder is not None else 512
-    upcast = _recipe(module).upcast_softmax
+    upcast = recipe(module, query, call.key).upcast_softmax
     b, h, q_len, _ = query.shape
     k_len = call.key.shape[2]
     groups = h // call.key.shape[1]
@@ -331,7 +298,7 @@ def _exact(call, attention_mask, edit):
         block_query = query if single else query[:, :, start:stop]
         block_keys = key_states if k_stop == k_len else key_states[:, :, :k_stop]
         block_values = value_states if k_stop == k_len else value_states[:, :, :k_stop]
-        scores = _scores(module, block_query, block_keys, scaling, softcap, space, capacity)
+        scores = _scores(call, block_query, block_keys, space, capacity)
         visible = None
         block_mask = None
         mask = None
