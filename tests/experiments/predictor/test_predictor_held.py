@@ -199,3 +199,47 @@ def test_an_inflated_rounding_fails_through_its_bound(table):
         assert compare_frames("predictor", inflated, table, RULES).same
     assert math.isfinite(float(table.loc[0, "baseline_rounding"]))
 
+
+def test_the_report_the_summary_and_the_headline_count_edge_verdicts_apart(table):
+    from attncoda.experiments.predictor._headline import HEADLINE
+    from attncoda.experiments.predictor._section import predictor_section
+    from attncoda.experiments.predictor._summary import summary
+    from attncoda.experiments.view import Context
+
+    # two held-out models read on protocol, both confirmed by the baseline: one of them on
+    # its edge (as SmolLM2's measured rate at the baseline's end)
+    rows = table.assign(
+        model=["held-a", "held-b"],
+        revision="-",
+        family="test",
+        relation="held out",
+        counted=True,
+        baseline_verdict="confirmed",
+        baseline_edge=[True, False],
+    )
+    ctx = Context(tables={"predictor": rows}, sink="first")
+    cell = HEADLINE.cell(ctx)
+    assert "constant baseline 1 confirmed, 0 abstained, 0 failed, 1 on the edge" in cell
+    below = HEADLINE.below(ctx) if HEADLINE.below else ""
+    assert "| confirmed (on the edge) |" in below
+    section = predictor_section(ctx)
+    assert "1 confirmed, 0 failed, 1 on the edge over 2 held-out model(s)" in section
+    assert "confirmed (on the edge)" in section
+    printed = summary({"predictor": rows}, lambda *_: {}, "first").splitlines()
+    assert "baseline confirmed (on the edge))" in printed[0]
+    assert "baseline confirmed)" in printed[1]
+    # with no edge, the counts read as before
+    firm = rows.assign(baseline_edge=False)
+    assert "constant baseline 2 confirmed, 0 abstained, 0 failed (below)" in HEADLINE.cell(
+        Context(tables={"predictor": firm}, sink="first")
+    )
+    # a verdict that is no test (a training model's, as SmolLM2's baseline verdict at the
+    # end its own rate makes) says its edge all the same
+    trained = rows.assign(relation="training", counted=False, matched_training_model="held-a",
+                          matched_by="weights")  # fmt: skip
+    printed = summary({"predictor": trained}, lambda *_: {}, "first").splitlines()
+    assert printed[0].endswith("(matched by weights): no test (baseline confirmed on the edge)")
+    assert printed[1].endswith("(matched by weights): no test")
+    # an abstention on its edge says so
+    edge = rows.assign(abstain_edge=[False, True])
+    assert "ABSTAIN (on the edge; " in summary({"predictor": edge}, lambda *_: {}, "first")
