@@ -347,8 +347,12 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
         "feature_mean_sink_mass",
         "feature_std_sink_mass",
         "feature_mean_sink_share",
+        "feature_mean_sink_mass_rounding",
+        "feature_std_sink_mass_rounding",
+        "feature_mean_sink_share_rounding",
         "abstained",
         "reason",
+        "abstain_edge",
         "predicted",
         "predicted_low",
         "predicted_high",
@@ -361,9 +365,17 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
         "baseline_width",
         "baseline_abs_error",
         "baseline_interval_score",
+        "predicted_rounding",
+        "interval_score_rounding",
+        "baseline_rounding",
+        "baseline_interval_score_rounding",
         "measured",
+        "measured_rounding",
+        "n_triplets",
         "verdict",
+        "verdict_edge",
         "baseline_verdict",
+        "baseline_edge",
         "interval_method",
         "alpha",
         "n_training_models",
@@ -391,6 +403,13 @@ def test_predictor_run_applies_the_frozen_predictor(captured, flips_tables, tmp_
         prediction.high,
     )
     assert got["measured"] == measured and got["verdict"] == verdict(prediction, measured)
+    # what rounding leaves open, as the row states it
+    rates = dict(zip(result.table["metric"], result.table["rate_rounding"], strict=True))
+    assert got["measured_rounding"] == pytest.approx(np.mean(list(rates.values())))
+    assert [got[f"feature_{k}_rounding"] for k in row["features"]] == list(
+        row["rounding"]["features"].values()
+    )
+    assert got["n_triplets"] == int(result.table["n_triplets"].iloc[0])
     baseline = Predictor.from_json(path).apply_baseline()
     assert (got["baseline_predicted_low"], got["baseline_predicted_high"]) == (
         baseline.low,

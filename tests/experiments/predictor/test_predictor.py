@@ -304,7 +304,21 @@ def test_every_verdict_shows_the_predictor_and_the_baseline_side_by_side():
     p, b = predictor.apply(INSIDE), predictor.apply_baseline()
     measured = p.point + 0.01
     got = verdict_columns(p, b, measured, predictor.alpha)
-    assert list(got) == [*SCORE_COLUMNS, *(f"baseline_{c}" for c in SCORE_COLUMNS)]
+    assert list(got) == [
+        *SCORE_COLUMNS,
+        *(f"baseline_{c}" for c in SCORE_COLUMNS),
+        "predicted_rounding",
+        "interval_score_rounding",
+        "verdict_edge",
+        "baseline_rounding",
+        "baseline_interval_score_rounding",
+        "baseline_edge",
+    ]
+    # what rounding leaves open: the rows state none, so the rates are exact and the
+    # features carry one rounding each; 0.01 from the point is no edge
+    assert got["predicted_rounding"] == p.rounding > 0 and got["baseline_rounding"] == 0.0
+    assert got["interval_score_rounding"] == pytest.approx(2 / 0.1 * 2 * p.rounding)
+    assert got["verdict_edge"] is False and got["baseline_edge"] is False
     assert got["predicted"] == p.point and got["baseline_predicted"] == b.point
     assert got["width"] == pytest.approx(p.high - p.low)
     assert got["baseline_width"] == pytest.approx(b.high - b.low)
@@ -352,7 +366,7 @@ def test_file_round_trips_exactly(tmp_path):
         assert loaded.apply(probe) == predictor.apply(probe)
     assert loaded.apply_baseline() == predictor.apply_baseline()
     data = json.loads(path.read_text())
-    assert data["attncoda_version"] == attncoda.__version__ and data["format"] == 4
+    assert data["attncoda_version"] == attncoda.__version__ and data["format"] == 5
     assert data["training_models"] == [r["model"] for r in GROUPED]
     assert data["interval"]["method"] == INTERVAL_METHOD and data["interval"]["alpha"] == 0.1
     assert [f["run"] for f in data["interval"]["left_out_fits"]] == [
@@ -407,11 +421,16 @@ def test_a_point_inside_every_range_but_outside_the_joint_support_abstains():
     ]
     assert predictor.support.max_leverage == pytest.approx(max(training), rel=1e-9)
     p = predictor.apply(probe)
-    assert p == Prediction(
-        abstained=True,
-        reason=f"leverage {h:.4g} exceeds the largest training leverage "
+    assert (p.abstained, p.reason, p.point, p.low, p.high, p.edge) == (
+        True,
+        f"leverage {h:.4g} exceeds the largest training leverage "
         f"{max(training):.4g}: outside the training set's joint support",
+        None,
+        None,
+        None,
+        False,
     )
+    assert 0 < p.rounding < 1e-6  # the features' rounding through the fit, stated all the same
     assert verdict(p, 0.4) == "abstained"
     # every training model itself lies inside
     assert not any(predictor.apply(r["features"]).abstained for r in CORRELATED)
@@ -581,7 +600,7 @@ def test_missing_key(frozen, key):
         ({"created": 5}, "key 'created' must be a string; got 5"),
         (
             {"kind": "other"},
-            "key 'kind'/'format' must be 'attncoda.flip_rate_predictor'/4; got 'other'/4",
+            "key 'kind'/'format' must be 'attncoda.flip_rate_predictor'/5; got 'other'/5",
         ),
     ],
 )
@@ -620,6 +639,7 @@ def test_invalid_interval_baseline_or_support(frozen, key, change, expected):
         (1, "format 1 (an interval floor set by hand) is no longer read"),
         (2, "format 2 records no protocol"),
         (3, "format 3 (a leave-one-out interval that kept a left-out checkpoint's sister"),
+        (4, "format 4 states no rounding of its training models' rates and features"),
     ],
 )
 def test_older_formats_are_refused_with_the_reason(frozen, fmt, said):

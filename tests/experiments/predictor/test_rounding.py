@@ -54,16 +54,29 @@ def test_the_issue_case_one_float32_ulp_above_the_upper_end_is_inside(shipped):
     assert f"[{lo:.6g}, {hi:.6g}]" in p.reason
 
 
-def test_past_twice_the_rounding_bound_a_range_end_is_outside(shipped):
-    # the allowance at the end of std_sink_mass is the value's rounding plus the end's, both at
-    # most u (sink masses are at most 1): 2u in all
+def test_past_the_value_s_and_the_end_s_rounding_a_range_end_is_outside(shipped):
+    # the allowance at the end of std_sink_mass is the value's rounding plus the end's: the
+    # value's one rounding by value (a row that states none), the end's as the file states it,
+    # bigram-backcopy@step2000's std over its 64-token rows, u (n + 2) sqrt((m + log n)^2 +
+    # sigma^2) with n = 64
     names = list(shipped.features)
-    _, hi = shipped.training_range[names.index("std_sink_mass")]
-    for past, inside in ((1.5 * U, True), (2.5 * U, False)):
-        p = shipped.apply({**STEP2000["features"], "std_sink_mass": hi + past})
+    j = names.index("std_sink_mass")
+    _, hi = shipped.training_range[j]
+    assert shipped.rounding is not None
+    end = shipped.rounding.ends[j][1]
+    m, sigma = STEP2000["features"]["mean_sink_mass"], hi
+    assert end == pytest.approx(U * 66 * math.hypot(m + math.log(64), sigma), rel=1e-6)
+    for past, inside in ((0.99, True), (1.01, False)):
+        features = {**STEP2000["features"], "std_sink_mass": hi}
+        own = feature_errors(features)["std_sink_mass"]
+        p = shipped.apply({**features, "std_sink_mass": hi + past * (own + end)})
         assert p.abstained is (not inside)
+        # within twice the value's rounding plus the end's of the widened end: on the edge
+        assert p.edge
         if not inside:
             assert "outside the training range" in p.reason
+    far = shipped.apply({**STEP2000["features"], "std_sink_mass": hi + 1e-3})
+    assert far.abstained and not far.edge
 
 
 @pytest.mark.parametrize("model", sorted(TRAINING))
@@ -80,13 +93,20 @@ def test_every_training_model_moved_by_a_float32_ulp_is_inside(shipped, model):
 
 
 def test_feature_errors_are_the_unit_roundoff_times_the_magnitudes():
-    errors = feature_errors(
-        {"mean_sink_mass": 0.3, "std_sink_mass": 0.4, "mean_sink_share": 0.25}
-    )
+    features = {"mean_sink_mass": 0.3, "std_sink_mass": 0.4, "mean_sink_share": 0.25}
+    errors = feature_errors(features)
     assert errors["mean_sink_mass"] == pytest.approx(U * 0.3, rel=1e-12)
     # u sqrt(mean^2 + std^2) = u sqrt(0.09 + 0.16) = u / 2
     assert errors["std_sink_mass"] == pytest.approx(U * 0.5, rel=1e-12)
     assert errors["mean_sink_share"] == pytest.approx(2 * U * 0.25, rel=1e-12)
+    # rows of n keys: each head mean a row statistic, u (n + 2) (m + log n); by hand, n = 128
+    errors = feature_errors(features, n_keys=128)
+    log_n = math.log(128)
+    assert errors["mean_sink_mass"] == pytest.approx(U * 130 * (0.3 + log_n), rel=1e-12)
+    assert errors["std_sink_mass"] == pytest.approx(
+        U * 130 * math.sqrt((0.3 + log_n) ** 2 + 0.16), rel=1e-12
+    )
+    assert errors["mean_sink_share"] == pytest.approx(2 * U * 130 * 0.25, rel=1e-12)
 
 
 def test_a_verdict_within_the_ends_rounding_is_confirmed(shipped):
@@ -133,3 +153,54 @@ def test_a_training_model_matched_by_its_weights_never_abstains(shipped):
     (retrained,) = apply_predictor(shipped, [{**base, "identity": recipe}])
     assert retrained["matched"] == ("bigram-backcopy-seed0@step2000", "recipe")
     assert retrained["prediction"].abstained
+
+
+def test_smollm2_s_baseline_verdict_is_on_its_edge(shipped):
+    """The issue's case: SmolLM2's measured rate is the baseline's upper end (a training
+    model's own rate), decided by the last bit: 0.27499711342796450 (an AMD EPYC) against
+    the end 0.27499711342796446 gave "failed", and "confirmed" on an Intel Xeon."""
+    smollm2 = TRAINING["smollm2"]
+    rates = list(smollm2["flip_rates"].values())
+    own = float(np.mean(list(smollm2["rounding"]["flip_rates"].values())))
+    baseline = shipped.apply_baseline()
+    # the end is SmolLM2's rate; its rounding is SmolLM2's rate's (the next end value is far)
+    assert baseline.high == pytest.approx(np.mean(rates), abs=1e-15)
+    assert shipped.rounding is not None
+    assert shipped.rounding.targets[shipped.training_models.index("smollm2")] == own > 0
+    assert baseline.rounding == pytest.approx(own, rel=1e-12)
+    # either side of the end by the last bits: the same verdict, and on the edge
+    for measured in (0.27499711342796450, 0.27499711342796446, baseline.high):
+        row = {**smollm2, "flip_rates": dict.fromkeys(smollm2["flip_rates"], measured)}
+        (outcome,) = apply_predictor(shipped, [row])
+        assert outcome["baseline_edge"] and outcome["baseline_verdict"] == "confirmed"
+        assert outcome["measured_rounding"] == pytest.approx(own, rel=1e-12)
+    # past the widened end (high + r) by more than its rounding plus twice the end's: no edge
+    row = {**smollm2, "flip_rates": dict.fromkeys(smollm2["flip_rates"], baseline.high + 5 * own)}
+    (outcome,) = apply_predictor(shipped, [row])
+    assert not outcome["baseline_edge"] and outcome["baseline_verdict"] == "failed"
+
+
+def test_the_shipped_file_states_the_rounding_of_every_training_value(shipped):
+    assert shipped.rounding is not None
+    targets = [
+        float(np.mean(list(TRAINING[m]["rounding"]["flip_rates"].values())))
+        for m in shipped.training_models
+    ]
+    assert list(shipped.rounding.targets) == pytest.approx(targets, rel=1e-12)
+    for j, name in enumerate(shipped.features):
+        values = {m: TRAINING[m]["features"][name] for m in shipped.training_models}
+        errors = {m: TRAINING[m]["rounding"]["features"][name] for m in shipped.training_models}
+        lo, hi = shipped.training_range[j]
+        at_lo = max(e for m, e in errors.items() if values[m] == lo)
+        at_hi = max(e for m, e in errors.items() if values[m] == hi)
+        assert shipped.rounding.ends[j] == (at_lo, at_hi)
+        assert shipped.rounding.largest[j] == max(errors.values())
+        # each a row statistic's bound over 64 or 128 keys: far above one rounding
+        assert min(errors.values()) > 0
+
+
+def test_a_refit_from_the_stored_rows_states_the_shipped_rounding(shipped):
+    from attncoda.experiments.predictor import fit_predictor
+
+    again = fit_predictor(ROWS["training"])
+    assert again.rounding == shipped.rounding

@@ -11,14 +11,19 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`fit_predictor
 model stands to the training models (:class:`Relation`, :data:`RELATIONS`), the protocol a
 verdict needs (:class:`Protocol`, :func:`protocol_of`, :data:`OFF_PROTOCOL`; what rows read
 is the contract's :class:`~attncoda.experiments.contract.Reading`) and the features
-(:func:`sink_features`).
+(:func:`sink_features`); what rounding leaves open (:class:`TrainingRounding`, the
+predictor's statement of its training values' rounding; :func:`verdict_edge`, whether a
+verdict is decided within rounding; :data:`ROUNDING_COLUMNS`; docs/design.md, "Verdicts and
+ratios within rounding").
 
 Modules, one concern each: ``_model`` (the prediction or abstention, and the baseline),
 ``_fit`` (the least-squares fit), ``_cvplus`` (the CV+ interval over runs), ``_support``
 (the joint support, by leverage), ``_file`` (the frozen JSON file), ``_identity`` (which
 training model a model is, or which run), ``_protocol`` (what rows read for a verdict),
-``_verdict`` (confirmed, abstained, failed; widths, errors, interval scores),
-``_experiment`` (the declaration and its run). They may import :mod:`attncoda.coda`,
+``_verdict`` (confirmed, abstained, failed; widths, errors, interval scores; edges),
+``_rounding`` (the float32 rounding of the features and of the training values),
+``_held`` (how ``attncoda compare`` holds the table's columns), ``_experiment`` (the
+declaration and its run). They may import :mod:`attncoda.coda`,
 :mod:`attncoda.experiments.contract`, the flips and safety packages, :mod:`attncoda.store`'s
 JSON reading and :mod:`attncoda.training.identity`; nothing above the experiments.
 """
@@ -67,16 +72,19 @@ from attncoda.experiments.predictor._protocol import (
     Protocol,
     protocol_of,
 )
+from attncoda.experiments.predictor._rounding import TrainingRounding
 from attncoda.experiments.predictor._support import (
     Support,
 )
 from attncoda.experiments.predictor._verdict import (
+    ROUNDING_COLUMNS,
     SCORE_COLUMNS,
     VERDICTS,
     Prediction,
     interval_score,
     verdict,
     verdict_columns,
+    verdict_edge,
 )
 
 __all__ = [
@@ -90,6 +98,7 @@ __all__ = [
     "MATCHES",
     "OFF_PROTOCOL",
     "RELATIONS",
+    "ROUNDING_COLUMNS",
     "SCORE_COLUMNS",
     "VERDICTS",
     "Baseline",
@@ -102,6 +111,7 @@ __all__ = [
     "Settings",
     "Support",
     "TrainingIdentity",
+    "TrainingRounding",
     "apply_predictor",
     "check_predictor_file",
     "fit_predictor",
@@ -115,4 +125,5 @@ __all__ = [
     "training_runs",
     "verdict",
     "verdict_columns",
+    "verdict_edge",
 ]

@@ -61,11 +61,18 @@ from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD
 from attncoda.experiments.predictor._figure import draw
 from attncoda.experiments.predictor._fit import FitSettings
 from attncoda.experiments.predictor._headline import HEADLINE
+from attncoda.experiments.predictor._held import HELD
 from attncoda.experiments.predictor._model import Predictor
 from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
+from attncoda.experiments.predictor._rounding import feature_rounding, row_rounding
 from attncoda.experiments.predictor._section import predictor_section
 from attncoda.experiments.predictor._summary import summary
-from attncoda.experiments.predictor._verdict import SCORE_COLUMNS, standing, verdict_columns
+from attncoda.experiments.predictor._verdict import (
+    ROUNDING_COLUMNS,
+    SCORE_COLUMNS,
+    standing,
+    verdict_columns,
+)
 from attncoda.experiments.safety import SquaredSplit, mean_squared_split
 from attncoda.models.spec import NO_REVISION
 
@@ -114,20 +121,32 @@ def predictor_row(
     *,
     protocol: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A training (or test) row: ``{"model", "features", "flip_rates"}`` for one model,
-    ``"identity"`` (weights hash and ``train-tiny`` recipe) when the rows carry one, and
-    ``"protocol"`` (how the rows were read: :func:`~attncoda.experiments.predictor.
-    _protocol.protocol_of`) when given."""
+    """A training (or test) row: ``{"model", "features", "flip_rates", "rounding"}`` for
+    one model, ``"identity"`` (weights hash and ``train-tiny`` recipe) when the rows carry
+    one, and ``"protocol"`` (how the rows were read: :func:`~attncoda.experiments.predictor.
+    _protocol.protocol_of`) when given.
+
+    ``rounding`` states how far float32 rounding can move what the row holds:
+    ``{"features": {name: bound}}`` (:func:`~attncoda.experiments.predictor._rounding.
+    feature_rounding`, from the rows) and ``{"flip_rates": {metric: rate_rounding}}`` (the
+    flips table's, the rate's fragile triplets; docs/design.md, "Verdicts and ratios within
+    rounding"); a flips table without ``rate_rounding`` states none for the rates."""
     if flips_result.model != head_rows.model:
         raise AttncodaError(
             f"flips_result is for model {flips_result.model!r}, not {head_rows.model!r}"
         )
     table = flips_result.table
     rates = zip(table["metric"], table["flip_rate"], strict=True)
+    squares = mean_squared_split(head_rows) if squares is None else squares
+    rounding: dict[str, Any] = {"features": feature_rounding(head_rows, squares)}
+    if "rate_rounding" in table.columns:
+        stated = zip(table["metric"], table["rate_rounding"], strict=True)
+        rounding["flip_rates"] = {str(m): float(r) for m, r in stated}
     row: dict[str, Any] = {
         "model": head_rows.model,
         "features": sink_features(head_rows, squares),
         "flip_rates": {str(m): float(r) for m, r in rates},
+        "rounding": rounding,
     }
     if head_rows.identity is not None:
         row["identity"] = dict(head_rows.identity)
@@ -161,17 +180,22 @@ def apply_predictor(
     list of dict
         Per row: ``model``, ``features``, ``prediction`` and ``baseline`` (each a
         :class:`Prediction`), ``measured`` (the flip rate of the predictor's target: the
-        mean over the row's metrics, or one metric); the predictor's ``predicted``,
-        ``predicted_low``, ``predicted_high``, ``width``, ``abs_error``,
-        ``interval_score`` and ``verdict``, and the baseline's, prefixed ``baseline_``
+        mean over the row's metrics, or one metric) and ``measured_rounding`` (how far
+        rounding moves it: the row's stated rate roundings, averaged alike; 0 where it
+        states none); the predictor's ``predicted``, ``predicted_low``, ``predicted_high``,
+        ``width``, ``abs_error``, ``interval_score`` and ``verdict``, and the baseline's,
+        prefixed ``baseline_``, then ``predicted_rounding``, ``interval_score_rounding``,
+        ``verdict_edge`` and the baseline's ``baseline_rounding``,
+        ``baseline_interval_score_rounding``, ``baseline_edge``
         (:func:`~attncoda.experiments.predictor._verdict.verdict_columns`; both verdicts
-        ``"off protocol: no test"`` for a row whose ``protocol`` is not the predictor's, or
-        that records none); ``off_protocol`` (how its protocol differs, ``[]`` when on
-        protocol), ``matched`` (``None`` for a model the predictor has not seen, else
-        ``(training model, how)``: :meth:`Predictor.training_match` on the row's name and
-        ``identity``), ``relation`` (:meth:`Predictor.relation`) and ``counted``: whether
-        the verdicts test the predictor (held out and on protocol). A model matched by its
-        weights is never subject to abstention (:meth:`Predictor.apply`).
+        ``"off protocol: no test"``, and not on an edge, for a row whose ``protocol`` is not
+        the predictor's, or that records none); ``abstain_edge`` (the abstention decided
+        within rounding: :attr:`Prediction.edge`); ``off_protocol`` (how its protocol
+        differs, ``[]`` when on protocol), ``matched`` (``None`` for a model the predictor
+        has not seen, else ``(training model, how)``: :meth:`Predictor.training_match` on
+        the row's name and ``identity``), ``relation`` (:meth:`Predictor.relation`) and
+        ``counted``: whether the verdicts test the predictor (held out and on protocol). A
+        model matched by its weights is never subject to abstention (:meth:`Predictor.apply`).
     """
     if not isinstance(predictor, Predictor):
         predictor = Predictor.from_json(
@@ -181,7 +205,8 @@ def apply_predictor(
     for row in rows:
         matched = predictor.training_match([row["model"]], row.get("identity"))
         how = "" if matched is None else matched[1]
-        prediction = predictor.apply(row["features"], matched_by=how)
+        errors, measured_rounding = row_rounding(row, predictor.features, predictor.target)
+        prediction = predictor.apply(row["features"], matched_by=how, errors=errors)
         baseline = predictor.apply_baseline()
         rates = row["flip_rates"]
         measured = (
@@ -191,9 +216,12 @@ def apply_predictor(
         )
         off = predictor.off_protocol(row.get("protocol"))
         relation = predictor.relation([row["model"]], row.get("identity"))
-        scored = verdict_columns(prediction, baseline, measured, predictor.alpha)
-        if off:
+        scored = verdict_columns(
+            prediction, baseline, measured, predictor.alpha, measured_rounding
+        )
+        if off:  # decided by the protocol, exactly
             scored |= {"verdict": OFF_PROTOCOL, "baseline_verdict": OFF_PROTOCOL}
+            scored |= {"verdict_edge": False, "baseline_edge": False}
         outcomes.append(
             {
                 "model": row["model"],
@@ -201,6 +229,8 @@ def apply_predictor(
                 "prediction": prediction,
                 "baseline": baseline,
                 "measured": measured,
+                "measured_rounding": measured_rounding,
+                "abstain_edge": prediction.edge,
                 **scored,
                 "off_protocol": off,
                 "matched": matched,
@@ -275,6 +305,25 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     ``interval_score``, ``verdict``, and the same prefixed ``baseline_``; the interval is
     named by ``interval_method``, ``alpha``, ``n_training_models`` and ``n_training_runs``.
 
+    What rounding leaves open is stated beside what it moves (docs/design.md, "Verdicts and
+    ratios within rounding"; :data:`~attncoda.experiments.predictor._held.HELD` holds each
+    column by it): ``feature_*_rounding``, each feature's float32 rounding from the rows
+    (:func:`~attncoda.experiments.predictor._rounding.feature_rounding`); ``abstain_edge``,
+    whether the abstention (or its absence) and its ``reason`` were decided within rounding
+    of a threshold (a widened range end, the widened largest training leverage);
+    ``predicted_rounding``, how far the features' rounding moves the point and each end
+    through the fit; ``baseline_rounding``, how far the training models' measured rates
+    move the baseline's ends (an end of it is one of those rates);
+    ``interval_score_rounding`` and ``baseline_interval_score_rounding``, how far both
+    move each interval score (with the measured rate's); ``measured_rounding``, the
+    measured rate's own (its flips rows' ``rate_rounding``, averaged over the metrics as
+    the rate is) over ``n_triplets`` triplets per metric; ``verdict_edge`` and
+    ``baseline_edge``, whether the measured rate lies within its rounding plus twice the
+    end's of a (widened) end of the interval (:func:`~attncoda.experiments.predictor.
+    verdict_edge`), or the abstention is on its edge: such a verdict is
+    decided by the last bits, and a report says "on the edge" rather than pick a side. A
+    verdict off protocol is never on an edge. All in flip-rate units but the features'.
+
     ``relation`` says how the model stands to the training models
     (:meth:`Predictor.relation`): ``training`` (``in_training_set``, with
     ``matched_training_model`` and ``matched_by``: the same weights hash, ``train-tiny``
@@ -319,14 +368,23 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     off = predictor.off_protocol(measured_with)
     p = outcome["prediction"]
     scores = [f"{prefix}{c}" for prefix in ("", "baseline_") for c in SCORE_COLUMNS]
+    rounded = [c for prefix in ("", "baseline_") for c in ROUNDING_COLUMNS[prefix][:2]]
+    stated = row["rounding"]["features"]
     record = {
         **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
+        **{f"feature_{k}_rounding": float(stated[k]) for k in outcome["features"]},
         "abstained": bool(p.abstained),
         "reason": p.reason,
+        "abstain_edge": bool(outcome["abstain_edge"]),
         **{c: outcome[c] for c in scores if not c.endswith("verdict")},
+        **{c: float(outcome[c]) for c in rounded},
         "measured": outcome["measured"],
+        "measured_rounding": float(outcome["measured_rounding"]),
+        "n_triplets": int(flips_result.table["n_triplets"].max()),
         "verdict": OFF_PROTOCOL if off else outcome["verdict"],
+        "verdict_edge": bool(outcome["verdict_edge"]) and not off,
         "baseline_verdict": OFF_PROTOCOL if off else outcome["baseline_verdict"],
+        "baseline_edge": bool(outcome["baseline_edge"]) and not off,
         "interval_method": INTERVAL_METHOD,
         "alpha": predictor.alpha,
         "n_training_models": len(predictor.training_models),
@@ -349,6 +407,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     for column in scores:
         if not column.endswith("verdict"):
             frame[column] = frame[column].astype("float64")
+    frame["n_triplets"] = frame["n_triplets"].astype("int64")
     for column in ("read_windows", "read_window_tokens"):
         frame[column] = frame[column].astype("Int64")
     return Tables(frames={"predictor": frame})
@@ -364,6 +423,7 @@ EXPERIMENT = Experiment(
     tables=("predictor",),
     rows_at=rows_at,
     identifies=True,
+    held=HELD,
     view=View(
         title="Predictor: a frozen flip-rate predictor",
         needs=("predictor",),

@@ -40,7 +40,8 @@ def predictor_figure(table: pd.DataFrame) -> Figure:
     -------
     matplotlib.figure.Figure
         One row per model, labelled with its verdict and the baseline's when it tests the
-        predictor (a held-out model read on protocol), else with why it does not (a training
+        predictor (a held-out model read on protocol; "on the edge" after a verdict its row
+        states to be decided within rounding), else with why it does not (a training
         model, a checkpoint of a training run, a row read off protocol:
         :func:`attncoda.experiments.predictor.standing`); an abstention shows no predictor
         interval.
@@ -84,12 +85,15 @@ def _missing(value: Any) -> bool:
 
 
 def _said(r: dict) -> str:
-    from attncoda.experiments.predictor._verdict import standing
+    from attncoda.experiments.predictor._verdict import standing, verdict_text
 
     counted, said = standing(r)
     if counted:
+        mine = verdict_text(r["verdict"], r.get("verdict_edge"))
         base = r.get("baseline_verdict")
-        return str(r["verdict"]) if _missing(base) else f"{r['verdict']} (baseline {base})"
+        if _missing(base):
+            return mine
+        return f"{mine} (baseline {verdict_text(base, r.get('baseline_edge'))})"
     if said.startswith(("off protocol", "read before")):
         return "off protocol (no test)"
     return f"{said.partition(':')[0]} (no test)"

@@ -16,14 +16,17 @@ from attncoda.experiments.predictor._cvplus import (
 )
 from attncoda.experiments.predictor._identity import identities_from_file, identities_to_file
 from attncoda.experiments.predictor._protocol import Protocol
+from attncoda.experiments.predictor._rounding import TrainingRounding
 from attncoda.experiments.predictor._support import Support
 
 __all__ = ["FILE_FORMAT", "FILE_KIND", "fields_from_file", "to_file"]
 
 FILE_KIND = "attncoda.flip_rate_predictor"
-#: 4: the CV+ interval over runs with its left-out fits, the constant baseline, the joint
-#: support, the weights sketches, and the protocol as read (one reading per corpus).
-FILE_FORMAT = 4
+#: 5: the CV+ interval over runs with its left-out fits, the constant baseline, the joint
+#: support, the weights sketches, the protocol as read (one reading per corpus), and the
+#: float32 rounding of the training models' own values (``rounding``: each target, each
+#: range end, each feature at most), which the edges of the verdicts are stated by.
+FILE_FORMAT = 5
 _KEYS = (
     "kind",
     "format",
@@ -40,8 +43,14 @@ _KEYS = (
     "training_models",
     "training_identity",
     "protocol",
+    "rounding",
     "attncoda_version",
     "created",
+)
+#: What the file's ``rounding`` states, in words.
+ROUNDING_RULE = (
+    "float32 rounding of each training model's target (its flip rates' rate_rounding) and "
+    "features (row statistics over the rows' keys), at each range end and at most"
 )
 _OLD = {
     1: "format 1 (an interval floor set by hand) is no longer read",
@@ -49,6 +58,9 @@ _OLD = {
     3: "format 3 (a leave-one-out interval that kept a left-out checkpoint's sister "
     "checkpoints in the fit, abstention feature by feature, the protocol as asked, not as "
     "read) is no longer read",
+    4: "format 4 states no rounding of its training models' rates and features, so a "
+    "verdict at its baseline's end, which is a training model's rate, would be decided by "
+    "the last bit",
 }
 
 
@@ -99,6 +111,7 @@ def to_file(predictor: Any) -> dict[str, Any]:
         "training_models": list(predictor.training_models),
         "training_identity": identities_to_file(predictor.identities),
         "protocol": predictor.protocol.to_dict(),
+        "rounding": _rounding_to_file(predictor),
         "attncoda_version": predictor.version,
         "created": predictor.created,
     }
@@ -158,6 +171,48 @@ def fields_from_file(data: Any, where: str) -> dict[str, Any]:
         created=data["created"],
         identities=identities_from_file(data["training_identity"], training_models, where),
         protocol=Protocol.from_dict(data["protocol"], f"{where}: key 'protocol'"),
+        rounding=_rounding(data["rounding"], features, training_models, f"{where}: key 'rounding'"),
+    )
+
+
+def _rounding_to_file(predictor: Any) -> dict[str, Any]:
+    """The ``rounding`` object of a file: the predictor's :class:`TrainingRounding` (by
+    value, :meth:`TrainingRounding.by_value`, where it states none)."""
+    rounding = predictor.rounding or TrainingRounding.by_value(
+        predictor.features, predictor.training_range, len(predictor.training_models)
+    )
+    return {
+        "rule": ROUNDING_RULE,
+        "targets": list(rounding.targets),
+        "range": {
+            f: list(pair) for f, pair in zip(predictor.features, rounding.ends, strict=True)
+        },
+        "largest": dict(zip(predictor.features, rounding.largest, strict=True)),
+    }
+
+
+def _rounding(
+    value: Any, features: tuple[str, ...], models: tuple[str, ...], where: str
+) -> TrainingRounding:
+    value = _object(value, ("targets", "range", "largest"), where)
+    targets = _numbers(value, "targets", where, len(models))
+    ends, largest = value["range"], value["largest"]
+    if not isinstance(ends, Mapping) or set(ends) != set(features):
+        raise AttncodaError(
+            f"{where}: range must map each feature to the rounding of its [min, max] ends; "
+            f"got {ends!r}"
+        )
+    if not isinstance(largest, Mapping) or set(largest) != set(features):
+        raise AttncodaError(
+            f"{where}: largest must map each feature to its largest training rounding; "
+            f"got {largest!r}"
+        )
+    pairs = tuple(_numbers(ends, f, f"{where} (range)", 2) for f in features)
+    most = tuple(_number(largest, f, f"{where} (largest)") for f in features)
+    if any(v < 0 for v in (*targets, *most, *(e for pair in pairs for e in pair))):
+        raise AttncodaError(f"{where}: every rounding must be non-negative; got {dict(value)!r}")
+    return TrainingRounding(
+        targets=targets, ends=tuple((lo, hi) for lo, hi in pairs), largest=most
     )
 
 

@@ -20,6 +20,7 @@ from attncoda.experiments.predictor._cvplus import cv_plus_ranks, fit_cv_plus
 from attncoda.experiments.predictor._identity import TrainingIdentity, training_runs
 from attncoda.experiments.predictor._model import DEFAULT_ALPHA, FEATURES, Baseline, Predictor
 from attncoda.experiments.predictor._protocol import Protocol
+from attncoda.experiments.predictor._rounding import TrainingRounding, feature_errors, row_rounding
 from attncoda.experiments.predictor._support import fit_support
 from attncoda.training.identity import recipe_key
 
@@ -57,10 +58,14 @@ def fit_predictor(
         ``"identity"`` (``{"weights_sha256", "weights_sketch", "recipe"}``,
         :func:`attncoda.training.identity.model_identity`), which the predictor records to
         recognise its training models by content, and ``"protocol"`` (what its rows read:
-        :func:`~attncoda.experiments.predictor._protocol.protocol_of`). Every row must hold
-        the same metrics. The run of each model (:func:`~attncoda.experiments.predictor.
-        _identity.training_runs`: its name ``series@stepN``, or its ``train-tiny`` recipe)
-        is the unit the interval leaves out.
+        :func:`~attncoda.experiments.predictor._protocol.protocol_of`), and ``"rounding"``
+        (what :func:`predictor_row` states of its features' and flip rates' float32
+        rounding), which the predictor records of its training values
+        (:class:`~attncoda.experiments.predictor._rounding.TrainingRounding`: a row that
+        states none, a hand-made one, gets one rounding of each feature by its value and
+        exact rates). Every row must hold the same metrics. The run of each model
+        (:func:`~attncoda.experiments.predictor._identity.training_runs`: its name
+        ``series@stepN``, or its ``train-tiny`` recipe) is the unit the interval leaves out.
     features : sequence of str
         Which features to regress on.
     target : str
@@ -146,6 +151,46 @@ def fit_predictor(
             if isinstance(row.get("identity"), Mapping)
         ),
         protocol=protocol,
+        rounding=training_rounding(rows, features, target, x),
+    )
+
+
+def training_rounding(
+    rows: Sequence[Mapping[str, Any]], features: tuple[str, ...], target: str, x: np.ndarray
+) -> TrainingRounding:
+    """The rounding of the training values (:class:`~attncoda.experiments.predictor.
+    _rounding.TrainingRounding`) that ``rows`` state (:func:`~attncoda.experiments.
+    predictor._rounding.row_rounding`): at each end of each feature's range, the largest
+    bound of the models at that end; each feature's largest; each target's.
+
+    Parameters
+    ----------
+    rows : sequence of mapping
+        The training rows, in the order of ``x``.
+    features : tuple of str
+    target : str
+    x : ndarray, shape (n, p)
+        Their features, as fitted.
+    """
+    errors, targets = [], []
+    for row, values in zip(rows, x, strict=True):
+        stated, rate = row_rounding(row, features, target)
+        if stated is None:
+            stated = feature_errors(dict(zip(features, values.tolist(), strict=True)))
+        errors.append([stated[f] for f in features])
+        targets.append(rate)
+    e = np.asarray(errors, dtype=np.float64).reshape(x.shape)
+    ends = tuple(
+        (
+            float(e[x[:, j] == x[:, j].min(), j].max()),
+            float(e[x[:, j] == x[:, j].max(), j].max()),
+        )
+        for j in range(x.shape[1])
+    )
+    return TrainingRounding(
+        targets=tuple(float(t) for t in targets),
+        ends=ends,
+        largest=tuple(float(v) for v in e.max(axis=0)),
     )
 
 

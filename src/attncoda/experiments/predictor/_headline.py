@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from attncoda.experiments.contract import Headline
-from attncoda.experiments.predictor._verdict import VERDICTS
+from attncoda.experiments.predictor._verdict import EDGE, VERDICTS, verdict_text
 from attncoda.experiments.view import is_missing, pct
 
 __all__ = ["HEADLINE", "held_out"]
@@ -19,16 +19,31 @@ def _counted(ctx: Any) -> Any:
     return rows[rows["counted"]]
 
 
-def _tally(rows: Any, column: str) -> str:
-    found = {v: int(rows[column].str.startswith(v).sum()) for v in VERDICTS}
-    return ", ".join(f"{found[v]} {v}" for v in VERDICTS)
+def _edges(rows: Any, column: str) -> Any:
+    """Per row, whether its verdict is on its edge (``column``; a table made before edges
+    were stated has none)."""
+    import numpy as np
+
+    if column not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    return rows[column].fillna(False).to_numpy(bool)
+
+
+def _tally(rows: Any, column: str, edge: str) -> str:
+    """The verdicts of ``column`` counted, those on their edge apart (so that no count
+    depends on the last bits): ``2 confirmed, 1 abstained, 0 failed, 1 on the edge``."""
+    on_edge = _edges(rows, edge)
+    firm = rows.loc[~on_edge, column]
+    found = {v: int(firm.str.startswith(v).sum()) for v in VERDICTS}
+    said = ", ".join(f"{found[v]} {v}" for v in VERDICTS)
+    return said + (f", {int(on_edge.sum())} {EDGE}" if on_edge.any() else "")
 
 
 def _cell(ctx: Any) -> str:
     rows = _counted(ctx)
     return (
-        f"{len(rows)} held-out verdicts: predictor {_tally(rows, 'verdict')}; constant "
-        f"baseline {_tally(rows, 'baseline_verdict')} (below)"
+        f"{len(rows)} held-out verdicts: predictor {_tally(rows, 'verdict', 'verdict_edge')}; "
+        f"constant baseline {_tally(rows, 'baseline_verdict', 'baseline_edge')} (below)"
     )
 
 
@@ -54,10 +69,11 @@ def held_out(ctx: Any) -> str:
             "" if is_missing(r[f"{p}interval_score"]) else f"{r[f'{p}interval_score']:.3f}"
             for p in ("", "baseline_")
         ]
+        mine = verdict_text(r["verdict"], r.get("verdict_edge"))
+        base = verdict_text(r["baseline_verdict"], r.get("baseline_edge"))
         lines.append(
             f"| {r['model']}@{r['revision']} | {pct(r['measured'])} | {_interval(r)} | "
-            f"{r['verdict']} | {scores[0]} | {_interval(r, 'baseline_')} | "
-            f"{r['baseline_verdict']} | {scores[1]} |"
+            f"{mine} | {scores[0]} | {_interval(r, 'baseline_')} | {base} | {scores[1]} |"
         )
     both = rows.dropna(subset=["interval_score", "baseline_interval_score"])
     mine, theirs = both["interval_score"].mean(), both["baseline_interval_score"].mean()

@@ -13,8 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from attncoda._errors import AttncodaError
-from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD, CVPlus
+from attncoda.experiments.predictor._cvplus import INTERVAL_METHOD, CVPlus, cv_plus_ranks
 from attncoda.experiments.predictor._file import fields_from_file, to_file
 from attncoda.experiments.predictor._identity import (
     BY_WEIGHTS,
@@ -24,7 +26,12 @@ from attncoda.experiments.predictor._identity import (
     training_match,
 )
 from attncoda.experiments.predictor._protocol import Protocol
-from attncoda.experiments.predictor._rounding import edge_error, feature_errors, outside_range
+from attncoda.experiments.predictor._rounding import (
+    TrainingRounding,
+    feature_errors,
+    outside_range,
+    range_edges,
+)
 from attncoda.experiments.predictor._support import Support
 from attncoda.experiments.predictor._verdict import Prediction
 from attncoda.store import read_json
@@ -53,13 +60,64 @@ class Baseline:
     value: float
     interval: CVPlus
 
-    def apply(self) -> Prediction:
+    def apply(self, targets: Sequence[float] = ()) -> Prediction:
         """The baseline's prediction, the same for every model: its value and CV+
-        interval, each clipped to ``[0, 1]``. It never abstains."""
+        interval, each clipped to ``[0, 1]``. It never abstains.
+
+        Parameters
+        ----------
+        targets : sequence of float, shape (n,) or empty
+            The rounding of each training model's measured target, in the order of the
+            interval's rows (:attr:`TrainingRounding.targets`); empty: exact. The
+            prediction's ``rounding`` is how far they move either end (:meth:`rounding`).
+        """
         low, high = self.interval.bounds(())
         return Prediction(
-            abstained=False, point=_rate(self.value), low=_rate(low), high=_rate(high)
+            abstained=False,
+            point=_rate(self.value),
+            low=_rate(low),
+            high=_rate(high),
+            rounding=self.rounding(targets),
         )
+
+    def rounding(self, targets: Sequence[float] = ()) -> float:
+        """How far the training models' measured rates, each within its rounding, move
+        either end of the baseline's interval (flip-rate units; 0 for ``targets`` empty):
+        what a verdict at an end is decided within.
+
+        An end is an order statistic of ``v_i = mu_i +- |R_i|``, with
+        ``mu_i`` the mean of the targets outside row ``i``'s run (moving by at most ``m_i``,
+        the mean of their ``e_j``) and ``R_i = y_i - mu_i``: ``v_i`` is ``y_i`` itself where
+        the sign of ``R_i`` holds within ``e_i + m_i`` (moving by ``e_i``), else within
+        ``e_i + 2 m_i``. An order statistic of values each within ``d_i`` lies between the
+        same order statistics of ``v - d`` and ``v + d``; clipping to ``[0, 1]`` moves nothing
+        further. The bound is the larger of the two ends'. (The point, the mean of the
+        targets, lies within the mean of their roundings of its exact value; it is read from
+        the file as it is, so no run moves it, and no verdict is decided at it.)
+        """
+        e = np.asarray(targets, dtype=np.float64)
+        if e.size == 0:
+            return 0.0
+        runs = np.asarray(self.interval.runs, dtype=object)
+        if e.shape != runs.shape:
+            raise AttncodaError(
+                f"the baseline needs the rounding of each of its {len(runs)} training "
+                f"targets; got {e.size}"
+            )
+        e = np.abs(e)
+        mean_of = {f.run: f.intercept for f in self.interval.fits}
+        mu = np.array([mean_of[r] for r in runs])
+        moved = np.array([e[runs != r].mean() if (runs != r).any() else 0.0 for r in runs])
+        residual = np.asarray(self.interval.residuals, dtype=np.float64)
+        firm = np.abs(residual) > e + moved
+        loose = e + 2 * moved
+        upper = np.where(firm & (residual > 0), e, loose)  # v+ = max(y, 2 mu - y)
+        lower = np.where(firm & (residual < 0), e, loose)  # v- = min(y, 2 mu - y)
+        spread = np.abs(residual)
+        low_rank, high_rank = cv_plus_ranks(len(runs), self.interval.alpha)
+        low = _moved(mu - spread, lower, low_rank)
+        high = _moved(mu + spread, upper, high_rank)
+        return max(low, high)
 
 
 @dataclass(frozen=True)
@@ -103,6 +161,11 @@ class Predictor:
         What the training rows read and how they were measured: a verdict is given only on
         a row read the same way. A frozen file always records it; ``None`` only for a
         predictor built from rows that record none.
+    rounding : TrainingRounding or None
+        The float32 rounding of the training models' own values: of each range's ends, of
+        each feature at most, and of each target (the baseline's ends are made of them). A
+        frozen file always states it; ``None``: each end's by its value alone
+        (:meth:`TrainingRounding.by_value`), targets exact.
     version : str
         ``attncoda.__version__`` at fit time.
     created : str
@@ -124,6 +187,7 @@ class Predictor:
     created: str
     identities: tuple[TrainingIdentity, ...] = ()
     protocol: Protocol | None = None
+    rounding: TrainingRounding | None = None
 
     @property
     def alpha(self) -> float:
@@ -176,13 +240,24 @@ class Predictor:
             return ["the predictor records no protocol"]
         return self.protocol.differences(read)
 
-    def apply(self, features: Mapping[str, float], *, matched_by: str = "") -> Prediction:
+    def apply(
+        self,
+        features: Mapping[str, float],
+        *,
+        matched_by: str = "",
+        errors: Mapping[str, float] | None = None,
+    ) -> Prediction:
         """Predict the flip rate of a model from its features, or abstain.
 
         Parameters
         ----------
         features : mapping
             At least every name in ``self.features`` (e.g. from :func:`sink_features`).
+        errors : mapping, optional
+            The float32 rounding bound of each feature (a row's stated ``rounding``,
+            :func:`~attncoda.experiments.predictor._rounding.feature_rounding`); by default
+            one rounding of each by its value
+            (:func:`~attncoda.experiments.predictor._rounding.feature_errors`).
         matched_by : str
             How the model was matched to a training model (:meth:`training_match`), ``""``
             for none. A model matched by its weights (:data:`~attncoda.experiments.
@@ -205,7 +280,10 @@ class Predictor:
             float32 rounding (:mod:`~attncoda.experiments.predictor._rounding`): a value
             within its own and the edge's rounding of an edge is inside. ``rounding`` is how
             far that rounding moves the point and the ends (the largest ``sum_f |c_f| e_f``
-            over the full fit and the left-out fits).
+            over the full fit and the left-out fits), stated for an abstention too; ``edge``
+            is whether either rule was decided within rounding of its widened threshold
+            (:func:`~attncoda.experiments.predictor._rounding.range_edges`,
+            :meth:`~attncoda.experiments.predictor._support.Support.on_edge`).
         """
         missing = [f for f in self.features if f not in features]
         if missing:
@@ -218,36 +296,65 @@ class Predictor:
             for name, value in zip(self.features, values, strict=True)
             if not math.isfinite(value)
         ]
-        errors = feature_errors(dict(zip(self.features, values, strict=True)))
-        if not reasons and matched_by not in BY_WEIGHTS:
-            own = [errors[f] for f in self.features]
-            edges = [
-                max(edge_error(f, lo), edge_error(f, hi))
-                for f, (lo, hi) in zip(self.features, self.training_range, strict=True)
-            ]
-            joint = self.support.outside(values, own, edges)
-            reasons += [joint] if joint else []
-            reasons += outside_range(self.features, values, self.training_range, errors)
         if reasons:
             return Prediction(abstained=True, reason="; ".join(reasons))
+        errors = self._errors(values, errors)
+        fits = [self.coefficients, *(fit.coefficients for fit in self.interval.fits)]
+        rounding = float(
+            max(
+                sum(abs(c) * errors[f] for c, f in zip(coefficients, self.features, strict=True))
+                for coefficients in fits
+            )
+        )
+        edge = False
+        if matched_by not in BY_WEIGHTS:
+            own = [errors[f] for f in self.features]
+            stated = self.rounding or TrainingRounding.by_value(
+                self.features, self.training_range, len(self.training_models)
+            )
+            ends, largest = stated.ends, list(stated.largest)
+            joint = self.support.outside(values, own, largest)
+            reasons += [joint] if joint else []
+            reasons += outside_range(self.features, values, self.training_range, errors, ends)
+            edge = self.support.on_edge(values, own, largest) or bool(
+                range_edges(self.features, values, self.training_range, errors, ends)
+            )
+        if reasons:
+            return Prediction(
+                abstained=True, reason="; ".join(reasons), rounding=rounding, edge=edge
+            )
         linear = self.intercept + sum(c * v for c, v in zip(self.coefficients, values, strict=True))
         low, high = self.interval.bounds(values)
-        fits = [self.coefficients, *(fit.coefficients for fit in self.interval.fits)]
-        rounding = max(
-            sum(abs(c) * errors[f] for c, f in zip(coefficients, self.features, strict=True))
-            for coefficients in fits
-        )
         return Prediction(
             abstained=False,
             point=_rate(linear),
             low=_rate(low),
             high=_rate(high),
-            rounding=float(rounding),
+            rounding=rounding,
+            edge=edge,
         )
 
+    def _errors(
+        self, values: Sequence[float], errors: Mapping[str, float] | None
+    ) -> dict[str, float]:
+        """Each feature's rounding bound: ``errors`` as given (checked), else by value."""
+        if errors is None:
+            return feature_errors(dict(zip(self.features, values, strict=True)))
+        found = {}
+        for f in self.features:
+            e = errors.get(f) if isinstance(errors, Mapping) else None
+            if isinstance(e, bool) or not isinstance(e, (int, float)) or not e >= 0:
+                raise AttncodaError(
+                    f"the rounding of feature {f!r} must be a non-negative number; got {e!r}: "
+                    "give the row's stated rounding (predictor_row) or none"
+                )
+            found[f] = float(e)
+        return found
+
     def apply_baseline(self) -> Prediction:
-        """The constant baseline's prediction (:meth:`Baseline.apply`)."""
-        return self.baseline.apply()
+        """The constant baseline's prediction (:meth:`Baseline.apply`), its rounding that of
+        the training models' measured rates (:attr:`rounding`)."""
+        return self.baseline.apply(() if self.rounding is None else self.rounding.targets)
 
     def to_dict(self) -> dict[str, Any]:
         """The predictor as the JSON object of its frozen file (:meth:`from_json` reads it
@@ -265,6 +372,16 @@ class Predictor:
         fields = fields_from_file(data, where)
         fields["baseline"] = Baseline(*fields["baseline"])
         return cls(**fields)
+
+
+def _moved(values: np.ndarray, moves: np.ndarray, rank: int) -> float:
+    """How far the ``rank``-th smallest of ``values`` (1-based), clipped to ``[0, 1]``,
+    moves when each value moves by up to its ``moves``: the ``rank``-th smallest is monotone
+    in every value, so it lies between that of ``values - moves`` and of ``values + moves``."""
+    at = _rate(float(np.sort(values)[rank - 1]))
+    up = _rate(float(np.sort(values + moves)[rank - 1]))
+    down = _rate(float(np.sort(values - moves)[rank - 1]))
+    return max(up - at, at - down)
 
 
 def _rate(value: float) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from attncoda.experiments.predictor._figure import draw
-from attncoda.experiments.predictor._verdict import VERDICTS
+from attncoda.experiments.predictor._verdict import EDGE, VERDICTS, verdict_text
 from attncoda.experiments.view import (
     NA,
     Context,
@@ -38,7 +38,9 @@ def predictor_section(ctx: Context) -> str:
     models (interpolated, or the same run) and a row read with another protocol are listed
     apart, their verdicts no test. Beside each verdict stand the interval's width, the
     point's absolute error and the interval score, for the predictor and the baseline: a
-    count of confirmations alone rewards wide intervals.
+    count of confirmations alone rewards wide intervals. A verdict its row states to be
+    decided within rounding (``verdict_edge``, ``baseline_edge``) is shown "on the edge" and
+    counted apart, so that no count depends on the last bits.
     """
     from attncoda.experiments.predictor._verdict import standing
 
@@ -51,10 +53,8 @@ def predictor_section(ctx: Context) -> str:
     records = [r for _, r in labelled]
     stood = [standing(r) for r in records]
     counted = [r for r, (yes, _) in zip(records, stood, strict=True) if yes]
-    tested = [str(r["verdict"]) for r in counted]
-    held = ", ".join(f"{tested.count(v)} {v}" for v in VERDICTS)
-    base = [str(r.get("baseline_verdict", NA)) for r in counted]
-    base_held = ", ".join(f"{base.count(v)} {v}" for v in ("confirmed", "failed"))
+    held = _tally(counted, "verdict", "verdict_edge", VERDICTS)
+    base_held = _tally(counted, "baseline_verdict", "baseline_edge", ("confirmed", "failed"))
     kinds = [r.get("relation") if "counted" in r else None for r in records]
     n_trained = sum(k == "training" for k in kinds)
     n_run = sum(k in ("interpolated", "same run") for k in kinds)
@@ -64,13 +64,13 @@ def predictor_section(ctx: Context) -> str:
             "Verdicts of the frozen predictor on held-out models (unseen by content, of no "
             "run that gave a training model), read with its fitted protocol",
             "1 confirmation, 1 abstention, 1 failure",
-            f"{held} over {len(tested)} held-out model(s)",
+            f"{held} over {len(counted)} held-out model(s)",
         ),
         (
             "Verdicts of the constant baseline (the training models' mean rate, same "
             "interval method) on the same models",
             "—",
-            f"{base_held} over {len(base)} held-out model(s)",
+            f"{base_held} over {len(counted)} held-out model(s)",
         ),
         (
             "Mean interval score on the held-out models the predictor did not abstain on, "
@@ -94,7 +94,9 @@ def predictor_section(ctx: Context) -> str:
             f"{n_off} (off protocol: no test, never counted)",
         ),
     ]
-    features = [c for c in rows.columns if c.startswith("feature_")]
+    features = [
+        c for c in rows.columns if c.startswith("feature_") and not c.endswith("_rounding")
+    ]
     body = []
     for (label, r), (yes, said) in zip(labelled, stood, strict=True):
         body.append(
@@ -104,9 +106,9 @@ def predictor_section(ctx: Context) -> str:
                 _read(r),
                 fmt_pct(r["measured"]),
                 *_scores(r, ""),
-                _verdict(r.get("verdict"), yes),
+                _verdict(r.get("verdict"), yes, r.get("verdict_edge")),
                 *_scores(r, "baseline_"),
-                _verdict(r.get("baseline_verdict"), yes),
+                _verdict(r.get("baseline_verdict"), yes, r.get("baseline_edge")),
                 said,
                 "" if is_missing(r["reason"]) else str(r["reason"]),
             )
@@ -153,7 +155,12 @@ def predictor_section(ctx: Context) -> str:
             "model is a training model when its weights hash, its weights sketch (a near copy: the"
             " same weights in another dtype), its train-tiny recipe or its name matches one of the"
             " predictor's training models'; a checkpoint of a run that gave training models is "
-            "interpolated, or the same run, never held out."
+            "interpolated, or the same run, never held out. On the edge: the measured rate lies "
+            "within its float32 rounding (its flip rates' fragile triplets) plus twice the end's "
+            "(the features' rounding through the fit; for the baseline, the rounding of the "
+            "training models' rates its ends are) of an end of the interval, or the abstention "
+            "within rounding of its threshold: the verdict is decided by the last bits, may go "
+            "either way on another machine, and is counted apart."
         )
         + figure_or_note(
             lambda: draw({"predictor": rows}),
@@ -193,14 +200,29 @@ def _scores(r: dict[str, Any], prefix: str) -> tuple[str, str, str, str]:
     )
 
 
-def _verdict(value: Any, counted: bool) -> str:
-    """A verdict as the table shows it: ``(no test)`` after one that does not count (an
-    off-protocol verdict says so itself)."""
+def _verdict(value: Any, counted: bool, edge: Any = None) -> str:
+    """A verdict as the table shows it: ``(on the edge)`` after one decided within rounding,
+    ``(no test)`` after one that does not count (an off-protocol verdict says so itself)."""
     if value is None or is_missing(value):
         return NA
+    said = verdict_text(value, edge)
     if counted or str(value).startswith("off protocol"):
-        return str(value)
-    return f"{value} (no test)"
+        return said
+    return f"{said} (no test)"
+
+
+def _tally(records: list[dict[str, Any]], column: str, edge: str, verdicts: tuple) -> str:
+    """The verdicts of ``column`` counted, those on their edge (``edge``) apart:
+    ``1 confirmed, 1 abstained, 0 failed, 1 on the edge``."""
+    firm, on_edge = [], 0
+    for r in records:
+        flag = r.get(edge)
+        if flag is not None and not is_missing(flag) and bool(flag):
+            on_edge += 1
+        else:
+            firm.append(str(r.get(column, NA)))
+    said = ", ".join(f"{firm.count(v)} {v}" for v in verdicts)
+    return said + (f", {on_edge} {EDGE}" if on_edge else "")
 
 
 def _mean_scores(counted: list[dict[str, Any]]) -> str:

@@ -18,7 +18,10 @@ scale_f``); and the training model of the largest leverage carries its own, at m
 ``2 sqrt(h_max) sqrt(d' |G_zz| d)`` by Cauchy-Schwarz in the ``(X~' X~)^{-1}`` inner product
 (``d_f`` the largest rounding bound a training value of feature ``f`` can carry, in
 standardised units, ``|G_zz|`` the entrywise absolute feature block of the inverse). A
-point within the sum of both of the largest training leverage is inside.
+point within the sum of both of the largest training leverage is inside; a point whose
+leverage lies within twice its own share plus the training model's of the widened threshold,
+on either side, is on the rule's edge (:meth:`Support.on_edge`): two devices, each within its
+share of the exact leverage, may decide it either way.
 """
 
 from __future__ import annotations
@@ -92,6 +95,34 @@ class Support:
         theirs = 2 * np.sqrt(self.max_leverage * float(d @ np.abs(gram[1:, 1:]) @ d))
         return own + float(theirs)
 
+    def threshold(
+        self,
+        values: Sequence[float],
+        errors: Sequence[float] | None = None,
+        edge_errors: Sequence[float] | None = None,
+    ) -> tuple[float, float]:
+        """``(threshold, allowed)``: the leverage above which a point is outside, the largest
+        training leverage widened by ``allowed``, the features' float32 rounding
+        (:meth:`rounding`; 0 when ``errors`` or ``edge_errors`` is None)."""
+        allowed = 0.0
+        if errors is not None and edge_errors is not None:
+            allowed = self.rounding(values, errors, edge_errors)
+        return self.max_leverage * (1 + LEVERAGE_SLACK) + allowed, allowed
+
+    def on_edge(
+        self, values: Sequence[float], errors: Sequence[float], edge_errors: Sequence[float]
+    ) -> bool:
+        """Whether the point's leverage lies within rounding of its threshold
+        (:meth:`threshold`), on either side: within twice the point's share (each device
+        computes the leverage within its share of the exact one) plus that of the training
+        model of the largest leverage (itself measured once). Another device may then decide
+        :meth:`outside` the other way."""
+        threshold, _ = self.threshold(values, errors, edge_errors)
+        zeros = [0.0] * len(self.mean)
+        own = self.rounding(values, errors, zeros)
+        theirs = self.rounding(values, zeros, edge_errors)
+        return abs(self.leverage(values) - threshold) <= 2 * own + theirs
+
     def outside(
         self,
         values: Sequence[float],
@@ -103,10 +134,7 @@ class Support:
         ``errors`` and ``edge_errors`` (:meth:`rounding`; none: no rounding is allowed) widen
         the largest training leverage by the features' float32 rounding."""
         h = self.leverage(values)
-        allowed = 0.0
-        if errors is not None and edge_errors is not None:
-            allowed = self.rounding(values, errors, edge_errors)
-        if h <= self.max_leverage * (1 + LEVERAGE_SLACK) + allowed:
+        if h <= self.threshold(values, errors, edge_errors)[0]:
             return ""
         return (
             f"leverage {h:.4g} exceeds the largest training leverage {self.max_leverage:.4g}: "

@@ -21,12 +21,17 @@ from attncoda.experiments.predictor._protocol import OFF_PROTOCOL
 
 __all__ = [
     "standing",
+    "EDGE",
+    "ROUNDING_COLUMNS",
     "SCORE_COLUMNS",
     "VERDICTS",
     "Prediction",
     "interval_score",
+    "interval_score_rounding",
     "verdict",
     "verdict_columns",
+    "verdict_edge",
+    "verdict_text",
 ]
 
 VERDICTS = ("confirmed", "abstained", "failed")
@@ -41,6 +46,15 @@ SCORE_COLUMNS = (
     "interval_score",
     "verdict",
 )
+#: The columns :func:`verdict_columns` gives after the scores, for the predictor and the
+#: baseline: the rounding of the point and the ends, of the interval score, and whether the
+#: verdict is on its edge.
+ROUNDING_COLUMNS = {
+    "": ("predicted_rounding", "interval_score_rounding", "verdict_edge"),
+    "baseline_": ("baseline_rounding", "baseline_interval_score_rounding", "baseline_edge"),
+}
+#: How a report and a summary say a verdict on its edge: after the verdict, and counted apart.
+EDGE = "on the edge"
 
 
 @dataclass(frozen=True)
@@ -56,9 +70,16 @@ class Prediction:
     point, low, high : float or None
         The predicted flip rate and its interval (``None`` when abstaining).
     rounding : float
-        How far the features' float32 rounding can move the point and each end (flip-rate
-        units; :meth:`Predictor.apply`): :func:`verdict` takes a measured rate within it of
-        an end as inside. 0 for the constant baseline.
+        How far float32 rounding can move each end (flip-rate units): the features'
+        rounding through the fit, which moves the point as far (:meth:`Predictor.apply`;
+        stated for an abstention too, where the features are finite), or for the constant
+        baseline that of the training models' measured rates its ends are made of
+        (:meth:`Baseline.apply`). :func:`verdict` takes a measured rate within it of an end
+        as inside.
+    edge : bool
+        Whether the abstention, or its absence, was decided within rounding of a threshold
+        (a feature near its widened range end, the leverage near its widened threshold):
+        another device may decide it the other way.
     """
 
     abstained: bool
@@ -67,6 +88,7 @@ class Prediction:
     low: float | None = None
     high: float | None = None
     rounding: float = 0.0
+    edge: bool = False
 
 
 def _finite(measured: Any) -> float:
@@ -81,12 +103,13 @@ def _finite(measured: Any) -> float:
 
 def verdict(prediction: Prediction, measured: float) -> str:
     """``"confirmed"`` (measured inside the interval, or within the prediction's float32
-    ``rounding`` of an end), ``"failed"`` or ``"abstained"``.
+    ``rounding`` of an end), ``"failed"`` or ``"abstained"``. Whether that comparison is
+    decided within rounding is :func:`verdict_edge`'s.
 
     Parameters
     ----------
     prediction : Prediction
-        From :meth:`Predictor.apply`.
+        From :meth:`Predictor.apply` or :meth:`Predictor.apply_baseline`.
     measured : float
         The flip rate measured on the model (the same target: the mean over metrics by
         default).
@@ -134,10 +157,63 @@ def interval_score(low: float, high: float, measured: float, alpha: float) -> fl
     )
 
 
+def verdict_edge(prediction: Prediction, measured: float, measured_rounding: float = 0.0) -> bool:
+    """Whether :func:`verdict` of ``measured`` is decided within rounding of its threshold.
+
+    The verdict compares ``measured`` with each end widened by the prediction's
+    ``rounding`` ``r`` (``low - r``, ``high + r``). It is on its edge when ``measured`` lies
+    within ``measured_rounding + 2 r`` of either widened end, on either side: another device
+    moves the measured rate by up to its rounding (a bound between two devices: the rate's
+    fragile triplets), and computes the end within ``r`` of its exact value, as this one
+    did (for the baseline, whose ends are training models' measured rates, ``r`` is their
+    rounding). An end clipped to 0 (or 1) is no edge: its widened
+    threshold lies at or below 0 on every device, and a rate never below it. An abstention, or a
+    prediction whose abstention rules were decided on their edge (:attr:`Prediction.edge`),
+    is on its edge when those rules were.
+
+    Parameters
+    ----------
+    prediction : Prediction
+    measured : float
+        The measured flip rate.
+    measured_rounding : float
+        How far rounding can move it (flip-rate units, non-negative).
+    """
+    measured = _finite(measured)
+    if prediction.abstained or prediction.low is None or prediction.high is None:
+        return prediction.edge
+    r = prediction.rounding
+    band = abs(float(measured_rounding)) + 2 * r
+    # an end at 0 (or 1) moves to at most r above it, its widened threshold to at most 0:
+    # a rate, never below 0, cannot fall below it
+    near_low = prediction.low > 0 and abs(measured - (prediction.low - r)) <= band
+    near_high = prediction.high < 1 and abs(measured - (prediction.high + r)) <= band
+    return prediction.edge or near_low or near_high
+
+
+def interval_score_rounding(rounding: float, measured_rounding: float, alpha: float) -> float:
+    """How far :func:`interval_score` can differ between two devices, each of which computes
+    each end within ``rounding`` of its exact value (so ``d = 2 rounding`` apart) and whose
+    measured rates differ by at most ``measured_rounding`` (``m``): ``(2 / alpha)(d + m)``.
+
+    The score is piecewise linear in ``(l, u, y)``: inside the interval it is ``u - l``,
+    which moves by at most ``2 d``; below it ``(u - l) + (2/alpha)(l - y)``, whose slopes are
+    ``2/alpha - 1`` in ``l``, 1 in ``u`` and ``2/alpha`` in ``y``, so it moves by at most
+    ``(2/alpha)(d + m)``; above it alike. The score is continuous, so the largest of these,
+    ``(2/alpha)(d + m)`` (``2/alpha > 2``), bounds every move.
+    """
+    return (2 / alpha) * (2 * abs(float(rounding)) + abs(float(measured_rounding)))
+
+
 def verdict_columns(
-    prediction: Prediction, baseline: Prediction, measured: float, alpha: float
+    prediction: Prediction,
+    baseline: Prediction,
+    measured: float,
+    alpha: float,
+    measured_rounding: float = 0.0,
 ) -> dict[str, Any]:
-    """The predictor's and the baseline's verdicts and scores side by side.
+    """The predictor's and the baseline's verdicts and scores side by side, with what
+    rounding leaves open.
 
     Parameters
     ----------
@@ -147,6 +223,8 @@ def verdict_columns(
         Its measured flip rate (the predictor's target).
     alpha : float
         The intervals' miscoverage level (:attr:`Predictor.alpha`).
+    measured_rounding : float
+        How far rounding can move ``measured`` (its flips' ``rate_rounding``; 0: exact).
 
     Returns
     -------
@@ -156,7 +234,10 @@ def verdict_columns(
         point and the interval, ``None`` when abstaining), ``width`` (``high - low``),
         ``abs_error`` (``|measured - point|``), ``interval_score``
         (:func:`interval_score`), each in flip-rate units, ``None`` when abstaining; and
-        ``verdict`` (:func:`verdict`).
+        ``verdict`` (:func:`verdict`). Then :data:`ROUNDING_COLUMNS`: ``predicted_rounding``
+        and ``baseline_rounding`` (:attr:`Prediction.rounding`), ``interval_score_rounding``
+        and ``baseline_interval_score_rounding`` (:func:`interval_score_rounding`), and
+        ``verdict_edge`` and ``baseline_edge`` (:func:`verdict_edge`).
     """
     out: dict[str, Any] = {}
     for prefix, p in (("", prediction), ("baseline_", baseline)):
@@ -173,7 +254,22 @@ def verdict_columns(
             ),
             f"{prefix}verdict": verdict(p, measured),
         }
+    for prefix, p in (("", prediction), ("baseline_", baseline)):
+        rounding, score, edge = ROUNDING_COLUMNS[prefix]
+        out |= {
+            rounding: float(p.rounding),
+            score: interval_score_rounding(p.rounding, measured_rounding, alpha),
+            edge: verdict_edge(p, measured, measured_rounding),
+        }
     return out
+
+
+def verdict_text(value: Any, edge: Any) -> str:
+    """A verdict as a report or a summary says it: ``"confirmed (on the edge)"`` where its
+    row states it is decided within rounding (:data:`EDGE`), else the verdict itself."""
+    text = str(value)
+    on_edge = edge is not None and edge == edge and bool(edge)
+    return f"{text} ({EDGE})" if on_edge and not text.startswith("off protocol") else text
 
 
 def standing(record: Mapping[str, Any]) -> tuple[bool, str]:
