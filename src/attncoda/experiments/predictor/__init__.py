@@ -22,7 +22,8 @@ Modules, one concern each: ``_model`` (the prediction or abstention, and the bas
 training model a model is, or which run), ``_protocol`` (what rows read for a verdict),
 ``_verdict`` (confirmed, abstained, failed; widths, errors, interval scores; edges),
 ``_rounding`` (the float32 rounding of the features and of the training values),
-``_held`` (how ``attncoda compare`` holds the table's columns), ``_experiment`` (the
+``_held`` (how ``attncoda compare`` holds the table's columns), ``_apply`` (the frozen
+predictor applied to a model's rows: its features, prediction and verdicts), ``_experiment`` (the
 declaration and its run). They may import :mod:`attncoda.coda`,
 :mod:`attncoda.experiments.contract`, the flips and safety packages, :mod:`attncoda.store`'s
 JSON reading and :mod:`attncoda.training.identity`; nothing above the experiments.
