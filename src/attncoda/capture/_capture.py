@@ -40,7 +40,13 @@ from attncoda.capture._forward import (
 from attncoda.capture._pass import forwards_ran, kernels_ran, routes_a_call, run_pass
 from attncoda.capture._plan import Batch, CapturePlan, check_block_size
 from attncoda.capture._result import Capture, assemble, capture_frame, concatenate
-from attncoda.capture.kernels.registry import KERNELS, PORTABLE, check_dtype, resolve_kernel
+from attncoda.capture.kernels.registry import (
+    KERNELS,
+    PORTABLE,
+    check_dtype,
+    resolve_kernel,
+    takes_dtype,
+)
 from attncoda.capture.live import capture_live, kind_of, live_model
 from attncoda.capture.names import METHODS, MODES, ZEROS
 from attncoda.capture.routing import routable, unroutable_message
@@ -70,7 +76,7 @@ __all__ = [
 def capture(  # params: the public entry point, each keyword one a caller sets # long: their docs
     model, input_ids, attention_mask=None, *, sink="first", tokenizer=None,
     block_size: int = 512, record_rows="auto", seed: int = 0, mode: str = "auto",
-    zeros: str = "raise", prepend_bos: bool = False, method: str = "exact",
+    zeros: str = "raise", prepend_bos: bool = False, method: str = "auto",
     kernel: str = "auto", keep_outputs: bool = False, options: CaptureOptions | None = None,
     _first_doc: int = 0,
 ) -> Capture:  # fmt: skip
@@ -109,11 +115,15 @@ def capture(  # params: the public entry point, each keyword one a caller sets #
         ``mode="outputs"`` only: what to do with a visible key of probability exactly 0.
     prepend_bos : bool
         Prepend the BOS id (tokenizer's, else the model config's) to every document.
-    method : {"exact", "fast"}
-        ``"exact"`` (the reference) computes every row; ``"fast"`` takes the statistics from
-        a fused kernel's log-sum-exp (:mod:`attncoda.capture.kernels`), within float32
-        rounding of the exact path, and only the recorded rows in full. The ``auto`` sink
-        pass and ablations use the exact path.
+    method : {"auto", "exact", "fast"}
+        ``"exact"`` (the reference: eager's forward) computes every row; ``"fast"`` takes
+        the statistics from a fused kernel's log-sum-exp (:mod:`attncoda.capture.kernels`),
+        within float32 rounding of the exact path, and only the recorded rows in full.
+        ``"auto"`` (the default) is ``"fast"`` wherever a kernel serves the model's device
+        and dtype and its attention is routed, else ``"exact"``; ``Capture.method`` says
+        which ran and ``Capture.forward`` which forward the later layers read
+        (docs/design.md, "Which forward a capture follows"). The ``auto`` sink pass and
+        ablations use the exact path.
     kernel : str
         ``method="fast"`` only: ``"auto"`` (the first kernel that runs where a layer runs,
         :func:`attncoda.capture.kernels.resolve_kernel`) or a kernel's name
@@ -170,9 +180,12 @@ def _plan(model, asked: CapturePlan) -> CapturePlan:
     device = None
     resolved = "attention" if asked.mode == "auto" else asked.mode
     if kind_of(model) != "hf":
+        method = "exact" if method == "auto" else method  # a wrapper's passes: its own
         _check_wrapped(name, method, kernel, resolved, asked.keep_outputs)
     else:
         device = input_device(model)
+        if method == "auto":
+            method = "fast" if takes_dtype(device, getattr(model, "dtype", None)) else "exact"
         if method == "fast":
             resolve_kernel(kernel, device.type)  # a kernel asked by name where it cannot run
             check_dtype(device, getattr(model, "dtype", None))
@@ -188,8 +201,9 @@ def _plan(model, asked: CapturePlan) -> CapturePlan:
                 f"not carry: capture {name} with mode='attention'"
             )
     return replace(
-        asked, sink=spec, kernel=kernel if method == "fast" and device is not None else None,
-        mode=resolved, auto_mode=asked.mode == "auto", device=device,
+        asked, sink=spec, method=method,
+        kernel=kernel if method == "fast" and device is not None else None, mode=resolved,
+        auto_mode=asked.mode == "auto", auto_method=asked.method == "auto", device=device,
     )  # fmt: skip
 
 
@@ -250,6 +264,8 @@ def _batch(model, input_ids, attention_mask, plan: CapturePlan) -> tuple[Batch, 
         if not plan.auto_mode:
             raise AttncodaError(unroutable_message(model))
         plan = replace(plan, mode="outputs")
+    if plan.method == "fast" and plan.mode != "attention" and plan.auto_method:
+        plan = replace(plan, method="exact", kernel=None)  # eager outputs: the exact reading
     if plan.method == "fast" and plan.mode != "attention":
         raise AttncodaError(
             f"method='fast' reads the routed attention; {type(model).__name__} is read with "

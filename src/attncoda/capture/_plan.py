@@ -42,6 +42,7 @@ class CapturePlan:
     seed : int
         Seeds the row samples (per document: ``(seed, first_doc + index)``).
     method : {"exact", "fast"}
+        The method the passes take (``"auto"`` resolved: :attr:`auto_method`).
     block_size : int
         Queries per block of the attention function.
     record_rows : {"auto", "all", "none"} or int
@@ -59,6 +60,9 @@ class CapturePlan:
     auto_mode : bool
         Whether the mode was asked as ``"auto"``: a model whose forward does not reach the
         attention function is then read from its eager outputs instead of refused.
+    auto_method : bool
+        Whether the method was asked as ``"auto"``: a model read from its eager outputs
+        then takes the exact method instead of being refused the fast one.
     zeros : {"raise", "floor"}
         ``mode="outputs"``: what a visible key of probability exactly 0 gets.
     keep_outputs : bool
@@ -82,6 +86,7 @@ class CapturePlan:
     kernel: str | None = None
     mode: str = "attention"
     auto_mode: bool = False
+    auto_method: bool = False
     zeros: str = "raise"
     keep_outputs: bool = False
     prepend_bos: bool = False

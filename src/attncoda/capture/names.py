@@ -4,8 +4,10 @@ them without importing the model layer. The kernels' names are the registry's
 
 #: Capture modes: route when possible, always route, or read eager output_attentions.
 MODES = ("auto", "attention", "outputs")
-#: The capture methods: the exact path (the reference) and the fused-kernel fast path.
-METHODS = ("exact", "fast")
+#: The capture methods: ``auto`` (the default: the fused-kernel fast path wherever a kernel
+#: serves the model's device and dtype, the exact path elsewhere), the exact path (eager's
+#: forward, the reference) and the fast path.
+METHODS = ("auto", "exact", "fast")
 #: What a zero probability in a row does (``zeros=``): refuse it, or floor it.
 ZEROS = ("raise", "floor")
 

@@ -197,19 +197,21 @@ class CaptureOptions:
         doc="Model specs only: the models' parameter dtype (None: float32).",
     )  # fmt: skip
     method: str = option(
-        "exact", annotation="str", choices=_late("attncoda.capture.names", "METHODS"),
-        help="capture: exact (the reference) or fast (statistics from the fused kernel) "
+        "auto", annotation="str", choices=_late("attncoda.capture.names", "METHODS"),
+        help="capture: auto (fast wherever a kernel serves the device and dtype, else exact), "
+        "exact (eager's forward, the reference) or fast (statistics from the fused kernel) "
         "(default: {default})",
-        doc='Model specs and live models: the capture method, ``"exact"`` (the reference) or '
-        '``"fast"``.',
+        doc='Model specs and live models: the capture method, ``"auto"`` (the fast path '
+        'wherever a kernel serves the device and dtype, else the exact one), ``"exact"`` '
+        '(eager\'s forward, the reference) or ``"fast"``.',
     )  # fmt: skip
     kernel: str = option(
         "auto", annotation="str", choices=_late(_REGISTRY, "KERNELS"),
         stored="given",  # the fast path's only (the exact path has no kernel)
         help=lambda: f"the fast path's kernel: {_late(_REGISTRY, 'describe')()()} "
         "(default: {default})",
-        doc=lambda: 'Model specs and live models, with ``method="fast"``: the fast path\'s '
-        f"kernel, {_late(_REGISTRY, 'describe')()(quoted=True)}.",
+        doc=lambda: 'Model specs and live models, with ``method="fast"`` or ``"auto"``: the '
+        f"fast path's kernel, {_late(_REGISTRY, 'describe')()(quoted=True)}.",
     )  # fmt: skip
     here: InitVar[bool] = True
 
@@ -218,10 +220,10 @@ class CaptureOptions:
 
         for f in dataclasses.fields(self):
             _check(f, getattr(self, f.name))
-        if self.kernel != "auto" and self.method != "fast":
+        if self.kernel != "auto" and self.method == "exact":
             raise AttncodaError(
-                f"--kernel {self.kernel} is for --method fast (the {self.method} method has no "
-                "kernel): add --method fast, or drop --kernel"
+                f"--kernel {self.kernel} is for the fast path (the exact method has no "
+                "kernel): use --method fast or auto, or drop --kernel"
             )
         if isinstance(self.max_memory, str):  # the command line's "0=2GiB,cpu=8GiB"
             from attncoda.models.placement import parse_max_memory

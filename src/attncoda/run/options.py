@@ -13,9 +13,10 @@ __all__ = ["recorded"]
 
 
 def recorded(options: CaptureOptions) -> CaptureOptions:
-    """``options`` as a run config records them: the fast path's kernel resolved to the one
-    that runs on the run's device (:func:`attncoda.capture.kernels.resolve_kernel`), a
-    device map and its memory limits normalised (their keys as text), a given offload
+    """``options`` as a run config records them: the fast path's kernel (``method`` fast,
+    or auto where a kernel takes the dtype) resolved to the one that runs on the run's
+    device (:func:`attncoda.capture.kernels.resolve_kernel`), a device map and its memory
+    limits normalised (their keys as text), a given offload
     folder made absolute (without one, a map's disk weights go to ``<run folder>/offload``:
     :meth:`attncoda.run.config.RunConfig.options_at`).
 
@@ -25,7 +26,7 @@ def recorded(options: CaptureOptions) -> CaptureOptions:
         A placement the loader refuses, a kernel that does not run on the run's device, or
         a dtype no kernel takes there (float64 on CUDA), before anything loads.
     """
-    from attncoda.capture.kernels.registry import check_dtype, resolve_kernel
+    from attncoda.capture.kernels.registry import check_dtype, resolve_kernel, takes_dtype
     from attncoda.models.placement import check_run_placement
 
     device, device_map = options.device, options.device_map
@@ -38,6 +39,8 @@ def recorded(options: CaptureOptions) -> CaptureOptions:
         where = resolve_device(device)
         check_dtype(where, options.dtype)
         kernel = resolve_kernel(options.kernel, where)
+    elif options.method == "auto" and takes_dtype(resolve_device(device), options.dtype):
+        kernel = resolve_kernel(options.kernel, resolve_device(device))
     return replace(
         options,
         kernel=kernel,

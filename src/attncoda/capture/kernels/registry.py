@@ -17,7 +17,8 @@ declarations:
   ``"auto"`` did not take the kernel it prefers there (said once per process, and recorded
   beside the kernel that served, in ``Capture.kernel`` and ``Capture.forward``);
 - :func:`check_dtype`: ``method="fast"`` refused, before anything runs, in a dtype no
-  kernel takes on the device (float64 on CUDA);
+  kernel takes on the device (float64 on CUDA); :func:`takes_dtype`, where
+  ``method="auto"`` takes the fast path;
 - :func:`declines` and :func:`record_layer`: the kernel chosen for a routed layer, then
   those after it in :data:`ORDER` whose dtypes and attention keywords (:data:`KEYWORDS`)
   cover the layer, else the exact path.
@@ -52,6 +53,7 @@ __all__ = [
     "passed_over",
     "record_layer",
     "resolve_kernel",
+    "takes_dtype",
 ]
 
 #: The attention keywords a layer may pass that a kernel must model to serve it (Gemma 2's
@@ -202,6 +204,16 @@ def passed_over(device: str) -> str | None:
 def _say_passed_over(device: str, chosen: str, why: str) -> None:
     """The note of a kernel ``"auto"`` passes over, once per process and reason."""
     print(f"note: kernel='auto' takes {chosen} on {device}, since {why}", file=sys.stderr)
+
+
+def takes_dtype(device: object, dtype: object) -> bool:
+    """Whether a kernel takes ``dtype`` on ``device`` (:func:`check_dtype` would not refuse
+    it): where ``method="auto"`` takes the fast path."""
+    try:
+        check_dtype(device, dtype)
+    except AttncodaError:
+        return False
+    return True
 
 
 def check_dtype(device: object, dtype: object) -> None:

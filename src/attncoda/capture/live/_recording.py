@@ -285,9 +285,10 @@ def recording(
         As in :func:`attncoda.capture.capture`, except ``"auto"`` (it needs a first
         pass over the documents). Positions and tokens are resolved on the pass that starts
         a sequence (the prompt).
-    method : {"exact", "fast"}
-        As in :func:`attncoda.capture.capture`; passes that continue a KV cache take
-        the exact path (one query a step leaves a fused kernel nothing to save).
+    method : {"exact", "fast", "auto"}
+        As in :func:`attncoda.capture.capture` (``"auto"`` is ``"exact"`` here: the passes
+        are the user's own); passes that continue a KV cache take the exact path (one
+        query a step leaves a fused kernel nothing to save).
     record_rows : {"none", "auto", "all"} or int
         Which query rows to keep in full, planned per pass over its real queries (so under
         ``generate()`` every generated row is kept unless ``"none"``).
@@ -313,6 +314,7 @@ def recording(
         model already inside a recording.
     """
     check_choice("method", method, METHODS)
+    method = "exact" if method == "auto" else method  # a recording's passes are the user's
     check_block_size(block_size)
     spec = parse_sink(sink)
     record_plan([1], record_rows, seed, 0)  # validates record_rows
