@@ -263,7 +263,7 @@ def test_fast_capture_equals_exact_capture(family, padding):
 def test_fast_capture_outputs_and_auto_sinks():
     model = _tiny("llama", torch.float32, positions=512)
     ids = np.stack(docs((30, 30)))
-    exact = capture(model, ids, sink="auto", keep_outputs=True)
+    exact = capture(model, ids, sink="auto", keep_outputs=True, method="exact")
     fast = capture(model, ids, sink="auto", keep_outputs=True, method="fast")
     for a, b in zip(fast.sink_positions, exact.sink_positions, strict=True):
         np.testing.assert_array_equal(a, b)  # the auto pass is the exact path in both
@@ -275,11 +275,28 @@ def test_fast_capture_outputs_and_auto_sinks():
 def test_fast_capture_errors():
     model = _tiny("llama", torch.float32, positions=512)
     ids = np.stack(docs((8,)))
-    assert METHODS == ("exact", "fast")
-    with pytest.raises(AttncodaError, match=r"unknown method 'quick': use one of exact, fast$"):
+    assert METHODS == ("auto", "exact", "fast")
+    with pytest.raises(
+        AttncodaError, match=r"unknown method 'quick': use one of auto, exact, fast$"
+    ):
         capture(model, ids, method="quick")
     with pytest.raises(AttncodaError, match=r"method='fast' reads the routed attention"):
         capture(model, ids, method="fast", mode="outputs")
+
+
+def test_the_default_method_takes_the_fast_path_wherever_a_kernel_serves():
+    model = _tiny("llama", torch.float32, positions=512)
+    ids = np.stack(docs((40, 40)))
+    auto = capture(model, ids)
+    fast = capture(model, ids, method="fast")
+    exact = capture(model, ids, method="exact")
+    assert (auto.method, auto.kernel, auto.forward) == ("fast", fast.kernel, fast.forward)
+    assert auto.forward.startswith("fast:") and exact.forward == "eager"
+    for name in FLOATS:  # the same pass as asked by name, bit for bit
+        np.testing.assert_array_equal(getattr(auto, name), getattr(fast, name))
+    # Read from eager outputs, the default takes the exact reading instead of refusing.
+    outputs = capture(model, ids, mode="outputs")
+    assert (outputs.method, outputs.mode, outputs.forward) == ("exact", "outputs", "eager")
 
 
 def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch):
