@@ -10,8 +10,8 @@ documents (:func:`bootstrap_rates`, :func:`rate_rounding`, :func:`interval_round
 
 Modules: ``_experiment`` (the declaration and its run), ``_result`` (the result and its
 tables), ``_sums`` (row distances summed per document), ``_count`` (exact flip and tie
-counts by sorting), ``_bootstrap`` (resampled rates). They may import :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract` and each
-other; nothing above the experiments.
+counts by sorting), ``_bootstrap`` (resampled rates). They may import :mod:`attncoda.coda`,
+:mod:`attncoda.experiments.contract` and each other; nothing above the experiments.
 """
 
 from __future__ import annotations
