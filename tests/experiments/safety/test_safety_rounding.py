@@ -535,3 +535,60 @@ def test_a_verdict_flipped_fails_unless_it_is_on_the_edge():
     flipped = ref.assign(safe=~ref["safe"])
     cells = compare_frames("safety", flipped, ref, {"safe": held("safety")["safe"]}).cells
     assert [c.row for c in cells] == [1, 2]
+
+
+# --- safe regions, the section and the summary ------------------------------------------------
+
+
+def edge_table(safe, edge):
+    """A safety table by hand: one metric, bins 0.. of width 0.1, given verdicts."""
+    rows = []
+    for b, (s, e) in enumerate(zip(safe, edge, strict=True)):
+        rows.append({"model": "m", "metric": "tv", "bin_kind": "sink_gap", "bin": b,
+                     "bin_low": 0.1 * b, "bin_high": 0.1 * (b + 1), "n_triplets": 1000,
+                     "n_ties": 0, "flips": 20 if s else 60, "flip_rate": 0.02 if s else 0.06,
+                     "flip_rate_low": 0.01, "flip_rate_high": 0.049 if e else 0.03,
+                     "n_decided": 1000, "safe_threshold": 0.05, "safe": s, "safe_edge": e,
+                     "ci_rounding": 0.002})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_safe_region_never_counts_a_bin_on_the_edge():
+    from attncoda.experiments.safety import safe_regions
+
+    # Safe, safe on the edge, unsafe on the edge, safe: the region is the first bin; it
+    # may reach 0.3 through the two bins on the edge.
+    # Safe, safe on the edge, unsafe on the edge, safe, unsafe: the region is the first
+    # bin; were the two bins on the edge safe, it would reach 0.4.
+    table = edge_table([True, True, False, True, False], [False, True, True, False, False])
+    region = safe_regions(table).set_index("metric").loc["all"]
+    assert (region["n_safe_bins"], region["n_edge_bins"]) == (1, 3)
+    assert region["safe_below"] == pytest.approx(0.1)
+    assert region["edge_below"] == pytest.approx(0.4)
+    assert region["statement"].endswith(
+        "; bins on the edge follow it (their upper bound within rounding of 5%: safe or not "
+        "by rounding), so the region may reach 0.4"
+    )
+    none = safe_regions(edge_table([True, False], [True, False])).set_index("metric")
+    assert (none.loc["all", "n_safe_bins"], none.loc["all", "n_edge_bins"]) == (0, 1)
+    assert none.loc["all", "statement"] == (
+        "no region of the sink-mass gap |s_B - s_C| between the two heads is safe beyond "
+        "rounding for every metric: in its lowest bin the upper 95% Clopper-Pearson bound of "
+        "the flip rate is 4.9%, within rounding of 5% (on the edge: safe or not by rounding)"
+    )
+    clear = safe_regions(edge_table([True, False], [False, False])).set_index("metric")
+    assert clear.loc["all", "n_edge_bins"] == 0 and np.isnan(clear.loc["all", "edge_below"])
+
+
+def test_the_summary_and_the_section_call_an_edge_bin_so():
+    from attncoda.experiments.safety._section import _rate_n
+    from attncoda.experiments.safety._summary import summary
+
+    table = edge_table([True, True, False], [False, True, True])
+    lines = summary({"safety": table}, lambda *_: {}, "bos").splitlines()
+    assert lines[1].endswith("  SAFE")
+    assert lines[2].endswith("  EDGE (within 0.002 of 5%)") and "SAFE" not in lines[2]
+    assert lines[3].endswith("  EDGE (within 0.002 of 5%)")
+    marks = [_rate_n(r) for r in table.to_dict("records")]
+    assert marks[0].endswith("✓ safe") and marks[1].endswith("≈ edge")
+    assert marks[2].endswith("≈ edge")
