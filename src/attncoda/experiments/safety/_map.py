@@ -133,8 +133,9 @@ def safety_map(
     metrics : sequence of str
         Classic metrics, as for :func:`attncoda.experiments.flips.flips`.
     flips_result : FlipsResult, optional
-        A result of ``flips`` on the same ``head_rows``: its head distances (and ``tol``)
-        are reused instead of being computed again.
+        A result of ``flips`` on the same ``head_rows``: its head distances, their rounding
+        (and ``tol``) are reused instead of being computed again; one recorded before the
+        rounding was stored is refused (run flips again).
     n_bins : int
         Quantile bins over all triplets for each coordinate whose edges are not given
         (repeated quantiles merge, so there may be fewer).
