@@ -204,6 +204,7 @@ def test_flips_run_equals_flips_and_its_tables_round_trip(captured):
     assert sorted(arrays) == sorted(
         ["n_docs", "n_rows", "tol"]
         + [f"distance:{m}:{c}" for m in settings.metrics for c in ("keep", "drop")]
+        + [f"rounding:{m}:{c}" for m in settings.metrics for c in ("keep", "drop")]
         + [f"bootstrap:{m}" for m in settings.metrics]
     )
     # as a run stores them: the run's key columns first; from_tables leaves them out
@@ -220,6 +221,9 @@ def test_flips_run_equals_flips_and_its_tables_round_trip(captured):
     assert back.distances.keys() == want.distances.keys()
     for key, d in want.distances.items():
         assert np.array_equal(back.distances[key], d)
+    assert back.rounding.keys() == want.distances.keys()
+    for key, e in want.rounding.items():
+        assert np.array_equal(back.rounding[key], e)
     for metric, b in want.bootstrap.items():
         assert np.array_equal(back.bootstrap[metric], b, equal_nan=True)
     assert (back.model, back.n_docs, back.n_rows, back.tol) == (

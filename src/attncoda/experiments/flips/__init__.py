@@ -8,10 +8,10 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`flips` and
 their rounding (:func:`distance_rounding`, :data:`METRIC_ROUNDING`), and the bootstrap over
 documents (:func:`bootstrap_rates`, :func:`rate_rounding`, :func:`interval_rounding`).
 
-Modules: ``_experiment`` (the declaration and its run), ``_sums`` (row distances summed per
-document), ``_count`` (exact flip and tie counts by sorting), ``_bootstrap`` (resampled
-rates). They may import :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract` and each
-other; nothing above the experiments.
+Modules: ``_experiment`` (the declaration and its run), ``_result`` (the result and its
+tables), ``_sums`` (row distances summed per document), ``_count`` (exact flip and tie
+counts by sorting), ``_bootstrap`` (resampled rates). They may import :mod:`attncoda.coda`,
+:mod:`attncoda.experiments.contract` and each other; nothing above the experiments.
 """
 
 from __future__ import annotations
@@ -35,14 +35,12 @@ from attncoda.experiments.flips._count import (
     triplet_flips,
 )
 from attncoda.experiments.flips._experiment import (
-    BY_LAYER_COLUMNS,
     CAPTURE_TOL,
     EXPERIMENT,
-    TABLE_COLUMNS,
-    FlipsResult,
     Settings,
     flips,
 )
+from attncoda.experiments.flips._result import BY_LAYER_COLUMNS, TABLE_COLUMNS, FlipsResult
 from attncoda.experiments.flips._sums import (
     METRIC_ROUNDING,
     DocumentSums,

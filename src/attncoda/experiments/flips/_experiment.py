@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,7 +42,6 @@ from attncoda.experiments.contract import (
     no_interval_note,
     percentile_interval,
     setting,
-    without_run_columns,
 )
 from attncoda.experiments.flips._bootstrap import (
     bootstrap_rates,
@@ -55,6 +54,7 @@ from attncoda.experiments.flips._count import triplet_flips
 from attncoda.experiments.flips._figure import draw
 from attncoda.experiments.flips._headline import HEADLINE
 from attncoda.experiments.flips._held import HELD
+from attncoda.experiments.flips._result import BY_LAYER_COLUMNS, TABLE_COLUMNS, FlipsResult
 from attncoda.experiments.flips._section import flips_section
 from attncoda.experiments.flips._summary import summary
 from attncoda.experiments.flips._sums import document_sums, entropy_sums
@@ -72,112 +72,8 @@ __all__ = [
     "flips",
 ]
 
-TABLE_COLUMNS = (
-    "model", "metric", "n_heads", "n_docs", "n_triplets", "n_ties", "flips", "flip_rate",
-    "ci_low", "ci_high", "ci_method", "n_boot", "ci_note", "n_fragile", "rate_rounding",
-    "ci_rounding",
-)  # fmt: skip
-BY_LAYER_COLUMNS = (
-    "model", "metric", "layer", "n_triplets", "n_ties", "flips", "flip_rate", "n_fragile",
-    "rate_rounding",
-)  # fmt: skip
-
-
 # --------------------------------------------------------------------------------------------
 # The experiment
-
-
-@dataclass(frozen=True, eq=False)
-class FlipsResult:
-    """Flip rates of one model, keep vs drop, per metric.
-
-    Attributes
-    ----------
-    model : str
-        The model spec.
-    table : pandas.DataFrame
-        One row per metric, columns :data:`TABLE_COLUMNS`: ``model, metric, n_heads,
-        n_docs, n_triplets, n_ties, flips, flip_rate, ci_low, ci_high, ci_method, n_boot,
-        ci_note``. ``flip_rate = flips / (n_triplets - n_ties)`` (NaN only when every
-        triplet is a tie). With at least ``MIN_BOOTSTRAP_N`` (10) documents, ``ci_low,
-        ci_high`` are the 2.5 and 97.5 percentiles of the flip rates of ``n_boot``
-        resamples of the ``n_docs`` documents (``ci_method`` = ``"percentile bootstrap over
-        documents"``, ``ci_note`` = ``""``). With fewer there is no interval: ``ci_low,
-        ci_high`` are NaN, ``ci_method`` is ``""``, ``n_boot`` is 0 and ``ci_note`` says why
-        (``"no interval: 4 documents, fewer than 10"``). Then what float32 rounding of the
-        distances leaves open (docs/design.md, "Verdicts and ratios within rounding"):
-        ``n_fragile``, the triplets within their rounding of the tie edge (``n_ties`` and
-        ``flips`` are each good to that many); ``rate_rounding``, how far ``flip_rate`` can
-        move by them; ``ci_rounding``, how far either end of the interval can (each
-        resample's rate moved by its own; NaN without an interval).
-    by_layer : pandas.DataFrame
-        The same counts broken down by the layer of ``A``: ``model, metric, layer,
-        n_triplets, n_ties, flips, flip_rate, n_fragile, rate_rounding`` (no CI).
-    distances : dict
-        ``(metric, convention) -> ndarray (head, head)``: the pooled head distances.
-    bootstrap : dict
-        ``metric -> ndarray (n_boot,)``: the flip rate of each bootstrap resample (shape
-        ``(0,)`` when there are too few documents for an interval).
-    n_docs, n_rows : int
-        Documents with a used row, and used rows in all (per head).
-    tol : float
-        The relative tie tolerance.
-    """
-
-    model: str
-    table: pd.DataFrame
-    by_layer: pd.DataFrame = field(repr=False)
-    distances: dict[tuple[str, str], np.ndarray] = field(repr=False)
-    bootstrap: dict[str, np.ndarray] = field(repr=False)
-    n_docs: int
-    n_rows: int
-    tol: float
-
-    def to_tables(self) -> Tables:
-        """The result as a flips unit's :class:`Tables`: frames ``flips`` and
-        ``flips_by_layer``; arrays ``distance:{metric}:{convention}``,
-        ``bootstrap:{metric}`` and the 0-d ``n_docs``, ``n_rows``, ``tol``."""
-        arrays: dict[str, np.ndarray] = {
-            "n_docs": np.asarray(self.n_docs),
-            "n_rows": np.asarray(self.n_rows),
-            "tol": np.asarray(self.tol),
-        }
-        arrays.update({f"distance:{m}:{c}": d for (m, c), d in self.distances.items()})
-        arrays.update({f"bootstrap:{m}": b for m, b in self.bootstrap.items()})
-        return Tables(frames={"flips": self.table, "flips_by_layer": self.by_layer}, arrays=arrays)
-
-    @classmethod
-    def from_tables(cls, model: str, tables: Tables) -> FlipsResult:
-        """The result a flips unit's :class:`Tables` hold (see :meth:`to_tables`).
-
-        Stored frames carry the run's key columns (``revision``, ``family``); they are left
-        out, so the frames are the experiment's own.
-        """
-        arrays = tables.arrays
-        for key in ("n_docs", "n_rows", "tol"):
-            if key not in arrays:
-                raise AttncodaError(
-                    f"the flips tables of {model!r} hold no {key!r} array: rerun flips"
-                )
-        distances = {}
-        bootstrap = {}
-        for key, value in arrays.items():
-            kind, _, rest = key.partition(":")
-            if kind == "distance":
-                metric, _, convention = rest.partition(":")
-                distances[(metric, convention)] = value
-            elif kind == "bootstrap":
-                bootstrap[rest] = value
-        return cls(
-            model=model,
-            table=without_run_columns(tables.frames["flips"]),
-            by_layer=without_run_columns(tables.frames["flips_by_layer"]),
-            distances=distances,
-            bootstrap=bootstrap,
-            n_docs=int(arrays["n_docs"]),
-            n_rows=int(arrays["n_rows"]),
-            tol=float(arrays["tol"]),
-        )
 
 
 def flips(
@@ -230,7 +126,8 @@ def flips(
     Returns
     -------
     FlipsResult
-        ``.table`` (one row per metric), ``.by_layer``, ``.distances``, ``.bootstrap``.
+        ``.table`` (one row per metric), ``.by_layer``, ``.distances`` and their
+        ``.rounding``, ``.bootstrap``.
 
     Raises
     ------
@@ -254,7 +151,7 @@ def flips(
     on = None if device in (None, "cpu") else device
     n_triplets = n * math.comb(n - 1, 2)
     layer_of = head_rows.layer_of
-    rows, layer_rows, distances, boot = [], [], {}, {}
+    rows, layer_rows, distances, rounding, boot = [], [], {}, {}, {}
     weights: np.ndarray | None = None
     n_docs = n_rows = 0
     note = ""
@@ -266,9 +163,8 @@ def flips(
             n_docs, n_rows = len(keep.docs), int(keep.counts.sum())
             note = no_interval_note(n_docs, "documents")
             weights = resample_weights(n_docs, 0 if note else n_boot, seed)
-        point = triplet_flips(
-            keep.distances, drop.distances, tol=tol, rounding=(keep.rounding, drop.rounding)
-        )
+        e_keep, e_drop = keep.rounding, drop.rounding
+        point = triplet_flips(keep.distances, drop.distances, tol=tol, rounding=(e_keep, e_drop))
         rates, moved = (
             bootstrap_rates(keep, drop, weights, tol, n_triplets, threads)
             if len(weights)
@@ -311,6 +207,7 @@ def flips(
             )  # fmt: skip
         distances[(metric, "keep")] = keep.distances
         distances[(metric, "drop")] = drop.distances
+        rounding[(metric, "keep")], rounding[(metric, "drop")] = e_keep, e_drop
         boot[metric] = rates
     table = _typed(pd.DataFrame(rows, columns=list(TABLE_COLUMNS)))
     by_layer = _typed(pd.DataFrame(layer_rows, columns=list(BY_LAYER_COLUMNS)))
@@ -323,6 +220,7 @@ def flips(
         n_docs=n_docs,
         n_rows=n_rows,
         tol=tol,
+        rounding=rounding,
     )
 
 

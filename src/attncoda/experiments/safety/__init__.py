@@ -6,9 +6,11 @@ Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`safety_map` a
 :func:`mean_squared_split`, :func:`triplet_coordinates`) and the safe regions
 (:func:`safe_regions`).
 
-Modules: ``_experiment`` (the declaration and the binned map), ``_bins`` (bin edges, the
-cell of each triplet, each cell's ties, flips and verdict), ``_split`` (the squared Aitchison
-split per head pair), ``_regions`` (safe cells and their bounds). They may import
+Modules: ``_experiment`` (the declaration), ``_map`` (the binned map), ``_bins`` (bin
+edges, the cell of each triplet, each cell's ties, flips, fragile triplets and verdict),
+``_edges`` (the triplets within rounding of a bin edge), ``_split`` (the squared Aitchison
+split per head pair, the coordinates and their rounding), ``_held`` (how the tables are
+compared), ``_regions`` (safe cells and their bounds). They may import
 :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract` and the flips package; nothing
 above the experiments.
 """

@@ -1,5 +1,10 @@
 """Where keep and drop agree: the run of safe bins of a safety table, in numbers and in
 words (docs/design.md, "The experiments").
+
+A bin whose verdict lies on the edge (``safe_edge``: the upper end of its interval within
+rounding of the threshold) is safe on one machine and not on another. The region is the
+run of bins safe beyond rounding; the bins on the edge right after it are named apart, as
+how far the region may reach, and never counted in it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ REGION_COLUMNS = (
     "n_bins",
     "n_safe_bins",
     "safe_below",
+    "n_edge_bins",
+    "edge_below",
     "n_decided",
     "flips",
     "flip_rate",
@@ -48,12 +55,16 @@ def safe_regions(table: pd.DataFrame) -> pd.DataFrame:
         Columns :data:`REGION_COLUMNS` (plus ``revision`` when the input has it): one row per
         (model, metric, bin kind), and one with ``metric == "all"`` where a bin counts as
         safe only when it is safe for every metric. ``n_safe_bins`` counts the consecutive
-        safe bins from the lowest; ``safe_below`` is the upper edge of the last of them (NaN
-        when the lowest bin is not safe). ``n_decided``, ``flips``, ``flip_rate`` and
-        ``flip_rate_high`` pool those bins (for ``"all"``: the worst metric's upper end);
-        ``ci_method`` names the interval (``"Clopper-Pearson over triplets"``, its n
-        ``n_decided``).
-        ``statement`` says it in words.
+        bins from the lowest that are safe beyond rounding (safe, and not on the edge:
+        ``safe_edge``, where the table has it); ``safe_below`` is the upper edge of the
+        last of them (NaN when there is none). ``n_edge_bins`` counts the bins after them
+        that the region may still reach: from the first bin on the edge (safe or not by
+        rounding) on, every bin safe or on the edge; ``edge_below`` is the upper edge of
+        the last of them (NaN when there is none).
+        ``n_decided``, ``flips``, ``flip_rate`` and ``flip_rate_high`` pool the safe bins
+        (for ``"all"``: the worst metric's upper end); ``ci_method`` names the interval
+        (``"Clopper-Pearson over triplets"``, its n ``n_decided``). ``statement`` says it in
+        words.
     """
     import pandas as pd
 
@@ -79,10 +90,12 @@ def safe_regions(table: pd.DataFrame) -> pd.DataFrame:
             # A bin is safe for every metric up to the first bin unsafe for any of them;
             # the pooled numbers are those of the worst metric over that run.
             n_all = min(r["n_safe_bins"] for r in per_metric.values())
+            reach = min(r["n_safe_bins"] + r["n_edge_bins"] for r in per_metric.values())
             bins = sorted(dict.fromkeys(k["bin"]))
             threshold = float(k["safe_threshold"].iloc[0])
             forced = [
-                _region(mg, threshold, force=n_all) for _, mg in k.groupby("metric", sort=False)
+                _region(mg, threshold, force=(n_all, reach))
+                for _, mg in k.groupby("metric", sort=False)
             ]
             region = max(forced, key=lambda r: (r["flip_rate_high"], r["flips"]))
             region = {**region, "n_bins": len(bins)}
@@ -103,16 +116,31 @@ _REGION_NAMES = {
 }
 
 
+def _leading(flags: np.ndarray) -> int:
+    """How many of ``flags`` are set before the first that is not."""
+    return len(flags) if flags.all() else int(np.argmin(flags))
+
+
 def _region(
-    bins: pd.DataFrame, threshold: float, *, n_bins: int | None = None, force: int | None = None
+    bins: pd.DataFrame,
+    threshold: float,
+    *,
+    n_bins: int | None = None,
+    force: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The safe run of one metric's bins (sorted by ``bin``), pooled."""
+    """The safe run of one metric's bins (sorted by ``bin``), pooled: the bins safe beyond
+    rounding, then those on the edge after them (``force``: both lengths given)."""
     bins = bins.sort_values("bin")
     safe = bins["safe"].to_numpy(bool)
+    edge = (
+        bins["safe_edge"].fillna(False).to_numpy(bool)
+        if "safe_edge" in bins.columns
+        else np.zeros(len(bins), bool)
+    )
     if force is not None:
-        n_safe = int(force)
+        n_safe, reach = (int(f) for f in force)
     else:
-        n_safe = len(safe) if safe.all() else int(np.argmin(safe))
+        n_safe, reach = _leading(safe & ~edge), _leading(safe | edge)
     run = bins.iloc[:n_safe]
     decided = int((run["n_triplets"] - run["n_ties"]).sum())
     flips = int(run["flips"].sum())
@@ -121,6 +149,8 @@ def _region(
         "n_bins": int(n_bins if n_bins is not None else len(bins)),
         "n_safe_bins": n_safe,
         "safe_below": float(run["bin_high"].iloc[-1]) if n_safe else float("nan"),
+        "n_edge_bins": reach - n_safe,
+        "edge_below": float(bins["bin_high"].iloc[reach - 1]) if reach > n_safe else float("nan"),
         "n_decided": decided,
         "flips": flips,
         "flip_rate": flips / decided if decided else float("nan"),
@@ -138,11 +168,21 @@ def _region(
 def _statement(kind: str, region: Mapping[str, Any], metrics: str, lowest_high: float) -> str:
     name = _REGION_NAMES.get(kind, kind)
     agree = 1.0 - region["safe_threshold"]
+    threshold = f"{region['safe_threshold']:.0%}"
+    edge = region["n_edge_bins"]
     if not region["n_safe_bins"]:
+        if edge:
+            reach = "" if edge == 1 else f"; the region may reach {region['edge_below']:.3g}"
+            return (
+                f"no region of {name} is safe beyond rounding for {metrics}: in its lowest "
+                f"bin the upper 95% Clopper-Pearson bound of the flip rate is "
+                f"{lowest_high:.1%}, within rounding of {threshold} (on the edge: safe or not "
+                f"by rounding){reach}"
+            )
         return (
             f"no region of {name} is safe for {metrics}: in its lowest bin the upper 95% "
             f"Clopper-Pearson bound of the flip rate is {lowest_high:.1%}, not below "
-            f"{region['safe_threshold']:.0%}"
+            f"{threshold}"
         )
     whole = region["n_safe_bins"] == region["n_bins"]
     where = (
@@ -150,8 +190,14 @@ def _statement(kind: str, region: Mapping[str, Any], metrics: str, lowest_high: 
         if whole
         else (f"when {name} is below {region['safe_below']:.3g}")
     )
-    return (
+    said = (
         f"{where}, keep and drop agree on >= {agree:.0%} of verdicts for {metrics} "
         f"(flip rate {region['flip_rate']:.1%}, upper 95% Clopper-Pearson bound "
         f"{region['flip_rate_high']:.1%} over {region['n_decided']:,} decided triplets)"
     )
+    if edge:
+        said += (
+            f"; bins on the edge follow it (their upper bound within rounding of {threshold}: "
+            f"safe or not by rounding), so the region may reach {region['edge_below']:.3g}"
+        )
+    return said

@@ -122,7 +122,8 @@ def safety_section(ctx: Context) -> str:
                 f"{label}: flip rate by bin (decided triplets in brackets"
                 + (
                     "; ≤ the upper end of its 95% Clopper-Pearson interval over them; ✓ safe: "
-                    "that bound below the threshold)"
+                    "that bound below the threshold; ≈ edge: that bound within rounding of "
+                    "the threshold, safe or not by rounding)"
                     if has_bounds
                     else ")"
                 ),
@@ -154,7 +155,10 @@ def safety_section(ctx: Context) -> str:
         "Clopper-Pearson interval of its flip rate lies below the threshold; the safe region "
         "is the run of safe bins from the lowest value up, for every metric at once. The "
         "interval treats triplets as independent, which they are not (they share heads), so "
-        "it is the narrowest honest bound, not a conservative one."
+        "it is the narrowest honest bound, not a conservative one. Each count is good to "
+        "the triplets within rounding of the tie edge or of a bin edge; a bin whose upper "
+        "bound lies within what they move of the threshold is on the edge, safe or not by "
+        "rounding: it is marked so, and a safe region never counts it."
     )
     return paper_vs_measured(convention, claims) + head + "".join(parts)
 
@@ -164,7 +168,10 @@ def _rate_n(row: Mapping[str, Any]) -> str:
     n = row.get("n_decided", row["n_triplets"] - row["n_ties"])
     if is_missing(rate):
         return f"{NA} ({n})"
-    mark = " ✓ safe" if row.get("safe") is True or row.get("safe") == 1 else ""
+    if row.get("safe_edge") is True or row.get("safe_edge") == 1:
+        mark = " ≈ edge"
+    else:
+        mark = " ✓ safe" if row.get("safe") is True or row.get("safe") == 1 else ""
     bound = (
         f" ≤ {fmt_pct(row['flip_rate_high'])}" if not is_missing(row.get("flip_rate_high")) else ""
     )
