@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from attncoda.experiments.contract._held import (
     BOUND_RTOL,
-    BOUND_UNITS,
     FLOAT64_SLACK,
     Bound,
     Coordinates,
@@ -169,7 +168,7 @@ def _allowance(rule: Held, a: pd.DataFrame, b: pd.DataFrame, column: str) -> np.
         if rule.per is not None and rule.per in b.columns:
             with np.errstate(divide="ignore"):
                 unit = np.nan_to_num(rule.scale / _floats(b, rule.per), nan=0.0, posinf=0.0)
-        return BOUND_RTOL * size + BOUND_UNITS * unit + slack
+        return BOUND_RTOL * size + rule.units * unit + slack
     if isinstance(rule, Exponent):
         return size * np.expm1(_stated(b, rule.bounds)) + slack
     if isinstance(rule, Share):

@@ -149,14 +149,18 @@ class Stated:
 
 @dataclass(frozen=True)
 class Bound:
-    """A stated bound: within :data:`BOUND_RTOL` of the reference's plus :data:`BOUND_UNITS`
-    units, a unit being one (a count) or ``scale`` over the reference's column ``per`` (a
-    rate over that count: ``scale`` 100 for a rate in percent)."""
+    """A stated bound: within :data:`BOUND_RTOL` of the reference's plus ``units`` units
+    (:data:`BOUND_UNITS`), a unit being one (a count of items) or ``scale`` over the
+    reference's column ``per`` (a rate over that count: ``scale`` 100 for a rate in
+    percent). A bound in a float's own units, made of magnitudes rather than of counted
+    items (a coordinate's rounding, a feature's), takes ``units=0``: its share of itself
+    alone, since its magnitudes move by float rounding, far less than 1%."""
 
     says: ClassVar[str] = "a stated bound, to 1% of the reference's plus 3 units"
 
     per: str | None = None
     scale: float = 1.0
+    units: int = BOUND_UNITS
     kind: str = field(default="bound", init=False)
 
 

@@ -20,8 +20,12 @@ from attncoda.experiments.predictor._model import FEATURES
 
 __all__ = ["HELD"]
 
-#: A rate's (or a rate bound's) unit: one triplet of the measured model's count.
+#: A rate's bound made of counted triplets: its unit one triplet of the measured model's
+#: count.
 _RATE_BOUND = Bound(per="n_triplets")
+#: A bound made of magnitudes (the features' float32 rounding, what the fit makes of it,
+#: the training rates' bounds the file states): held to its share of itself alone.
+_FLOAT_BOUND = Bound(units=0)
 _PREDICTED = ("predicted_rounding", "predicted_rounding")
 _EDGE = "abstain_edge"
 
@@ -29,7 +33,7 @@ _EDGE = "abstain_edge"
 HELD: Mapping[str, Mapping[str, Held]] = {
     "predictor": {
         **{f"feature_{f}": Stated((f"feature_{f}_rounding",) * 2) for f in FEATURES},
-        **{f"feature_{f}_rounding": _RATE_BOUND for f in FEATURES},
+        **{f"feature_{f}_rounding": _FLOAT_BOUND for f in FEATURES},
         "abstained": Verdict(_EDGE),
         "reason": Verdict(_EDGE),
         "abstain_edge": Verdict(_EDGE),
@@ -45,10 +49,10 @@ HELD: Mapping[str, Mapping[str, Held]] = {
         "baseline_width": Stated(("baseline_rounding", "baseline_rounding")),
         "baseline_abs_error": Stated(("measured_rounding", "baseline_rounding")),
         "baseline_interval_score": Stated("baseline_interval_score_rounding"),
-        "predicted_rounding": _RATE_BOUND,
-        "interval_score_rounding": _RATE_BOUND,
-        "baseline_rounding": _RATE_BOUND,
-        "baseline_interval_score_rounding": _RATE_BOUND,
+        "predicted_rounding": _FLOAT_BOUND,
+        "interval_score_rounding": _FLOAT_BOUND,
+        "baseline_rounding": _FLOAT_BOUND,
+        "baseline_interval_score_rounding": _FLOAT_BOUND,
         "measured": Stated("measured_rounding"),
         "measured_rounding": _RATE_BOUND,
         "verdict": Verdict("verdict_edge"),

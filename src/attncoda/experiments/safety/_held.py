@@ -37,15 +37,15 @@ HELD: Mapping[str, Mapping[str, Held]] = {
         **_CELLS,
         "bin_low": Stated("bin_rounding"),
         "bin_high": Stated("bin_rounding"),
-        "bin_rounding": Bound(),
+        "bin_rounding": Bound(units=0),
     },
     "safety_grid": {
         **_CELLS,
         "sink_share_low": Stated("sink_share_rounding"),
         "sink_share_high": Stated("sink_share_rounding"),
-        "sink_share_rounding": Bound(),
+        "sink_share_rounding": Bound(units=0),
         "sink_gap_low": Stated("sink_gap_rounding"),
         "sink_gap_high": Stated("sink_gap_rounding"),
-        "sink_gap_rounding": Bound(),
+        "sink_gap_rounding": Bound(units=0),
     },
 }
