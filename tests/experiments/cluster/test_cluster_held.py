@@ -161,3 +161,33 @@ def test_the_held_tables_name_every_variant() -> None:
     for variant in VARIANTS:
         assert rules[f"cluster_{variant}"].edge == f"edge_{variant}"
         assert rules[f"x_{variant}"].bound == f"distance_rounding_{variant}"
+
+
+def test_the_summary_and_the_report_say_how_far_rounding_moves_each_value(
+    frames: dict[str, pd.DataFrame],
+) -> None:
+    from attncoda.experiments.cluster._section import cluster_section
+    from attncoda.experiments.cluster._summary import summary
+    from attncoda.experiments.view import Context
+
+    # a run's tables carry the unit's model and revision on every row
+    tables = {name: frame.assign(model="toy/held") for name, frame in frames.items()}
+    part = tables["cluster_summary"]
+    part.loc[0, "spearman_axis1_rounding"] = 0.0123
+    part.loc[2, "degenerate_edge"] = True
+    tables["cluster"].loc[[0, 3], "edge_drop"] = True
+    agreement = tables["cluster_agreement"]
+    agreement.loc[0, "adjusted_rand_rounding"] = 0.0456
+    printed = summary(tables, lambda *_: {}, "first").splitlines()
+    keep = float(part.loc[0, "spearman_axis1_vs_sink_mass"])
+    assert f"  keep               {keep:+.3f} ±0.012" in printed
+    drop = next(line for line in printed if line.startswith("  drop"))
+    assert drop.endswith("; 2 head(s) on a k-means edge")
+    sink = next(line for line in printed if line.startswith("  aitchison_sink"))
+    assert "on the edge of not embedded" in sink
+    ari = float(agreement.loc[0, "adjusted_rand"])  # keep vs drop
+    assert f"adjusted Rand index of the k-means clusters, keep vs drop: {ari:.3f} ±0.046" in printed
+    page = cluster_section(Context(tables=tables, sink="first"))
+    assert f"{keep:+.3f} ±0.012" in page
+    assert "on its edge (either)" in page
+    assert "±0.046" in page
