@@ -123,8 +123,8 @@ def test_cluster_and_safety_are_runs_of_their_experiment(tmp_path, capsys):
     assert len(pd.read_parquet(out / "tables" / "cluster.parquet")) == 72
     # every pair of MiniLM's 72 heads under each variant, keyed by the run like every table
     distances = pd.read_parquet(out / "tables" / "cluster_distances.parquet")
-    columns = ["model", "revision", "family", "variant", "head_a", "head_b", "distance"]
-    assert list(distances.columns) == columns
+    columns = ["model", "revision", "family", "variant", "head_a", "head_b", "n_rows"]
+    assert list(distances.columns) == [*columns, "distance", "distance_rounding"]
     assert distances.groupby("variant").size().to_dict() == dict.fromkeys(VARIANTS, 72 * 71 // 2)
     assert (distances["head_a"] < distances["head_b"]).all()
     assert (distances["distance"] > 0).all() and distances["distance"].lt(float("inf")).all()

@@ -143,12 +143,20 @@ def test_distances_are_symmetric_with_zero_diagonal(random_result: ClusterResult
 
 def test_table_is_tidy_and_typed(random_result: ClusterResult) -> None:
     table = random_result.table
-    assert list(table.columns[:5]) == ["model", "head_index", "layer", "head", "sink_mass"]
+    assert list(table.columns[:7]) == [
+        "model", "head_index", "layer", "head", "n_keys", "n_rows", "sink_mass",
+    ]  # fmt: skip
+    # the longest document has 10 keys; 4 + 4 + 3 rows are used
+    assert table["n_keys"].dtype == np.int64 and (table["n_keys"] == 10).all()
+    assert table["n_rows"].dtype == np.int64 and (table["n_rows"] == 11).all()
     for variant in VARIANTS:
-        for prefix in ("x_", "y_", "cluster_"):
+        for prefix in ("x_", "y_", "cluster_", "distance_rounding_", "edge_"):
             assert f"{prefix}{variant}" in table.columns
         assert table[f"x_{variant}"].dtype == np.float64
         assert table[f"cluster_{variant}"].dtype == np.int64
+        assert table[f"distance_rounding_{variant}"].dtype == np.float64
+        assert (table[f"distance_rounding_{variant}"] > 0).all()
+        assert table[f"edge_{variant}"].dtype == bool
         # clusters numbered in order of first appearance: head 0 is in cluster 0
         assert table[f"cluster_{variant}"].iloc[0] == 0
         # axis 1 is signed so that its most extreme head is positive
@@ -211,6 +219,16 @@ def test_sink_mass_drives_keep_axis_but_not_content() -> None:
     assert result.distances["aitchison_content"].max() < 1e-9
     assert result.distances["drop"].max() < 1e-9
     assert set(art["degenerate_variants"]) == {"drop", "aitchison_content"}
+    # Their distances are float64 noise (1e-14), far inside the logs' float32 rounding: the
+    # verdict "not embedded" is on its edge (a run whose logs differ by a rounding embeds
+    # them), so their points may be anywhere and their labels either way.
+    threshold = 1e-10 * art["n_rows_used"]
+    assert result.rounding["drop"].max() > threshold > result.distances["drop"].max()
+    assert art["rounding"]["degenerate_edge"] == {
+        "keep": False, "drop": True, "aitchison_sink": False, "aitchison_content": True,
+    }  # fmt: skip
+    assert np.isinf(result.table["distance_rounding_drop"]).all()
+    assert result.table["edge_aitchison_content"].all() and not result.table["edge_keep"].any()
     assert art["spearman_axis1_vs_sink_mass"]["aitchison_content"] is None
     assert (result.table["cluster_aitchison_content"] == 0).all()
     # keep splits the two sink-mass groups; the content view cannot
@@ -299,16 +317,20 @@ def test_the_distance_table_holds_the_matrices_mds_embedded(
 
     embedded, embed = [], pipeline.embed
 
-    def recording(d: np.ndarray, seed: int, n_init: int) -> tuple[np.ndarray, float]:
+    def recording(d: np.ndarray, seed: int, n_init: int) -> tuple[np.ndarray, float, int]:
         embedded.append(d.copy())
         return embed(d, seed, n_init)
 
     monkeypatch.setattr(pipeline, "embed", recording)
     result = cluster(random_rows, seed=3, n_clusters=3, n_init=N_INIT)
     frame = result_tables(result).frames["cluster_distances"]
-    assert list(frame.columns) == ["model", "variant", "head_a", "head_b", "distance"]
+    assert list(frame.columns) == [
+        "model", "variant", "head_a", "head_b", "n_rows", "distance", "distance_rounding",
+    ]  # fmt: skip
     assert frame["head_a"].dtype == np.int64 and frame["head_b"].dtype == np.int64
     assert frame["distance"].dtype == np.float64
+    assert frame["distance_rounding"].dtype == np.float64
+    assert (frame["n_rows"] == 11).all()
     # one row per unordered pair of the 9 heads, per variant, in the variants' order
     assert len(frame) == 4 * 36
     assert list(dict.fromkeys(frame["variant"])) == list(VARIANTS)
@@ -319,6 +341,11 @@ def test_the_distance_table_holds_the_matrices_mds_embedded(
     assert len(embedded) == len(VARIANTS)  # no variant is degenerate here
     for variant, d in zip(VARIANTS, embedded, strict=True):
         np.testing.assert_array_equal(_matrix(frame, variant, 9), d)
+        rounding = frame[frame["variant"] == variant]["distance_rounding"].to_numpy()
+        assert (rounding > 0).all()
+        # the rounding the table states is the one the result holds for that pair
+        upper = np.triu_indices(9, k=1)
+        np.testing.assert_array_equal(rounding, result.rounding[variant][upper])
 
 
 def test_the_distance_table_of_a_handmade_document_is_scipys_js_and_the_hand_terms() -> None:

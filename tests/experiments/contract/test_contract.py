@@ -248,24 +248,37 @@ def test_cluster_run_equals_cluster(captured):
     assert_frame_equal(tables.frames["cluster"], want.table, check_exact=True)
     art = want.artifact
 
-    def values(key):
-        return np.array([np.nan if art[key][v] is None else art[key][v] for v in VARIANTS])
+    def values(of, key):
+        return np.array([np.nan if of[key][v] is None else of[key][v] for v in VARIANTS])
 
+    rounding = art["rounding"]
     summary = pd.DataFrame(
         {
             "variant": list(VARIANTS),
             "title": [VARIANT_TITLES[v] for v in VARIANTS],
-            "spearman_axis1_vs_sink_mass": values("spearman_axis1_vs_sink_mass"),
-            "max_abs_spearman_any_direction": values("max_abs_spearman_any_direction_vs_sink_mass"),
+            "n_heads": np.full(4, 8, dtype=np.int64),
+            "n_head_pairs": np.full(4, 28, dtype=np.int64),
+            "spearman_axis1_vs_sink_mass": values(art, "spearman_axis1_vs_sink_mass"),
+            "spearman_axis1_rounding": values(rounding, "spearman_axis1"),
+            "max_abs_spearman_any_direction": values(
+                art, "max_abs_spearman_any_direction_vs_sink_mass"
+            ),
+            "max_abs_spearman_rounding": values(rounding, "max_abs_spearman"),
+            "n_near_ties": np.array([rounding["n_near_ties"][v] for v in VARIANTS]),
             "degenerate": [v in art["degenerate_variants"] for v in VARIANTS],
+            "degenerate_edge": [rounding["degenerate_edge"][v] for v in VARIANTS],
             "mean_sink_share_of_aitchison_sq": [art["mean_sink_share_of_aitchison_sq"]] * 4,
+            "mean_sink_share_rounding": [rounding["mean_sink_share"]] * 4,
         }
     )
     assert_frame_equal(tables.frames["cluster_summary"], summary, check_exact=True)
     agreement = tables.frames["cluster_agreement"]
     assert len(agreement) == 6
-    for a, b, ari in agreement.itertuples(index=False):
-        assert ari == art["adjusted_rand"][f"{a}|{b}"]
+    for row in agreement.itertuples(index=False):
+        key = f"{row.variant_a}|{row.variant_b}"
+        assert row.adjusted_rand == art["adjusted_rand"][key]
+        assert row.adjusted_rand_rounding == rounding["adjusted_rand"][key]
+        assert row.n_edge_heads == rounding["adjusted_rand_edge_heads"][key]
     assert tables.summary["adjusted_rand"] == art["adjusted_rand"]
     json.dumps(tables.summary, allow_nan=False)
     # each variant's summed matrix, one row per pair of the 8 heads (head_a < head_b)

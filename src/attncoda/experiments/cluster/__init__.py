@@ -3,14 +3,18 @@
 
 Public names: :data:`EXPERIMENT` and its :class:`Settings`, :func:`cluster` and
 :class:`ClusterResult`, the four :data:`VARIANTS`, the smoothed per-document distance terms
-(:func:`document_terms`, :func:`used_row_mask`, :data:`SMOOTHING`) and the tidy table of the
-summed distances (:func:`distance_table`, the run's ``cluster_distances``).
+(:func:`document_terms`, :func:`used_row_mask`, :data:`SMOOTHING`), what rounding can move
+them by (:func:`rounding_sums`) and the tidy table of the summed distances
+(:func:`distance_table`, the run's ``cluster_distances``).
 
 Modules: ``_experiment`` (the pipeline and its measures of the artifact), ``_result`` (its
 result and the tables a run stores of it), ``_distances`` (the variants, per-document JS and
-Aitchison terms, the table of the summed distances) and ``_embedding`` (metric MDS, k-means
-and the rank correlations of an embedding). They may import :mod:`attncoda.coda`,
-:mod:`attncoda.experiments.contract` and each other; nothing above the experiments.
+Aitchison terms and their rounding, the table of the summed distances), ``_embedding``
+(metric MDS, k-means and the rank correlations of an embedding), ``_fragility`` (how far
+rounding moves each result: the embedding, the labels' edges, the rank statistics, the
+adjusted Rand index, the sink share) and ``_held`` (how a comparison holds each column).
+They may import :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract` and each other;
+nothing above the experiments.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from attncoda.experiments.cluster._distances import (
     VARIANTS,
     distance_table,
     document_terms,
+    rounding_sums,
     used_row_mask,
 )
 from attncoda.experiments.cluster._experiment import EXPERIMENT, Settings, cluster
@@ -37,5 +42,6 @@ __all__ = [
     "distance_table",
     "document_terms",
     "result_tables",
+    "rounding_sums",
     "used_row_mask",
 ]

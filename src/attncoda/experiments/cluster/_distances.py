@@ -177,7 +177,99 @@ def document_terms(
     return out, sink_sq, total_sq
 
 
-def distance_table(model: str, distances: Mapping[str, np.ndarray]) -> pd.DataFrame:
+ROUNDING_SUMS = (*VARIANTS, "sink_sq", "total_sq")
+"""The per-head sums of :func:`rounding_sums`: one per variant, then the two squared ones of
+the sink share."""
+
+
+def rounding_sums(doc: DocRows, used: np.ndarray) -> dict[str, np.ndarray]:
+    r"""Per head, what the float32 rounding of its recorded logs can move the summed distances
+    of one document by, over the rows in ``used`` (docs/design.md, "Verdicts and ratios
+    within rounding", "Cluster distances").
+
+    A recorded log ``z_j`` is the output of a float32 computation over its row's ``n`` keys
+    (the scores' products, the softmax's sum), and stands for any value within
+    ``(n + 2) u |z_j|`` of it (``u = 2**-24``): the accumulation factor every row statistic
+    is held to. One rounding, ``u |z_j|``, is not enough: between ATen's default and AVX2
+    kernels Gemma 3's sink terms moved by up to 4.9 times that. Everything after the logs
+    runs in float64, whose own rounding is negligible. To first order a variant's summed
+    distance of heads ``A``, ``B`` then moves by at most ``u (r_A + r_B)``, each head's
+    ``r`` a sum over rows of (``|z_j|`` standing for ``(n + 2) |z_j|``)
+
+    - ``keep``: :math:`\tfrac12 (1 - s) \sum_j (\log 2 + |\ell_j|)\, p_j\, (|z_j| + \sum_i
+      p_i |z_i|)`, with ``p = exp(l)`` the re-closed row, ``s`` the smoothing: the JS
+      divergence's derivative in a smoothed ``p~_j`` is ``log(p~_j / m_j) / 2``, of size at
+      most ``log 2 + |l_j|``, and the closure moves ``l_j`` by at most
+      ``u (|z_j| + sum_i p_i |z_i|)``;
+    - ``drop``: the same over the content keys of the renormalised row ``q``;
+    - ``aitchison_sink``: :math:`\beta = \sqrt{km/(k+m)}\,(\overline{|z|}_S +
+      \overline{|z|}_C)`, which bounds the move of the sink balance ``b`` over ``u``;
+    - ``aitchison_content``: :math:`\lVert z_C \rVert_2`, since the centred content logs
+      move by at most the norm of the logs' own moves;
+
+    and for the sink share ``sink_sq`` is :math:`\sum_r \beta^2` and ``total_sq``
+    :math:`\sum_r \lVert z \rVert_2^2` over the present keys (the Cauchy-Schwarz factors of
+    :func:`attncoda.experiments.cluster._fragility.share_rounding`).
+
+    Returns
+    -------
+    dict of str to ndarray, shape (head,)
+        Keyed by :data:`ROUNDING_SUMS`; non-negative, nats over ``u``.
+    """
+    # float32 throughout: a bound needs no more digits, and the sums over the rows are kept
+    # in float64. Every key-wise product is taken once; the rest is per row.
+    z = np.asarray(doc.logp)[:, used, :].astype(np.float32, copy=False)
+    mask = np.asarray(doc.key_mask)[used]
+    sink = sorted(doc.sink)
+    is_sink = np.zeros(z.shape[-1], dtype=bool)
+    is_sink[sink] = True
+    content = mask & ~is_sink
+    grow = mask.sum(axis=-1) + 2.0  # (row,): the logs' rounding is (n + 2) u |z|
+    # The content keys' |z|, p, p|z| and p z^2, and the same of the sink keys.
+    a = np.where(content, np.abs(z), np.float32(0.0))
+    p = np.where(content, np.exp(np.where(content, z, np.float32(0.0))), np.float32(0.0))
+    pa = p * a
+    mass, first, second = (
+        p.sum(axis=-1, dtype=np.float64),
+        pa.sum(axis=-1, dtype=np.float64),
+        (pa * a).sum(axis=-1, dtype=np.float64),
+    )
+    a_sink = np.abs(z[..., sink]).astype(np.float64)
+    p_sink = np.exp(z[..., sink].astype(np.float64))
+    content_sq = (a * a).sum(axis=-1, dtype=np.float64)
+
+    log2 = np.log(2.0)
+    # keep: with H = sum p|z| and Q = sum p z^2 over the row (sum p = 1), the row's term
+    # sum_j (log 2 + |z_j|) p_j ((n + 2)|z_j| + (n + 2) H) is (n + 2) (log 2 H + Q + (log 2 + H) H).
+    h = first + (p_sink * a_sink).sum(axis=-1)
+    q = second + (p_sink * a_sink**2).sum(axis=-1)
+    keep = grow * (log2 * h + q + (log2 + h) * h)
+    # drop: over the content keys of q = p / S, every z_j <= L = log S <= 0, so
+    # |l_j| = |z_j| - |L|; with h' = sum q|z| and q' = sum q z^2 the same sum is
+    # (n + 2) ((log 2 - |L|) h' + q' + (log 2 + h' - |L|) h').
+    big_l = np.abs(np.log(mass))
+    h_c, q_c = first / mass, second / mass
+    drop = grow * ((log2 - big_l) * h_c + q_c + (log2 + h_c - big_l) * h_c)
+
+    k = len(sink)
+    m = content.sum(axis=-1)
+    beta = grow * np.sqrt(k * m / (k + m)) * (a_sink.mean(axis=-1) + a.sum(-1, np.float64) / m)
+    return {
+        "keep": 0.5 * (1 - SMOOTHING) * keep.sum(axis=-1),
+        "drop": 0.5 * (1 - SMOOTHING) * drop.sum(axis=-1),
+        "aitchison_sink": beta.sum(axis=-1),
+        "aitchison_content": (grow * np.sqrt(content_sq)).sum(axis=-1),
+        "sink_sq": (beta**2).sum(axis=-1),
+        "total_sq": (grow**2 * (content_sq + (a_sink**2).sum(axis=-1))).sum(axis=-1),
+    }
+
+
+def distance_table(
+    model: str,
+    distances: Mapping[str, np.ndarray],
+    rounding: Mapping[str, np.ndarray] | None = None,
+    n_rows: int = 0,
+) -> pd.DataFrame:
     """The summed head-distance matrices as a tidy table, one row per unordered pair of heads.
 
     Parameters
@@ -188,12 +280,20 @@ def distance_table(model: str, distances: Mapping[str, np.ndarray]) -> pd.DataFr
         Each variant's summed distance matrix, in the order of the table
         (:attr:`ClusterResult.distances <attncoda.experiments.cluster.ClusterResult>`, the
         matrices MDS embeds). Each must be symmetric with a zero diagonal.
+    rounding : mapping of str to ndarray, shape (head, head), optional
+        Each variant's rounding bound of those distances
+        (:attr:`ClusterResult.rounding <attncoda.experiments.cluster.ClusterResult>`); the
+        table's ``distance_rounding``, zero where not given.
+    n_rows : int
+        The used rows each distance sums over (the table's ``n_rows``).
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``model``, ``variant``, ``head_a``, ``head_b`` (int64) and ``distance``
-        (float64, nats): for each variant in order, one row per pair ``head_a < head_b``,
+        Columns ``model``, ``variant``, ``head_a``, ``head_b``, ``n_rows`` (int64),
+        ``distance`` (float64, nats) and ``distance_rounding`` (float64, nats: how far the
+        float32 rounding of the logs can move it; docs/design.md, "Verdicts and ratios
+        within rounding"): for each variant in order, one row per pair ``head_a < head_b``,
         row-major over the upper triangle, so ``H (H - 1) / 2`` rows per variant for ``H``
         heads. A head is its layer-major index ``layer * n_heads + head``, the
         ``head_index`` of the ``cluster`` table and the row of Clark et al.'s matrix (their
@@ -211,7 +311,7 @@ def distance_table(model: str, distances: Mapping[str, np.ndarray]) -> pd.DataFr
     import pandas as pd
 
     variants: list[str] = []
-    a, b, value = [], [], []
+    a, b, value, bound = [], [], [], []
     for variant, matrix in distances.items():
         d = np.asarray(matrix, dtype=np.float64)
         if d.ndim != 2 or d.shape[0] != d.shape[1]:
@@ -229,6 +329,16 @@ def distance_table(model: str, distances: Mapping[str, np.ndarray]) -> pd.DataFr
         a.append(upper_a)
         b.append(upper_b)
         value.append(d[upper_a, upper_b])
+        if rounding is not None and variant in rounding:
+            e = np.asarray(rounding[variant], dtype=np.float64)
+            if e.shape != d.shape:
+                raise AttncodaError(
+                    f"the {variant} rounding of {model!r} must have the distances' shape "
+                    f"{d.shape}; got {e.shape}"
+                )
+            bound.append(e[upper_a, upper_b])
+        else:
+            bound.append(np.zeros(len(upper_a)))
 
     def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
         return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
@@ -239,6 +349,8 @@ def distance_table(model: str, distances: Mapping[str, np.ndarray]) -> pd.DataFr
             "variant": pd.Series(variants),
             "head_a": joined(a, np.int64),
             "head_b": joined(b, np.int64),
+            "n_rows": np.full(len(variants), n_rows, dtype=np.int64),
             "distance": joined(value, np.float64),
+            "distance_rounding": joined(bound, np.float64),
         }
     )

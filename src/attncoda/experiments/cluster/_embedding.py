@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "DIRECTIONS",
     "KMEANS_N_INIT",
     "MDS_EPS",
     "MDS_MAX_ITER",
@@ -27,11 +28,13 @@ MDS_MAX_ITER = 1000
 MDS_EPS = 1e-10
 KMEANS_N_INIT = 10
 
-_DIRECTIONS = 360  # directions scanned by best_direction (every 0.5 degrees)
+#: Directions scanned by :func:`best_direction` (every 0.5 degrees).
+DIRECTIONS = 360
 
 
-def embed(d: np.ndarray, seed: int, n_init: int) -> tuple[np.ndarray, float]:
-    """Metric MDS (SMACOF) of a precomputed matrix, rotated onto principal axes and signed."""
+def embed(d: np.ndarray, seed: int, n_init: int) -> tuple[np.ndarray, float, int]:
+    """Metric MDS (SMACOF) of a precomputed matrix, rotated onto principal axes and signed;
+    with its stress and the SMACOF iterations of the kept start."""
     from sklearn.manifold import MDS
 
     mds = MDS(
@@ -53,20 +56,23 @@ def embed(d: np.ndarray, seed: int, n_init: int) -> tuple[np.ndarray, float]:
         top = int(np.argmax(np.abs(xy[:, axis])))
         if xy[top, axis] < 0:
             xy[:, axis] = -xy[:, axis]
-    return xy, float(mds.stress_)
+    return xy, float(mds.stress_), int(mds.n_iter_)
 
 
-def kmeans_labels(xy: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
-    """k-means labels, renumbered in order of first appearance along the head index."""
+def kmeans_labels(xy: np.ndarray, n_clusters: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """k-means labels, renumbered in order of first appearance along the head index, and the
+    centres ``(k, 2)`` in that numbering."""
     from sklearn.cluster import KMeans
 
     distinct = len(np.unique(xy, axis=0))
     k = min(n_clusters, distinct)
     if k <= 1:
-        return np.zeros(len(xy), dtype=np.int64)
-    labels = KMeans(n_clusters=k, n_init=KMEANS_N_INIT, random_state=seed).fit_predict(xy)
+        return np.zeros(len(xy), dtype=np.int64), xy.mean(axis=0, keepdims=True)
+    fit = KMeans(n_clusters=k, n_init=KMEANS_N_INIT, random_state=seed).fit(xy)
+    labels = fit.labels_
     order = {lab: i for i, lab in enumerate(dict.fromkeys(labels.tolist()))}
-    return np.array([order[lab] for lab in labels.tolist()], dtype=np.int64)
+    centres = fit.cluster_centers_[sorted(order, key=order.__getitem__)]
+    return np.array([order[lab] for lab in labels.tolist()], dtype=np.int64), centres
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
@@ -90,7 +96,7 @@ def best_direction(xy: np.ndarray, y: np.ndarray) -> float | None:
 
     if np.ptp(xy) == 0 or np.ptp(y) == 0:
         return None
-    angles = np.linspace(0.0, np.pi, _DIRECTIONS, endpoint=False)
+    angles = np.linspace(0.0, np.pi, DIRECTIONS, endpoint=False)
     proj = xy @ np.stack([np.cos(angles), np.sin(angles)])  # (head, direction)
     ranks = rankdata(proj, axis=0)
     ranks = ranks - ranks.mean(axis=0)

@@ -60,13 +60,16 @@ import numpy as np
 from attncoda._errors import AttncodaError
 from attncoda._progress import steps
 from attncoda.experiments.cluster._distances import (
+    ROUNDING_SUMS,
     SMOOTHING,
     VARIANT_TITLES,
     VARIANTS,
     document_terms,
+    rounding_sums,
     used_row_mask,
 )
 from attncoda.experiments.cluster._embedding import (
+    DIRECTIONS,
     KMEANS_N_INIT,
     MDS_EPS,
     MDS_MAX_ITER,
@@ -76,19 +79,31 @@ from attncoda.experiments.cluster._embedding import (
     spearman,
 )
 from attncoda.experiments.cluster._figure import draw
+from attncoda.experiments.cluster._fragility import (
+    EmbeddingRounding,
+    adjusted_rand,
+    ari_rounding,
+    axis_rounding,
+    direction_rounding,
+    distance_rounding,
+    embedding_rounding,
+    label_edges,
+    rank_rounding,
+    share_rounding,
+)
 from attncoda.experiments.cluster._headline import HEADLINE
+from attncoda.experiments.cluster._held import HELD
 from attncoda.experiments.cluster._result import ClusterResult, result_tables
 from attncoda.experiments.cluster._section import cluster_section
 from attncoda.experiments.cluster._summary import summary
 from attncoda.experiments.contract import (
     Command,
-    Coordinates,
     Experiment,
     HeadRows,
     Inputs,
-    Labels,
     Tables,
     View,
+    row_statistic_rounding,
     setting,
 )
 
@@ -118,6 +133,103 @@ def _note(n_docs_skipped: int) -> str:
     if n_docs_skipped:
         note += f" {n_docs_skipped} document(s) had no such row and were left out."
     return note
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One variant's embedding, clustering and rank statistics, with what rounding can move."""
+
+    xy: np.ndarray
+    stress: float | None
+    n_iter: int | None
+    labels: np.ndarray
+    e: np.ndarray
+    moves: EmbeddingRounding
+    angle: float
+    edge: np.ndarray
+    alternative: np.ndarray
+    degenerate: bool
+    degenerate_edge: bool
+    rho: float | None
+    rho_rounding: float | None
+    sign_edge: bool
+    best: float | None
+    best_rounding: float | None
+    n_near_ties: int
+
+
+def _sign_edge(x: np.ndarray, moves: np.ndarray) -> bool:
+    """Whether the head that signs axis 1 (the largest ``|x|``, made positive) may be one of
+    the other sign under rounding: a negative coordinate within the two moves of the top."""
+    top = int(np.argmax(np.abs(x)))
+    other = np.flatnonzero(x < 0)
+    if other.size == 0:
+        return False
+    rival = other[np.argmax(np.abs(x[other]))]
+    return bool(abs(x[top]) - moves[top] <= abs(x[rival]) + moves[rival])
+
+
+def _fit(
+    d: np.ndarray,
+    sums: np.ndarray,
+    n_rows: int,
+    sink_mass: np.ndarray,
+    sink_moves: np.ndarray,
+    seed: int,
+    n_init: int,
+    n_clusters: int,
+) -> _Fit:
+    """Embed one variant's distances ``d``, cluster and rank the embedding, and bound how far
+    the rounding ``sums`` of its distances moves each of those (``_fragility``)."""
+    heads = len(d)
+    e = distance_rounding(sums)
+    # All distances at most the zero threshold: nothing to embed. On the edge where the
+    # largest distance lies within its rounding of the threshold.
+    threshold = _ZERO_PER_ROW * n_rows
+    degenerate = bool(d.max() <= threshold)
+    degenerate_edge = bool(abs(d.max() - threshold) <= e.max(initial=0.0))
+    if degenerate:
+        xy, stress, n_iter = np.zeros((heads, 2)), None, None
+        moves = EmbeddingRounding(np.zeros((heads, heads)), np.zeros(heads), 0.0, 0.0)
+    else:
+        xy, stress, n_iter = embed(d, seed, n_init)
+        moves = embedding_rounding(xy, d, e, n_iter)
+    if degenerate_edge:
+        # Embedded on one run, all at the origin on another: any point may be anywhere.
+        anywhere = np.full((heads, heads), np.inf)
+        np.fill_diagonal(anywhere, 0.0)
+        moves = EmbeddingRounding(anywhere, np.full(heads, np.inf), moves.worst, moves.step)
+    labels, centres = kmeans_labels(xy, n_clusters, seed)
+    edge, alternative = label_edges(xy, labels, centres, moves.point)
+    if degenerate_edge:
+        edge = np.ones(heads, dtype=bool)
+    axis_moves, angle = axis_rounding(xy, moves.point)
+    rho = spearman(xy[:, 0], sink_mass)
+    best = best_direction(xy, sink_mass)
+    n_near, rho_bound = rank_rounding(xy[:, 0], axis_moves, sink_mass, sink_moves)
+    sign_edge = _sign_edge(xy[:, 0], axis_moves)
+    if rho is not None and sign_edge:
+        rho_bound += 2 * abs(rho)  # axis 1 may be signed the other way: rho may flip
+    best_bound = direction_rounding(xy, moves.point, angle, sink_mass, sink_moves, DIRECTIONS)
+    return _Fit(
+        xy=xy,
+        stress=stress,
+        n_iter=n_iter,
+        labels=labels,
+        e=e,
+        moves=moves,
+        angle=angle,
+        edge=edge,
+        alternative=alternative,
+        degenerate=degenerate,
+        degenerate_edge=degenerate_edge,
+        rho=rho,
+        rho_rounding=None if rho is None else rho_bound,
+        sign_edge=sign_edge,
+        best=best,
+        best_rounding=None if best is None else best_bound,
+        n_near_ties=n_near,
+    )
 
 
 def cluster(
@@ -156,6 +268,14 @@ def cluster(
     whose distances are all numerically zero is not embedded: its heads sit at the origin in
     one cluster and its rho is ``None``.
 
+    Every result states how far the float32 rounding of the recorded logs can move it
+    (docs/design.md, "Verdicts and ratios within rounding"; ``_fragility``): each summed
+    distance its rounding (:func:`~attncoda.experiments.cluster.rounding_sums`), the MDS
+    points that plus one more SMACOF iteration's move, a k-means label whether its head is
+    on an edge, each rho the heads that may swap ranks, the adjusted Rand index its edge
+    heads, the sink share its parts' rounding, and the zero threshold whether the largest
+    distance lies within rounding of it.
+
     References
     ----------
     K. Clark, U. Khandelwal, O. Levy, C. D. Manning, "What Does BERT Look At? An Analysis of
@@ -182,6 +302,7 @@ def cluster(
         raise AttncodaError(f"sink_mass of {model!r} is not finite at head {bad}")
 
     dist = {v: np.zeros((heads, heads)) for v in VARIANTS}
+    sums = {name: np.zeros(heads) for name in ROUNDING_SUMS}
     sink_sq = np.zeros((heads, heads))
     total_sq = np.zeros((heads, heads))
     n_rows = n_docs_used = 0
@@ -201,6 +322,8 @@ def cluster(
             raise AttncodaError(f"document {i} of {model!r}: {exc}") from exc
         for v in VARIANTS:
             dist[v] += terms[v]
+        for name, part in rounding_sums(doc, used).items():
+            sums[name] += part
         sink_sq += s_sq
         total_sq += t_sq
         n_rows += int(used.sum())
@@ -211,6 +334,8 @@ def cluster(
             f"({len(head_rows.docs)} documents): record longer rows"
         )
 
+    # The most keys a row of the windows can see: what the sink masses' rounding grows with.
+    n_keys = max(int(doc.key_mask.shape[-1]) for doc in head_rows.docs)
     layer = np.arange(heads) // head_rows.n_heads
     table = pd.DataFrame(
         {
@@ -218,39 +343,48 @@ def cluster(
             "head_index": np.arange(heads, dtype=np.int64),
             "layer": layer.astype(np.int64),
             "head": (np.arange(heads) % head_rows.n_heads).astype(np.int64),
+            "n_keys": np.full(heads, n_keys, dtype=np.int64),
+            "n_rows": np.full(heads, n_rows, dtype=np.int64),
             "sink_mass": sink_mass,
         }
     )
-    rho: dict[str, float | None] = {}
-    best: dict[str, float | None] = {}
-    stress: dict[str, float | None] = {}
-    labels: dict[str, np.ndarray] = {}
-    degenerate = []
-    for v in VARIANTS:
-        if dist[v].max() <= _ZERO_PER_ROW * n_rows:
-            xy, stress[v] = np.zeros((heads, 2)), None
-            degenerate.append(v)
-        else:
-            xy, stress[v] = embed(dist[v], seed, n_init)
-        labels[v] = kmeans_labels(xy, n_clusters, seed)
-        rho[v] = spearman(xy[:, 0], sink_mass)
-        best[v] = best_direction(xy, sink_mass)
-        table[f"x_{v}"] = xy[:, 0]
-        table[f"y_{v}"] = xy[:, 1]
-    for v in VARIANTS:
-        table[f"cluster_{v}"] = labels[v]
-
-    from sklearn.metrics import adjusted_rand_score
-
-    ari = {
-        f"{a}|{b}": float(adjusted_rand_score(labels[a], labels[b]))
-        for a, b in combinations(VARIANTS, 2)
+    # Each head's sink mass is a mean of float32 row statistics, held to that rounding.
+    sink_moves = np.array([row_statistic_rounding(n_keys, m) for m in sink_mass])
+    fits = {
+        v: _fit(dist[v], sums[v], n_rows, sink_mass, sink_moves, seed, n_init, n_clusters)
+        for v in VARIANTS
     }
+    for v in VARIANTS:
+        table[f"x_{v}"] = fits[v].xy[:, 0]
+        table[f"y_{v}"] = fits[v].xy[:, 1]
+    for v in VARIANTS:
+        table[f"cluster_{v}"] = fits[v].labels
+    for v in VARIANTS:
+        table[f"distance_rounding_{v}"] = fits[v].moves.pair.max(axis=1)
+    for v in VARIANTS:
+        table[f"edge_{v}"] = fits[v].edge
+
+    ari, ari_rounding_of, ari_edges = {}, {}, {}
+    for a, b in combinations(VARIANTS, 2):
+        fa, fb = fits[a], fits[b]
+        key = f"{a}|{b}"
+        ari[key] = adjusted_rand(fa.labels, fb.labels)
+        ari_rounding_of[key] = ari_rounding(
+            fa.labels, fa.edge, fa.alternative, fb.labels, fb.edge, fb.alternative
+        )
+        ari_edges[key] = int(fa.edge.sum() + fb.edge.sum())
     upper = np.triu_indices(heads, k=1)
     pos = total_sq[upper] > 0
     shares = sink_sq[upper][pos] / total_sq[upper][pos]
     share = float(shares.mean()) if shares.size else None
+    share_bound = (
+        share_rounding(sink_sq, total_sq, sums["sink_sq"], sums["total_sq"])
+        if shares.size
+        else None
+    )
+    degenerate = [v for v in VARIANTS if fits[v].degenerate]
 
+    rho = {v: fits[v].rho for v in VARIANTS}
     artifact = {
         "model": model,
         "variants": list(VARIANTS),
@@ -259,13 +393,30 @@ def cluster(
         "abs_spearman_axis1_vs_sink_mass": {
             v: (None if r is None else abs(r)) for v, r in rho.items()
         },
-        "max_abs_spearman_any_direction_vs_sink_mass": best,
+        "max_abs_spearman_any_direction_vs_sink_mass": {v: fits[v].best for v in VARIANTS},
         "adjusted_rand": ari,
         "mean_sink_share_of_aitchison_sq": share,
         "n_head_pairs_in_sink_share": int(shares.size),
-        "mds_stress": stress,
+        "mds_stress": {v: fits[v].stress for v in VARIANTS},
+        "mds_n_iter": {v: fits[v].n_iter for v in VARIANTS},
         "degenerate_variants": degenerate,
+        "rounding": {
+            "distance_max": {v: float(fits[v].e.max(initial=0.0)) for v in VARIANTS},
+            "mds_worst_response": {v: fits[v].moves.worst for v in VARIANTS},
+            "mds_step_max": {v: fits[v].moves.step for v in VARIANTS},
+            "axes_turn": {v: fits[v].angle for v in VARIANTS},
+            "n_edge_heads": {v: int(fits[v].edge.sum()) for v in VARIANTS},
+            "degenerate_edge": {v: fits[v].degenerate_edge for v in VARIANTS},
+            "spearman_axis1": {v: fits[v].rho_rounding for v in VARIANTS},
+            "axis1_sign_edge": {v: fits[v].sign_edge for v in VARIANTS},
+            "max_abs_spearman": {v: fits[v].best_rounding for v in VARIANTS},
+            "n_near_ties": {v: fits[v].n_near_ties for v in VARIANTS},
+            "adjusted_rand": ari_rounding_of,
+            "adjusted_rand_edge_heads": ari_edges,
+            "mean_sink_share": share_bound,
+        },
         "n_heads": heads,
+        "n_keys": n_keys,
         "n_layers": head_rows.n_layers,
         "n_heads_per_layer": head_rows.n_heads,
         "n_documents": len(head_rows.docs),
@@ -285,7 +436,9 @@ def cluster(
         "units": "nats",
         "convention_note": _note(len(head_rows.docs) - n_docs_used),
     }
-    return ClusterResult(table=table, artifact=artifact, distances=dist)
+    return ClusterResult(
+        table=table, artifact=artifact, distances=dist, rounding={v: fits[v].e for v in VARIANTS}
+    )
 
 
 @dataclass(frozen=True)
@@ -315,18 +468,8 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("cluster", "cluster_summary", "cluster_agreement", "cluster_distances"),
-    # MDS coordinates are defined up to a rotation or reflection, held through the distances
-    # between the heads' points; k-means labels through the partition they make.
-    held={
-        "cluster": {
-            **{
-                f"{axis}_{variant}": Coordinates(f"{other}_{variant}", "distance_rounding")
-                for variant in VARIANTS
-                for axis, other in (("x", "y"), ("y", "x"))
-            },
-            **{f"cluster_{variant}": Labels() for variant in VARIANTS},
-        }
-    },
+    # Every result to what its row states rounding can move it (_held).
+    held=HELD,
     view=View(
         title="Cluster: head clustering (Clark et al. 2019) under four variants",
         needs=("cluster_summary",),

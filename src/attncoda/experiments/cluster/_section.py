@@ -12,15 +12,34 @@ from attncoda.experiments.view import (
     NA,
     Context,
     figure_or_note,
+    fmt_count,
     fmt_num,
     fmt_pct,
     fmt_signed,
     groups,
+    is_missing,
     paper_vs_measured,
     table,
 )
 
 __all__ = ["cluster_section"]
+
+
+def _within(row: dict, column: str) -> str:
+    """`` ±x`` from the row's rounding ``column`` (docs/design.md, "Verdicts and ratios
+    within rounding"); nothing for a table made before the column was, or where it is 0."""
+    bound = row.get(column)
+    if is_missing(bound) or not bound:
+        return ""
+    return f" ±{fmt_num(bound)}"
+
+
+def _degenerate(row: dict) -> str:
+    """``yes``/``no``, or ``on its edge`` where the largest distance lies within its
+    rounding of the zero threshold (either verdict is the same evidence)."""
+    if bool(row.get("degenerate_edge", False)):
+        return "on its edge (either)"
+    return "yes" if bool(row.get("degenerate", False)) else "no"
 
 
 def cluster_section(ctx: Context) -> str:
@@ -49,6 +68,13 @@ def cluster_section(ctx: Context) -> str:
     shares = [
         f"{label} {fmt_pct(g['mean_sink_share_of_aitchison_sq'].iloc[0])}" for label, g in per_model
     ]
+    rounding_note = (
+        "Each value ± how far float32 rounding of the recorded rows can move it (docs/design.md, "
+        "“Verdicts and ratios within rounding”): a ρ through the heads whose sink masses or "
+        "coordinates lie within rounding of each other, an adjusted Rand index through the "
+        "heads on a k-means edge (within rounding of equidistant from two centres), whose "
+        "label may differ between two runs."
+    )
     claims = [
         (
             "Spearman ρ(MDS axis 1, head sink mass), JS keep (published)",
@@ -61,13 +87,15 @@ def cluster_section(ctx: Context) -> str:
         ("Cluster agreement keep vs drop (adjusted Rand)", "—", "; ".join(ari) or NA),
         ("Mean sink share of d_A² over head pairs", "—", "; ".join(shares)),
     ]
+    edges = _edge_heads(heads)
     rows = [
         (
             label,
             VARIANT_TITLES.get(str(r["variant"]), str(r["variant"])),
-            fmt_signed(r["spearman_axis1_vs_sink_mass"]),
-            fmt_num(r["max_abs_spearman_any_direction"]),
-            "yes" if bool(r.get("degenerate", False)) else "no",
+            fmt_signed(r["spearman_axis1_vs_sink_mass"]) + _within(r, "spearman_axis1_rounding"),
+            fmt_num(r["max_abs_spearman_any_direction"]) + _within(r, "max_abs_spearman_rounding"),
+            _degenerate(r),
+            edges.get((str(r["model"]), str(r.get("revision")), str(r["variant"])), NA),
         )
         for label, g in per_model
         for r in g.to_dict("records")
@@ -76,13 +104,14 @@ def cluster_section(ctx: Context) -> str:
         paper_vs_measured(convention, claims),
         table(
             "Head clustering (Clark et al. 2019) per model and variant",
-            convention,
+            f"{convention}. {rounding_note}",
             (
                 "model",
                 "variant",
                 "ρ(axis 1, sink mass)",
                 "largest |ρ| over directions",
                 "all distances 0",
+                "heads on a k-means edge",
             ),
             rows,
         ),
@@ -98,7 +127,7 @@ def cluster_section(ctx: Context) -> str:
                         label,
                         VARIANT_TITLES.get(str(r["variant_a"]), str(r["variant_a"])),
                         VARIANT_TITLES.get(str(r["variant_b"]), str(r["variant_b"])),
-                        fmt_num(r["adjusted_rand"]),
+                        fmt_num(r["adjusted_rand"]) + _within(r, "adjusted_rand_rounding"),
                     )
                     for label, g in groups(agreement)
                     for r in g.to_dict("records")
@@ -121,3 +150,21 @@ def cluster_section(ctx: Context) -> str:
                 )
             )
     return "".join(parts)
+
+
+def _edge_heads(heads: object) -> dict[tuple[str, str, str], str]:
+    """Per (model, revision, variant), the count of heads on a k-means edge, from the
+    ``cluster`` table's ``edge_<variant>`` columns (none for a table made before them)."""
+    import pandas as pd
+
+    if not isinstance(heads, pd.DataFrame) or "model" not in heads.columns:
+        return {}
+    keys = [c for c in ("model", "revision") if c in heads.columns]
+    counts = {}
+    for _, g in heads.groupby(keys, sort=False):
+        model = str(g["model"].iloc[0])
+        revision = str(g["revision"].iloc[0]) if "revision" in g.columns else "None"
+        for column in g.columns:
+            if column.startswith("edge_"):
+                counts[(model, revision, column[5:])] = fmt_count(int(g[column].sum()))
+    return counts
