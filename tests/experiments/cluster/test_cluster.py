@@ -313,7 +313,7 @@ def _matrix(frame: pd.DataFrame, variant: str, heads: int) -> np.ndarray:
 def test_the_distance_table_holds_the_matrices_mds_embedded(
     random_rows: HeadRows, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attncoda.experiments.cluster._experiment as pipeline
+    import attncoda.experiments.cluster._fit as pipeline
 
     embedded, embed = [], pipeline.embed
 

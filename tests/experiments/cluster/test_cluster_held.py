@@ -16,7 +16,7 @@ from attncoda.experiments.contract import (
     compare_frames,
     held_by,
 )
-from attncoda.experiments.contract._held import BOUND_RTOL, BOUND_UNITS
+from attncoda.experiments.contract._held import BOUND_RTOL
 
 
 def _rows() -> HeadRows:
@@ -148,11 +148,12 @@ def test_a_fragility_inflated_differs(
     assert isinstance(rule, Bound)
     value = float(reference.loc[0, column])
     unit = 1.0 if rule.per is None else 1.0 / float(reference.loc[0, rule.per])
-    room = BOUND_RTOL * abs(value) + BOUND_UNITS * unit
+    room = BOUND_RTOL * abs(value) + rule.units * unit  # a bound in nats: 1% of itself
+    integral = rule.per is None and rule.units > 0
     for extra, same in ((0.5 * room, True), (1.5 * room, False)):
         run = reference.copy()
         grown = value + extra
-        run.loc[0, column] = round(grown) if rule.per is None else grown
+        run.loc[0, column] = round(grown) if integral else grown
         assert _same(name, run, reference) is same, (column, extra)
 
 

@@ -10,9 +10,11 @@ them by (:func:`rounding_sums`) and the tidy table of the summed distances
 Modules: ``_experiment`` (the pipeline and its measures of the artifact), ``_result`` (its
 result and the tables a run stores of it), ``_distances`` (the variants, per-document JS and
 Aitchison terms and their rounding, the table of the summed distances), ``_embedding``
-(metric MDS, k-means and the rank correlations of an embedding), ``_fragility`` (how far
-rounding moves each result: the embedding, the labels' edges, the rank statistics, the
-adjusted Rand index, the sink share) and ``_held`` (how a comparison holds each column).
+(metric MDS, k-means and the rank correlations of an embedding), ``_fit`` (one variant's
+embedding, labels and correlations with what rounding leaves open of them),
+``_point_rounding`` (how far rounding moves the embedding's points and the labels' edges),
+``_summary_rounding`` (the rank statistics, the adjusted Rand index, the sink share) and
+``_held`` (how a comparison holds each column).
 They may import :mod:`attncoda.coda`, :mod:`attncoda.experiments.contract` and each other;
 nothing above the experiments.
 """

@@ -209,7 +209,7 @@ def rounding_sums(doc: DocRows, used: np.ndarray) -> dict[str, np.ndarray]:
 
     and for the sink share ``sink_sq`` is :math:`\sum_r \beta^2` and ``total_sq``
     :math:`\sum_r \lVert z \rVert_2^2` over the present keys (the Cauchy-Schwarz factors of
-    :func:`attncoda.experiments.cluster._fragility.share_rounding`).
+    :func:`attncoda.experiments.cluster._summary_rounding.share_rounding`).
 
     Returns
     -------

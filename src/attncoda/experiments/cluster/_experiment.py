@@ -69,33 +69,22 @@ from attncoda.experiments.cluster._distances import (
     used_row_mask,
 )
 from attncoda.experiments.cluster._embedding import (
-    DIRECTIONS,
     KMEANS_N_INIT,
     MDS_EPS,
     MDS_MAX_ITER,
-    best_direction,
-    embed,
-    kmeans_labels,
-    spearman,
 )
 from attncoda.experiments.cluster._figure import draw
-from attncoda.experiments.cluster._fragility import (
-    EmbeddingRounding,
-    adjusted_rand,
-    ari_rounding,
-    axis_rounding,
-    direction_rounding,
-    distance_rounding,
-    embedding_rounding,
-    label_edges,
-    rank_rounding,
-    share_rounding,
-)
+from attncoda.experiments.cluster._fit import fit_variant
 from attncoda.experiments.cluster._headline import HEADLINE
 from attncoda.experiments.cluster._held import HELD
 from attncoda.experiments.cluster._result import ClusterResult, result_tables
 from attncoda.experiments.cluster._section import cluster_section
 from attncoda.experiments.cluster._summary import summary
+from attncoda.experiments.cluster._summary_rounding import (
+    adjusted_rand,
+    ari_rounding,
+    share_rounding,
+)
 from attncoda.experiments.contract import (
     Command,
     Experiment,
@@ -110,7 +99,6 @@ from attncoda.experiments.contract import (
 __all__ = ["EXPERIMENT", "Settings", "cluster"]
 
 # A variant whose every distance is below this, per row summed, has nothing to embed.
-_ZERO_PER_ROW = 1e-10
 
 
 def _note(n_docs_skipped: int) -> str:
@@ -133,103 +121,6 @@ def _note(n_docs_skipped: int) -> str:
     if n_docs_skipped:
         note += f" {n_docs_skipped} document(s) had no such row and were left out."
     return note
-
-
-@dataclass(frozen=True)
-class _Fit:
-    """One variant's embedding, clustering and rank statistics, with what rounding can move."""
-
-    xy: np.ndarray
-    stress: float | None
-    n_iter: int | None
-    labels: np.ndarray
-    e: np.ndarray
-    moves: EmbeddingRounding
-    angle: float
-    edge: np.ndarray
-    alternative: np.ndarray
-    degenerate: bool
-    degenerate_edge: bool
-    rho: float | None
-    rho_rounding: float | None
-    sign_edge: bool
-    best: float | None
-    best_rounding: float | None
-    n_near_ties: int
-
-
-def _sign_edge(x: np.ndarray, moves: np.ndarray) -> bool:
-    """Whether the head that signs axis 1 (the largest ``|x|``, made positive) may be one of
-    the other sign under rounding: a negative coordinate within the two moves of the top."""
-    top = int(np.argmax(np.abs(x)))
-    other = np.flatnonzero(x < 0)
-    if other.size == 0:
-        return False
-    rival = other[np.argmax(np.abs(x[other]))]
-    return bool(abs(x[top]) - moves[top] <= abs(x[rival]) + moves[rival])
-
-
-def _fit(
-    d: np.ndarray,
-    sums: np.ndarray,
-    n_rows: int,
-    sink_mass: np.ndarray,
-    sink_moves: np.ndarray,
-    seed: int,
-    n_init: int,
-    n_clusters: int,
-) -> _Fit:
-    """Embed one variant's distances ``d``, cluster and rank the embedding, and bound how far
-    the rounding ``sums`` of its distances moves each of those (``_fragility``)."""
-    heads = len(d)
-    e = distance_rounding(sums)
-    # All distances at most the zero threshold: nothing to embed. On the edge where the
-    # largest distance lies within its rounding of the threshold.
-    threshold = _ZERO_PER_ROW * n_rows
-    degenerate = bool(d.max() <= threshold)
-    degenerate_edge = bool(abs(d.max() - threshold) <= e.max(initial=0.0))
-    if degenerate:
-        xy, stress, n_iter = np.zeros((heads, 2)), None, None
-        moves = EmbeddingRounding(np.zeros((heads, heads)), np.zeros(heads), 0.0, 0.0)
-    else:
-        xy, stress, n_iter = embed(d, seed, n_init)
-        moves = embedding_rounding(xy, d, e, n_iter)
-    if degenerate_edge:
-        # Embedded on one run, all at the origin on another: any point may be anywhere.
-        anywhere = np.full((heads, heads), np.inf)
-        np.fill_diagonal(anywhere, 0.0)
-        moves = EmbeddingRounding(anywhere, np.full(heads, np.inf), moves.worst, moves.step)
-    labels, centres = kmeans_labels(xy, n_clusters, seed)
-    edge, alternative = label_edges(xy, labels, centres, moves.point)
-    if degenerate_edge:
-        edge = np.ones(heads, dtype=bool)
-    axis_moves, angle = axis_rounding(xy, moves.point)
-    rho = spearman(xy[:, 0], sink_mass)
-    best = best_direction(xy, sink_mass)
-    n_near, rho_bound = rank_rounding(xy[:, 0], axis_moves, sink_mass, sink_moves)
-    sign_edge = _sign_edge(xy[:, 0], axis_moves)
-    if rho is not None and sign_edge:
-        rho_bound += 2 * abs(rho)  # axis 1 may be signed the other way: rho may flip
-    best_bound = direction_rounding(xy, moves.point, angle, sink_mass, sink_moves, DIRECTIONS)
-    return _Fit(
-        xy=xy,
-        stress=stress,
-        n_iter=n_iter,
-        labels=labels,
-        e=e,
-        moves=moves,
-        angle=angle,
-        edge=edge,
-        alternative=alternative,
-        degenerate=degenerate,
-        degenerate_edge=degenerate_edge,
-        rho=rho,
-        rho_rounding=None if rho is None else rho_bound,
-        sign_edge=sign_edge,
-        best=best,
-        best_rounding=None if best is None else best_bound,
-        n_near_ties=n_near,
-    )
 
 
 def cluster(
@@ -269,7 +160,7 @@ def cluster(
     one cluster and its rho is ``None``.
 
     Every result states how far the float32 rounding of the recorded logs can move it
-    (docs/design.md, "Verdicts and ratios within rounding"; ``_fragility``): each summed
+    (docs/design.md, "Verdicts and ratios within rounding"; ``_point_rounding``): each summed
     distance its rounding (:func:`~attncoda.experiments.cluster.rounding_sums`), the MDS
     points that plus one more SMACOF iteration's move, a k-means label whether its head is
     on an edge, each rho the heads that may swap ranks, the adjusted Rand index its edge
@@ -351,7 +242,7 @@ def cluster(
     # Each head's sink mass is a mean of float32 row statistics, held to that rounding.
     sink_moves = np.array([row_statistic_rounding(n_keys, m) for m in sink_mass])
     fits = {
-        v: _fit(dist[v], sums[v], n_rows, sink_mass, sink_moves, seed, n_init, n_clusters)
+        v: fit_variant(dist[v], sums[v], n_rows, sink_mass, sink_moves, seed, n_init, n_clusters)
         for v in VARIANTS
     }
     for v in VARIANTS:

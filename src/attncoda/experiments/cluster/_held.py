@@ -1,6 +1,6 @@
 """How cluster's tables are held when two runs are compared (docs/design.md, "The same
 evidence, by one rule"): each result to what its reference row states rounding can move it
-(``_fragility``), the bounds themselves to their own rule."""
+(``_point_rounding``, ``_summary_rounding``), the bounds themselves to their own rule."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ _HEADS: dict[str, Held] = {
     # A continuous bound: no count moves it, so no unit is its own. The closest rule is a
     # Bound whose unit, 1/n_rows nats (5e-4 on the demo), is a three-hundredth of the
     # smallest per-head bound the demo's models state (0.15 nats).
-    **{f"distance_rounding_{variant}": Bound(per="n_rows") for variant in VARIANTS},
+    **{f"distance_rounding_{variant}": Bound(units=0) for variant in VARIANTS},
 }
 
 #: ``{table: {column: rule}}`` of :attr:`attncoda.experiments.contract.Experiment.held`.
@@ -53,7 +53,7 @@ HELD: Mapping[str, Mapping[str, Held]] = {
         "mean_sink_share_of_aitchison_sq": Stated("mean_sink_share_rounding"),
         # Continuous too; one pair's weight in the mean, 1/n_head_pairs, is the closest unit,
         # though larger than the bound itself on the demo (3e-6 to 5e-6): held loosely.
-        "mean_sink_share_rounding": Bound(per="n_head_pairs"),
+        "mean_sink_share_rounding": Bound(units=0),
     },
     "cluster_agreement": {
         "adjusted_rand": Stated("adjusted_rand_rounding"),
@@ -65,6 +65,6 @@ HELD: Mapping[str, Mapping[str, Held]] = {
         "distance": Stated("distance_rounding"),
         # As the cluster table's; a pair of two nearly pure sink heads states less than the
         # unit (SmolLM2 under keep: 1.4e-4 nats), and is held loosely.
-        "distance_rounding": Bound(per="n_rows"),
+        "distance_rounding": Bound(units=0),
     },
 }

@@ -12,19 +12,21 @@ from scipy.stats import spearmanr
 from attncoda.experiments.cluster import VARIANTS, rounding_sums, used_row_mask
 from attncoda.experiments.cluster._distances import document_terms
 from attncoda.experiments.cluster._embedding import best_direction
-from attncoda.experiments.cluster._fragility import (
-    ENUMERATED_EDGES,
+from attncoda.experiments.cluster._point_rounding import (
     _guttman_step,
     _stress_hessian,
-    adjusted_rand,
-    ari_rounding,
-    direction_rounding,
     distance_rounding,
     embedding_rounding,
     label_edges,
+    worst_response,
+)
+from attncoda.experiments.cluster._summary_rounding import (
+    ENUMERATED_EDGES,
+    adjusted_rand,
+    ari_rounding,
+    direction_rounding,
     rank_rounding,
     share_rounding,
-    worst_response,
 )
 from attncoda.experiments.contract import FLOAT32_UNIT_ROUNDOFF, DocRows
 
