@@ -19,6 +19,7 @@ from attncoda.experiments.prune import (  # noqa: E402
     BASELINE_NOTE,
     CHANNEL_COLUMNS,
     COLUMNS,
+    HELD,
     gradient_importance,
     head_ranking,
     ratio_interval,
@@ -238,6 +239,13 @@ def test_each_row_states_the_heads_within_rounding_of_its_cut(grid):
             rounding = [u * (n[h] + 2) * (v[h] + math.log(n[h])) for h in at]
         want = loop_fragility(ranking["value"].tolist(), rounding, int(row["k"]))
         assert (row["n_fragile_heads"], row["heads_edge"], row["order_edge"]) == want, row
+
+
+def test_every_float_column_of_prunes_tables_has_a_rule(grid):
+    _, _, _, result = grid
+    for name, frame in (("prune", result.table), ("prune_heads", result.heads)):
+        floats = [c for c, t in frame.dtypes.items() if pd.api.types.is_float_dtype(t)]
+        assert floats and [c for c in floats if c not in HELD[name]] == [], name
 
 
 def test_prune_rows_are_the_ranked_heads_under_ablate(grid):

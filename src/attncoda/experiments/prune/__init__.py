@@ -8,18 +8,20 @@ measures on (:func:`split_windows`, :func:`check_windows`, :func:`window_losses`
 :func:`window_nll` and :class:`WindowNLL`, :func:`gradient_importance`), what rounding can
 move (:func:`nll_rounding` and :func:`logit_rows`: a window's NLL;
 :func:`gradient_rounding`; :func:`channel_rounding`, :func:`fragile_heads` and
-:class:`ChosenHeads`: the heads within rounding of a cut) and the paired bootstrap
-interval of a perplexity ratio (:func:`ratio_interval`, :func:`window_resamples`,
-:func:`ratio_text`: a ratio with its interval as a headline writes it).
+:class:`ChosenHeads`: the heads within rounding of a cut), how its tables are held when two
+runs are compared (:data:`HELD`) and the paired bootstrap interval of a perplexity ratio
+(:func:`ratio_interval`, :func:`window_resamples`, :func:`ratio_text`: a ratio with its
+interval as a headline writes it).
 
 Modules: ``_experiment`` (the declaration: settings, ``run`` and the windows the runner
 captures for it, :func:`profiling_windows`), ``_grid`` (:func:`prune`, the grid of ablated
 evaluations), ``_headline`` (its row of a demo run's headline), ``_profiling`` (the head
 table of the profiling capture), ``_losses`` (the window losses and gradient importance),
 ``_nll`` (a window's NLL and the bound of its rounding), ``_fragility`` (the heads within
-rounding of a cut), ``_interval`` (the paired bootstrap over windows) and ``_ranking``
-(channels, orders and the ranking of heads). They may import :mod:`attncoda.coda`,
-:mod:`attncoda.experiments.contract`, :mod:`attncoda.models` and,
+rounding of a cut), ``_held`` (the tables' rules), ``_interval`` (the paired bootstrap over
+windows) and ``_ranking`` (channels, orders and the ranking of heads). They may import
+:mod:`attncoda.coda`, :mod:`attncoda.experiments.contract`,
+:mod:`attncoda.experiments.profile` (the head table's rules), :mod:`attncoda.models` and,
 lazily, :mod:`attncoda.capture` (ablation and the forward helper); nothing above the
 experiments.
 """
@@ -35,6 +37,7 @@ from attncoda.experiments.prune._experiment import (
 from attncoda.experiments.prune._fragility import ChosenHeads, channel_rounding, fragile_heads
 from attncoda.experiments.prune._grid import COLUMNS, PruneResult, prune
 from attncoda.experiments.prune._headline import ratio_text
+from attncoda.experiments.prune._held import HELD
 from attncoda.experiments.prune._interval import (
     BASELINE_NOTE,
     ratio_interval,
@@ -70,6 +73,7 @@ __all__ = [
     "ChosenHeads",
     "DEFAULT_CHANNELS",
     "EXPERIMENT",
+    "HELD",
     "LogitRows",
     "ORDERS",
     "PruneResult",
