@@ -27,7 +27,8 @@ nats. A final-logit soft cap ``c tanh(z / c)`` does not enlarge a logit's roundi
 slope is at most 1) and adds its own, ``4 u c`` per logit.
 
 A window's bound is the mean of its tokens' bounds (its NLL is their mean, in float64). The
-18-30 layers before the head round too; no derivation here bounds how that propagates.
+layers before the head (18 to 30 in the demo's models) round too; no derivation here bounds
+how that propagates, and their rounding is not covered.
 """
 
 from __future__ import annotations
