@@ -17,12 +17,15 @@ from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture.ablation import ablate, head_gates  # noqa: E402
 from attncoda.experiments.prune import (  # noqa: E402
     BASELINE_NOTE,
+    CHANNEL_COLUMNS,
     COLUMNS,
+    HELD,
     gradient_importance,
     head_ranking,
     ratio_interval,
     split_windows,
     window_losses,
+    window_nll,
     window_resamples,
 )
 from attncoda.run.direct import prune_model  # noqa: E402
@@ -181,8 +184,68 @@ def test_prune_table(grid):
     ] * (len(table) - 1)
     assert result.summary["n_windows"] == 4 and result.summary["n_boot"] == 0
     assert "gradient_importance" in result.heads.columns
+    assert (result.heads["gradient_rounding"] > 0).all()
     assert result.summary["eval_windows"] == ["#0", "#1", "#2", "#3"]
     assert result.summary["ks"] == [1, 2, 4]
+    # what rounding can move: the baseline's ratio is 1 by definition, a pruned row's
+    # log-ratio moves by its NLL's rounding plus the baseline's
+    assert table.dtypes["n_fragile_heads"] == np.int64
+    assert pd.api.types.is_bool_dtype(table["heads_edge"])
+    assert pd.api.types.is_bool_dtype(table["order_edge"])
+    assert (table["nll_rounding"] > 0).all() and (table["nll_rounding"] < 1e-3).all()
+    assert base["ratio_rounding"] == 0.0 and base["nll_rounding"] == result.summary[
+        "baseline_nll_rounding"
+    ]
+    pruned = table.iloc[1:]
+    np.testing.assert_array_equal(
+        pruned["ratio_rounding"], pruned["nll_rounding"] + base["nll_rounding"]
+    )
+    assert (base["n_fragile_heads"], base["heads_edge"], base["order_edge"]) == (0, False, False)
+    random = table[table["channel"] == "random"]
+    assert (random["n_fragile_heads"] == 0).all() and not random["order_edge"].any()
+
+
+def loop_fragility(values, rounding, k):
+    """Heads ``a`` chosen and ``b`` left out that may change places, ``|v_a - v_b| <= e_a +
+    e_b``, by a loop over pairs; and whether any two chosen heads may."""
+    fragile = set()
+    for a in range(k):
+        for b in range(k, len(values)):
+            if abs(values[a] - values[b]) <= rounding[a] + rounding[b]:
+                fragile.update((a, b))
+    order = any(
+        abs(values[a] - values[b]) <= rounding[a] + rounding[b]
+        for a in range(k)
+        for b in range(a + 1, k)
+    )
+    return len(fragile), bool(fragile), bool(fragile) or order
+
+
+def test_each_row_states_the_heads_within_rounding_of_its_cut(grid):
+    _, _, _, result = grid
+    heads = result.heads.set_index(["layer", "head"])
+    u = 2.0**-24
+    for _, row in result.table.iloc[1:].iterrows():
+        ranking = head_ranking(result.heads, row["channel"], row["order"], seed=1)
+        at = list(zip(ranking["layer"], ranking["head"], strict=True))
+        if row["channel"] == "random":
+            rounding = [0.0] * len(at)
+        elif row["channel"] == "gradient":
+            rounding = [heads.loc[h, "gradient_rounding"] for h in at]
+        else:
+            column = CHANNEL_COLUMNS[row["channel"]]
+            # a head mean of float32 row statistics over at most n keys: u (n + 2) (|v| + log n)
+            n, v = heads["n_keys"], heads[column].abs()
+            rounding = [u * (n[h] + 2) * (v[h] + math.log(n[h])) for h in at]
+        want = loop_fragility(ranking["value"].tolist(), rounding, int(row["k"]))
+        assert (row["n_fragile_heads"], row["heads_edge"], row["order_edge"]) == want, row
+
+
+def test_every_float_column_of_prunes_tables_has_a_rule(grid):
+    _, _, _, result = grid
+    for name, frame in (("prune", result.table), ("prune_heads", result.heads)):
+        floats = [c for c, t in frame.dtypes.items() if pd.api.types.is_float_dtype(t)]
+        assert floats and [c for c in floats if c not in HELD[name]] == [], name
 
 
 def test_prune_rows_are_the_ranked_heads_under_ablate(grid):
@@ -200,8 +263,11 @@ def test_prune_rows_are_the_ranked_heads_under_ablate(grid):
     for layer, head in chosen:
         plan.setdefault(int(layer), []).append(int(head))
     with ablate(model, plan, "sink"):
-        nll = float(np.mean(window_losses(model, evaluation)))
-    assert row["mean_nll"] == nll
+        got = window_nll(model, evaluation)
+    assert row["mean_nll"] == float(np.mean(got.losses))
+    # the largest window bound: it bounds the mean and every resample's weighted mean
+    assert row["nll_rounding"] == float(np.max(got.rounding))
+    assert (got.rounding > 0).all() and np.ptp(got.rounding) > 0
 
 
 def test_gradient_importance_is_the_summed_absolute_gate_gradient():
@@ -459,3 +525,50 @@ def test_every_shipped_checkpoint_is_pruned_at_some_k_at_both_scales(scale):
             assert kept and all(1 <= k <= total for k in kept)
             assert set(kept) == ({k for k in ks if k <= total} or {total // 2})
     assert heads == {8, 16}
+
+
+def test_the_summary_and_the_report_say_which_heads_are_on_the_edge():
+    from attncoda.experiments.prune import ratio_text
+    from attncoda.experiments.prune._section import _ratio
+    from attncoda.experiments.prune._summary import summary
+
+    table = pd.DataFrame(
+        {
+            "model": ["m"] * 3,
+            "revision": ["-"] * 3,
+            "channel": ["none", "sink_mass", "content_entropy"],
+            "order": ["none", "high", "high"],
+            "ablation": ["none", "zero", "zero"],
+            "k": [0, 4, 4],
+            "perplexity": [20.0, 40.0, 30.0],
+            "ratio": [1.0, 2.0, 1.5],
+            "ratio_ci_low": [np.nan, 1.8, 1.4],
+            "ratio_ci_high": [np.nan, 2.2, 1.6],
+            "n_windows": [16] * 3,
+            "n_boot": [0, 1000, 1000],
+            "ci_note": [BASELINE_NOTE, "", ""],
+            "nll_rounding": [0.0061, 0.0062, 0.0063],
+            "n_fragile_heads": [0, 3, 0],
+            "heads_edge": [False, True, False],
+        }
+    )
+    text = summary({"prune": table}, lambda *_: {}, "first")
+    assert "unpruned perplexity: 20.000 on 16 windows (its mean NLL good to 0.0061 nats)" in text
+    (edge,) = [line for line in text.splitlines() if "sink_mass" in line]
+    assert edge.endswith("heads on the edge: 3 within rounding of the cut")
+    (decided,) = [line for line in text.splitlines() if "content_entropy" in line]
+    assert "edge" not in decided
+    assert text.splitlines()[-1] == (
+        "  1 of 2 rows choose heads within rounding of their cut: another machine may prune "
+        "other heads there"
+    )
+    assert _ratio(table.iloc[1]).endswith(
+        "; heads on the edge: 3 within rounding of the cut, another machine may prune others"
+    )
+    assert "edge" not in _ratio(table.iloc[2])
+    assert ratio_text(table.iloc[1]).endswith(", heads on the edge")
+    assert "edge" not in ratio_text(table.iloc[2])
+    # a table written before the columns existed reads as before
+    old = table.drop(columns=["nll_rounding", "n_fragile_heads", "heads_edge"])
+    assert "edge" not in summary({"prune": old}, lambda *_: {}, "first")
+    assert "good to" not in summary({"prune": old}, lambda *_: {}, "first")

@@ -13,6 +13,7 @@ from attncoda.experiments.contract import Command, Experiment, Inputs, Tables, V
 from attncoda.experiments.prune._figure import draw
 from attncoda.experiments.prune._grid import prune
 from attncoda.experiments.prune._headline import HEADLINE
+from attncoda.experiments.prune._held import HELD
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
     CHANNELS,
@@ -178,6 +179,7 @@ EXPERIMENT = Experiment(
     settings=Settings,
     run=run,
     tables=("prune", "prune_heads"),
+    held=HELD,
     skip=skip,
     captures=profiling_windows,
     view=View(

@@ -10,10 +10,13 @@ direct call, :func:`attncoda.run.direct.prune_model` makes one. Prune captures n
 
 Perplexity: each evaluation window's loss is the mean negative log-likelihood of its
 predicted tokens (tokens ``1..n-1`` given their prefix; nats), as transformers' ``labels=``
-loss computes it for one window; perplexity is ``exp`` of the mean of those window losses.
-Each ratio to the unpruned model has a paired bootstrap interval over the evaluation windows
-(:mod:`attncoda.experiments.prune._interval`), from at least
-:data:`~attncoda.experiments.contract.MIN_BOOTSTRAP_N` windows.
+loss computes it for one window (its log-sum-exp in float64 from the float32 logits,
+:mod:`attncoda.experiments.prune._nll`); perplexity is ``exp`` of the mean of those window
+losses. Each ratio to the unpruned model has a paired bootstrap interval over the
+evaluation windows (:mod:`attncoda.experiments.prune._interval`), from at least
+:data:`~attncoda.experiments.contract.MIN_BOOTSTRAP_N` windows. Each row states how far
+rounding can move its NLL and ratio, and how many heads lie within rounding of its cut
+(:mod:`attncoda.experiments.prune._fragility`).
 """
 
 from __future__ import annotations
@@ -29,8 +32,15 @@ from attncoda._errors import AttncodaError
 from attncoda._progress import steps
 from attncoda.data.windows import windows_hash
 from attncoda.experiments.contract import check_n_boot
+from attncoda.experiments.prune._fragility import ChosenHeads, fragile_heads, ranking_rounding
 from attncoda.experiments.prune._interval import BASELINE_NOTE, ratio_interval, window_resamples
-from attncoda.experiments.prune._losses import check_batch_size, check_windows, window_losses
+from attncoda.experiments.prune._losses import (
+    WindowNLL,
+    check_batch_size,
+    check_windows,
+    window_nll,
+)
+from attncoda.experiments.prune._nll import logit_rows
 from attncoda.experiments.prune._profiling import head_table
 from attncoda.experiments.prune._ranking import (
     ABLATIONS,
@@ -63,7 +73,12 @@ COLUMNS = (
     "n_boot",
     "ci_note",
     "mean_nll",
+    "nll_rounding",
+    "ratio_rounding",
     "heads",
+    "n_fragile_heads",
+    "heads_edge",
+    "order_edge",
 )
 _INTERVAL = COLUMNS[COLUMNS.index("ratio_ci_low") : COLUMNS.index("ci_note") + 1]
 
@@ -84,11 +99,28 @@ class PruneResult:
         evaluation windows (``ci_method`` = ``"paired percentile bootstrap over windows"``,
         :mod:`attncoda.experiments.prune._interval`); with fewer than 10 windows, and on the
         baseline row, NaN with ``ci_method = ""``, ``n_boot = 0`` and ``ci_note`` saying
-        why.
+        why. What rounding can move (docs/design.md, "The same evidence, by one rule"):
+        ``nll_rounding`` (float64, nats) is the largest bound over the evaluation windows of
+        how far float32 rounding of the language-model head's product and of the
+        log-sum-exp moves a window's mean NLL (:mod:`attncoda.experiments.prune._nll`), so it
+        bounds ``mean_nll`` and every resample's weighted mean of the windows' losses;
+        ``ratio_rounding`` (float64, nats) is the pruned row's plus the unpruned row's, the
+        bound of ``log ratio`` and of the log of each interval end (0 on the baseline row,
+        whose ratio is 1 by definition). The layers before the head are not covered.
+        ``n_fragile_heads`` (int64): the heads whose channel value lies within rounding of
+        the cut between the k-th and the (k+1)-th head of the ranking (chosen ones that may
+        fall out, and left-out ones that may come in:
+        :mod:`attncoda.experiments.prune._fragility`); ``heads_edge`` (bool): it is not 0,
+        so another machine may prune another set, and every perplexity and ratio of the row
+        may differ; ``order_edge`` (bool): the order of ``heads`` may differ (the set on the
+        edge, or two chosen heads within rounding of each other). 0 and False on the
+        baseline row and for ``random`` (its keys are not rounded).
     heads : pandas.DataFrame
         ``prune_heads.parquet``: the profiling head table of
         :func:`attncoda.experiments.profile.head_summary` (means over rows with content),
-        with ``gradient_importance`` when the gradient channel was asked for.
+        with ``gradient_importance`` and its ``gradient_rounding``
+        (:func:`attncoda.experiments.prune.gradient_rounding`) when the gradient channel was
+        asked for.
     summary : dict
         JSON-ready: model, baseline perplexity, which windows profiled and which evaluated
         (labels and token hashes), sink, the profiling capture's ``method`` and ``kernel``,
@@ -98,6 +130,14 @@ class PruneResult:
     table: pd.DataFrame
     heads: pd.DataFrame
     summary: dict[str, Any]
+
+
+def _fragility(chosen: ChosenHeads) -> dict[str, Any]:
+    return {
+        "n_fragile_heads": chosen.n_fragile,
+        "heads_edge": chosen.edge,
+        "order_edge": chosen.order_edge,
+    }
 
 
 def _label(window: Any, index: int) -> str:
@@ -202,17 +242,26 @@ def prune(
         for channel in channels
         for order in orders
     }
-    cache: dict[tuple[str, tuple[tuple[int, int], ...]], np.ndarray] = {}
+    # Each ranking's keys in pruning order and their rounding: what a cut at k is decided by.
+    keys = {
+        (channel, order): (
+            ranking["value"].to_numpy(np.float64) * (-1.0 if order == "high" else 1.0),
+            ranking_rounding(heads, ranking, channel),
+        )
+        for (channel, order), ranking in rankings.items()
+    }
+    rows = logit_rows(model)
+    cache: dict[tuple[str, tuple[tuple[int, int], ...]], WindowNLL] = {}
 
-    def losses_of(ablation: str, chosen: list[tuple[int, int]]) -> np.ndarray:
-        """Each evaluation window's mean NLL with ``chosen`` ablated, shape (window,)."""
+    def losses_of(ablation: str, chosen: list[tuple[int, int]]) -> WindowNLL:
+        """Each evaluation window's mean NLL and its rounding with ``chosen`` ablated."""
         key = (ablation, tuple(sorted(chosen)))
         if key not in cache:
             plan: dict[int, list[int]] = {}
             for layer, head in chosen:
                 plan.setdefault(layer, []).append(head)
             with ablate(model, plan, ablation):
-                cache[key] = window_losses(model, eval_ids, batch_size=batch_size)
+                cache[key] = window_nll(model, eval_ids, batch_size=batch_size, rows=rows)
         return cache[key]
 
     jobs = [(a, c, o, k) for a in ablations for c in channels for o in orders for k in ks]
@@ -220,9 +269,12 @@ def prune(
         jobs, desc=f"prune {name}", unit="eval", force=True if progress else None
     )
     unpruned = losses_of("zero", [])
-    base = float(np.mean(unpruned))
+    base = float(np.mean(unpruned.losses))
+    # The largest window bound: it bounds the mean and every resample's weighted mean.
+    base_rounding = float(np.max(unpruned.rounding))
     weights = window_resamples(len(eval_ids), n_boot, seed)
     none = (math.nan, math.nan, "", len(eval_ids), 0, BASELINE_NOTE)
+    undecided = ChosenHeads(0, False, False)
     records = [
         {
             "model": name,
@@ -234,6 +286,9 @@ def prune(
             "ratio": 1.0,
             **dict(zip(_INTERVAL, none, strict=True)),
             "mean_nll": base,
+            "nll_rounding": base_rounding,
+            "ratio_rounding": 0.0,  # the ratio is 1 by definition
+            **_fragility(undecided),
             "heads": "",
         }
     ]
@@ -241,8 +296,10 @@ def prune(
         ranking = rankings[(channel, order)]
         chosen = list(zip(ranking["layer"][:k].tolist(), ranking["head"][:k].tolist(), strict=True))
         losses = losses_of(ablation, chosen)
-        nll = float(np.mean(losses))
-        interval = ratio_interval(losses, unpruned, weights)
+        nll = float(np.mean(losses.losses))
+        rounding = float(np.max(losses.rounding))
+        interval = ratio_interval(losses.losses, unpruned.losses, weights)
+        key, key_rounding = keys[(channel, order)]
         records.append(
             {
                 "model": name,
@@ -254,13 +311,24 @@ def prune(
                 "ratio": math.exp(nll - base),
                 **dict(zip(_INTERVAL, interval, strict=True)),
                 "mean_nll": nll,
+                "nll_rounding": rounding,
+                "ratio_rounding": rounding + base_rounding,
+                **_fragility(fragile_heads(key, key_rounding, k)),
                 "heads": head_labels(chosen),
             }
         )
     import pandas as pd
 
     table = pd.DataFrame.from_records(records, columns=list(COLUMNS))
-    types = {"k": np.int64, "n_windows": np.int64, "n_boot": np.int64, "ci_method": str}
+    types = {
+        "k": np.int64,
+        "n_windows": np.int64,
+        "n_boot": np.int64,
+        "n_fragile_heads": np.int64,
+        "heads_edge": bool,
+        "order_edge": bool,
+        "ci_method": str,
+    }
     table = table.astype({**types, "ci_note": str})
     summary = {
         "model": name,
@@ -268,6 +336,7 @@ def prune(
         "n_heads": n_heads,
         "baseline_perplexity": math.exp(base),
         "baseline_mean_nll": base,
+        "baseline_nll_rounding": base_rounding,
         "sink": str(sink),
         "method": capture.method,
         "kernel": capture.kernel,

@@ -17,11 +17,14 @@ _CHANNELS = tuple(c for c in CHANNEL_COLUMNS if c != "gradient")
 
 
 def ratio_text(row: Any) -> str:
-    """A zero-ablation row's perplexity ratio with its paired interval: ``×460 [391, 540]``."""
+    """A zero-ablation row's perplexity ratio with its paired interval: ``×460 [391, 540]``,
+    and ``, heads on the edge`` where its chosen heads lie within rounding of their cut
+    (another machine may prune others)."""
+    edge = ", heads on the edge" if "heads_edge" in row and bool(row["heads_edge"]) else ""
     if is_missing(row["ratio_ci_low"]):
-        return times(row["ratio"])
+        return times(row["ratio"]) + edge
     low, high = times(row["ratio_ci_low"]), times(row["ratio_ci_high"])
-    return f"{times(row['ratio'])} [{low.lstrip('×')}, {high.lstrip('×')}]"
+    return f"{times(row['ratio'])} [{low.lstrip('×')}, {high.lstrip('×')}]{edge}"
 
 
 def _cell(ctx: Any) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda.experiments.contract import check_captured
-from attncoda.experiments.prune._losses import gradient_importance
+from attncoda.experiments.prune._losses import gradient_importance, gradient_rounding
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,7 +27,8 @@ def head_table(
 ) -> pd.DataFrame:
     """The profiling head table of ``capture`` (which must have read ``windows``, the
     profiling windows): :func:`attncoda.experiments.profile.head_summary`, with
-    ``gradient_importance`` on those windows when ``with_gradient``."""
+    ``gradient_importance`` on those windows and its ``gradient_rounding`` when
+    ``with_gradient``."""
     from attncoda.capture import capture_frame
     from attncoda.experiments.profile import head_summary
 
@@ -35,7 +36,7 @@ def head_table(
     heads = head_summary(capture_frame(capture))
     if with_gradient:
         importance = gradient_importance(model, windows, batch_size=batch_size)
-        heads["gradient_importance"] = importance[
-            heads["layer"].to_numpy(np.int64), heads["head"].to_numpy(np.int64)
-        ]
+        at = heads["layer"].to_numpy(np.int64), heads["head"].to_numpy(np.int64)
+        heads["gradient_importance"] = importance[at]
+        heads["gradient_rounding"] = gradient_rounding(importance, model, windows)[at]
     return heads

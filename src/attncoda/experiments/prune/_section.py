@@ -1,6 +1,7 @@
 """The report section of prune: the perplexity ratio of heads pruned by each channel, each
 ratio with its paired bootstrap interval over the evaluation windows where there are
-enough windows for one, and the method and n of that interval.
+enough windows for one, and the method and n of that interval; a ratio whose chosen heads
+lie within rounding of their cut says so (another machine may prune other heads).
 
 It reads the run folder's tables only (:class:`attncoda.experiments.view.Context`), and
 captions every table and figure with its convention.
@@ -122,11 +123,23 @@ def prune_section(ctx: Context) -> str:
 
 
 def _ratio(row: Any) -> str:
-    """``3.21× (2.90× – 3.60×)``: a ratio and its interval, or the note why it has none."""
+    """``3.21× (2.90× – 3.60×)``: a ratio and its interval, or the note why it has none;
+    with the chosen heads' edge where they lie within rounding of their cut."""
     if "ratio_ci_low" not in row:  # a table written before ratios had intervals
-        return fmt_ratio(row["ratio"])
+        return fmt_ratio(row["ratio"]) + _edge(row)
     interval = fmt_interval(row, "ratio_ci_low", "ratio_ci_high", fmt_ratio)
-    return f"{fmt_ratio(row['ratio'])} ({interval})"
+    return f"{fmt_ratio(row['ratio'])} ({interval}){_edge(row)}"
+
+
+def _edge(row: Any) -> str:
+    """``; heads on the edge: 3 within rounding of the cut`` for a row whose chosen heads
+    may be others on another machine (``""`` otherwise, and for a table written before)."""
+    if "heads_edge" not in row or not bool(row["heads_edge"]):
+        return ""
+    return (
+        f"; heads on the edge: {fmt_count(row['n_fragile_heads'])} within rounding of the "
+        "cut, another machine may prune others"
+    )
 
 
 def _line(row: Any, labels: dict[str, str]) -> str:
