@@ -36,7 +36,7 @@ def prune_model(  # params: a direct call's keywords, each documented below
     eval_windows: Sequence[Any],
     *,
     capture: Any = None,
-    method: str = "exact",
+    method: str = "auto",
     kernel: str = "auto",
     sink: str | int | Sequence[int] = "first",
     seed: int = 0,
@@ -54,7 +54,7 @@ def prune_model(  # params: a direct call's keywords, each documented below
     capture : Capture, optional
         The capture of ``profile_windows`` by ``model``, made elsewhere; then ``method``
         and ``kernel`` must be left as they are.
-    method : {"exact", "fast"}
+    method : {"auto", "exact", "fast"}
         The capture method (:func:`attncoda.capture_windows`).
     kernel : str
         The fast method's kernel (a name of :data:`attncoda.capture.KERNELS`); anything
@@ -72,7 +72,7 @@ def prune_model(  # params: a direct call's keywords, each documented below
         ids = check_windows(profile_windows, "profile_windows")
         how = {"sink": sink, "seed": seed, "method": method, "kernel": kernel}
         capture = _capture(model, tokenizer, ids, batch_size=batch_size, **how)
-    elif (method, kernel) != ("exact", "auto"):
+    elif (method, kernel) != ("auto", "auto"):
         raise AttncodaError(
             f"method={method!r} and kernel={kernel!r} say how prune captures, but a capture "
             f"is given (made by its own method, {capture.method!r}): drop method= and kernel="
@@ -98,7 +98,7 @@ def checkpoint_stats(  # params: a direct call's keywords, each documented below
     *,
     sink: str | int | Sequence[int] = "first",
     batch_size: int = 8,
-    method: str = "exact",
+    method: str = "auto",
     kernel: str = "auto",
     seed: int = 0,
 ) -> Any:
@@ -117,7 +117,7 @@ def checkpoint_stats(  # params: a direct call's keywords, each documented below
         every checkpoint (``"auto"`` usually does not).
     batch_size : int
         Windows per forward pass.
-    method : {"exact", "fast"}
+    method : {"auto", "exact", "fast"}
         The capture method (:func:`attncoda.capture_windows`).
     kernel : str
         The fast method's kernel (a name of :data:`attncoda.capture.KERNELS`); anything

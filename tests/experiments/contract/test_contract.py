@@ -19,6 +19,7 @@ pd = pytest.importorskip("pandas")
 from pandas.testing import assert_frame_equal  # noqa: E402
 
 from attncoda import AttncodaError, capture_windows, from_attentions  # noqa: E402
+from attncoda.capture.kernels.registry import resolve_kernel  # noqa: E402
 from attncoda.experiments.cluster import VARIANT_TITLES, VARIANTS, cluster  # noqa: E402
 from attncoda.experiments.collapse import (  # noqa: E402
     collapse_from_stats,
@@ -506,7 +507,8 @@ def test_prune_run_equals_prune_with_the_ks_the_model_has():
     # k 9 does not fit the 8 heads: left out, and the unit's note says so
     note = "k 9 is more than the 8 heads of tiny: left out"
     assert tables.summary == {**want.summary, "note": note}
-    assert (tables.summary["method"], tables.summary["kernel"]) == ("exact", None)
+    kernel = resolve_kernel("auto", "cpu")  # the default method, auto: the fast path
+    assert (tables.summary["method"], tables.summary["kernel"]) == ("fast", kernel)
     # a capture of other windows than the profiling ones is refused, not ranked by
     other = replace(inputs, capture=capture_windows(loaded, evaluation, record_rows="none"))
     with raises(
@@ -579,8 +581,8 @@ def test_collapse_run_is_the_checkpoint_statistics(series):
         "label": "step16",
         "spec": "ckpt16",
         "model": "tiny",
-        "method": "exact",
-        "kernel": None,
+        "method": "fast",  # the default method, auto, takes the fast path where it routes
+        "kernel": resolve_kernel("auto", "cpu"),
     }
     # a capture of other windows than the series' is refused
     e = experiment("collapse")

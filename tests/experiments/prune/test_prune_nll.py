@@ -21,7 +21,7 @@ from attncoda.experiments.prune import (  # noqa: E402
     nll_rounding,
     window_nll,
 )
-from attncoda.experiments.prune._nll import BLOCK  # noqa: E402
+from attncoda.experiments.prune._nll import BLOCK, LAMBDA  # noqa: E402
 from tiny_models import tiny  # noqa: E402
 
 U = 2.0**-24
@@ -104,7 +104,7 @@ def test_the_bound_equals_a_plain_loop_over_tokens():
             y = int(ids[doc, t])
             h_norm = math.sqrt(sum(float(v) ** 2 for v in hidden[doc, t - 1]) + 1.0)
             sensitivity = sum(p[j] * norms[j] for j in range(300)) + (1 - 2 * p[y]) * norms[y]
-            product = (41 + 2) * U * h_norm * sensitivity
+            product = LAMBDA * math.sqrt(41 + 2) * U * h_norm * sensitivity
             per_token.append(product + U * (BLOCK + 1 + math.log(300)))
         want.append(sum(per_token) / len(per_token))
     # The implementation's p and norms are float32: a bound is good to far fewer digits.

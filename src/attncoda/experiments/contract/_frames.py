@@ -212,13 +212,16 @@ def _equal_cells(a: pd.DataFrame, b: pd.DataFrame, column: str) -> np.ndarray:
     return differs.to_numpy(bool)
 
 
-def _edges(b: pd.DataFrame, column: str | None) -> np.ndarray:
-    """Per row, the reference's edge flag in ``column`` (False where it has none)."""
+def _edges(b: pd.DataFrame, columns: str | tuple[str, ...] | None) -> np.ndarray:
+    """Per row, whether the reference flags an edge in ``columns`` (any of them; False
+    where it has none)."""
     import numpy as np
 
-    if column is None or column not in b.columns:
-        return np.zeros(len(b), bool)
-    return b[column].fillna(False).to_numpy(bool)
+    flags = np.zeros(len(b), bool)
+    for column in (columns,) if isinstance(columns, str) else columns or ():
+        if column in b.columns:
+            flags |= b[column].fillna(False).to_numpy(bool)
+    return flags
 
 
 def _groups(frame: pd.DataFrame, within: Sequence[str]) -> list[np.ndarray]:

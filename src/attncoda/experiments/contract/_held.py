@@ -154,13 +154,15 @@ class Bound:
     reference's column ``per`` (a rate over that count: ``scale`` 100 for a rate in
     percent). A bound in a float's own units, made of magnitudes rather than of counted
     items (a coordinate's rounding, a feature's), takes ``units=0``: its share of itself
-    alone, since its magnitudes move by float rounding, far less than 1%."""
+    alone, since its magnitudes move by float rounding, far less than 1%. Anything where
+    the reference's flag ``edge`` is set (what the bound is made of may differ)."""
 
     says: ClassVar[str] = "a stated bound, to 1% of the reference's plus 3 units"
 
     per: str | None = None
     scale: float = 1.0
     units: int = BOUND_UNITS
+    edge: str | None = None
     kind: str = field(default="bound", init=False)
 
 
@@ -229,12 +231,12 @@ class Labels:
 @dataclass(frozen=True)
 class Verdict:
     """A verdict decided at a threshold (text or a flag): equal, except where the
-    reference's flag ``edge`` is set: its measured value lies within rounding of the
-    threshold, and either side is the same evidence."""
+    reference's flag ``edge`` is set (any of them, given several): its measured value lies
+    within rounding of the threshold, and either side is the same evidence."""
 
     says: ClassVar[str] = "a verdict, equal unless its row states it is on the edge"
 
-    edge: str
+    edge: str | tuple[str, ...]
     kind: str = field(default="verdict", init=False)
 
 

@@ -24,16 +24,17 @@ HELD: Mapping[str, Mapping[str, Held]] = {
         "ratio_ci_low": Exponent("ratio_rounding", edge=_EDGE),
         "ratio_ci_high": Exponent("ratio_rounding", edge=_EDGE),
         "mean_nll": Stated("nll_rounding", edge=_EDGE),
-        "nll_rounding": Bound(),
-        "ratio_rounding": Bound(),
+        # bounds in nats, made of the windows' magnitudes: 1% of themselves
+        "nll_rounding": Bound(units=0, edge=_EDGE),
+        "ratio_rounding": Bound(units=0, edge=_EDGE),
         "n_fragile_heads": Bound(),
         "heads_edge": Verdict(edge=_EDGE),
         "order_edge": Verdict(edge="order_edge"),
-        "heads": Verdict(edge="order_edge"),
+        "heads": Verdict(edge=("order_edge", _EDGE)),
     },
     "prune_heads": {
         **HEAD_HELD,
         "gradient_importance": Stated("gradient_rounding"),
-        "gradient_rounding": Bound(),
+        "gradient_rounding": Bound(units=0),
     },
 }
