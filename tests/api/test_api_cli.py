@@ -83,15 +83,15 @@ def test_a_refusal_names_the_option_as_the_caller_wrote_it(tmp_path, capsys):
 
 def test_a_kernel_without_the_fast_method_is_refused(capsys):
     with pytest.raises(ac.AttncodaError) as python:
-        ac.profile("minilm", kernel="sdpa")
+        ac.profile("minilm", kernel="sdpa", method="exact")
     assert str(python.value) == (
-        "kernel='sdpa' is for method='fast' (the exact method has no kernel): add "
-        "method='fast', or drop kernel="
+        "kernel='sdpa' is for the fast path (the exact method has no kernel): drop "
+        "method='exact', or drop kernel="
     )
-    assert main(["profile", "minilm", "--kernel", "sdpa"]) == 2
+    assert main(["profile", "minilm", "--kernel", "sdpa", "--method", "exact"]) == 2
     assert capsys.readouterr().err == (
-        "attncoda: error: --kernel sdpa is for --method fast (the exact method has no kernel): "
-        "add --method fast, or drop --kernel\n"
+        "attncoda: error: --kernel sdpa is for the fast path (the exact method has no "
+        "kernel): drop --method exact, or drop --kernel\n"
     )
 
 

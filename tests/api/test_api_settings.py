@@ -177,7 +177,7 @@ BAD_CALLS = [
     ("ac.flips('minilm', seed=-1, out=OUT)", "seed must be an integer of at least 0; got -1"),
     (
         "ac.flips('minilm', method='quick', out=OUT)",
-        "unknown method 'quick': use one of exact, fast",
+        "unknown method 'quick': use one of auto, exact, fast",
     ),
     (
         "ac.profile('minilm', device='cuda', device_map='auto', out=OUT)",

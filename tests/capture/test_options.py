@@ -85,7 +85,9 @@ def test_options_read_back_are_checked_but_not_against_this_machine(monkeypatch)
     assert CaptureOptions.from_json(stored).device == "cuda"  # its report renders here
     with pytest.raises(AttncodaError, match=r"^device 'cuda' asked for, but torch sees no GPU"):
         CaptureOptions(device="cuda")
-    with pytest.raises(AttncodaError, match=r"^unknown method 'quick': use one of exact, fast$"):
+    with pytest.raises(
+        AttncodaError, match=r"^unknown method 'quick': use one of auto, exact, fast$"
+    ):
         CaptureOptions.from_json({**stored, "method": "quick"})
     with pytest.raises(AttncodaError, match=r"^seed must be an integer of at least 0; got -1$"):
         CaptureOptions.from_json({**stored, "seed": -1})

@@ -301,7 +301,11 @@ def test_a_short_text_is_profiled_whole(tmp_path, capsys):
         "of them" in captured.err
     )
     assert "minilm: 1 window of up to 128 tokens" in captured.out
-    read = {"windows": 1, "max_tokens": 128, "forward": "eager"}
+    # the default method, auto: MiniLM's routed attention takes the fused kernel
+    from attncoda.capture.kernels.registry import resolve_kernel
+
+    forward = f"fast:{resolve_kernel('auto', 'cpu')}"
+    read = {"windows": 1, "max_tokens": 128, "forward": forward}
     assert _unit_facts(out, "profile")["read"] == read
 
 

@@ -122,7 +122,9 @@ def test_gemma3_matches_eager(gemma3_reference):
     assert tokenizer(PARAGRAPH)["input_ids"] == ids
     assert ids[0] == ref_tokenizer.bos_token_id == 2  # the sink is the prepended <bos>
 
-    cap = capture_windows(model, [ids], sink="first", tokenizer=tokenizer, mode="attention")
+    cap = capture_windows(
+        model, [ids], sink="first", tokenizer=tokenizer, mode="attention", method="exact"
+    )
 
     _check_sink_mass(cap, _eager_attentions(ref_model, ids))
     assert (info.family, info.prepends_bos) == ("Gemma 3", True)
@@ -330,7 +332,9 @@ def test_qwen_matches_eager(qwen):
     reference = _eager_attentions(model, ids)  # the loaded model is eager
     assert model.config._attn_implementation == "eager"
 
-    cap = capture_windows(model, [ids], sink="first", tokenizer=tokenizer, mode="attention")
+    cap = capture_windows(
+        model, [ids], sink="first", tokenizer=tokenizer, mode="attention", method="exact"
+    )
 
     assert cap.mode == "attention"
     assert model.config._attn_implementation == "eager"  # routing is undone

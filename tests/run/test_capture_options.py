@@ -58,7 +58,7 @@ def test_prune_captures_its_profiling_windows_by_the_runs_method(tmp_path, capsy
         "--profile-docs", "2", "--eval-docs", "1", "--max-tokens", "16", "--ks", "1",
         "--channels", "full_entropy", "--orders", "high", "--n-boot", "1",
     ]  # fmt: skip
-    runs = {"exact": [], "fast": ["--method", "fast", "--kernel", "sdpa"]}
+    runs = {"exact": ["--method", "exact"], "fast": ["--method", "fast", "--kernel", "sdpa"]}
     for method, options in runs.items():
         assert main(["prune", "smollm2", *tiny, *options, "--out", str(tmp_path / method)]) == 0
     capsys.readouterr()

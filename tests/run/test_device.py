@@ -90,7 +90,7 @@ def test_run_config_records_a_device_map_and_loads_by_it(tmp_path):
 
 def test_run_config_records_device_dtype_and_method():
     config = run_config(["smollm2"], experiments=["profile"]).to_json()
-    assert (config["device"], config["dtype"], config["method"]) == ("auto", None, "exact")
+    assert (config["device"], config["dtype"], config["method"]) == ("auto", None, "auto")
     config = run_config(
         ["smollm2"],
         experiments=["profile"],

@@ -223,7 +223,7 @@ class CaptureOptions:
         if self.kernel != "auto" and self.method == "exact":
             raise AttncodaError(
                 f"--kernel {self.kernel} is for the fast path (the exact method has no "
-                "kernel): use --method fast or auto, or drop --kernel"
+                "kernel): drop --method exact, or drop --kernel"
             )
         if isinstance(self.max_memory, str):  # the command line's "0=2GiB,cpu=8GiB"
             from attncoda.models.placement import parse_max_memory

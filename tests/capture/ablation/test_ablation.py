@@ -191,9 +191,9 @@ def test_gates_carry_gradients():
 def test_ablation_nests_inside_capture_and_keeps_the_recorder():
     model = tiny("llama")
     ids, mask = batch()
-    plain = capture(model, ids, mask, record_rows="none", keep_outputs=True)
+    plain = capture(model, ids, mask, record_rows="none", keep_outputs=True, method="exact")
     with ablate(model, {1: [0]}, "zero"):
-        ablated = capture(model, ids, mask, record_rows="none", keep_outputs=True)
+        ablated = capture(model, ids, mask, record_rows="none", keep_outputs=True, method="exact")
     # Layer 0 is untouched by ablating layer 1; the logits change.
     assert np.array_equal(plain.entropy[:, 0], ablated.entropy[:, 0])
     assert np.array_equal(plain.entropy[:, 1], ablated.entropy[:, 1])  # scores come before

@@ -352,7 +352,7 @@ def test_prune_ranks_by_the_capture_it_is_given_or_captures_by_its_method():
     want = head_summary(capture_frame(fast_cap))
     by_method = prune_model(model, None, profile, evaluation, method="fast", kernel="sdpa", **args)
     given = prune_model(model, None, profile, evaluation, capture=fast_cap, **args)
-    exact = prune_model(model, None, profile, evaluation, **args)
+    exact = prune_model(model, None, profile, evaluation, method="exact", **args)
     for result in (by_method, given):
         pd.testing.assert_frame_equal(result.heads, want, check_exact=True)
         assert (result.summary["method"], result.summary["kernel"]) == ("fast", "sdpa")
