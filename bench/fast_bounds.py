@@ -42,22 +42,27 @@ def paired(model, ids, kernel):
 
     fast, scales = [], []
     chosen = registry.lookup(kernel)
-    inner = chosen.record_layer
+    inner = chosen.prepare
 
     def both(call, *, auto):
-        out = inner(call, auto=auto)
-        if out is None:
+        ready = inner(call, auto=auto)
+        if isinstance(ready, str):
             raise RuntimeError(f"layer {call.layer}: the fast path refused it")
-        fast.append({k: call.recorder.stats[call.layer][k].numpy().copy() for k in QUANTITIES})
+        _, stats = chosen.run(ready)
+        fast.append({k: stats[k].to("cpu", torch.float64).numpy() for k in QUANTITIES})
         scales.append(score_scale(call.query, call.key, call.scaling))
-        return None  # the exact path now runs on the same tensors
+        return ""  # declined: the exact path now runs on the same tensors
 
-    chosen.record_layer = both
+    # The chosen kernel's statistics are taken; no kernel serves, so the exact path does.
+    declined = {k: (both if k is chosen else lambda call, auto: "") for k in registry.ORDER}
+    for k, prepare in declined.items():
+        k.prepare = prepare
     try:
         with torch.inference_mode():
             cap = capture(model, ids, record_rows="none", method="fast", kernel=kernel)
     finally:
-        del chosen.record_layer  # the class's own again
+        for k in declined:
+            del k.prepare  # the class's own again
     return cap, fast, scales
 
 

@@ -1,8 +1,8 @@
 """One capture pass of a Hugging Face model over a padded batch, and what served it.
 
 :func:`run_pass` runs a :class:`attncoda.capture._plan.Batch` as its
-:class:`attncoda.capture._plan.CapturePlan` says into a
-:class:`attncoda.capture.stats.Recorder`, routed through the registered ``"attncoda"``
+:class:`attncoda.capture._plan.CapturePlan` says (one :class:`attncoda.capture.stats.PassPlan`,
+fixed) into a :class:`attncoda.capture.stats.Recorder`, routed through the registered ``"attncoda"``
 attention function (``mode="attention"``) or read from eager ``output_attentions``
 (``mode="outputs"``); :func:`routes_a_call` tells whether a model's forward reaches the
 attention function at all; :func:`kernels_ran` names the kernels of a ``method="fast"``
@@ -16,9 +16,9 @@ import torch
 from attncoda.capture._forward import forward
 from attncoda.capture._plan import Batch, CapturePlan
 from attncoda.capture.given import read_outputs
-from attncoda.capture.kernels.registry import NAMES
+from attncoda.capture.kernels.registry import NAMES, choose
 from attncoda.capture.routing import routed
-from attncoda.capture.stats import Recorder
+from attncoda.capture.stats import PassPlan, Recorder
 
 __all__ = ["forwards_ran", "kernels_ran", "routes_a_call", "run_pass"]
 
@@ -44,17 +44,12 @@ def run_pass(model, batch: Batch, plan: CapturePlan):
             sink_mask[doc, torch.as_tensor(pos) + off] = True
         # Where the kernels read it, on the layers' device (once, not once per layer).
         sink_mask = sink_mask.to(plan.device)
-    rec = Recorder(
-        real.cpu(),
-        offsets.cpu(),
-        sink_mask,
-        record_padded,
-        plan.block_size,
-        learned=plan.sink.learned,
-        method=plan.method,
-        kernel=plan.kernel,
-        pinned=plan.pinned,
-    )
+    kernels = choose(plan.kernel) if plan.method == "fast" else None  # the name, checked once
+    passing = PassPlan(
+        real.cpu(), offsets.cpu(), sink_mask, record_padded, plan.block_size,
+        learned=plan.sink.learned, method=plan.method, kernels=kernels, pinned=plan.pinned,
+    )  # fmt: skip
+    rec = Recorder(passing)
     if plan.mode == "attention":
         with routed(model, rec):
             out = forward(model, batch.ids, batch.mask, logits=plan.keep_outputs)
@@ -74,9 +69,8 @@ def routes_a_call(model, batch: Batch) -> bool:
     """
     cls = type(model)
     if cls not in _CALLS_ROUTED:
-        probe = Recorder(
-            torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.long), None, [], 2
-        )
+        real = torch.ones(1, 2, dtype=torch.bool)
+        probe = Recorder(PassPlan(real, torch.zeros(1, dtype=torch.long), None, [], 2))
         ids, mask = batch.ids, batch.mask
         with routed(model, probe):
             forward(model, ids[:1, -2:], torch.ones_like(mask[:1, -2:]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
@@ -20,7 +21,7 @@ from attncoda.capture.ablation._ablation import (  # noqa: E402
     parse_heads,
 )
 from attncoda.capture.routing import routed  # noqa: E402
-from attncoda.capture.stats import Recorder  # noqa: E402
+from attncoda.capture.stats import PassPlan, Recorder  # noqa: E402
 from tiny_models import VOCAB  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -198,7 +199,8 @@ def test_ablation_nests_inside_capture_and_keeps_the_recorder():
     assert np.array_equal(plain.entropy[:, 0], ablated.entropy[:, 0])
     assert np.array_equal(plain.entropy[:, 1], ablated.entropy[:, 1])  # scores come before
     assert not np.array_equal(plain.outputs, ablated.outputs)
-    recorder = Recorder(mask.bool(), mask.argmax(-1), mask.bool() & False, [torch.zeros(0)] * 2)
+    plan = PassPlan(mask.bool(), mask.argmax(-1), mask.bool() & False, [torch.zeros(0)] * 2)
+    recorder = Recorder(plan)
     with routed(model, recorder), ablate(model, {0: [1]}, "zero"):
         forward(model, ids, mask)
     assert len(recorder.stats) == 2
@@ -217,6 +219,29 @@ def test_a_fast_capture_of_an_unpadded_batch_counts_each_ablated_layer_once(mode
     assert fast.kernel == "exact" and fast.forward == "eager"  # every layer is ablated
     # The exact path on a boolean causal mask is eager's op sequence on the additive one.
     assert np.array_equal(fast.outputs, eager.numpy())
+
+
+@pytest.mark.parametrize("method", ["exact", "fast"])
+def test_an_ablation_and_a_recording_nest_either_way(method):
+    # Each rebinds the model's route, keeping what the other bound: the same edited pass,
+    # recorded, whichever context is outside.
+    from attncoda.capture.live import recording
+
+    model = tiny("llama")
+    ids, mask = batch()
+    found = []
+    for recording_outside in (True, False):
+        with contextlib.ExitStack() as stack:
+            contexts = [recording(model, method=method), ablate(model, {0: [1]}, "uniform")]
+            entered = [stack.enter_context(c) for c in contexts[:: 1 if recording_outside else -1]]
+            logits = forward(model, ids, mask).logits
+        rec = entered[0] if recording_outside else entered[1]
+        found.append((logits, rec.capture().entropy))
+    (a, entropy_a), (b, entropy_b) = found
+    assert torch.equal(a, b) and np.array_equal(entropy_a, entropy_b)
+    if method == "exact":  # the recorded pass is the ablated pass, bit for bit
+        with ablate(model, {0: [1]}, "uniform"):
+            assert torch.equal(forward(model, ids, mask).logits, a)
 
 
 def test_inner_ablate_keeps_outer_gates():

@@ -305,13 +305,13 @@ def test_the_fast_method_hands_the_attention_function_boolean_masks(monkeypatch)
     model = _tiny("gemma3")  # sliding-window and full layers: two mask kinds
     seen: list[torch.dtype | None] = []
     chosen = registry.lookup(registry.resolve_kernel("auto", "cpu"))  # cpp, else sdpa
-    inner = chosen.record_layer
+    inner = chosen.prepare
 
     def spy(call, *, auto):
         seen.append(None if call.attention_mask is None else call.attention_mask.dtype)
         return inner(call, auto=auto)
 
-    monkeypatch.setattr(chosen, "record_layer", spy)
+    monkeypatch.setattr(chosen, "prepare", spy)
     before = model.config._attn_implementation
     capture_windows(model, [[5, 6, 7, 8, 9, 10], [11, 12, 13]], method="fast")
     assert len(seen) == model.config.num_hidden_layers and set(seen) == {torch.bool}

@@ -55,17 +55,19 @@ def paired(model, ids, head_dim, kernel):
     statistics from ``kernel``."""
     fast, scales = [], []
     chosen = registry.lookup(kernel)
-    inner = chosen.record_layer
+    inner = chosen.prepare
 
     def both(call, *, auto):
-        out = inner(call, auto=auto)
-        assert out is not None, "the fast path refused this layer"
-        fast.append({k: call.recorder.stats[call.layer][k].numpy().copy() for k in QUANTITIES})
+        ready = inner(call, auto=auto)
+        assert not isinstance(ready, str), "the fast path refused this layer"
+        _, stats = chosen.run(ready)
+        fast.append({k: stats[k].to("cpu", torch.float64).numpy() for k in QUANTITIES})
         scales.append(score_scale(call.query, call.key, call.scaling))
-        return None  # the exact path now runs on the same tensors; its output goes on
+        return ""  # declined: the exact path now runs on the same tensors; its output goes on
 
     with pytest.MonkeyPatch.context() as patch, torch.inference_mode():
-        patch.setattr(chosen, "record_layer", both)
+        for other in registry.ORDER:  # no kernel after it serves: the exact path does
+            patch.setattr(other, "prepare", both if other is chosen else lambda call, auto: "")
         cap = capture(model, ids, record_rows="none", method="fast", kernel=kernel)
     assert len(fast) == model.config.num_hidden_layers
     return cap, fast, scales

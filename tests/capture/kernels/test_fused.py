@@ -421,3 +421,25 @@ def test_the_run_config_records_the_kernel_that_runs(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(AttncodaError, match=r"kernel='triton' runs on cuda"):
         config(method="fast", kernel="triton")
+
+
+def test_each_layer_is_planned_once_and_each_mask_read_once(monkeypatch):
+    # A layer's launch (variant and configuration) is decided once, when the kernel takes
+    # the layer, and carried in its call to the launch; both layers share the pass's one
+    # mask, which is read, and matched to a MaskShape, once.
+    from attncoda.capture.kernels import _masks, _triton
+
+    counts = dict.fromkeys(("launch_for", "read_mask", "mask_shape"), 0)
+    for module, name in ((_triton, "launch_for"), (_masks, "read_mask"), (_masks, "mask_shape")):
+        inner = getattr(module, name)
+
+        def counted(*args, _inner=inner, _name=name, **kwargs):
+            counts[_name] += 1
+            return _inner(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    model = _tiny("llama", torch.float32, positions=64)
+    kwargs = dict(batch_size=2, record_rows=4, block_size=16)  # right padding: a mask
+    fused = capture_windows(model, docs((36, 19)), method="fast", kernel="triton", **kwargs)
+    assert fused.kernel == "triton" and model.config.num_hidden_layers == 2
+    assert counts == {"launch_for": 2, "read_mask": 1, "mask_shape": 1}

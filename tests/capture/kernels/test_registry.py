@@ -109,8 +109,8 @@ class _Layer:
 
 @pytest.fixture
 def fakes(monkeypatch):
-    """Each kernel's ``record_layer`` replaced by one that records its call and serves
-    (returns its name) unless told to decline; notes collected."""
+    """Each kernel's ``prepare`` replaced by one that records its call and serves (returns
+    the call) unless told to decline; notes collected."""
     calls: list[tuple[str, bool]] = []
     notes: list[tuple[str, str]] = []
     declining: set[str] = set()
@@ -119,22 +119,24 @@ def fakes(monkeypatch):
     monkeypatch.setattr(cpp, "prerequisites", lambda: None)  # cpp can be built
     for kernel in registry.ORDER:
 
-        def record(*args, auto, _name=kernel.name):
+        def prepare(call, *, auto, _name=kernel.name):
             calls.append((_name, auto))
-            return None if _name in declining else _name
+            return "" if _name in declining else call
 
-        def note(recorder, reason, _name=kernel.name):
+        def note(reason, _name=kernel.name):
             notes.append((_name, reason))
 
-        monkeypatch.setattr(kernel, "record_layer", record)
+        monkeypatch.setattr(kernel, "prepare", prepare)
         monkeypatch.setattr(kernel, "note", note)
     return SimpleNamespace(calls=calls, notes=notes, declining=declining)
 
 
 def _record(kernel, layer):
-    recorder = SimpleNamespace(kernel=kernel, ran={})
-    call = LayerCall(recorder, 0, None, layer.query, None, None, None, 0.5, layer.kwargs)
-    return registry.record_layer(call), recorder.ran[0]
+    """``(the kernel that serves the layer or None, what Capture.kernel says of it)``."""
+    plan = SimpleNamespace(kernels=registry.choose(kernel))
+    call = LayerCall(plan, 0, None, layer.query, None, None, None, 0.5, layer.kwargs)
+    chosen, _ = registry.serve(call)
+    return (None, "exact") if chosen is None else (chosen.kernel.name, chosen.served)
 
 
 def test_a_layer_goes_down_the_chain_from_the_chosen_kernel(fakes):
@@ -174,3 +176,27 @@ def test_a_dtype_a_kernel_does_not_take_is_said_once_and_passed_on(fakes):
     assert _record("triton", _Layer("cpu", "torch.float64")) == ("sdpa", "sdpa")
     assert fakes.notes == [("triton", "torch.float64 inputs"), ("cpp", "torch.float64 inputs")]
     assert fakes.calls == [("sdpa", False)]
+
+
+def test_the_kernel_name_is_checked_once_per_pass_whatever_the_layers(monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from attncoda.capture import capture
+    from tiny_models import tiny
+
+    checks: list[str] = []
+    inner = registry.check_choice
+
+    def counted(what, value, choices):
+        checks.append(value)
+        return inner(what, value, choices)
+
+    monkeypatch.setattr(registry, "check_choice", counted)
+    found = []
+    for layers in (2, 4):
+        checks.clear()
+        model = tiny("llama", num_hidden_layers=layers)
+        capture(model, [[5, 6, 7, 8]], method="fast", kernel="sdpa")
+        found.append(list(checks))
+    # capture()'s check of its arguments, and the pass's plan: none per layer.
+    assert found[0] == found[1] and len(found[0]) <= 2

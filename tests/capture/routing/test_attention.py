@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from attncoda._errors import AttncodaError  # noqa: E402
 from attncoda.capture import forward  # noqa: E402
 from attncoda.capture.routing import _exact, _register, attncoda_attention, routed  # noqa: E402  # noqa: E402
-from attncoda.capture.stats import Recorder, row_statistics  # noqa: E402
+from attncoda.capture.stats import PassPlan, Recorder, row_statistics  # noqa: E402
 from tiny_models import ROUTES_FROM, VOCAB, routes_here  # noqa: E402
 from tiny_models import tiny as _tiny  # noqa: E402
 
@@ -46,7 +46,7 @@ def recorder_for(mask, block_size=512):
     offsets = real.long().argmax(-1)
     sink[torch.arange(len(mask)), offsets] = True
     record = [torch.zeros(0, dtype=torch.long) for _ in range(len(mask))]
-    return Recorder(real, offsets, sink, record, block_size)
+    return Recorder(PassPlan(real, offsets, sink, record, block_size))
 
 
 FAMILIES = ["gpt2", "gpt2-upcast", "gpt_neox", "opt", "llama", "qwen2", "mistral", "bert"]
@@ -61,11 +61,32 @@ def test_routed_is_bit_identical_to_eager(family, padding):
     eager = output_of(forward(model, ids, mask))
     rec = recorder_for(mask)
     with routed(model, rec):
-        assert model.config._attn_implementation == "attncoda"
+        assert model.config._attn_implementation.startswith("attncoda")
         ours = output_of(forward(model, ids, mask))
     assert model.config._attn_implementation == "eager"
     assert len(rec.stats) == 2
     assert torch.equal(ours, eager), float((ours - eager).abs().max())
+
+
+def test_two_models_routed_at_once_each_fill_their_own_recorder():
+    # No ambient state: each route binds the function to its own recorder, under a name of
+    # its own, whichever model runs when; leaving the block frees the name.
+    from transformers import AttentionInterface
+
+    first, second = tiny("llama"), tiny("gpt2")
+    ids, mask = batch(12, "right")
+    first.set_attn_implementation("eager")
+    eager = output_of(forward(first, ids, mask))
+    one, two = recorder_for(mask), recorder_for(mask)
+    with routed(first, one), routed(second, two):
+        names = (first.config._attn_implementation, second.config._attn_implementation)
+        forward(second, ids, mask)
+        ours = output_of(forward(first, ids, mask))
+    assert names[0] != names[1]
+    assert (len(one.stats), len(two.stats)) == (2, 2)
+    assert torch.equal(ours, eager)
+    assert first.config._attn_implementation == "eager"
+    assert all(AttentionInterface()[name] is _register.attncoda_attention for name in names)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

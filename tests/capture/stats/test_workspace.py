@@ -13,6 +13,7 @@ from attncoda.capture import forward  # noqa: E402
 from attncoda.capture.routing import routed  # noqa: E402
 from attncoda.capture.stats import (  # noqa: E402
     STATISTICS,
+    PassPlan,
     Recorder,
     Workspace,  # noqa: E402
     row_statistics,
@@ -132,9 +133,8 @@ def test_every_block_of_every_layer_writes_into_the_same_buffers(monkeypatch):
     real = mask.bool()
     sink = torch.zeros_like(real)
     sink[:, 0] = True
-    rec = Recorder(
-        real, torch.zeros(1, dtype=torch.long), sink, [torch.zeros(0, dtype=torch.long)], 16
-    )
+    record = [torch.zeros(0, dtype=torch.long)]
+    rec = Recorder(PassPlan(real, torch.zeros(1, dtype=torch.long), sink, record, 16))
     with routed(model, rec):
         ours = forward(model, ids, mask).logits
     # Three blocks of 16, 16 and 8 queries in each of two layers: one buffer per slot, its

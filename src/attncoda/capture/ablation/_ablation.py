@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.routing import ACTIVE_PLAN, EditPlan, layer_edit
+from attncoda.capture.routing import EditPlan, edited, layer_edit, route_of
 
 __all__ = [
     "MODES",
@@ -146,24 +146,23 @@ def _check_heads(heads: object, n_layers: int, n_heads: int, name: str) -> dict[
 
 @contextlib.contextmanager
 def _activate(model, plan: EditPlan) -> Iterator[None]:
-    """Route ``model`` (unless it already is), count layers per forward pass, set ``plan``."""
-    from attncoda.capture.routing import ATTENTION_NAME, routed
+    """Route ``model`` with ``plan`` (inside routed() or capture(): keeping their recorder),
+    counting its layers per forward pass."""
 
     def reset(module, args):
         plan.calls = 0
 
     handle = model.register_forward_pre_hook(reset)
-    token = ACTIVE_PLAN.set(plan)
     try:
-        # Nested inside routed() or capture(): keep their recorder, do not route again.
-        if model.config._attn_implementation == ATTENTION_NAME:
+        with edited(model, plan):
             yield
-        else:
-            with routed(model):
-                yield
     finally:
-        ACTIVE_PLAN.reset(token)
         handle.remove()
+
+
+def _outer(model) -> EditPlan | None:
+    """The edit of an enclosing context (None: none)."""
+    return getattr(route_of(model), "edit", None)
 
 
 @contextlib.contextmanager
@@ -204,7 +203,7 @@ def ablate(model, heads: Mapping[int, Sequence[int]], mode: str = "zero") -> Ite
     n_layers, n_heads = head_counts(model)
     name = type(model).__name__
     chosen = _check_heads(heads, n_layers, n_heads, name)
-    outer = ACTIVE_PLAN.get()
+    outer = _outer(model)
     gates = outer.gates if outer is not None else None
     with _activate(model, EditPlan(name, n_layers, n_heads, mode, chosen, gates)):
         yield
@@ -243,7 +242,7 @@ def head_gates(model, gates: torch.Tensor) -> Iterator[None]:
             f"{n_layers}, {n_heads}) for {name}, got {tuple(gates.shape)}"
         )
     batched = gates if gates.ndim == 3 else gates[None]
-    outer = ACTIVE_PLAN.get()
+    outer = _outer(model)
     mode, heads = (outer.mode, outer.heads) if outer is not None else (None, {})
     with _activate(model, EditPlan(name, n_layers, n_heads, mode, heads, batched)):
         yield

@@ -25,7 +25,7 @@ from attncoda.capture._result import Capture
 from attncoda.capture._result import assemble as assemble_capture
 from attncoda.capture.names import ATTENTION_FILES, ZEROS
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
-from attncoda.capture.stats import Recorder, record_plan
+from attncoda.capture.stats import PassPlan, Recorder, record_plan
 
 from ._inputs import as_documents, batch_mask, input_dtype, pad_documents, token_documents
 
@@ -220,7 +220,7 @@ def from_attentions(
     def recorded(sink_mask, plan) -> tuple[Recorder, int]:
         # One layer's float64 rows at a time: the input's size once, not in float64 copies
         # (sink="auto" makes them twice, once to find the sinks: time for memory).
-        rec = Recorder(real, offsets, sink_mask, plan, block_size=batch.shape[-1])
+        rec = Recorder(PassPlan(real, offsets, sink_mask, plan, block_size=batch.shape[-1]))
         b, n_layers, h, q, k = batch.shape
         floored = 0
         for layer in range(n_layers):

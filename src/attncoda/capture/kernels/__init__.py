@@ -7,9 +7,12 @@ What it holds:
   protocol, the kernels in the order ``"auto"`` prefers them, and every choice and
   capability check in one place: :data:`KERNELS` (the names users type),
   :func:`resolve_kernel` (which kernel serves a device), :func:`check_dtype` (the fast path
-  in a dtype no kernel takes on the device, float64 on CUDA) and :func:`record_layer`
-  (which kernel runs a routed layer), and the one object a routed layer's call is handed
-  down as (:class:`LayerCall`: the recorder, the layer, its inputs and keywords), whole;
+  in a dtype no kernel takes on the device, float64 on CUDA) and :func:`serve` (which
+  kernel runs a routed layer), and the one object a routed layer's call is handed down as
+  (:class:`LayerCall`: the pass's plan, the layer, its inputs and keywords, and what was
+  decided of it once), whole; a kernel reads it and returns its results (the recorded rows
+  are the call's own, :func:`recorded_rows`), and a new one is a module and one entry in the
+  registry (:func:`attncoda.capture.kernels.registry.register`);
 - one module per kernel, named as users type it, declaring it to the registry:
   :mod:`~attncoda.capture.kernels.sdpa` (PyTorch's fused attention called twice,
   :func:`sdpa_attention`, in ``_sdpa``), :mod:`~attncoda.capture.kernels.cpp` (one fused
@@ -65,10 +68,11 @@ if TYPE_CHECKING:
     )
     from ._cpp import cpp_attention
     from ._masks import MASK_ROWS, MaskShape, boolean_mask, mask_shape, read_mask
+    from ._record import recorded_rows
     from ._sdpa import FAST_STATISTICS, sdpa_attention, visible_keys
     from ._triton import KernelRefused, launch_for, triton_attention
     from ._triton_jit import interpreting, triton_available
-    from .registry import KERNELS, Kernel, check_dtype, lookup, record_layer, resolve_kernel
+    from .registry import KERNELS, Kernel, check_dtype, lookup, resolve_kernel, serve
 
 _MODULES = {
     "._bounds": (
@@ -96,9 +100,10 @@ _MODULES = {
     ),
     "._cpp": ("cpp_attention",),
     "._masks": ("MASK_ROWS", "MaskShape", "boolean_mask", "mask_shape", "read_mask"),
+    "._record": ("recorded_rows",),
     "._sdpa": ("FAST_STATISTICS", "sdpa_attention", "visible_keys"),
     "._triton": ("KernelRefused", "launch_for", "triton_attention"),
-    ".registry": ("KERNELS", "Kernel", "check_dtype", "lookup", "record_layer", "resolve_kernel"),
+    ".registry": ("KERNELS", "Kernel", "check_dtype", "lookup", "resolve_kernel", "serve"),
     "._triton_jit": ("interpreting", "triton_available"),
 }
 _HOME = {name: module for module, names in _MODULES.items() for name in names}
@@ -136,12 +141,13 @@ __all__ = [
     "lookup",
     "mask_shape",
     "read_mask",
-    "record_layer",
+    "recorded_rows",
     "reference",
     "resolve_kernel",
     "score_perturbation",
     "score_scale",
     "sdpa_attention",
+    "serve",
     "triton_attention",
     "triton_available",
     "visible_keys",

@@ -60,9 +60,7 @@ from ._cpp_host import (
     prerequisites,
     vector_width,
 )
-from ._masks import MaskShape, layer_shape
-from ._record import record_rows, store
-from ._sink_tiles import per_forward_geometry
+from ._masks import MaskShape
 
 __all__ = [
     "FLAGS",
@@ -72,7 +70,7 @@ __all__ = [
     "SOURCE",
     "content_pass",
     "cpp_attention",
-    "record_layer",
+    "runs_here",
     "unavailable",
 ]
 
@@ -355,30 +353,10 @@ def cpp_attention(query, key, value, *, scaling: float, sink, shape: MaskShape, 
     return out.to(query.dtype).transpose(1, 2), dict(zip(FAST_STATISTICS, stats, strict=True))
 
 
-def record_layer(call):
-    """The kernel on one routed layer's call (:class:`attncoda.capture.kernels.LayerCall`):
-    statistics into its recorder; the layer's output ``(batch, query_pos, head, head_dim)``.
-
-    None, so that the ``sdpa`` kernel serves the layer: where the pass cannot run (said
-    once per process), or where the layer's mask has no :class:`MaskShape` or carries a bias.
-    """
+def runs_here() -> bool:
+    """Whether the pass can run here (:func:`unavailable`); where it cannot, why is said
+    once per process, and the ``sdpa`` kernel serves."""
     why = unavailable()
     if why is not None:
         _say(why)
-        return None
-    recorder, query, key = call.recorder, call.query, call.key
-    b, h, q_len, _ = query.shape
-    k_len = key.shape[2]
-    shape, ok = layer_shape(
-        recorder, call.module, call.attention_mask, b, q_len, k_len, call.window, query.device
-    )
-    if not ok or shape is None:
-        return None
-    geometry = per_forward_geometry(recorder, shape, query.device)
-    out, stats = cpp_attention(
-        query, key, call.value, scaling=call.scaling, sink=recorder.sink, shape=shape,
-        geometry=geometry,
-    )  # fmt: skip
-    store(recorder, call.layer, stats)
-    record_rows(recorder, call.layer, query, key, call.scaling, shape.seen_by_doc(q_len, k_len))
-    return out.transpose(1, 2)
+    return why is None

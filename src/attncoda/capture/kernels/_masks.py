@@ -5,8 +5,8 @@
 - :func:`read_mask`: what a layer's mask lets each query see, and whether it carries a bias;
 - :class:`MaskShape` and :func:`mask_shape`: the visibility the fused kernel computes from a
   few parameters (runs of real keys, causal, sliding window);
-- :func:`layer_mask` and :func:`layer_shape`: those two, read once per mask tensor in a
-  forward pass (the one per-forward cache, on the recorder).
+- :func:`once`: those two of a layer's call, read once per mask tensor in a forward pass
+  (:attr:`attncoda.capture.kernels.LayerCall.mask` and ``.shape``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ __all__ = [
     "MASK_ROWS",
     "MaskShape",
     "boolean_mask",
-    "skips_mask",
-    "layer_mask",
-    "layer_shape",
     "mask_shape",
+    "once",
     "read_mask",
+    "skips_mask",
 ]
 
 
@@ -183,18 +182,6 @@ class MaskShape:
             stop = torch.minimum(stop, pos + 1)
         return first, stop
 
-    def seen_by_doc(self, q_len: int, k_len: int):
-        """``seen(doc, rows)``: bool ``(len(rows), k_len)``, the keys the query rows ``rows``
-        of document ``doc`` see (what :func:`attncoda.capture.kernels._record.record_rows`
-        asks of a layer)."""
-
-        def seen(doc: int, rows: torch.Tensor) -> torch.Tensor:
-            span = slice(doc, doc + 1)
-            one = MaskShape(self.lo[span], self.hi[span], self.causal, self.window)
-            return one.visible(rows, k_len, k_len - q_len)[0, 0]
-
-        return seen
-
     def seen_keys(self, q_len: int, k_len: int) -> torch.Tensor:
         """int64 ``(batch, q_len)``: how many token keys each query sees."""
         first, stop = self.first_stop(q_len, k_len)
@@ -243,51 +230,17 @@ def mask_shape(
     return None
 
 
-def _per_forward(recorder, key, attention_mask, compute):
-    """``compute()`` once per mask tensor (and ``key``) in a forward pass, kept on the
-    recorder: a forward has one or two masks (full and sliding-window layers), which every
-    layer of their kind shares."""
-    cache = recorder.fast_cache.setdefault("masks", {})
-    found = cache.get(key)
-    if found is not None and found[0] is attention_mask:
+def once(masks: dict | None, key: tuple, tensor, compute):
+    """``compute()`` once per ``tensor`` (and ``key``) in a forward pass, kept in ``masks``
+    (the pass's; None: not kept): a forward has one or two masks (full and sliding-window
+    layers), which every layer of their kind shares."""
+    if masks is None:
+        return compute()
+    found = masks.get(key)
+    if found is not None and found[0] is tensor:
         return found[1]
     value = compute()
-    if len(cache) >= 4:
-        cache.clear()
-    cache[key] = (attention_mask, value)
+    if len(masks) >= 12:
+        masks.clear()
+    masks[key] = (tensor, value)
     return value
-
-
-def _read_layer(module, attention_mask, q_len, k_len):
-    if attention_mask is None:
-        return None, bool(getattr(module, "is_causal", False)), True
-    return read_mask(attention_mask, q_len, k_len)
-
-
-def layer_mask(recorder, module, attention_mask, q_len, k_len):
-    """``(visible, causal, ok)`` of a layer's mask (:func:`read_mask`; no mask: the layer's
-    own ``is_causal``), read once per mask tensor in the recorder's forward pass.
-
-    ``visible`` is None for plain causal rows. ``ok`` is False when the additive mask holds
-    values other than 0 on visible keys (a bias the statistics would have to include): that
-    layer then takes the exact path.
-    """
-    return _per_forward(
-        recorder,
-        ("read", id(attention_mask)),
-        attention_mask,
-        lambda: _read_layer(module, attention_mask, q_len, k_len),
-    )
-
-
-def layer_shape(recorder, module, attention_mask, batch, q_len, k_len, window, device):
-    """``(shape, ok)``: the :class:`MaskShape` of a layer's mask (None when it has none) and
-    whether the mask is free of a bias, once per mask tensor and window in the recorder's
-    forward pass."""
-
-    def read():
-        visible, causal, ok = _read_layer(module, attention_mask, q_len, k_len)
-        shape = mask_shape(visible, causal, batch, q_len, k_len, window, device) if ok else None
-        return shape, ok
-
-    return _per_forward(recorder, ("shape", id(attention_mask), window), attention_mask, read)

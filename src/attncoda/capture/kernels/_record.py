@@ -1,96 +1,70 @@
-"""The recorder glue both fast kernels share: a layer's statistics into the recorder, and
-the exact float32 rows of the recorded queries (the kernels themselves never form a row).
+"""The rows a fast pass keeps in full: the exact float32 rows of the recorded queries, from the
+layer's call (the kernels themselves never form a row).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
-__all__ = ["record_rows", "store"]
+__all__ = ["recorded_rows"]
 
 
-def store(recorder, layer: int, stats: dict[str, torch.Tensor]) -> None:
-    """Write a kernel's ``(batch, head, query_pos)`` statistics into layer ``layer``.
+def _seen(call, doc: int, pos: torch.Tensor) -> torch.Tensor:
+    """bool ``(len(pos), key_pos)``: the keys the queries ``pos`` of document ``doc`` see."""
+    visible, causal, _ = call.mask
+    if visible is not None:
+        return visible[doc, 0, pos]
+    # No mask (or a plain causal one): the layer's own pattern, causal or every key.
+    q_len, k_len = call.query.shape[2], call.key.shape[2]
+    keys = torch.arange(k_len, device=call.query.device)[None, :]
+    if causal:
+        return pos[:, None] + (k_len - q_len) >= keys
+    return (keys >= 0).expand(pos.numel(), k_len)
 
-    Into page-locked statistics (a recorder of a pass on CUDA, ``pinned``) the copies are
-    queued on the layer's stream and the pass goes on; the recorder's
-    :meth:`~attncoda.capture.stats.Recorder.settle` waits for them once, after the pass.
-    A copy into pageable memory would wait for the device at every layer.
+
+def recorded_rows(call) -> list[torch.Tensor | None]:
+    """Exact float32 log-softmax rows of the plan's recorded queries only.
+
+    The scores are ``scaling q . k`` of the call's own queries and keys, soft-capped where
+    the layer is; bfloat16 and float16 queries and keys are upcast first (their products
+    are exact in float32, and a score rounded to half precision costs up to 4e-2 nats of
+    entropy: docs/design.md, "Precision per dtype"). A learned sink (``s_aux``) is one more
+    key, kept as the rows' last column.
+
+    Returns
+    -------
+    list of torch.Tensor or None
+        Per document, ``(head, n_recorded, n_real + virtual)`` (key 0 the first real token,
+        ``-inf`` off the visible keys), or None where it records no row.
     """
-    for name, values in stats.items():
-        target = recorder.stats[layer][name]
-        if values.is_cuda and target.is_pinned():
-            target.copy_(values, non_blocking=True)
-        else:
-            target[:] = values.cpu()
-
-
-def record_rows(
-    recorder,
-    layer: int,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    scaling: float,
-    seen: Callable[[int, torch.Tensor], torch.Tensor],
-    *,
-    upcast: bool = False,
-    softcap: float | None = None,
-    s_aux: torch.Tensor | None = None,
-) -> None:
-    """Exact float32 log-softmax rows of the recorded queries only, into the recorder.
-
-    Parameters
-    ----------
-    recorder : attncoda.capture.stats.Recorder
-        Its ``record`` (per document, the padded query positions), ``offsets`` and ``rows``.
-    query : torch.Tensor
-        ``(batch, head, query_pos, head_dim)``.
-    key : torch.Tensor
-        ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention.
-    scaling : float
-        Score scale.
-    seen : callable
-        ``seen(doc, positions)``: bool ``(len(positions), key_pos)``, the keys those queries
-        of document ``doc`` see.
-    upcast : bool
-        Take the score product in float32 (else in the query's dtype, cast after).
-        bfloat16 and float16 queries and keys are always upcast: their products are exact
-        in float32, and a score rounded to half precision costs up to 4e-2 nats of entropy
-        (docs/design.md, "Precision per dtype").
-    softcap : float, optional
-        Gemma 2's ``tanh(z / c) c`` on the scores.
-    s_aux : torch.Tensor, optional
-        One learned sink logit per head: a virtual key, kept as the rows' last column.
-    """
-    h, kv = query.shape[1], key.shape[1]
-    k_len = key.shape[2]
-    for doc, positions in enumerate(recorder.record):
+    plan, query, key = call.plan, call.query, call.key
+    softcap, s_aux = call.softcap, call.s_aux
+    h, kv, k_len = query.shape[1], key.shape[1], key.shape[2]
+    found: list[torch.Tensor | None] = []
+    for doc, positions in enumerate(plan.record):
         if positions.numel() == 0:
+            found.append(None)
             continue
         pos = positions.to(query.device)
-        qd = query[doc, :, pos]  # (h, r, d)
-        kd = key[doc]  # (kv, k, d)
-        if upcast or qd.dtype in (torch.bfloat16, torch.float16):
+        qd, kd = query[doc, :, pos], key[doc]  # (h, r, d), (kv, k, d)
+        if qd.dtype in (torch.bfloat16, torch.float16):
             qd, kd = qd.float(), kd.float()
         r = qd.shape[1]
         scores = torch.matmul(qd.reshape(kv, (h // kv) * r, -1), kd.transpose(-1, -2))
-        scores = scores.reshape(h, r, k_len) * scaling
+        scores = scores.reshape(h, r, k_len) * call.scaling
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap
-        visible = seen(doc, pos)  # (r, k)
+        visible = _seen(call, doc, pos)  # (r, k)
         scores = scores.float().masked_fill(~visible[None], -math.inf)
-        lo = int(recorder.offsets[doc])
-        n = recorder.rows[layer][doc].shape[-1] - int(s_aux is not None)
+        lo, n = int(plan.offsets[doc]), int(plan.query_real[doc].sum())
         if s_aux is not None:
             sinks = s_aux.float().reshape(h, 1, 1).expand(h, r, 1)
             log_rows = torch.log_softmax(torch.cat([scores, sinks], -1), dim=-1)
-            rows = torch.cat([log_rows[:, :, lo : lo + n], log_rows[:, :, -1:]], -1)
+            found.append(torch.cat([log_rows[:, :, lo : lo + n], log_rows[:, :, -1:]], -1))
         else:
             log_rows = torch.log_softmax(scores, dim=-1)
-            rows = log_rows[:, :, lo : lo + n].masked_fill(
-                ~visible[None, :, lo : lo + n], -math.inf
-            )
-        recorder.rows[layer][doc][:] = rows.cpu()
+            seen = visible[None, :, lo : lo + n]
+            found.append(log_rows[:, :, lo : lo + n].masked_fill(~seen, -math.inf))
+    return found

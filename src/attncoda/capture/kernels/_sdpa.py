@@ -52,10 +52,7 @@ import torch
 from attncoda._errors import AttncodaError
 from attncoda.capture.stats import sink_columns, split_rows
 
-from ._masks import layer_mask
-from ._record import record_rows, store
-
-__all__ = ["FAST_STATISTICS", "record_layer", "sdpa_attention", "two_calls", "visible_keys"]
+__all__ = ["FAST_STATISTICS", "sdpa_attention", "two_calls", "visible_keys"]
 
 #: What the fast path returns per (batch, head, query_pos), as ``row_statistics`` does.
 FAST_STATISTICS = (
@@ -355,36 +352,3 @@ def sdpa_attention(
     out = content_share[..., None].to(work) * content_out
     out = out + torch.matmul(p_s.to(work), sink_values)
     return out.to(query.dtype), stats
-
-
-def record_layer(call):
-    """One routed layer's call (:class:`attncoda.capture.kernels.LayerCall`): statistics
-    into its recorder; the layer's output.
-
-    Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None when this
-    layer's mask carries a bias the fast statistics do not model (the caller then runs the
-    exact path). The recorder's recorded rows are computed exactly, for those queries only.
-    """
-    recorder, query, key = call.recorder, call.query, call.key
-    b, h, q_len, _ = query.shape
-    k_len = key.shape[2]
-    visible, causal, ok = layer_mask(recorder, call.module, call.attention_mask, q_len, k_len)
-    if not ok:
-        return None
-    out, stats = sdpa_attention(
-        query, key, call.value, scaling=call.scaling, sink=recorder.sink, visible=visible,
-        causal=causal, block_size=recorder.block_size,
-    )  # fmt: skip
-    store(recorder, call.layer, stats)
-
-    def seen(doc, pos):
-        if visible is not None:
-            return visible[doc, 0, pos]
-        # No mask (or a plain causal one): the layer's own pattern, causal or every key.
-        keys = torch.arange(k_len, device=query.device)[None, :]
-        if causal:
-            return pos[:, None] + (k_len - q_len) >= keys
-        return (keys >= 0).expand(pos.numel(), k_len)
-
-    record_rows(recorder, call.layer, query, key, call.scaling, seen)
-    return out.transpose(1, 2).contiguous()

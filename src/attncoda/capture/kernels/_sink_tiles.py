@@ -13,7 +13,7 @@ from attncoda.capture.stats import sink_columns
 
 from ._masks import MaskShape
 
-__all__ = ["SinkGeometry", "per_forward_geometry", "sink_geometry", "sink_tiles"]
+__all__ = ["SinkGeometry", "sink_geometry", "sink_tiles"]
 
 
 class SinkGeometry(NamedTuple):
@@ -71,17 +71,3 @@ def sink_tiles(geometry: SinkGeometry, block_n: int) -> torch.Tensor:
     n_tiles = -(-k_len // block_n)
     padded = torch.nn.functional.pad(rest, (0, n_tiles * block_n - k_len))
     return (padded.view(b, n_tiles, block_n) != 0).any(-1).to(torch.int8).contiguous()
-
-
-def per_forward_geometry(recorder, shape: MaskShape, device) -> SinkGeometry:
-    """:func:`sink_geometry` of the recorder's sinks, once per mask shape in a forward pass
-    (every layer of a kind shares its mask's shape)."""
-    cache = recorder.fast_cache.setdefault("sink_geometry", [])
-    for found_shape, found in cache:
-        if found_shape is shape:
-            return found
-    found = sink_geometry(recorder.sink.to(device), shape)
-    if len(cache) >= 4:
-        cache.clear()
-    cache.append((shape, found))
-    return found

@@ -36,7 +36,7 @@ Covered:
   every accumulator float32.
 
 A mask the kernel cannot describe by these parameters or a head dim above 256 falls back to
-the two-call SDPA path with a printed note (:func:`record_layer`); so does a float64 input,
+the two-call SDPA path with a printed note (:func:`prepare`); so does a float64 input,
 which the registry declines from the kernel's declared dtypes
 (:func:`attncoda.capture.kernels.registry.declines`).
 
@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 
 import torch
 
@@ -60,18 +59,18 @@ from attncoda.capture.stats import split_rows
 
 from ._configs import LaunchConfig, Refused, Variant, architecture_of, launch_config
 from ._launch import Launch, launch_arguments
-from ._masks import MaskShape, layer_shape
-from ._record import record_rows, store
-from ._sink_tiles import SinkGeometry, per_forward_geometry, sink_geometry
+from ._masks import MaskShape
+from ._sink_tiles import SinkGeometry, sink_geometry
 from ._triton_jit import compiled, interpreting
 
 __all__ = [
     "MAX_HEAD_DIM",
     "KernelRefused",
+    "Planned",
     "architecture",
     "launch_for",
-    "note",
-    "record_layer",
+    "plan_launch",
+    "prepare",
     "triton_attention",
 ]
 
@@ -87,7 +86,7 @@ def _blocks(head_dim: int) -> tuple[int, int]:
 
 class KernelRefused(AttncodaError):
     """The launch table refuses this (architecture, dtype, head dim): the two-call SDPA
-    path serves it (:func:`record_layer` prints a note)."""
+    path serves it (:func:`prepare` says why)."""
 
 
 #: torch dtypes by the launch table's names.
@@ -138,7 +137,38 @@ def _checked_block(size: int, name: str) -> int:
     return size
 
 
-def triton_attention(
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A layer's launch of the fused kernel, decided once (:func:`plan_launch`).
+
+    Attributes
+    ----------
+    geometry : SinkGeometry
+        Where the sink keys are.
+    variant : Variant
+        The compile-time switches of the layer's mask, scores and sinks.
+    config : LaunchConfig
+        The blocks, warps, stages and dot precision of the launch table's entry.
+    """
+
+    geometry: SinkGeometry
+    variant: Variant
+    config: LaunchConfig
+
+
+def plan_launch(query, shape: MaskShape, geometry: SinkGeometry, softcap, s_aux, learned: bool):
+    """The :class:`Planned` launch of a layer (its variant, and :func:`launch_for` of its
+    device, dtype and head dim), or the launch table's :class:`Refused`."""
+    aux = s_aux is not None
+    variant = Variant(
+        causal=shape.causal, window=shape.window is not None, softcap=softcap is not None,
+        aux_content=aux and not learned, aux_sink=aux and learned, sparse=geometry.sparse,
+    )  # fmt: skip
+    config = launch_for(query.device, query.dtype, query.shape[-1], variant.heavy)
+    return config if isinstance(config, Refused) else Planned(geometry, variant, config)
+
+
+def triton_attention(  # params: a layer and the blocks a test sets # long: its docs
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -151,7 +181,7 @@ def triton_attention(
     learned: bool = False,
     block_m: int | None = None,
     block_n: int | None = None,
-    geometry: SinkGeometry | None = None,
+    planned: Planned | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Attention output and compositional row statistics from one pass of the fused kernel.
 
@@ -179,9 +209,9 @@ def triton_attention(
     block_m, block_n : int, optional
         Queries and keys per block (powers of two from 16 to 256); by default the launch
         table's (:func:`launch_for`).
-    geometry : SinkGeometry, optional
-        :func:`sink_geometry` of ``sink`` and ``shape``, when the caller has it (one per
-        forward pass); computed here otherwise.
+    planned : Planned, optional
+        The layer's sink geometry, variant and launch configuration as decided once
+        (:func:`prepare`); computed here otherwise.
 
     Returns
     -------
@@ -204,22 +234,20 @@ def triton_attention(
     """
     interpreted = interpreting()
     triton, kernel = compiled(interpreted)
-    f64 = torch.float64
     b, h, q_len, d = query.shape
-    k_len = key.shape[2]
     device = query.device
     if d > MAX_HEAD_DIM:
         raise AttncodaError(f"the fused kernel takes head dims up to {MAX_HEAD_DIM}; got {d}")
-    if geometry is None:
+    if planned is None:
         geometry = sink_geometry(sink.to(device), shape)
-    variant = _variant(shape, softcap, s_aux, learned, geometry)
-    config = launch_for(device, query.dtype, d, variant.heavy)
-    if isinstance(config, Refused):
-        raise KernelRefused(config.why)
+        found = plan_launch(query, shape, geometry, softcap, s_aux, learned)
+        if isinstance(found, Refused):
+            raise KernelRefused(found.why)
+        planned = found
     config = dataclasses.replace(
-        config,
-        block_m=_checked_block(block_m or config.block_m, "block_m"),
-        block_n=_checked_block(block_n or config.block_n, "block_n"),
+        planned.config,
+        block_m=_checked_block(block_m or planned.config.block_m, "block_m"),
+        block_n=_checked_block(block_n or planned.config.block_n, "block_n"),
     )
     # batch x heads on grid axis 0 (up to 2**31 - 1), query blocks on axis 1 (up to 65,535).
     q_blocks = triton.cdiv(q_len, config.block_m)
@@ -230,8 +258,8 @@ def triton_attention(
             f"65,535; use a larger block_m or kernel='sdpa'"
         )
     launch = Launch(
-        query, key, value, shape, geometry, scaling=scaling, softcap=softcap, s_aux=s_aux,
-        variant=variant, config=config, interpreted=interpreted,
+        query, key, value, shape, planned.geometry, scaling=scaling, softcap=softcap,
+        s_aux=s_aux, variant=planned.variant, config=config, interpreted=interpreted,
     )  # fmt: skip
     positional, keywords = launch_arguments(launch)
     # Launched on the layer's own device (a layer on cuda:1 under a device map), not on
@@ -239,7 +267,14 @@ def triton_attention(
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:
         kernel[(b * h, q_blocks)](*positional, **keywords)
+    return launch.out, _statistics(launch, s_aux, learned)
 
+
+def _statistics(launch: Launch, s_aux, learned: bool) -> dict[str, torch.Tensor]:
+    """The float64 statistics of a finished launch, from what the kernel wrote (as on the
+    two-call path: :func:`attncoda.capture.stats.split_rows`)."""
+    f64 = torch.float64
+    b, h, q_len, _ = launch.query.shape
     z_sink = launch.z_sink.to(f64)
     in_sink = torch.isfinite(z_sink)
     if s_aux is not None and learned:
@@ -247,7 +282,8 @@ def triton_attention(
         z_sink = torch.cat([z_sink, logit], -1)
         in_sink = torch.cat([in_sink, torch.ones_like(in_sink[..., :1])], -1)
     k = in_sink.sum(-1)
-    n = shape.seen_keys(q_len, k_len).to(device)[:, None, :] + int(s_aux is not None)
+    n = launch.shape.seen_keys(q_len, launch.key.shape[2]).to(launch.query.device)
+    n = n[:, None, :] + int(s_aux is not None)
     _, _, stats = split_rows(
         z_sink,
         in_sink,
@@ -257,32 +293,11 @@ def triton_attention(
         launch.rows["ent"].to(f64),
         launch.rows["sum_z"].to(f64),
     )
-    return launch.out, stats
-
-
-def _variant(shape: MaskShape, softcap, s_aux, learned: bool, geometry: SinkGeometry) -> Variant:
-    """The kernel variant of a layer: its mask's, scores' and sinks' compile-time switches."""
-    aux = s_aux is not None
-    return Variant(
-        causal=shape.causal, window=shape.window is not None, softcap=softcap is not None,
-        aux_content=aux and not learned, aux_sink=aux and learned, sparse=geometry.sparse,
-    )  # fmt: skip
-
-
-def note(recorder, reason: str) -> None:
-    """Print, once per capture and reason, that a layer left the fused kernel."""
-    said = recorder.fast_cache.setdefault("fused_notes", set())
-    if reason not in said:
-        said.add(reason)
-        print(
-            f"note: the fused Triton kernel does not cover {reason}: those layers take the "
-            f"two-call SDPA path (the exact path where that does not apply)",
-            file=sys.stderr,
-        )
+    return stats
 
 
 def _not_covered(query, module) -> str | None:
-    """Why a layer cannot take the fused kernel (None when it can): the reason printed.
+    """Why a layer cannot take the fused kernel (None when it can): the reason said.
     Its dtypes are declared (:mod:`attncoda.capture.kernels.triton`) and checked by the
     registry before this."""
     if query.shape[-1] > MAX_HEAD_DIM:
@@ -292,68 +307,31 @@ def _not_covered(query, module) -> str | None:
     return None
 
 
-def record_layer(call, check=None):
-    """The fused kernel on one routed layer's call (:class:`attncoda.capture.kernels.
-    LayerCall`): statistics into its recorder; the output.
-
-    Returns ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None (after a printed
-    note) when the layer's mask has no :class:`attncoda.capture.kernels.MaskShape` or carries
-    a bias: the caller then takes the two-call SDPA path, or the exact one for what that path
-    does not cover.
+def prepare(call, check=None):
+    """Whether the fused kernel serves a routed layer (:class:`attncoda.capture.kernels.
+    LayerCall`), decided once: the call with its :class:`Planned` launch as ``launch``, or
+    why not (said once per pass by the kernel's note): a mask without a :class:`MaskShape`
+    or with a bias, a configuration the launch table refuses, or (``""``: it says so
+    itself) one that fails the first-use ``check``. The two-call SDPA path then serves the
+    layer, or the exact one for what that path does not cover.
     """
-    recorder, layer, module, query = call.recorder, call.layer, call.module, call.query
-    key, value, attention_mask, scaling = call.key, call.value, call.attention_mask, call.scaling
-    kwargs = call.kwargs
-    reason = _not_covered(query, module)
+    query, shape = call.query, call.shape
+    reason = _not_covered(query, call.module)
     if reason is not None:
-        note(recorder, reason)
-        return None
-    b, h, q_len, _ = query.shape
-    k_len = key.shape[2]
-    shape, ok = layer_shape(
-        recorder, module, attention_mask, b, q_len, k_len, call.window, query.device
-    )
-    if not ok:
-        note(recorder, "masks that carry a bias")
-        return None
+        return reason
+    if not call.mask[2]:
+        return "masks that carry a bias"
     if shape is None:
-        note(recorder, "this mask (not causal, padding and sliding-window)")
-        return None
-    softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
-    geometry = per_forward_geometry(recorder, shape, query.device)
-    variant = _variant(shape, softcap, s_aux, recorder.learned, geometry)
-    config = launch_for(query.device, query.dtype, query.shape[-1], variant.heavy)
-    if isinstance(config, Refused):
-        note(recorder, config.why)
-        return None
-    if check is not None:
-        why = check(
-            query.device, query.dtype, query.shape[-1], causal=shape.causal,
-            window=shape.window, softcap=softcap,
-            aux_content=s_aux is not None and not recorder.learned,
-            aux_sink=s_aux is not None and recorder.learned, sparse=geometry.sparse,
-        )  # fmt: skip
-        if why is not None:  # printed once by the check; SDPA serves the configuration
-            return None
-    try:
-        out, stats = triton_attention(
-            query,
-            key,
-            value,
-            scaling=scaling,
-            sink=recorder.sink,
-            shape=shape,
-            softcap=softcap,
-            s_aux=s_aux,
-            learned=recorder.learned,
-            geometry=geometry,
-        )
-    except KernelRefused as refused:
-        note(recorder, str(refused))
-        return None
-    store(recorder, layer, stats)
-    record_rows(
-        recorder, layer, query, key, scaling, shape.seen_by_doc(q_len, k_len), upcast=True,
-        softcap=softcap, s_aux=s_aux,
-    )  # fmt: skip
-    return out.transpose(1, 2)
+        return "this mask (not causal, padding and sliding-window)"
+    softcap = call.softcap
+    planned = plan_launch(query, shape, call.geometry, softcap, call.s_aux, call.plan.learned)
+    if isinstance(planned, Refused):
+        return planned.why
+    variant = planned.variant
+    if check is not None and check(
+        query.device, query.dtype, query.shape[-1], causal=shape.causal, window=shape.window,
+        softcap=softcap, aux_content=variant.aux_content, aux_sink=variant.aux_sink,
+        sparse=variant.sparse,
+    ) is not None:  # fmt: skip
+        return ""  # said once by the check; SDPA serves the configuration
+    return dataclasses.replace(call, launch=planned)

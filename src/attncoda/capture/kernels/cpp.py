@@ -57,17 +57,26 @@ class Cpp:
 
         return fast_bounds(*args, **kwargs)
 
-    def note(self, recorder: Any, reason: str) -> None:
+    def note(self, reason: str) -> None:
         """Nothing: a layer it declines goes to ``sdpa``, which ``Capture.kernel`` records
         per layer."""
 
-    def record_layer(self, call: LayerCall, *, auto: bool) -> Any:
-        """:func:`attncoda.capture.kernels._cpp.record_layer` (``auto`` unused, as for
-        ``sdpa``): None, so that ``sdpa`` serves the layer, where the pass cannot be built or
-        loaded (said once per process)."""
-        from ._cpp import record_layer
+    def prepare(self, call, *, auto: bool) -> LayerCall | str:
+        """The call itself (``auto`` unused), not where the pass cannot be built or loaded
+        (said once per process) or the layer's mask has no :class:`attncoda.capture.kernels.
+        MaskShape`: ``sdpa`` then serves the layer."""
+        from ._cpp import runs_here
 
-        return record_layer(call)
+        return call if runs_here() and call.shape is not None else ""
+
+    def run(self, call) -> tuple[Any, dict[str, Any]]:
+        """:func:`attncoda.capture.kernels.cpp_attention` of the call."""
+        from ._cpp import cpp_attention
+
+        return cpp_attention(
+            call.query, call.key, call.value, scaling=call.scaling, sink=call.plan.sink,
+            shape=call.shape, geometry=call.geometry,
+        )  # fmt: skip
 
 
 #: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.

@@ -5,23 +5,26 @@ A kernel is a module of this package named as users type it (``--kernel NAME``,
 :mod:`attncoda.capture.kernels.triton`. It declares itself as ``KERNEL``, an object of the
 :class:`Kernel` protocol, free of torch at import; its implementation sits in the private
 module of the same name (``_sdpa``, ``_triton``). :data:`ORDER` holds them in the order
-``"auto"`` prefers them: adding a kernel is one module and one entry there.
+``"auto"`` prefers them: adding a kernel is one module and one entry there (or one call of
+:func:`register`, from anywhere). A kernel reads only the layer's
+:class:`attncoda.capture.kernels.LayerCall` and returns its results.
 
 Every choice of a kernel, and every check of what a kernel can do, is made here from those
 declarations:
 
 - :data:`KERNELS`, the choices (``"auto"`` and the kernels' names), read by the command
   line without importing torch; :func:`describe` says them in words;
-- :func:`resolve_kernel`: the kernel that serves a device (``"auto"``: the first in
+- :func:`choose`: the kernel a pass asks for, its name checked once, into the pass's plan;
+  :func:`resolve_kernel`: the kernel that serves a device (``"auto"``: the first in
   :data:`ORDER` that takes the device and can run there); :func:`passed_over` says why
   ``"auto"`` did not take the kernel it prefers there (said once per process, and recorded
   beside the kernel that served, in ``Capture.kernel`` and ``Capture.forward``);
 - :func:`check_dtype`: ``method="fast"`` refused, before anything runs, in a dtype no
   kernel takes on the device (float64 on CUDA); :func:`takes_dtype`, where
   ``method="auto"`` takes the fast path;
-- :func:`declines` and :func:`record_layer`: the kernel chosen for a routed layer, then
-  those after it in :data:`ORDER` whose dtypes and attention keywords (:data:`KEYWORDS`)
-  cover the layer, else the exact path.
+- :func:`declines` and :func:`serve`: the kernel chosen for a routed layer, then those
+  after it in :data:`ORDER` whose dtypes and attention keywords (:data:`KEYWORDS`) cover
+  the layer and that take it (:meth:`Kernel.prepare`), else the exact path.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from attncoda._errors import AttncodaError, check_choice
@@ -44,15 +48,18 @@ __all__ = [
     "NAMES",
     "ORDER",
     "PORTABLE",
+    "Choice",
     "Kernel",
     "check_dtype",
+    "choose",
     "declines",
     "describe",
     "dtype_name",
     "lookup",
     "passed_over",
-    "record_layer",
+    "register",
     "resolve_kernel",
+    "serve",
     "takes_dtype",
 ]
 
@@ -101,13 +108,17 @@ class Kernel(Protocol):
         """Its per-row error bounds against exact arithmetic (docs/design.md, "Error
         bounds" and "The fused kernel")."""
 
-    def note(self, recorder: Any, reason: str) -> None:
-        """Say (or not) that a layer left it for ``reason``."""
+    def note(self, reason: str) -> str | None:
+        """The line (said once per pass) that a layer left it for ``reason``, or None."""
 
-    def record_layer(self, call: LayerCall, *, auto: bool) -> Any:
-        """Record the statistics of one layer's call into its recorder: its ``attn_output``
-        ``(batch, query_pos, head, head_dim)``, or None when it declines the layer (``auto``:
-        chosen by ``"auto"``)."""
+    def prepare(self, call: LayerCall, *, auto: bool) -> LayerCall | str:
+        """Whether it serves the layer of ``call`` (``auto``: chosen by ``"auto"``): the call
+        with what it decided of the layer (``launch``), or why not (``""``: say nothing)."""
+
+    def run(self, call: LayerCall) -> tuple[Any, dict[str, Any]]:
+        """The layer of a call it prepared: its output ``(batch, head, query_pos, head_dim)``
+        in the query's dtype, and statistics ``(batch, head, query_pos)`` named as
+        :func:`attncoda.capture.stats.row_statistics` names them."""
 
 
 #: The registered kernels, in the order ``"auto"`` prefers them; a layer one declines goes
@@ -118,17 +129,29 @@ NAMES: tuple[str, ...] = tuple(kernel.name for kernel in ORDER)
 #: The choices of ``kernel=`` and ``--kernel``.
 KERNELS: tuple[str, ...] = ("auto", *NAMES)
 #: The kernel that runs wherever the fast path does: it serves recorded passes and wrapped
-#: models, and a recorder that names no kernel.
+#: models, and a plan that names no kernel.
 PORTABLE: str = next(kernel.name for kernel in ORDER if kernel.portable)
-_BY_NAME = {kernel.name: kernel for kernel in ORDER}
 #: torch's other names of the dtypes.
 _ALIASES = {"double": "float64", "float": "float32", "half": "float16"}
+
+
+def register(kernel: Kernel) -> None:
+    """Add ``kernel`` last to :data:`ORDER` (a layer it declines takes the exact path), and
+    its name to :data:`NAMES` and :data:`KERNELS`."""
+    global ORDER, NAMES, KERNELS
+    if kernel.name in KERNELS:
+        raise AttncodaError(
+            f"a kernel named {kernel.name!r} is registered already: give the new one its own name"
+        )
+    ORDER = (*ORDER, kernel)
+    NAMES = tuple(k.name for k in ORDER)
+    KERNELS = ("auto", *NAMES)
 
 
 def lookup(name: str) -> Kernel:
     """The registered kernel of ``name`` (an AttncodaError naming the choices otherwise)."""
     check_choice("kernel", name, NAMES)
-    return _BY_NAME[name]
+    return ORDER[NAMES.index(name)]
 
 
 def describe(quoted: bool = False) -> str:
@@ -169,24 +192,47 @@ def resolve_kernel(kernel: str, device: str) -> str:
     name is refused where it cannot run (its :meth:`Kernel.refusal`).
     """
     check_choice("kernel", kernel, KERNELS)
+    return ORDER[_resolved(kernel, device)[0]].name
+
+
+def _resolved(kernel: str, device: str) -> tuple[int, str | None]:
+    """:func:`resolve_kernel` of a checked name: the kernel's index in :data:`ORDER`, and
+    why ``"auto"`` passed over the kernel it prefers on ``device`` (None: it did not)."""
     if kernel == "auto":
         chosen = next(
             (
-                k.name
-                for k in ORDER
+                index
+                for index, k in enumerate(ORDER)
                 if (k.auto_devices is None or device in k.auto_devices)
                 and k.refusal(device) is None
             ),
-            PORTABLE,
+            NAMES.index(PORTABLE),
         )
         why = passed_over(device)
         if why is not None:
-            _say_passed_over(device, chosen, why)
-        return chosen
-    why = _BY_NAME[kernel].refusal(device)
+            _say_passed_over(device, ORDER[chosen].name, why)
+        return chosen, why
+    index = NAMES.index(kernel)
+    why = ORDER[index].refusal(device)
     if why is not None:
         raise AttncodaError(why)
-    return kernel
+    return index, None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The kernel a pass asks for (``"auto"`` or a kernel's name), its name checked once
+    (:func:`choose`): what the pass's :class:`attncoda.capture.stats.PassPlan` carries."""
+
+    asked: str
+
+
+def choose(kernel: str | None) -> Choice:
+    """The :class:`Choice` of ``kernel`` (``"auto"`` or a name of :data:`KERNELS`; None,
+    for recorded passes and wrapped models: :data:`PORTABLE`), its name checked here."""
+    asked = kernel or PORTABLE
+    check_choice("kernel", asked, KERNELS)
+    return Choice(asked)
 
 
 def passed_over(device: str) -> str | None:
@@ -246,42 +292,33 @@ def declines(kernel: Kernel, device: str, dtype: object, kwargs: Mapping[str, An
     return None
 
 
-def record_layer(call):
-    """The fast path of one routed layer's call (:class:`attncoda.capture.kernels.LayerCall`):
-    statistics into its recorder; the layer's output.
+def serve(call) -> tuple[LayerCall | None, list[str]]:
+    """The kernel that serves one routed layer, decided once: ``call`` with that kernel
+    (``kernel``, ``served``) and what the kernel decided of the layer (its
+    :meth:`Kernel.prepare`), or None where none serves it (the exact path then does); and
+    the notes of the kernels that declined it, to print once per pass.
 
-    The kernel is resolved from where the layer runs (:func:`resolve_kernel` on the query's
-    device: a device map may spread the layers over the CPU and GPUs), from the recorder's
-    ``kernel`` (:data:`PORTABLE` when it names none); a dtype no kernel takes on the device
-    is refused (:func:`check_dtype`). That kernel goes first, then those
-    after it in :data:`ORDER`: each that :func:`declines` the layer says so (its
-    :meth:`Kernel.note`), and each may decline it itself (a mask it cannot describe, a
-    failed first-use check). ``recorder.ran[layer]`` records which served the layer
-    (``"exact"`` when none did); where ``"auto"`` passed over the kernel it prefers on the
-    device, the reason follows the name (``"sdpa (kernel='cpp' cannot run here: ...)"``),
-    so that ``Capture.kernel`` and ``Capture.forward`` carry it.
-
-    Returns
-    -------
-    torch.Tensor or None
-        ``attn_output`` ``(batch, query_pos, head, head_dim)``, or None: the caller runs
-        the exact path.
+    The plan's :class:`Choice` is resolved where the layer runs (a device map may spread
+    the layers over the CPU and GPUs); a dtype no kernel takes there is refused
+    (:func:`check_dtype`). That kernel goes first, then those after it in :data:`ORDER`:
+    each that :func:`declines` the layer, or whose ``prepare`` does (a mask it cannot
+    describe, a failed first-use check), may say why (its :meth:`Kernel.note`).
+    Where ``"auto"`` passed over the kernel it prefers on the device, the reason follows the
+    name in ``served`` (``"sdpa (kernel='cpp' cannot run here: ...)"``), so that
+    ``Capture.kernel`` and ``Capture.forward`` carry it.
     """
-    recorder, query = call.recorder, call.query
-    asked = recorder.kernel or PORTABLE
+    query, asked = call.query, call.plan.kernels.asked
     device = query.device.type
     check_dtype(device, query.dtype)
-    first = NAMES.index(resolve_kernel(asked, device))
-    fallback = passed_over(device) if asked == "auto" else None
+    first, fallback = _resolved(asked, device)
+    notes: list[str] = []
     for kernel in ORDER[first:]:
         why = declines(kernel, device, query.dtype, call.kwargs)
-        if why is not None:
-            kernel.note(recorder, why)
-            continue
-        out = kernel.record_layer(call, auto=asked == "auto")
-        if out is not None:
-            named = kernel.name if fallback is None else f"{kernel.name} ({fallback})"
-            recorder.ran[call.layer] = named
-            return out
-    recorder.ran[call.layer] = "exact"
-    return None
+        ready = kernel.prepare(call, auto=asked == "auto") if why is None else why
+        if not isinstance(ready, str):
+            served = kernel.name if fallback is None else f"{kernel.name} ({fallback})"
+            return replace(ready, kernel=kernel, served=served), notes
+        note = kernel.note(ready) if ready else None
+        if note is not None:
+            notes.append(note)
+    return None, notes

@@ -43,16 +43,23 @@ class Sdpa:
 
         return fast_bounds(*args, **kwargs)
 
-    def note(self, recorder: Any, reason: str) -> None:
+    def note(self, reason: str) -> None:
         """Nothing: a layer it declines takes the exact path, which ``Capture.kernel``
         records per layer."""
 
-    def record_layer(self, call: LayerCall, *, auto: bool) -> Any:
-        """:func:`attncoda.capture.kernels._sdpa.record_layer` (``auto`` unused: it has no
-        first-use check; the call's keywords it covers are in the mask)."""
-        from ._sdpa import record_layer
+    def prepare(self, call, *, auto: bool) -> LayerCall | str:
+        """The call itself, unless its mask carries a bias (``auto`` unused: no check)."""
+        return call if call.mask[2] else ""
 
-        return record_layer(call)
+    def run(self, call) -> tuple[Any, dict[str, Any]]:
+        """:func:`attncoda.capture.kernels.sdpa_attention` of the call."""
+        from ._sdpa import sdpa_attention
+
+        visible, causal, _ = call.mask
+        return sdpa_attention(
+            call.query, call.key, call.value, scaling=call.scaling, sink=call.plan.sink,
+            visible=visible, causal=causal, block_size=call.plan.block_size,
+        )  # fmt: skip
 
 
 #: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.

@@ -60,22 +60,31 @@ class Triton:
 
         return fused_bounds(*args, **kwargs)
 
-    def note(self, recorder: Any, reason: str) -> None:
-        """One printed line per capture and reason (:func:`attncoda.capture.kernels.
-        _triton.note`)."""
-        from ._triton import note
+    def note(self, reason: str) -> str:
+        """That a layer left the fused kernel for ``reason`` (said once per pass)."""
+        return (
+            f"note: the fused Triton kernel does not cover {reason}: those layers take the "
+            f"two-call SDPA path (the exact path where that does not apply)"
+        )
 
-        note(recorder, reason)
-
-    def record_layer(self, call: LayerCall, *, auto: bool) -> Any:
-        """:func:`attncoda.capture.kernels._triton.record_layer`, each configuration
-        checked on first use where ``"auto"`` chose it."""
+    def prepare(self, call, *, auto: bool) -> LayerCall | str:
+        """:func:`attncoda.capture.kernels._triton.prepare`, each configuration checked on
+        first use where ``"auto"`` chose the kernel on a device it prefers it on."""
         from ._check import first_use_check
-        from ._triton import record_layer
+        from ._triton import prepare
 
-        where = call.query.device.type
-        checked = auto and self.auto_devices is not None and where in self.auto_devices
-        return record_layer(call, check=first_use_check if checked else None)
+        checked = auto and call.query.device.type in (self.auto_devices or ())
+        return prepare(call, first_use_check if checked else None)
+
+    def run(self, call) -> tuple[Any, dict[str, Any]]:
+        """:func:`attncoda.capture.kernels.triton_attention` of the call, as prepared."""
+        from ._triton import triton_attention
+
+        return triton_attention(
+            call.query, call.key, call.value, scaling=call.scaling, sink=call.plan.sink,
+            shape=call.shape, softcap=call.softcap, s_aux=call.s_aux,
+            learned=call.plan.learned, planned=call.launch,
+        )  # fmt: skip
 
 
 #: The kernel, registered in :data:`attncoda.capture.kernels.registry.ORDER`.

@@ -15,8 +15,7 @@ import torch
 from attncoda._errors import AttncodaError
 from attncoda.capture._result import Capture, assemble
 from attncoda.capture.sinks import resolve_sinks
-
-from ._pass_recorder import PassRecorder
+from attncoda.capture.stats import Recorder
 
 __all__ = ["Documents"]
 
@@ -78,7 +77,7 @@ class Documents:
         extra = torch.zeros((mask.shape[0], mask.shape[1] - past), dtype=torch.bool)
         self.sink_keys = torch.cat([self.sink_keys, extra], dim=1)
 
-    def fold(self, rec: PassRecorder) -> None:
+    def fold(self, rec: Recorder) -> None:
         """Keep the statistics, rows and recorded positions of one finished pass."""
         if self.stats and len(self.stats) != len(rec.stats):
             raise AttncodaError(
@@ -88,15 +87,15 @@ class Documents:
             )
         if not self.stats:
             self.stats = [{name: [] for name in rec.stats[0]} for _ in rec.stats]
-            self.rows = [[[] for _ in rec.record] for _ in rec.stats]
+            self.rows = [[[] for _ in rec.plan.record] for _ in rec.stats]
             self.virtual = list(rec.virtual)
         for layer, stats in enumerate(rec.stats):
             for name, value in stats.items():
                 self.stats[layer][name].append(value)
             for doc, rows in enumerate(rec.rows[layer]):
                 self.rows[layer][doc].append(rows)
-        for doc, positions in enumerate(rec.record):
-            real = positions.numpy() + rec.past - int(self.offsets[doc])
+        for doc, positions in enumerate(rec.plan.record):
+            real = positions.numpy() + rec.plan.past - int(self.offsets[doc])
             self.record[doc].append(real.astype(np.int64))
 
     def capture(self, learned: bool, virtual: int, about: dict[str, Any]) -> Capture:

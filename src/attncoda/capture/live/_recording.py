@@ -3,7 +3,7 @@
 Inside ``with recording(model) as rec:`` the model's attention runs through the registered
 ``"attncoda"`` function (:func:`attncoda.capture.routing.routed`), and a forward pre-hook
 and an always-called forward hook on the module that holds the layers open and close one
-:class:`PassRecorder` per forward pass, whoever calls it: ``model(...)``,
+:class:`Recorder` per forward pass, whoever calls it: ``model(...)``,
 ``model.generate(...)``, or a wrapper that calls the model's modules (docs/design.md,
 "Recording the user's own passes").
 
@@ -23,7 +23,6 @@ also when the block raised.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,23 +31,17 @@ import torch
 from attncoda._errors import AttncodaError, check_choice
 from attncoda.capture._plan import CapturePlan, check_block_size
 from attncoda.capture._result import Capture, concatenate
-from attncoda.capture.kernels.registry import PORTABLE
+from attncoda.capture.kernels.registry import PORTABLE, choose
 from attncoda.capture.names import METHODS
-from attncoda.capture.routing import active_recorder, is_recorded, marked, routed
+from attncoda.capture.routing import is_recorded, marked, routed
 from attncoda.capture.sinks import parse_sink
-from attncoda.capture.stats import record_plan
+from attncoda.capture.stats import PassPlan, Recorder, record_plan
 
 from ._documents import Documents
 from ._live import bridge_score_hooks, kind_of, live_model
-from ._pass_recorder import (
-    PassRecorder,
-    cache_of,
-    check_mask,
-    past_length,
-    record_scores,
-)
+from ._pass_recorder import cache_of, check_mask, past_length, record_scores
 
-__all__ = ["PassRecorder", "Recording", "is_recorded", "recorded", "recording"]
+__all__ = ["Recording", "is_recorded", "recorded", "recording"]
 
 
 class Recording:
@@ -67,12 +60,20 @@ class Recording:
         self.n_passes = 0
         self._hf = live_model(model)
         self._plan = plan
+        # A recorded pass's fast path takes the kernel that runs everywhere (PORTABLE).
+        self._kernels = choose(None) if plan.method == "fast" else None
         self._score_hooks: list[Any] = []
         self._groups: list[Documents] = []
         # id(cache) -> (the cache, the documents it holds); the cache is kept so its id
         # is not reused while the recording lasts.
         self._caches: dict[int, tuple[Any, Documents]] = {}
-        self._open: list[tuple[contextvars.Token, PassRecorder, Documents, Any]] = []
+        self._open: list[tuple[Recorder, Documents, Any]] = []
+
+    @property
+    def recorder(self) -> Recorder | None:
+        """The recorder of the pass under way, which the routed attention function and the
+        bridge's score hooks fill (None: none)."""
+        return self._open[-1][0] if self._open else None
 
     def _forward(self, groups) -> dict[str, Any]:
         """``Capture.forward`` and ``read_dtype`` of the recorded passes: a bridge's own
@@ -98,8 +99,11 @@ class Recording:
         for handle in self._score_hooks:
             handle.remove()
         self._score_hooks = [
-            point.register_forward_hook(record_scores) for point in bridge_score_hooks(self.model)
+            point.register_forward_hook(self._scores) for point in bridge_score_hooks(self.model)
         ]
+
+    def _scores(self, point, inputs, scores) -> None:
+        record_scores(self.recorder, scores)
 
     def _unhook_scores(self) -> None:
         for handle in self._score_hooks:
@@ -141,15 +145,12 @@ class Recording:
         else:
             group = self._continued(cache, batch, past)
             group.extend(mask, new_ids)
-        rec = self._pass_recorder(group, past, q)
-        token = active_recorder().set(rec)
-        self._open.append((token, rec, group, cache))
+        self._open.append((self._pass_recorder(group, past, q), group, cache))
 
     def _after(self, module, args, kwargs, output) -> None:
         if not self._open:
             return
-        token, rec, group, cache = self._open.pop()
-        active_recorder().reset(token)
+        rec, group, cache = self._open.pop()
         if output is None:  # the pass raised: nothing of it is kept
             return
         if not rec.stats:
@@ -190,7 +191,7 @@ class Recording:
             )
         return group
 
-    def _pass_recorder(self, group: Documents, past: int, q: int) -> PassRecorder:
+    def _pass_recorder(self, group: Documents, past: int, q: int) -> Recorder:
         real = group.mask.bool()
         query_real = real[:, past:]
         counts = query_real.sum(-1).tolist()
@@ -199,19 +200,13 @@ class Recording:
         # real queries start at its offset (left padding) or at 0 (right, or a continuation).
         starts = query_real.long().argmax(-1).tolist()
         record = [torch.as_tensor(p) + s for p, s in zip(rows, starts, strict=True)]
-        return PassRecorder(
-            query_real,
-            group.offsets,
-            group.sink_keys,
-            record,
-            self._plan.block_size,
-            learned=self._plan.sink.learned,
-            method=self._plan.method,
-            past=past,
-            sink_keys=group.sink_keys,
+        plan = self._plan
+        passing = PassPlan(
+            query_real, group.offsets, group.sink_keys, record, plan.block_size,
+            learned=plan.sink.learned, method=plan.method, kernels=self._kernels, past=past,
             widths=real.sum(-1).tolist(),
-            requested=self._plan.method,
-        )
+        )  # fmt: skip
+        return Recorder(passing)
 
     # -- the result -----------------------------------------------------------------------
 
@@ -244,8 +239,7 @@ class Recording:
             "block_size": plan.block_size,
             "seed": plan.seed,
             "method": plan.method,
-            # A recorded pass's fast path is the kernel that runs everywhere (the recorder
-            # names none: capture/kernels/registry.py).
+            # A recorded pass's fast path is the kernel that runs everywhere.
             "kernel": PORTABLE if plan.method == "fast" else None,
             **self._forward(groups),
         }
@@ -363,7 +357,7 @@ def recorded(model, plan: CapturePlan) -> Iterator[Recording]:
             rec._hook_scores()
             stack.callback(rec._unhook_scores)
         else:
-            stack.enter_context(routed(hf, None, method=plan.method, recording=True))
+            stack.enter_context(routed(hf, None, method=plan.method, recording=rec))
         target = _layers_module(hf)
         before = target.register_forward_pre_hook(rec._before, with_kwargs=True)
         stack.callback(before.remove)

@@ -9,8 +9,9 @@ keys its mask hides from all its queries. Every block's scores, softmax and log-
 written into the buffers of one :class:`attncoda.capture.stats.Workspace` per forward
 pass instead of fresh allocations (docs/design.md, "The attention function").
 
-While a :class:`attncoda.capture.stats.Recorder` is active, every block's rows are also
-turned into statistics (:func:`attncoda.capture.stats.row_statistics`): float32 log-softmax of the
+Where the function is bound to a pass's :class:`attncoda.capture.stats.Recorder` (a
+:class:`attncoda.capture.routing.Route`), every block's rows are also turned into
+statistics (:func:`attncoda.capture.stats.row_statistics`): float32 log-softmax of the
 scores, masked keys set to ``-inf``, re-closed (renormalised) in float64 so the exact
 identities of the compositional split hold to float32 rounding. In a bfloat16 or float16
 layer the statistics take float32 scores of the layer's own queries and keys instead of its
@@ -22,14 +23,12 @@ from __future__ import annotations
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.kernels import LayerCall
-from attncoda.capture.kernels import record_layer as record_fast_layer
+from attncoda.capture.kernels import LayerCall, recorded_rows, serve
 from attncoda.capture.stats import Workspace
 
 from ._head_edit import layer_edit
 from ._precision import HALF_DTYPES, statistics_logits
 from ._recipe import recipe
-from ._state import ACTIVE
 
 __all__ = ["IGNORED_KEYWORDS", "IMPLEMENTED_KEYWORDS", "attncoda_attention", "last_visible_key"]
 
@@ -169,8 +168,8 @@ def last_visible_key(attention_mask, start: int, stop: int, k_len: int) -> int:
     return int(cols[-1, 0]) + 1
 
 
-def attncoda_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+def attncoda_attention(  # params: transformers' interface, and the route # long: its docs
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, *, route=None, **kwargs
 ):
     """Eager-exact attention in query blocks, recording row statistics when asked.
 
@@ -187,6 +186,10 @@ def attncoda_attention(
         Additive mask ``(batch, 1, query_pos, key_pos)`` from ``eager_mask``.
     scaling : float, optional
         Score scale; ``head_dim ** -0.5`` when None.
+    route : Route, optional
+        What :func:`attncoda.capture.routing.routed` bound the function to: the pass's
+        recorder (its plan says what to record) and the head edit. None: nothing is
+        recorded or edited.
     **kwargs
         ``softcap`` (Gemma 2: ``tanh(z / c) * c`` before the mask) and ``s_aux`` (GPT-OSS:
         one learned sink logit per head, a virtual key that takes mass and has no value);
@@ -209,7 +212,7 @@ def attncoda_attention(
     scores of the same queries and keys (:func:`statistics_logits`), not from the
     half-precision scores its output uses. The call is one
     :class:`attncoda.capture.kernels.LayerCall`, handed whole to the fast path
-    (:func:`attncoda.capture.kernels.record_layer`) and to the exact path.
+    (:func:`attncoda.capture.kernels.serve`) and to the exact path.
     """
     if module.training:
         raise AttncodaError(
@@ -217,15 +220,18 @@ def attncoda_attention(
             f"only (call model.eval())"
         )
     _check_keywords(module, kwargs)
-    recorder = ACTIVE.get()
+    rec = None if route is None else route.current()
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
     learned = kwargs.get("s_aux") is not None
-    layer = recorder.begin_layer(b, h, q_len, k_len, learned) if recorder is not None else -1
+    layer = rec.begin_layer(b, h, q_len, k_len, learned) if rec is not None else -1
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    call = LayerCall(recorder, layer, module, query, key, value, attention_mask, scaling, kwargs)
-    fast = recorder is not None and recorder.method == "fast"
+    plan, masks = (None, None) if rec is None else (rec.plan, rec.masks)
+    call = LayerCall(plan, layer, module, query, key, value, attention_mask, scaling, kwargs, masks)
+    # The fast path serves the layers whose keys are the pass's own queries (not those
+    # that continue a cache).
+    fast = plan is not None and plan.method == "fast" and plan.past == 0 and q_len == k_len
     # The fast path's masks are skipped where transformers skips them for SDPA (plain
     # causal rows, no padding): the layer's own is_causal then says what a query sees, and
     # the exact path, where it serves, gets that pattern as a boolean mask.
@@ -234,40 +240,45 @@ def attncoda_attention(
     # An ablated layer takes the exact path. Its edit reads the keys a query sees through
     # the mask; a skipped mask (no padding) lets every query see key 0, as its causal
     # pattern does, so the edit is the same either way: one call, which counts the layer.
-    edit = layer_edit(module, query, attention_mask)
-    if fast and recorder.sink is not None:
-        out = _fast(call, edit)
+    edit = layer_edit(None if route is None else route.edit, query, attention_mask)
+    if fast and plan.sink is not None:
+        out = _fast(call, rec, edit)
         if out is not None:
             return out, None
     mask = causal_mask(q_len, k_len, query.device) if skipped else attention_mask
-    return _exact(call, mask, edit)
+    return _exact(call, rec, mask, edit)
 
 
-def _fast(call, edit):
-    """The fast path (:mod:`attncoda.capture.kernels`): the layer's output, its statistics
-    taken from a kernel's log-sum-exp; None where the exact path, which stays the reference,
-    serves the layer instead (an edited layer, or one the kernels decline: masks with a
-    bias, ...), as ``recorder.ran`` then says."""
+def _fast(call, rec, edit):
+    """The fast path: the layer's output, its statistics from the kernel that serves it
+    (:func:`attncoda.capture.kernels.serve`) and its recorded rows into ``rec``; None where
+    the exact path serves it (an edited layer, one the kernels decline), as ``rec.ran`` says."""
+    chosen = None
     if edit is None:
-        out = record_fast_layer(call)
-        if out is not None:
-            return out
-    call.recorder.ran[call.layer] = "exact"
-    return None
+        chosen, notes = serve(call)
+        for line in notes:
+            rec.say(line)
+    if chosen is None:
+        rec.ran[call.layer] = "exact"
+        return None
+    out, stats = chosen.kernel.run(chosen)
+    rec.keep(call.layer, stats, recorded_rows(chosen))
+    rec.ran[call.layer] = chosen.served
+    return out.transpose(1, 2).contiguous()
 
 
-def _exact(call, attention_mask, edit):  # long: eager's op sequence, block by block, in one place
+def _exact(call, recorder, attention_mask, edit):  # long: eager's op sequence, block by block
     """The exact path: eager's op sequence, ``block_size`` queries at a time, each block's
-    rows into the recorder; ``(attn_output, attn_weights)`` as
+    rows into ``recorder`` (the pass's, or None); ``(attn_output, attn_weights)`` as
     :func:`attncoda_attention` returns them.
 
     ``attention_mask`` is the call's, or the causal pattern as a boolean mask where the fast
     path skipped it; ``edit`` the layer's head edit (None: none). Prior validation is
     assumed.
     """
-    recorder, layer, module, query = call.recorder, call.layer, call.module, call.query
+    layer, module, query = call.layer, call.module, call.query
     value, scaling, softcap, s_aux = call.value, call.scaling, call.softcap, call.s_aux
-    block = recorder.block_size if recorder is not None else 512
+    block = call.plan.block_size if recorder is not None else 512
     upcast = recipe(module, query, call.key).upcast_softmax
     b, h, q_len, _ = query.shape
     k_len = call.key.shape[2]

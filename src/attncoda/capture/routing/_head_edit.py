@@ -1,13 +1,13 @@
 """The per-layer edit of ablated and gated heads, applied inside the routed ``"attncoda"``
 attention function (:mod:`attncoda.capture.routing._exact`) while a context of
-:mod:`attncoda.capture.ablation._ablation` is active. Its own module, so that the attention function
-reads the active plan without importing the ablation contexts, which route the model
-through it.
+:mod:`attncoda.capture.ablation._ablation` is active: its :class:`EditPlan` is bound to the
+function with the route (:func:`attncoda.capture.routing.edited`). Its own module, so that
+the attention function reads the plan without importing the ablation contexts, which route
+the model through it.
 """
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -15,7 +15,7 @@ import torch
 
 from attncoda._errors import AttncodaError
 
-__all__ = ["ACTIVE_PLAN", "EditPlan", "layer_edit"]
+__all__ = ["EditPlan", "layer_edit"]
 
 
 @dataclass
@@ -32,12 +32,6 @@ class EditPlan:
     calls: int = 0
 
 
-#: The plan of the innermost active context (None: nothing is edited).
-ACTIVE_PLAN: contextvars.ContextVar[EditPlan | None] = contextvars.ContextVar(
-    "attncoda_ablation", default=None
-)
-
-
 def _first_real_key(attention_mask, batch: int, device) -> torch.Tensor:
     """``(batch,)``: the first key any query of each document may see (0 without a mask)."""
     if attention_mask is None:
@@ -51,16 +45,15 @@ def _first_real_key(attention_mask, batch: int, device) -> torch.Tensor:
     return first.expand(batch) if first.shape[0] != batch else first
 
 
-def layer_edit(module, query, attention_mask) -> Callable | None:
-    """The edit of this attention call's heads, or None (the hot path when nothing is active).
+def layer_edit(plan: EditPlan | None, query, attention_mask) -> Callable | None:
+    """The edit of this attention call's heads, or None (the hot path when nothing is edited).
 
-    Called once per attention call by :func:`attncoda.capture.routing.attncoda_attention`;
-    advances the layer count of the active context.
+    Called once per attention call by :func:`attncoda.capture.routing.attncoda_attention`.
 
     Parameters
     ----------
-    module : torch.nn.Module
-        The attention layer.
+    plan : EditPlan or None
+        The edit the function is bound to (None: none); its layer count advances.
     query : torch.Tensor
         ``(batch, head, query_pos, head_dim)``.
     attention_mask : torch.Tensor or None
@@ -73,7 +66,6 @@ def layer_edit(module, query, attention_mask) -> Callable | None:
         head, q, head_dim)``, values ``(batch, kv_head, key_pos, head_dim)`` and visible keys
         bool ``(batch, 1, q, key_pos)`` (or None: every key).
     """
-    plan = ACTIVE_PLAN.get()
     if plan is None:
         return None
     layer = plan.calls

@@ -4,8 +4,9 @@
 What it holds:
 
 - the pure row maths (:func:`row_statistics`, :func:`sink_columns`, the names
-  :data:`STATISTICS` and :data:`COUNTS`), the stateful :class:`Recorder` that keeps them per
-  layer, and the row-sampling plan (:func:`record_plan`);
+  :data:`STATISTICS` and :data:`COUNTS`), what a pass needs to know (:class:`PassPlan`, fixed)
+  and the :class:`Recorder` that keeps what it produces per layer, and the row-sampling plan
+  (:func:`record_plan`);
 - :func:`split_rows`, the split of a fast row into its sink and content parts;
 - the per-forward :class:`Workspace` of reusable buffers and mask blocks.
 
@@ -14,7 +15,7 @@ What it may import: :mod:`attncoda._errors`, numpy and torch; nothing else of at
 
 from __future__ import annotations
 
-from ._plan import ROWS_AUTO, record_plan
+from ._plan import ROWS_AUTO, PassPlan, record_plan
 from ._recorder import Recorder
 from ._row_split import split_rows
 from ._rows import COUNTS, STATISTICS, row_statistics, sink_columns
@@ -26,6 +27,7 @@ __all__ = [
     "ROWS_AUTO",
     "STATISTICS",
     "MaskBlock",
+    "PassPlan",
     "Recorder",
     "Workspace",
     "mask_block",
