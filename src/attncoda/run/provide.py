@@ -314,6 +314,7 @@ def provide(
         seed=config.options.seed,
         sink=config.options.sink,
         device=device,
+        given=src.given,
         **values,
     )
     return Provided(inputs=inputs, info=found, facts=facts)
