@@ -33,7 +33,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract._command import Command, View
@@ -136,13 +136,9 @@ class Provided(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name, self.need = name, self.need or name
 
-    @overload
-    def __get__(self, inputs: None, owner: type) -> None: ...
-    @overload
-    def __get__(self, inputs: Inputs, owner: type) -> T: ...
-    def __get__(self, inputs: Inputs | None, owner: type) -> T | None:
+    def __get__(self, inputs: Inputs | None, owner: type) -> T:
         if inputs is None:
-            return None  # the field's default: not provided
+            return cast(T, None)  # the field's default: not provided
         value = inputs.__dict__.get(self.name)
         if value is None:
             raise AttncodaError(f"the runner gave no {self.need!r} input for {inputs.model!r}")

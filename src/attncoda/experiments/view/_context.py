@@ -19,8 +19,7 @@ class Context:
     Attributes
     ----------
     frames : mapping of str to pandas.DataFrame
-        The run folder's tables by name, read as attributes of :attr:`tables` (those the
-        section needs) and :attr:`optional` (those it shows where the run holds them).
+        The run folder's tables by name, which a section reads as attributes.
     sink : str
         The sink spec of the run (manifest ``config.sink``), named in every convention.
     settings : mapping of str to Settings
@@ -62,9 +61,8 @@ class OptionalTables:
 
 
 class NeededTables:
-    """A run folder's tables read as attributes, each one a section needs: the report builds
-    a section only when the run holds the tables its ``View.needs`` names, so a table it
-    lacks is a ``KeyError`` naming it (the report notes the section could not be built)."""
+    """A run folder's tables read as attributes, each one a section needs (the report builds
+    it only where the run holds its ``View.needs``): one the run lacks is a ``KeyError``."""
 
     def __init__(self, optional: OptionalTables) -> None:
         self._optional = optional
