@@ -38,7 +38,7 @@ def _tiny_gemma3():
 def _rows(model, length: int):
     ids = [np.arange(length) % 100 + 4]
     cap = capture_windows(model, ids, sink="first", record_rows="all")
-    return Captured(spec="tiny-gemma3", info=None, capture=cap, config={})
+    return Captured(spec="tiny-gemma3", info=None, capture=cap)
 
 
 def test_rows_within_the_window_pass():

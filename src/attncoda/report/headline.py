@@ -77,7 +77,7 @@ def headline(
     shown = []
     for name in EXPERIMENTS:
         view = experiment(name).view
-        if view is not None and view.headline is not None and ctx.get(view.needs[0]) is not None:
+        if view is not None and view.headline is not None and ctx.holds(view.needs[:1]):
             shown.append(view.headline)
     lines = [
         f"{machine(folder, wall_seconds)}.",

@@ -96,10 +96,10 @@ def render_report(run_dir: str | os.PathLike[str]) -> Path:
     tables = read_run_tables(root)
     manifest = read_json(root / "manifest.json")
     config = RunConfig.from_json(manifest["config"])
-    ctx = Context(tables=tables, sink=config.options.sink)
+    ctx = Context(frames=tables, sink=config.options.sink)
     body = [_header(manifest, config, ctx, root)]
     for section_id, view in sections():
-        present = all(ctx.get(n) is not None for n in view.needs)
+        present = ctx.holds(view.needs)
         inner = _build(view.section, ctx) if present else _not_run(section_id, view, config)
         body.append(
             f'<section id="{section_id}"><h2>{esc(view.title)}</h2>\n'
@@ -303,7 +303,7 @@ def _models(info: Mapping[str, Any], order: Sequence[Any], convention: str) -> s
 
 
 def _units(ctx: Context) -> str:
-    units = ctx.get("units")
+    units = ctx.optional.units
     if units is None:
         return note("This folder has no units table.", "not-run")
     experiments = list(dict.fromkeys(str(e) for e in units["experiment"]))
@@ -329,7 +329,7 @@ def _units(ctx: Context) -> str:
 
 
 def _skipped(ctx: Context, section_id: str, view: View) -> str:
-    units = ctx.get("units")
+    units = ctx.optional.units
     if units is None:
         return ""
     wanted = {section_id, *view.units}

@@ -17,7 +17,7 @@ import numpy as np
 
 from attncoda._errors import AttncodaError
 from attncoda.capture.options import CaptureOptions
-from attncoda.experiments.contract import HeadRows
+from attncoda.experiments.contract import HeadRows, Reading
 from attncoda.experiments.contract import head_rows as rows_of_capture
 
 __all__ = [
@@ -39,27 +39,41 @@ TASK_CORPUS = "bigram-backcopy"
 
 @dataclass(frozen=True)
 class Captured:
-    """A model, the corpus windows it read, and the capture of those windows.
+    """A model, the corpus windows it read, and the capture of those windows; or attention
+    handed in (a file, a capture) and its capture.
 
     Attributes
     ----------
     spec : str
-        The model spec as given.
-    info : ModelInfo
-        What :func:`attncoda.load_model` learnt about the model.
+        The model spec as given, the attention file's name or the capture's label.
+    info : ModelInfo or GivenInfo
+        What :func:`attncoda.load_model` learnt about the model, or what was handed in.
     capture : Capture
-        Statistics ``(doc, layer, head, query_pos)`` and recorded rows.
-    config : dict
-        Everything that determines the results (for the manifest).
+        Statistics ``(doc, layer, head, query_pos)`` and recorded rows; its sink spec,
+        method, kernel, seed and forward say how it was made.
+    reading : Reading or None
+        The corpus windows the model read (the corpus by name and sha256, the windows and
+        their length as read); ``None`` for attention handed in.
     """
 
     spec: str
     info: Any
     capture: Any
-    config: dict[str, Any]
+    reading: Reading | None = None
+
+    def to_json(self, *, named: bool = False) -> dict[str, Any]:
+        """What a unit's facts record of the capture (``read``): the windows read and their
+        length as read (with ``named``, the corpus by name and sha256 too), or the documents
+        of attention handed in; and the forward it followed (``Capture.forward_facts``)."""
+        forward = self.capture.forward_facts()
+        if self.reading is None:
+            return {"documents": self.capture.n_docs, **forward}
+        read = {"windows": self.reading.windows, "max_tokens": self.reading.window_tokens}
+        named_as = {"corpus": self.reading.corpus, "corpus_sha256": self.reading.corpus_sha256}
+        return read | forward | (named_as if named else {})
 
 
-def capture_corpus(
+def capture_corpus(  # params: capture_windows' keywords, the corpus and a loaded model
     spec: str,
     *,
     text: str | None = None,
@@ -74,23 +88,21 @@ def capture_corpus(
 ) -> Captured:
     """Load ``spec`` (unless ``loaded`` gives ``(model, tokenizer, info)``) as ``options``
     say (device or device map, dtype) and capture ``docs`` windows of the corpus with the
-    registered attention function, by the options' method, kernel, sink and seed. The
-    config records the dtype, the device the model ran on and the method (all three change
-    the numbers), and the device map when one placed the model."""
+    registered attention function, by the options' method, kernel, sink and seed. Its
+    reading names the windows read (:func:`corpus_windows`); the capture and the model's
+    facts say how they were read (method, kernel, dtype, device map)."""
     from attncoda.models.load import load_model
-    from attncoda.models.placement import input_device
 
     if not isinstance(docs, int) or isinstance(docs, bool) or docs < 1:
         raise AttncodaError(f"docs must be a positive integer; got {docs!r}")
     options = options or CaptureOptions()
-    sink, seed, method = options.sink, options.seed, options.method
     if loaded is None:
         model, tokenizer, info = load_model(spec, dtype=options.dtype, **options.placement())
     else:
         model, tokenizer, info = loaded
     if tokenizer is None:
         raise AttncodaError(f"model {spec!r} has no tokenizer: give a folder with one")
-    found, corpus_facts = corpus_windows(tokenizer, text=text, max_tokens=max_tokens, docs=docs)
+    found, reading = corpus_windows(tokenizer, text=text, max_tokens=max_tokens, docs=docs)
     cap = capture_ids(
         (model, tokenizer),
         [w.input_ids for w in found],
@@ -109,24 +121,7 @@ def capture_corpus(
             f"(zeros={cap.zeros!r})",
             file=sys.stderr,
         )
-    config = {
-        "model": spec,
-        "revision": getattr(info, "revision", None),
-        "dtype": getattr(info, "dtype", None),
-        "sink": sink,
-        "corpus": corpus_facts,
-        "docs": docs,
-        "max_tokens": max_tokens,
-        "batch_size": batch_size,
-        "record_rows": record_rows,
-        "seed": seed,
-        "block_size": block_size,
-        "device": input_device(model).type,
-        **({"device_map": info.device_map} if getattr(info, "device_map", None) else {}),
-        "method": method,
-        **({"kernel": cap.kernel} if cap.kernel is not None else {}),
-    }
-    return Captured(spec=spec, info=info, capture=cap, config=config)
+    return Captured(spec=spec, info=info, capture=cap, reading=reading)
 
 
 def capture_ids(
@@ -208,15 +203,18 @@ def task_sha256(task: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: int) -> tuple:
-    """Windows of the corpus (at most ``docs``), and the corpus facts a manifest records.
+def corpus_windows(
+    tokenizer: Any, *, text: str | None, max_tokens: int, docs: int
+) -> tuple[list, Reading]:
+    """Windows of the corpus (at most ``docs``), and what they read (:class:`Reading`: the
+    corpus by name and sha256, the windows and their length as read).
 
     When ``max_tokens`` is longer than every document, the documents are joined (in order,
     separated by blank lines) before cutting, so long-context runs get full windows. A
     tokenizer saved with a Bigram-Backcopy checkpoint gets the task's held-out sequences
-    instead (``text`` is ignored): the corpus facts then name the task (``spec``
-    :data:`TASK_CORPUS`, ``sha256`` :func:`task_sha256`) and record the sequences' length as
-    read (``max_tokens``: 64 for the default task, whatever longer length was asked).
+    instead (``text`` is ignored): the reading then names the task (:data:`TASK_CORPUS`,
+    sha256 :func:`task_sha256`) and the sequences' length as read (64 tokens for the
+    default task, whatever longer length was asked).
     """
     from attncoda.data import corpus
     from attncoda.data.tasks import task_windows
@@ -226,22 +224,13 @@ def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: i
     task = checkpoint_task(getattr(tokenizer, "name_or_path", None))
     if task is not None:
         found = task_windows(task, docs, max_tokens)
-        facts = {
-            "spec": TASK_CORPUS,
-            "source": "bigram-backcopy",
-            "sha256": task_sha256(task),
-            **task.to_dict(),
-            "windows": docs,
-        }
-        return found, {**facts, "max_tokens": len(found[0].input_ids), "joined": False}
+        return found, Reading(TASK_CORPUS, task_sha256(task), docs, len(found[0].input_ids))
     documents = corpus.load_corpus(text)
     source = corpus.corpus_source(text)
-    joined = False
     lengths = tokenizer([d.text for d in documents], add_special_tokens=False, verbose=False)
     if max_tokens > max(len(ids) for ids in lengths["input_ids"]):
         whole = "\n\n".join(d.text for d in documents)
         documents = [corpus.Document(id="joined", text=whole, title="all documents")]
-        joined = True
     found = corpus.windows(documents, tokenizer, max_tokens, n_windows=docs)
     if len(found) < docs:
         # docs is an upper bound: a short text is used whole, and the run says so.
@@ -250,8 +239,7 @@ def corpus_windows(tokenizer: Any, *, text: str | None, max_tokens: int, docs: i
             f"up to {max_tokens} tokens (docs={docs} asked for): using all of them",
             file=sys.stderr,
         )
-    facts = {**source, "windows": len(found), "max_tokens": max_tokens, "joined": joined}
-    return found, facts
+    return found, Reading(source["spec"], source["sha256"], len(found), max_tokens)
 
 
 @dataclass(frozen=True)
@@ -316,15 +304,7 @@ def capture_file(
         n_heads=cap.n_heads,
         causal=cap.causal,
     )
-    config = {
-        "model": name,
-        "attentions": info.path,
-        "kind": chosen,
-        "sink": sink,
-        "record_rows": record_rows,
-        "seed": seed,
-    }
-    return Captured(spec=name, info=info, capture=cap, config=config)
+    return Captured(spec=name, info=info, capture=cap)
 
 
 def handed_in(cap: Any, label: str) -> Captured:
@@ -341,8 +321,7 @@ def handed_in(cap: Any, label: str) -> Captured:
         causal=cap.causal,
         source="capture",
     )
-    config = {"model": label, "attentions": "capture", "sink": cap.sink_spec}
-    return Captured(spec=label, info=info, capture=cap, config=config)
+    return Captured(spec=label, info=info, capture=cap)
 
 
 def _read_ids(path: str) -> Any:

@@ -47,18 +47,12 @@ def measured_row(spec: str, **kwargs: Any) -> dict[str, Any]:
     its rows read (the windows read, their length as read, the corpus by name and sha256:
     a Bigram-Backcopy checkpoint's task sequences as they are) and how they were measured
     (sink, seed, metrics, tie tolerance); ``kwargs`` as for :func:`model_rows`."""
-    rows, corpus = _read_rows(spec, **kwargs)
+    rows, read = _read_rows(spec, **kwargs)
     options = kwargs.get("options") or CaptureOptions()
-    read = Reading(
-        corpus=corpus["spec"],
-        corpus_sha256=corpus["sha256"],
-        windows=corpus["windows"],
-        window_tokens=corpus["max_tokens"],
-    )
     return predictor_row_of(rows, read=read, sink=options.sink, seed=options.seed)
 
 
-def _read_rows(
+def _read_rows(  # params: model_rows' keywords
     spec: str,
     *,
     name: str | None = None,
@@ -67,8 +61,8 @@ def _read_rows(
     options: CaptureOptions | None = None,
     progress: bool = False,
     loaded: tuple | None = None,
-) -> tuple[Any, dict[str, Any]]:
-    """:func:`model_rows` and the corpus facts of its capture (``windows`` read)."""
+) -> tuple[Any, Reading | None]:
+    """:func:`model_rows` and what its capture read (:class:`Reading`)."""
     from dataclasses import replace
 
     from attncoda.models.load import load_model
@@ -90,7 +84,7 @@ def _read_rows(
     )
     found = replace(head_rows(captured), identity=identity_of(loaded))
     found = found if name is None else replace(found, model=name)
-    return found, dict(captured.config["corpus"])
+    return found, captured.reading
 
 
 def predictor_row_of(

@@ -116,27 +116,24 @@ def _given(src: Source, config: RunConfig, record_rows: str) -> Any:
 
 def _rows(
     src: Source, name: str, config: RunConfig, at: Mapping[str, int] | None = None
-) -> tuple[Any, dict[str, Any]]:
-    """The recorded rows of every head (labelled ``name``) and what they were read from:
-    the run's windows, or ``at`` (``{"docs", "max_tokens"}``: an experiment's own,
-    :attr:`Experiment.rows_at`)."""
+) -> tuple[Any, Reading | None, dict[str, Any]]:
+    """The recorded rows of every head (labelled ``name``), what they read (``None`` for
+    attention handed in) and what the unit's facts record of it: the run's windows, or
+    ``at`` (``{"docs", "max_tokens"}``: an experiment's own, :attr:`Experiment.rows_at`)."""
     from attncoda.run.captured import head_rows
 
     rows = config.rows or Rows()
     if at is not None:
         rows = replace(rows, docs=int(at["docs"]), max_tokens=int(at["max_tokens"]))
 
-    def make() -> tuple[Any, dict[str, Any]]:
+    def make() -> tuple[Any, Reading | None, dict[str, Any]]:
         captured = _captured(
             src, config, docs=rows.docs, max_tokens=rows.max_tokens, record_rows="auto"
         )
-        found = head_rows(captured)
-        read = _read_from(captured)
-        if "windows" in read:  # what was read, by name and content (the predictor's protocol)
-            corpus = captured.config["corpus"]
-            read |= {"corpus": corpus.get("spec"), "corpus_sha256": corpus.get("sha256")}
-        # Tables name the model as the run does (a series checkpoint by its series name).
-        return replace(found, model=name), read
+        # Tables name the model as the run does (a series checkpoint by its series name);
+        # the facts name the corpus read by name and content (the predictor's protocol).
+        found = replace(head_rows(captured), model=name)
+        return found, captured.reading, captured.to_json(named=True)
 
     sink, seed = src.options.sink, src.options.seed
     return src.kept.cached(
@@ -152,34 +149,11 @@ def _identity(src: Source) -> dict[str, Any]:
     return src.kept.cached(("identity", src.spec, src.how), lambda: identity_of(src.loaded()))
 
 
-def _rows_read(
-    src: Source, config: RunConfig, at: Mapping[str, int] | None, facts: Mapping
-) -> tuple[Reading | None, bool]:
-    """What :attr:`Inputs.read` and :attr:`Inputs.shared_rows` say of rows read with the
-    windows ``at`` (``None``: the run's; ``facts``: what :func:`_rows` records): the windows
-    read, their length as read (a Bigram-Backcopy checkpoint's task sequences are shorter
-    than the windows asked for) and the corpus by name and sha256, ``None`` for attention
-    handed in; and whether they are the run's own rows."""
-    if src.given:
-        return None, True
+def _shared(config: RunConfig, at: Mapping[str, int] | None) -> bool:
+    """What :attr:`Inputs.shared_rows` says of rows read with the windows ``at`` (``None``:
+    the run's): whether they are the run's own rows."""
     rows = config.rows or Rows()
-    shared = at is None or (int(at["docs"]), int(at["max_tokens"])) == (rows.docs, rows.max_tokens)
-    read = Reading(
-        corpus=facts["corpus"],
-        corpus_sha256=facts["corpus_sha256"],
-        windows=facts["windows"],
-        window_tokens=facts["max_tokens"],
-    )
-    return read, shared
-
-
-def _read_from(captured: Any) -> dict[str, Any]:
-    """What a unit's facts record of its capture: windows read, or given documents."""
-    forward = captured.capture.forward_facts()
-    if captured.config.get("attentions"):
-        return {"documents": captured.capture.n_docs, **forward}
-    corpus = captured.config["corpus"]
-    return {"windows": corpus["windows"], "max_tokens": corpus["max_tokens"], **forward}
+    return at is None or (int(at["docs"]), int(at["max_tokens"])) == (rows.docs, rows.max_tokens)
 
 
 def _capture(src: Source, config: RunConfig, settings: Any) -> tuple[Any, dict]:
@@ -188,7 +162,7 @@ def _capture(src: Source, config: RunConfig, settings: Any) -> tuple[Any, dict]:
     captured = _captured(
         src, config, docs=settings.docs, max_tokens=settings.max_tokens, record_rows="none"
     )
-    return captured.capture, _read_from(captured)
+    return captured.capture, captured.to_json()
 
 
 def _capture_windows(
@@ -313,8 +287,8 @@ def provide(
     for need in needs:
         if need == "rows":
             at = None if exp.rows_at is None else exp.rows_at(settings)
-            values["rows"], facts["read"] = _rows(src, unit.model, config, at)
-            values["read"], values["shared_rows"] = _rows_read(src, config, at, facts["read"])
+            values["rows"], values["read"], facts["read"] = _rows(src, unit.model, config, at)
+            values["shared_rows"] = src.given or _shared(config, at)
             if exp.identifies and not src.given:  # hashed only for an experiment that needs it
                 values["rows"] = replace(values["rows"], identity=_identity(src))
         elif need == "capture" and "windows" in needs:  # of the unit's own windows
@@ -340,6 +314,7 @@ def provide(
         seed=config.options.seed,
         sink=config.options.sink,
         device=device,
+        given=src.given,
         **values,
     )
     return Provided(inputs=inputs, info=found, facts=facts)

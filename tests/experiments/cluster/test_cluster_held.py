@@ -188,7 +188,7 @@ def test_the_summary_and_the_report_say_how_far_rounding_moves_each_value(
     assert "on the edge of not embedded" in sink
     ari = float(agreement.loc[0, "adjusted_rand"])  # keep vs drop
     assert f"adjusted Rand index of the k-means clusters, keep vs drop: {ari:.3f} ±0.046" in printed
-    page = cluster_section(Context(tables=tables, sink="first"))
+    page = cluster_section(Context(frames=tables, sink="first"))
     assert f"{keep:+.3f} ±0.012" in page
     assert "on its edge (either)" in page
     assert "±0.046" in page

@@ -645,6 +645,6 @@ def test_the_section_says_which_shares_lie_on_their_edge():
 
     bound = by_hand(3.0, 3.0)
     table = pair_table(-0.5 * bound, -1.5 * bound, -0.2).assign(revision="-")
-    page = collapse_section(Context(tables={"collapse": table}, sink="first"))
+    page = collapse_section(Context(frames={"collapse": table}, sink="first"))
     assert page.count("on the edge of its null bound: another run may measure this share") == 1
     assert page.count("another run may leave this share undefined") == 1

@@ -219,7 +219,7 @@ def test_the_report_the_summary_and_the_headline_count_edge_verdicts_apart(table
         baseline_verdict="confirmed",
         baseline_edge=[True, False],
     )
-    ctx = Context(tables={"predictor": rows}, sink="first")
+    ctx = Context(frames={"predictor": rows}, sink="first")
     cell = HEADLINE.cell(ctx)
     assert "constant baseline 1 confirmed, 0 abstained, 0 failed, 1 on the edge" in cell
     below = HEADLINE.below(ctx) if HEADLINE.below else ""
@@ -233,7 +233,7 @@ def test_the_report_the_summary_and_the_headline_count_edge_verdicts_apart(table
     # with no edge, the counts read as before
     firm = rows.assign(baseline_edge=False)
     assert "constant baseline 2 confirmed, 0 abstained, 0 failed (below)" in HEADLINE.cell(
-        Context(tables={"predictor": firm}, sink="first")
+        Context(frames={"predictor": firm}, sink="first")
     )
     # a verdict that is no test (a training model's, as SmolLM2's baseline verdict at the
     # end its own rate makes) says its edge all the same

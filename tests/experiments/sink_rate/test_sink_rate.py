@@ -186,7 +186,7 @@ def test_the_section_and_the_summary_state_the_fragile_triples():
     from attncoda.experiments.view import Context
 
     tables = rates()
-    page = sink_rate_section(Context(tables=tables, sink="first"))
+    page = sink_rate_section(Context(frames=tables, sink="first"))
     assert "±25.00% (25 within rounding of ε)" in page  # 25 of the 100 triples
     assert "±100.00% (25 within rounding of ε)" in page  # the 25 windows of head 0
     printed = summary(tables, lambda *_: {}, "first")

@@ -343,7 +343,7 @@ class Settings:
 def run(inputs: Inputs, settings: Settings) -> Tables:
     """Clark et al.'s clustering of the unit's recorded rows (:func:`cluster`)."""
     result = cluster(
-        inputs.need("rows"),
+        inputs.rows,
         seed=inputs.seed,
         n_clusters=settings.n_clusters,
         n_init=settings.n_init,

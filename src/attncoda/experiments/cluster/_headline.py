@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from attncoda.experiments.contract import Headline
-from attncoda.experiments.view import prose_name
+from attncoda.experiments.view import Context, prose_name
 
 __all__ = ["HEADLINE"]
 
@@ -16,8 +16,8 @@ def _rho(summary: Any, model: str, variant: str) -> float:
     return float(row["spearman_axis1_vs_sink_mass"].iloc[0])
 
 
-def _cell(ctx: Any) -> str:
-    summary = ctx.need("cluster_summary")
+def _cell(ctx: Context) -> str:
+    summary = ctx.tables.cluster_summary
     parts = [
         f"{prose_name(m)} {_rho(summary, m, 'keep'):+.2f} / {_rho(summary, m, 'drop'):+.2f}"
         for m in dict.fromkeys(summary["model"])

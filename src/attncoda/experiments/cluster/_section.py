@@ -44,9 +44,9 @@ def _degenerate(row: dict) -> str:
 
 def cluster_section(ctx: Context) -> str:
     """Spearman ρ of MDS axis 1 vs sink mass per variant, adjusted Rand, sink share of d_A²."""
-    summary = ctx.need("cluster_summary")
-    heads = ctx.get("cluster")
-    agreement = ctx.get("cluster_agreement")
+    summary = ctx.tables.cluster_summary
+    heads = ctx.optional.cluster
+    agreement = ctx.optional.cluster_agreement
     convention = (
         f"JS keep, JS drop, Aitchison sink term, Aitchison content term (sink = {ctx.sink})"
     )

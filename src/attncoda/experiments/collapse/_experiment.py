@@ -212,9 +212,9 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     ``method`` and ``kernel``, and the windows' ``n_windows``, ``n_tokens`` and
     ``windows_sha256``.
     """
-    point = inputs.need("checkpoint")
-    cap = inputs.need("capture")
-    if inputs.windows is None:  # attention handed in: the capture holds its tokens
+    point = inputs.checkpoint
+    cap = inputs.capture
+    if inputs.given:  # attention handed in, without windows: the capture holds its tokens
         windows = captured_ids(cap)
     else:
         windows = check_windows(inputs.windows)

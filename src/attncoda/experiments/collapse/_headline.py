@@ -3,16 +3,14 @@ entropy, its Shapley sink share with the range of the two orderings, and its par
 
 from __future__ import annotations
 
-from typing import Any
-
 from attncoda.experiments.contract import Headline
-from attncoda.experiments.view import is_missing, pct
+from attncoda.experiments.view import Context, is_missing, pct
 
 __all__ = ["HEADLINE"]
 
 
-def _cell(ctx: Any) -> str:
-    rows = ctx.need("collapse").query("pair_kind == 'first_last' and level == 'model'")
+def _cell(ctx: Context) -> str:
+    rows = ctx.tables.collapse.query("pair_kind == 'first_last' and level == 'model'")
     row = rows.iloc[0]
     if is_missing(row["sink_share"]):
         share = f"n/a ({row['sink_share_note']})"

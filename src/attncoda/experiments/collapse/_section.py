@@ -35,7 +35,7 @@ def collapse_section(ctx: Context) -> str:
     """The entropy change over training split into sink and content parts (nats): the
     two-factor Shapley attribution, and the range of the sink share over the two one-sided
     orderings (sink first, content first), which bound it."""
-    pairs = ctx.need("collapse")
+    pairs = ctx.tables.collapse
     convention = (
         "none — two-factor Shapley attribution of the entropy change, ΔH = ΔH_sink + "
         "ΔH_content (the interaction of the two factors split in half); its range: the sink "
@@ -153,7 +153,7 @@ _STAND_IN = note(
 
 def _task_heads(ctx: Context) -> str:
     """Active versus dormant heads of a Bigram-Backcopy series (the ``train_heads`` table)."""
-    heads = ctx.get("train_heads")
+    heads = ctx.optional.train_heads
     if heads is None:
         return ""
     out = []
@@ -263,7 +263,7 @@ def _pair_row(r: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _checkpoints(ctx: Context, convention: str) -> str:
-    points = ctx.get("collapse_checkpoints")
+    points = ctx.optional.collapse_checkpoints
     if points is None:
         return ""
     out = []
@@ -292,7 +292,7 @@ def _checkpoints(ctx: Context, convention: str) -> str:
 
 
 def _training(ctx: Context) -> str:
-    train = ctx.get("train")
+    train = ctx.optional.train
     if train is None:
         return ""
     out = []

@@ -33,17 +33,21 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from attncoda._errors import AttncodaError
 from attncoda.experiments.contract._command import Command, View
 from attncoda.experiments.contract._held import Held
-from attncoda.experiments.contract._inputs import Reading
+from attncoda.experiments.contract._inputs import HeadRows, Reading
 from attncoda.experiments.contract._settings import check_settings
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
+    from attncoda.capture import Capture
+
+T = TypeVar("T")
 
 __all__ = [
     "EXPERIMENTS",
@@ -69,7 +73,7 @@ __all__ = [
 #:   experiment that also needs ``windows``, of those of its windows that
 #:   :attr:`Experiment.captures` picks (prune: its profiling windows; collapse: every window,
 #:   at each checkpoint). An experiment never captures itself;
-#: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune);
+#: - ``"model"``: the loaded ``(model, tokenizer, ModelInfo)`` (prune; :attr:`Inputs.loaded`);
 #: - ``"windows"``: token-id windows of the run's corpus, ``(docs, max_tokens)`` from the
 #:   experiment's settings fields ``docs`` and ``max_tokens`` (prune, collapse);
 #: - ``"checkpoint"``: the series point a collapse unit reads.
@@ -121,9 +125,33 @@ class Tables:
     arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+class Provided(Generic[T]):
+    """An input the runner provides when the experiment needs it (:data:`NEEDS`, by the name
+    ``need``): a field of :class:`Inputs` read as a ``T``, ``None`` (its default) where the
+    runner gave none; read then, an error names the input and the unit's model."""
+
+    def __init__(self, need: str = "") -> None:
+        self.need = need
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.need = name, self.need or name
+
+    def __get__(self, inputs: Inputs | None, owner: type) -> T:
+        if inputs is None:
+            return cast(T, None)  # the field's default: not provided
+        value = inputs.__dict__.get(self.name)
+        if value is None:
+            raise AttncodaError(f"the runner gave no {self.need!r} input for {inputs.model!r}")
+        return value
+
+    def __set__(self, inputs: Inputs, value: T | None) -> None:
+        inputs.__dict__[self.name] = value
+
+
+# An input the runner did not give cannot be read: no repr or comparison reads them all.
+@dataclass(frozen=True, repr=False, eq=False)
 class Inputs:
-    """What the runner provides to one unit. Only the fields the experiment needs are set.
+    """What the runner provides to one unit. Only the inputs the experiment needs are set.
 
     Attributes
     ----------
@@ -138,7 +166,8 @@ class Inputs:
     device : str
         Where tensors of the unit live (``"cpu"`` or ``"cuda"``).
     rows, capture, loaded, windows, checkpoint
-        See :data:`NEEDS`.
+        The inputs of :data:`NEEDS` (``loaded`` is ``"model"``), each typed (:class:`Provided`):
+        one the runner did not give is an error, naming it, where it is read.
     after : dict of str to Tables
         The tables of the experiments named in ``after``, same model and revision.
     read : Reading or None
@@ -147,6 +176,9 @@ class Inputs:
     shared_rows : bool
         Whether ``rows`` are the run's rows, which the ``after`` experiments read too, or
         the experiment's own (:attr:`Experiment.rows_at`).
+    given : bool
+        Whether the attention was handed in (a file or a capture): the inputs of
+        :attr:`Experiment.given` stand in for the model and its windows.
     """
 
     model: str
@@ -154,23 +186,15 @@ class Inputs:
     seed: int = 0
     sink: str = "first"
     device: str = "cpu"
-    rows: Any = None
-    capture: Any = None
-    loaded: Any = None
-    windows: Sequence[Any] | None = None
-    checkpoint: Any = None
+    rows: Provided[HeadRows] = Provided()
+    capture: Provided[Capture] = Provided()
+    loaded: Provided[tuple[Any, Any, Any]] = Provided("model")
+    windows: Provided[Sequence[Any]] = Provided()
+    checkpoint: Provided[Any] = Provided()
     after: Mapping[str, Tables] = field(default_factory=dict)
     read: Reading | None = None
     shared_rows: bool = True
-
-    def need(self, name: str) -> Any:
-        """The input ``name`` (a name of :data:`NEEDS`: ``"model"`` is the ``loaded``
-        field; or a field name); an error names the experiment's missing input."""
-        field_name = {"model": "loaded"}.get(name, name)
-        value = self.after if name == "after" else getattr(self, field_name)
-        if value is None:
-            raise AttncodaError(f"the runner gave no {name!r} input for {self.model!r}")
-        return value
+    given: bool = False
 
     def tables_of(self, name: str) -> Tables:
         """The tables of the experiment ``name`` this unit runs after; an error names it."""

@@ -260,7 +260,7 @@ class Settings:
 def run(inputs: Inputs, settings: Settings) -> Tables:
     """Flip rates of the unit's recorded rows (:func:`flips`) as a flips unit's tables."""
     result = flips(
-        inputs.need("rows"),
+        inputs.rows,
         settings.metrics,
         n_boot=settings.n_boot,
         seed=inputs.seed,

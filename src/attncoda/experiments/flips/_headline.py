@@ -3,16 +3,14 @@ and how their intervals were made."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from attncoda.experiments.contract import Headline
-from attncoda.experiments.view import is_missing, pct, prose_name
+from attncoda.experiments.view import Context, is_missing, pct, prose_name
 
 __all__ = ["HEADLINE"]
 
 
-def _cell(ctx: Any) -> str:
-    flips = ctx.need("flips")
+def _cell(ctx: Context) -> str:
+    flips = ctx.tables.flips
     parts = []
     for model in dict.fromkeys(flips["model"]):
         rates = flips[flips["model"] == model]["flip_rate"]

@@ -40,7 +40,7 @@ def _within_rounding(row: dict) -> str:
 
 def flips_section(ctx: Context) -> str:
     """Flip rates keep vs drop per model and metric, with CIs; the range over all of them."""
-    flips = ctx.need("flips")
+    flips = ctx.tables.flips
     convention = f"keep vs drop (sink = {ctx.sink})"
     rates = flips["flip_rate"].astype(float)
     finite = rates[rates.notna()]
@@ -112,7 +112,7 @@ def flips_section(ctx: Context) -> str:
             convention=convention,
         ),
     ]
-    by_layer = ctx.get("flips_by_layer")
+    by_layer = ctx.optional.flips_by_layer
     if by_layer is not None:
         for label, g in groups(by_layer):
             metrics = list(dict.fromkeys(g["metric"]))

@@ -164,7 +164,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     import pandas as pd
 
     predictor = _predictor(settings)
-    rows = inputs.need("rows")
+    rows = inputs.rows
     read = inputs.read
     protocol = predictor.protocol
     if inputs.shared_rows and "flips" in inputs.after:

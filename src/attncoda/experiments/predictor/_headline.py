@@ -8,14 +8,14 @@ from typing import Any
 
 from attncoda.experiments.contract import Headline
 from attncoda.experiments.predictor._verdict import EDGE, VERDICTS, verdict_text
-from attncoda.experiments.view import is_missing, pct
+from attncoda.experiments.view import Context, is_missing, pct
 
 __all__ = ["HEADLINE", "held_out"]
 
 
-def _counted(ctx: Any) -> Any:
+def _counted(ctx: Context) -> Any:
     """The counted verdicts: held-out models read on the fitted protocol."""
-    rows = ctx.need("predictor")
+    rows = ctx.tables.predictor
     return rows[rows["counted"]]
 
 
@@ -39,7 +39,7 @@ def _tally(rows: Any, column: str, edge: str) -> str:
     return said + (f", {int(on_edge.sum())} {EDGE}" if on_edge.any() else "")
 
 
-def _cell(ctx: Any) -> str:
+def _cell(ctx: Context) -> str:
     rows = _counted(ctx)
     return (
         f"{len(rows)} held-out verdicts: predictor {_tally(rows, 'verdict', 'verdict_edge')}; "
@@ -56,7 +56,7 @@ def _interval(row: Any, prefix: str = "") -> str:
     )
 
 
-def held_out(ctx: Any) -> str:
+def held_out(ctx: Context) -> str:
     """The held-out verdicts beside the constant baseline's, and which scores better (the
     mean interval score over the verdicts both give; lower is better), in Markdown."""
     rows = _counted(ctx)

@@ -44,7 +44,7 @@ def predictor_section(ctx: Context) -> str:
     """
     from attncoda.experiments.predictor._verdict import standing
 
-    rows = ctx.need("predictor")
+    rows = ctx.tables.predictor
     convention = (
         "keep vs drop flip rate, mean over the row metrics (predicted and measured), "
         f"sink = {ctx.sink}; {_interval_named(rows)}"

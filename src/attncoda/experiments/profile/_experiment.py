@@ -166,7 +166,7 @@ class Settings:
 
 def run(inputs: Inputs, settings: Settings) -> Tables:
     """The per-head table ``profile_heads`` of the unit's capture (:func:`head_summary`)."""
-    capture = inputs.need("capture")
+    capture = inputs.capture
     return Tables(frames={"profile_heads": head_summary(capture.to_frame())})
 
 

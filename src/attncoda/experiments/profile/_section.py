@@ -23,7 +23,7 @@ __all__ = ["profile_section"]
 
 def profile_section(ctx: Context) -> str:
     """Per model: mean sink mass, H(p) and its exact parts (nats), and the heatmap figure."""
-    heads = ctx.need("profile_heads")
+    heads = ctx.tables.profile_heads
     convention = (
         "none — exact sink/content split (entropy identity H(p) = h(s) + s·H(p_S/s) + "
         f"(1−s)·H(q)), sink = {ctx.sink}"

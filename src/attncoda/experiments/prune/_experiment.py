@@ -91,13 +91,13 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     the runner's capture of the profiling windows (made with the run's options: prune
     captures nothing itself): frames ``prune`` and ``prune_heads``; the summary is
     :attr:`PruneResult.summary`."""
-    model, tokenizer, info = inputs.need("model")
+    model, tokenizer, info = inputs.loaded
     reason = skip(info)
     if reason is not None:
         raise AttncodaError(reason)
     ks, note = fitting_ks(settings.ks, info.n_layers * info.n_heads, inputs.model)
     profile_windows, eval_windows = split_windows(
-        inputs.need("windows"), settings.profile_docs, settings.eval_docs
+        inputs.windows, settings.profile_docs, settings.eval_docs
     )
     result = prune(
         model,
@@ -112,7 +112,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         seed=inputs.seed,
         n_boot=settings.n_boot,
         model_name=inputs.model,
-        capture=inputs.need("capture"),
+        capture=inputs.capture,
     )
     summary = {**result.summary, **({"note": note} if note else {})}
     return Tables(frames={"prune": result.table, "prune_heads": result.heads}, summary=summary)

@@ -8,7 +8,7 @@ from typing import Any
 
 from attncoda.experiments.contract import Headline
 from attncoda.experiments.prune._ranking import CHANNEL_COLUMNS
-from attncoda.experiments.view import is_missing, prose_name, times
+from attncoda.experiments.view import Context, is_missing, prose_name, times
 
 __all__ = ["HEADLINE", "ratio_text"]
 
@@ -27,15 +27,15 @@ def ratio_text(row: Any) -> str:
     return f"{times(row['ratio'])} [{low.lstrip('×')}, {high.lstrip('×')}]{edge}"
 
 
-def _cell(ctx: Any) -> str:
-    prune = ctx.need("prune")
+def _cell(ctx: Context) -> str:
+    prune = ctx.tables.prune
     model = prune["model"].iloc[0]
     mine = prune[(prune["model"] == model) & (prune["ablation"] == "zero")]
     k = int(mine["k"].max())
     at_k = mine[(mine["k"] == k) & mine["channel"].isin(_CHANNELS)]
     ranked = at_k.sort_values(["ratio", "channel", "order"])
     best, worst = ranked.iloc[0], ranked.iloc[-1]
-    heads = ctx.need("prune_heads")
+    heads = ctx.tables.prune_heads
     n_heads = int((heads["model"] == model).sum())
     tokens = ctx.settings["prune"].max_tokens
     return (

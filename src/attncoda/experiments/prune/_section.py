@@ -35,7 +35,7 @@ def prune_section(ctx: Context) -> str:
     its paired bootstrap interval over the evaluation windows (or why it has none)."""
     from attncoda.experiments.prune._figure import CHANNEL_LABELS
 
-    prune = ctx.need("prune")
+    prune = ctx.tables.prune
     convention = (
         "ranking channels — full entropy H(p) = keep sink, content entropy H(q) = drop sink; "
         f"sink mass and sink balance need no convention; sink = {ctx.sink}"

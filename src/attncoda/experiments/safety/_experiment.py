@@ -94,7 +94,7 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     unit (same model and revision), for the metrics flips measured."""
     flips_result = FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
     result = safety_map(
-        inputs.need("rows"),
+        inputs.rows,
         tuple(str(m) for m in flips_result.table["metric"]),
         flips_result=flips_result,
         n_bins=settings.n_bins,

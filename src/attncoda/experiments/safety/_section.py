@@ -34,8 +34,8 @@ _BIN_KINDS = {"sink_share": "sink share of d_A²", "sink_gap": "sink-mass gap |s
 
 def safety_section(ctx: Context) -> str:
     """Flip rate keep vs drop by bin of the sink share of d_A² and of the sink-mass gap."""
-    binned = ctx.need("safety")
-    grid = ctx.get("safety_grid")
+    binned = ctx.tables.safety
+    grid = ctx.optional.safety_grid
     convention = (
         "keep vs drop, binned by the Aitchison sink share of d_A² and the sink-mass gap "
         f"(sink = {ctx.sink})"

@@ -265,7 +265,7 @@ def rows_at(settings: Settings) -> Mapping[str, int]:
 
 def run(inputs: Inputs, settings: Settings) -> Tables:
     """The tables ``sink_rate`` and ``sink_rate_heads`` of the unit's rows."""
-    result = sink_rate(inputs.need("rows"), epsilon=settings.epsilon, positions=settings.positions)
+    result = sink_rate(inputs.rows, epsilon=settings.epsilon, positions=settings.positions)
     facts: dict[str, Any] = {"epsilon": settings.epsilon, "positions": list(settings.positions)}
     return Tables(
         frames={"sink_rate": result.table, "sink_rate_heads": result.heads}, summary=facts

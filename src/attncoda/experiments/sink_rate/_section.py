@@ -36,8 +36,8 @@ def _within_rounding(row: dict, rounding: str) -> str:
 def sink_rate_section(ctx: Context) -> str:
     """Per model and position: the sink rate with its counts, the heads that are sinks most
     often, and the figure."""
-    rates = ctx.need("sink_rate")
-    heads = ctx.get("sink_rate_heads")
+    rates = ctx.tables.sink_rate
+    heads = ctx.optional.sink_rate_heads
     convention = (
         "none — the full row, sink included: Gu et al.'s score is the mean attention a key "
         f"receives from the queries that see it (sink = {ctx.sink}: not used, every key "

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Context"]
+__all__ = ["Context", "NeededTables", "OptionalTables"]
 
 
 @dataclass(frozen=True)
@@ -18,8 +18,8 @@ class Context:
 
     Attributes
     ----------
-    tables : mapping of str to pandas.DataFrame
-        The run folder's tables by name.
+    frames : mapping of str to pandas.DataFrame
+        The run folder's tables by name, which a section reads as attributes.
     sink : str
         The sink spec of the run (manifest ``config.sink``), named in every convention.
     settings : mapping of str to Settings
@@ -27,18 +27,48 @@ class Context:
         a section states one (prune's window length).
     """
 
-    tables: Mapping[str, pd.DataFrame]
+    frames: Mapping[str, pd.DataFrame]
     sink: str
     settings: Mapping[str, Any] = field(default_factory=dict)
 
-    def need(self, name: str) -> pd.DataFrame:
-        """Table ``name``, which the section's caller found present (:meth:`get`)."""
-        frame = self.get(name)
+    @property
+    def tables(self) -> NeededTables:
+        """The tables the section needs, by name (``ctx.tables.flips``)."""
+        return NeededTables(self.optional)
+
+    @property
+    def optional(self) -> OptionalTables:
+        """Every table by name, ``None`` where the run lacks it (``ctx.optional.train``)."""
+        return OptionalTables(self.frames)
+
+    def holds(self, names: Iterable[str]) -> bool:
+        """Whether the run holds every table ``names`` lists, with rows (a view's needs)."""
+        return all(getattr(self.optional, name) is not None for name in names)
+
+
+class OptionalTables:
+    """A run folder's tables read as attributes: table ``name`` is ``.name``, ``None`` when
+    the folder lacks it or it has no rows."""
+
+    def __init__(self, frames: Mapping[str, pd.DataFrame]) -> None:
+        self._frames = frames
+
+    def __getattr__(self, name: str) -> pd.DataFrame | None:
+        if name.startswith("_"):  # not a table: copy, pickle and their kin ask for these
+            raise AttributeError(name)
+        frame = self._frames.get(name)
+        return None if frame is None or len(frame) == 0 else frame
+
+
+class NeededTables:
+    """A run folder's tables read as attributes, each one a section needs (the report builds
+    it only where the run holds its ``View.needs``): one the run lacks is a ``KeyError``."""
+
+    def __init__(self, optional: OptionalTables) -> None:
+        self._optional = optional
+
+    def __getattr__(self, name: str) -> pd.DataFrame:
+        frame = getattr(self._optional, name)
         if frame is None:
             raise KeyError(name)
         return frame
-
-    def get(self, name: str) -> pd.DataFrame | None:
-        """Table ``name``, or ``None`` when the run folder lacks it or it has no rows."""
-        frame = self.tables.get(name)
-        return None if frame is None or len(frame) == 0 else frame
