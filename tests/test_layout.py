@@ -367,3 +367,88 @@ def test_the_report_the_cli_and_the_api_name_no_experiment():
                         if parts[2] in EXPERIMENTS:
                             found.append(f"{where}:{node.lineno}: from {node.module}")
     assert found == []
+
+
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 6
+
+
+def _signature_text(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    return "\n".join(lines[node.lineno - 1 : node.body[0].lineno - 1])
+
+
+def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines from the ``def`` to the function's last, its docstring excluded."""
+    length = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        if isinstance(first.value.value, str):
+            length -= first.end_lineno - first.lineno + 1
+    return length
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = node.args
+    named = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+    return len(named) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def long_functions(path: Path) -> list[str]:
+    """The functions of one module over 60 lines or 6 parameters whose signature states no
+    reason (``# long: why`` or ``# params: why``), as ``path:line: name (n lines, n params)``."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        signature = _signature_text(lines, node)
+        length, params = _body_lines(node), _parameters(node)
+        if (length > MAX_FUNCTION_LINES and "# long:" not in signature) or (
+            params > MAX_PARAMETERS and "# params:" not in signature
+        ):
+            found.append(f"{path}:{node.lineno}: {node.name} ({length} lines, {params} params)")
+    return found
+
+
+def test_no_function_is_over_60_lines_or_6_parameters_without_a_stated_reason():
+    """docs/design.md, "Layers": a function says one thing; one that must be longer, or take
+    more, says why on its ``def`` line (a Triton kernel's parameters are its launch contract)."""
+    found = [hit for p in MODULES for hit in long_functions(p)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_function_checker_finds_a_long_function_and_a_wide_one(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(61))
+    source = (
+        f"def tall():\n    '''doc\n    more'''\n{body}\n"
+        "def wide(a, b, c, d, e, f, g):\n    pass\n"
+        "def excused(a, b, c, d, e, f, g):  # params: a launch contract\n    pass\n"
+        f"def fits():\n    '''doc'''\n" + "\n".join(f"    y{i} = {i}" for i in range(59)) + "\n"
+    )
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert [hit.split(": ")[1] for hit in long_functions(path)] == [
+        "tall (62 lines, 0 params)",
+        "wide (2 lines, 7 params)",
+    ]
+
+
+def test_module_level_constants_in_run_are_immutable():
+    """docs/design.md, "Layers": no process state in ``run/``; a loaded model travels in a
+    ``Loaded`` object. A module-level name bound to a list, dict, set or a call that makes
+    one is mutable state waiting to be written (``__all__`` aside: it names the module's API)."""
+    mutable = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+    makers = {"list", "dict", "set", "defaultdict", "OrderedDict", "Counter", "deque"}
+    found = []
+    for path in sorted((SRC / "run").rglob("*.py")):
+        for node in _tree(path).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if value is None or [getattr(t, "id", None) for t in targets] == ["__all__"]:
+                continue
+            call = value.func if isinstance(value, ast.Call) else None
+            name = getattr(call, "id", getattr(call, "attr", None))
+            if isinstance(value, mutable) or name in makers:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
