@@ -443,9 +443,11 @@ def test_module_level_constants_in_run_are_immutable():
     found = []
     for path in sorted((SRC / "run").rglob("*.py")):
         for node in _tree(path).body:
-            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            value = node.value
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if value is None or [getattr(t, "id", None) for t in targets] == ["__all__"]:
+            if [getattr(t, "id", None) for t in targets] == ["__all__"]:
                 continue
             call = value.func if isinstance(value, ast.Call) else None
             name = getattr(call, "id", getattr(call, "attr", None))
