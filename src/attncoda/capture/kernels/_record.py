@@ -11,27 +11,30 @@ import torch
 __all__ = ["recorded_rows"]
 
 
-def _seen(call, doc: int, pos: torch.Tensor) -> torch.Tensor:
-    """bool ``(len(pos), key_pos)``: the keys the queries ``pos`` of document ``doc`` see."""
+def _hidden(call, doc: int, pos: torch.Tensor) -> torch.Tensor:
+    """bool ``(len(pos), key_pos)``: the keys the queries ``pos`` of document ``doc`` do not
+    see."""
     visible, causal, _ = call.mask
     if visible is not None:
-        return visible[doc, 0, pos]
+        return ~visible[doc, 0, pos]
     # No mask (or a plain causal one): the layer's own pattern, causal or every key.
     q_len, k_len = call.query.shape[2], call.key.shape[2]
     keys = torch.arange(k_len, device=call.query.device)[None, :]
     if causal:
-        return pos[:, None] + (k_len - q_len) >= keys
-    return (keys >= 0).expand(pos.numel(), k_len)
+        return pos[:, None] + (k_len - q_len) < keys
+    return (keys < 0).expand(pos.numel(), k_len)
 
 
 def recorded_rows(call) -> list[torch.Tensor | None]:
     """Exact float32 log-softmax rows of the plan's recorded queries only.
 
-    The scores are ``scaling q . k`` of the call's own queries and keys, soft-capped where
-    the layer is; bfloat16 and float16 queries and keys are upcast first (their products
-    are exact in float32, and a score rounded to half precision costs up to 4e-2 nats of
-    entropy: docs/design.md, "Precision per dtype"). A learned sink (``s_aux``) is one more
-    key, kept as the rows' last column.
+    The scores are ``scaling q . k`` of the call's own queries and keys (the queries scaled
+    first, as SDPA does), soft-capped where the layer is; bfloat16 and float16 queries and
+    keys are upcast first (their products are exact in float32, and a score rounded to half
+    precision costs up to 4e-2 nats of entropy: docs/design.md, "Precision per dtype"). A
+    learned sink (``s_aux``) is one more key, kept as the rows' last column. The scores are
+    masked and normalised in place: three passes over ``(head, n_recorded, key_pos)``
+    beside the product.
 
     Returns
     -------
@@ -48,23 +51,24 @@ def recorded_rows(call) -> list[torch.Tensor | None]:
             found.append(None)
             continue
         pos = positions.to(query.device)
-        qd, kd = query[doc, :, pos], key[doc]  # (h, r, d), (kv, k, d)
-        if qd.dtype in (torch.bfloat16, torch.float16):
-            qd, kd = qd.float(), kd.float()
+        qd, kd = query[doc, :, pos].float(), key[doc].float()  # (h, r, d), (kv, k, d)
         r = qd.shape[1]
-        scores = torch.matmul(qd.reshape(kv, (h // kv) * r, -1), kd.transpose(-1, -2))
-        scores = scores.reshape(h, r, k_len) * call.scaling
+        qd = qd.reshape(kv, (h // kv) * r, -1) * call.scaling
+        scores = torch.matmul(qd, kd.transpose(-1, -2)).reshape(h, r, k_len)
         if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
-        visible = _seen(call, doc, pos)  # (r, k)
-        scores = scores.float().masked_fill(~visible[None], -math.inf)
+            scores.div_(softcap).tanh_().mul_(softcap)
+        hidden = _hidden(call, doc, pos)  # (r, k)
+        scores.masked_fill_(hidden[None], -math.inf)
         lo, n = int(plan.offsets[doc]), int(plan.query_real[doc].sum())
         if s_aux is not None:
             sinks = s_aux.float().reshape(h, 1, 1).expand(h, r, 1)
             log_rows = torch.log_softmax(torch.cat([scores, sinks], -1), dim=-1)
             found.append(torch.cat([log_rows[:, :, lo : lo + n], log_rows[:, :, -1:]], -1))
-        else:
-            log_rows = torch.log_softmax(scores, dim=-1)
-            seen = visible[None, :, lo : lo + n]
-            found.append(log_rows[:, :, lo : lo + n].masked_fill(~seen, -math.inf))
+            continue
+        log_rows = torch.log_softmax(scores, dim=-1)
+        # A row with no visible key is NaN after the softmax: every key hidden, -inf.
+        dead = hidden.all(-1)
+        if bool(dead.any()):
+            log_rows[:, dead] = -math.inf
+        found.append(log_rows[:, :, lo : lo + n])
     return found
