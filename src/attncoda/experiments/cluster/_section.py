@@ -6,7 +6,7 @@ captions every table and figure with its convention.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from attncoda.experiments.cluster._distances import VARIANT_TITLES
 from attncoda.experiments.cluster._figure import draw
@@ -23,6 +23,9 @@ from attncoda.experiments.view import (
     paper_vs_measured,
     table,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["cluster_section"]
 
@@ -188,6 +191,8 @@ def _scatter_figures(summary: pd.DataFrame, heads: pd.DataFrame | None, conventi
 def _edge_heads(heads: object) -> dict[tuple[str, str, str], str]:
     """Per (model, revision, variant), the count of heads on a k-means edge, from the
     ``cluster`` table's ``edge_<variant>`` columns (none for a table made before them)."""
+    import pandas as pd
+
     if not isinstance(heads, pd.DataFrame) or "model" not in heads.columns:
         return {}
     keys = [c for c in ("model", "revision") if c in heads.columns]

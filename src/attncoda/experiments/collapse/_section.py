@@ -7,9 +7,7 @@ captions every table and figure with its convention.
 
 from __future__ import annotations
 
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from attncoda.experiments.collapse._figure import draw
 from attncoda.experiments.view import (
@@ -26,6 +24,9 @@ from attncoda.experiments.view import (
     paper_vs_measured,
     table,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["collapse_section"]
 

@@ -6,7 +6,7 @@ captions every table and figure with its convention.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from attncoda.experiments.contract import MIN_BOOTSTRAP_N
 from attncoda.experiments.flips._figure import draw
@@ -25,6 +25,9 @@ from attncoda.experiments.view import (
     paper_vs_measured,
     table,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["flips_section"]
 

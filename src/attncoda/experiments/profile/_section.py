@@ -6,7 +6,7 @@ captions every table and figure with its convention.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from attncoda.experiments.profile._figure import draw
 from attncoda.experiments.view import (
@@ -19,6 +19,9 @@ from attncoda.experiments.view import (
     paper_vs_measured,
     table,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["profile_section"]
 

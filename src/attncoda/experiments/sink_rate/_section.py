@@ -6,7 +6,7 @@ captions every table and figure with its convention.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from attncoda.experiments.sink_rate._figure import draw
 from attncoda.experiments.view import (
@@ -21,6 +21,9 @@ from attncoda.experiments.view import (
     paper_vs_measured,
     table,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["sink_rate_section"]
 
