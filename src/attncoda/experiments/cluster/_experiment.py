@@ -59,15 +59,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda._progress import steps
 from attncoda.experiments.cluster._distances import (
-    ROUNDING_SUMS,
     SMOOTHING,
     VARIANT_TITLES,
     VARIANTS,
-    document_terms,
-    rounding_sums,
-    used_row_mask,
 )
 from attncoda.experiments.cluster._embedding import (
     KMEANS_N_INIT,
@@ -86,6 +81,7 @@ from attncoda.experiments.cluster._summary_rounding import (
     ari_rounding,
     share_rounding,
 )
+from attncoda.experiments.cluster._sums import Sums, sum_documents
 from attncoda.experiments.contract import (
     Command,
     Experiment,
@@ -175,7 +171,7 @@ def cluster(
     BERT's Attention", BlackboxNLP 2019, §6.
     """
     sink_mass = _checked_sink_mass(head_rows, seed, n_clusters, n_init)
-    sums = _summed(head_rows)
+    sums = sum_documents(head_rows)
     # The most keys a row of the windows can see: what the sink masses' rounding grows with.
     n_keys = max(int(doc.key_mask.shape[-1]) for doc in head_rows.docs)
     # Each head's sink mass is a mean of float32 row statistics, held to that rounding.
@@ -216,61 +212,6 @@ def _checked_sink_mass(head_rows: HeadRows, seed: int, n_clusters: int, n_init: 
     return sink_mass
 
 
-@dataclass(frozen=True)
-class _Sums:
-    """What the used rows of every document add up to, per pair of heads (head, head):
-    each variant's distance ``dist`` (nats) and its rounding sums ``sums`` (per head), the
-    squared Aitchison sink term ``sink_sq`` and distance ``total_sq``, and the rows and
-    documents used."""
-
-    dist: dict[str, np.ndarray]
-    sums: dict[str, np.ndarray]
-    sink_sq: np.ndarray
-    total_sq: np.ndarray
-    n_rows: int
-    n_docs_used: int
-
-
-def _summed(head_rows: HeadRows) -> _Sums:
-    """Sum every document's distances over its used rows (every sink key present, at least
-    2 content keys); a model with no such row has nothing to cluster."""
-    model = head_rows.model
-    heads = head_rows.n_layers * head_rows.n_heads
-    dist = {v: np.zeros((heads, heads)) for v in VARIANTS}
-    sums = {name: np.zeros(heads) for name in ROUNDING_SUMS}
-    sink_sq = np.zeros((heads, heads))
-    total_sq = np.zeros((heads, heads))
-    n_rows = n_docs_used = 0
-    documents = steps(
-        enumerate(head_rows.docs),
-        desc=f"cluster {model}: head distances",
-        unit="doc",
-        total=len(head_rows.docs),
-    )
-    for i, doc in documents:
-        used = used_row_mask(doc, i, model)
-        if not used.any():
-            continue
-        try:
-            terms, s_sq, t_sq = document_terms(doc, used)
-        except AttncodaError as exc:
-            raise AttncodaError(f"document {i} of {model!r}: {exc}") from exc
-        for v in VARIANTS:
-            dist[v] += terms[v]
-        for name, part in rounding_sums(doc, used).items():
-            sums[name] += part
-        sink_sq += s_sq
-        total_sq += t_sq
-        n_rows += int(used.sum())
-        n_docs_used += 1
-    if n_rows == 0:
-        raise AttncodaError(
-            f"no recorded row of {model!r} has every sink key and at least 2 content keys "
-            f"({len(head_rows.docs)} documents): record longer rows"
-        )
-    return _Sums(dist, sums, sink_sq, total_sq, n_rows, n_docs_used)
-
-
 def _head_table(
     head_rows: HeadRows, n_rows: int, n_keys: int, sink_mass: np.ndarray, fits: dict[str, Fit]
 ) -> pd.DataFrame:
@@ -302,7 +243,9 @@ def _head_table(
     return table
 
 
-def _agreement(fits: dict[str, Fit]) -> tuple[dict[str, float], ...]:
+def _agreement(
+    fits: dict[str, Fit],
+) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
     """Per pair of variants (``"keep|drop"``, ...): the adjusted Rand index of their k-means
     labels, how far its edge heads can move it, and how many edge heads the two have."""
     ari, ari_rounding_of, ari_edges = {}, {}, {}
@@ -317,7 +260,7 @@ def _agreement(fits: dict[str, Fit]) -> tuple[dict[str, float], ...]:
     return ari, ari_rounding_of, ari_edges
 
 
-def _sink_share(sums: _Sums) -> tuple[float | None, int, float | None]:
+def _sink_share(sums: Sums) -> tuple[float | None, int, float | None]:
     """The mean over head pairs at a distance above 0 of the sink term's share of the
     squared Aitchison distance, those pairs' count, and how far rounding can move the mean
     (``None`` without such a pair)."""
@@ -347,7 +290,7 @@ def _fit_rounding(fits: dict[str, Fit]) -> dict[str, dict[str, Any]]:
 
 
 def _artifact(
-    head_rows: HeadRows, sums: _Sums, fits: dict[str, Fit], n_keys: int, settings: FitSettings
+    head_rows: HeadRows, sums: Sums, fits: dict[str, Fit], n_keys: int, settings: FitSettings
 ) -> dict[str, Any]:
     """:class:`ClusterResult`'s JSON-ready ``artifact``: the rank correlations, agreement and
     sink share, what rounding can move each, and the settings."""

@@ -292,7 +292,7 @@ def combine(units: Sequence[Tables], settings: Settings) -> Tables:
     )
     model = str(first.get("model", ""))
     table, checkpoints, pairs, first_last = series_tables(stats, model, DEFAULT_SHARE_ATOL)
-    series = {
+    series: dict[str, Any] = {
         "model": model,
         "sink": str(first["sink"]),
         "points": [

@@ -246,7 +246,7 @@ def _metric_row(
 def _layer_rows(head_rows: HeadRows, metric: str, point: TripletFlips) -> list[tuple[object, ...]]:
     """One metric's rows of the by-layer table (:data:`BY_LAYER_COLUMNS`): the counts and
     flip rate of the triplets whose anchor head ``A`` is in each layer."""
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for layer in range(head_rows.n_layers):
         sel = head_rows.layer_of == layer
         t, f = int(point.ties[sel].sum()), int(point.flips[sel].sum())
