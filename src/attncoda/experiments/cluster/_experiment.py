@@ -54,19 +54,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda._progress import steps
 from attncoda.experiments.cluster._distances import (
-    ROUNDING_SUMS,
     SMOOTHING,
     VARIANT_TITLES,
     VARIANTS,
-    document_terms,
-    rounding_sums,
-    used_row_mask,
 )
 from attncoda.experiments.cluster._embedding import (
     KMEANS_N_INIT,
@@ -74,7 +70,7 @@ from attncoda.experiments.cluster._embedding import (
     MDS_MAX_ITER,
 )
 from attncoda.experiments.cluster._figure import draw
-from attncoda.experiments.cluster._fit import fit_variant
+from attncoda.experiments.cluster._fit import Fit, FitSettings, fit_variant
 from attncoda.experiments.cluster._headline import HEADLINE
 from attncoda.experiments.cluster._held import HELD
 from attncoda.experiments.cluster._result import ClusterResult, result_tables
@@ -85,6 +81,7 @@ from attncoda.experiments.cluster._summary_rounding import (
     ari_rounding,
     share_rounding,
 )
+from attncoda.experiments.cluster._sums import Sums, sum_documents
 from attncoda.experiments.contract import (
     Command,
     Experiment,
@@ -96,9 +93,10 @@ from attncoda.experiments.contract import (
     setting,
 )
 
-__all__ = ["EXPERIMENT", "Settings", "cluster"]
+if TYPE_CHECKING:
+    import pandas as pd
 
-# A variant whose every distance is below this, per row summed, has nothing to embed.
+__all__ = ["EXPERIMENT", "Settings", "cluster"]
 
 
 def _note(n_docs_skipped: int) -> str:
@@ -172,8 +170,28 @@ def cluster(
     K. Clark, U. Khandelwal, O. Levy, C. D. Manning, "What Does BERT Look At? An Analysis of
     BERT's Attention", BlackboxNLP 2019, §6.
     """
-    import pandas as pd
+    sink_mass = _checked_sink_mass(head_rows, seed, n_clusters, n_init)
+    sums = sum_documents(head_rows)
+    # The most keys a row of the windows can see: what the sink masses' rounding grows with.
+    n_keys = max(int(doc.key_mask.shape[-1]) for doc in head_rows.docs)
+    # Each head's sink mass is a mean of float32 row statistics, held to that rounding.
+    sink_moves = np.array([row_statistic_rounding(n_keys, m) for m in sink_mass])
+    settings = FitSettings(seed=seed, n_init=n_init, n_clusters=n_clusters)
+    fits = {
+        v: fit_variant(sums.dist[v], sums.sums[v], sums.n_rows, sink_mass, sink_moves, settings)
+        for v in VARIANTS
+    }
+    return ClusterResult(
+        table=_head_table(head_rows, sums.n_rows, n_keys, sink_mass, fits),
+        artifact=_artifact(head_rows, sums, fits, n_keys, settings),
+        distances=sums.dist,
+        rounding={v: fits[v].e for v in VARIANTS},
+    )
 
+
+def _checked_sink_mass(head_rows: HeadRows, seed: int, n_clusters: int, n_init: int) -> np.ndarray:
+    """The heads' sink masses (float64, layer-major), once the settings and the model are
+    found fit to cluster: int settings, at least one cluster and start, at least 3 heads."""
     model = head_rows.model
     for name, value in (("seed", seed), ("n_clusters", n_clusters), ("n_init", n_init)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -191,60 +209,28 @@ def cluster(
     if not np.isfinite(sink_mass).all():
         bad = int(np.argmin(np.isfinite(sink_mass)))
         raise AttncodaError(f"sink_mass of {model!r} is not finite at head {bad}")
+    return sink_mass
 
-    dist = {v: np.zeros((heads, heads)) for v in VARIANTS}
-    sums = {name: np.zeros(heads) for name in ROUNDING_SUMS}
-    sink_sq = np.zeros((heads, heads))
-    total_sq = np.zeros((heads, heads))
-    n_rows = n_docs_used = 0
-    documents = steps(
-        enumerate(head_rows.docs),
-        desc=f"cluster {model}: head distances",
-        unit="doc",
-        total=len(head_rows.docs),
-    )
-    for i, doc in documents:
-        used = used_row_mask(doc, i, model)
-        if not used.any():
-            continue
-        try:
-            terms, s_sq, t_sq = document_terms(doc, used)
-        except AttncodaError as exc:
-            raise AttncodaError(f"document {i} of {model!r}: {exc}") from exc
-        for v in VARIANTS:
-            dist[v] += terms[v]
-        for name, part in rounding_sums(doc, used).items():
-            sums[name] += part
-        sink_sq += s_sq
-        total_sq += t_sq
-        n_rows += int(used.sum())
-        n_docs_used += 1
-    if n_rows == 0:
-        raise AttncodaError(
-            f"no recorded row of {model!r} has every sink key and at least 2 content keys "
-            f"({len(head_rows.docs)} documents): record longer rows"
-        )
 
-    # The most keys a row of the windows can see: what the sink masses' rounding grows with.
-    n_keys = max(int(doc.key_mask.shape[-1]) for doc in head_rows.docs)
-    layer = np.arange(heads) // head_rows.n_heads
+def _head_table(
+    head_rows: HeadRows, n_rows: int, n_keys: int, sink_mass: np.ndarray, fits: dict[str, Fit]
+) -> pd.DataFrame:
+    """:class:`ClusterResult`'s ``table``: one row per head, its sink mass and, per variant,
+    its MDS point, k-means label, distance rounding and whether it sits on a k-means edge."""
+    import pandas as pd
+
+    heads = len(sink_mass)
     table = pd.DataFrame(
         {
-            "model": pd.Series([model] * heads),
+            "model": pd.Series([head_rows.model] * heads),
             "head_index": np.arange(heads, dtype=np.int64),
-            "layer": layer.astype(np.int64),
+            "layer": (np.arange(heads) // head_rows.n_heads).astype(np.int64),
             "head": (np.arange(heads) % head_rows.n_heads).astype(np.int64),
             "n_keys": np.full(heads, n_keys, dtype=np.int64),
             "n_rows": np.full(heads, n_rows, dtype=np.int64),
             "sink_mass": sink_mass,
         }
     )
-    # Each head's sink mass is a mean of float32 row statistics, held to that rounding.
-    sink_moves = np.array([row_statistic_rounding(n_keys, m) for m in sink_mass])
-    fits = {
-        v: fit_variant(dist[v], sums[v], n_rows, sink_mass, sink_moves, seed, n_init, n_clusters)
-        for v in VARIANTS
-    }
     for v in VARIANTS:
         table[f"x_{v}"] = fits[v].xy[:, 0]
         table[f"y_{v}"] = fits[v].xy[:, 1]
@@ -254,7 +240,14 @@ def cluster(
         table[f"distance_rounding_{v}"] = fits[v].moves.pair.max(axis=1)
     for v in VARIANTS:
         table[f"edge_{v}"] = fits[v].edge
+    return table
 
+
+def _agreement(
+    fits: dict[str, Fit],
+) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
+    """Per pair of variants (``"keep|drop"``, ...): the adjusted Rand index of their k-means
+    labels, how far its edge heads can move it, and how many edge heads the two have."""
     ari, ari_rounding_of, ari_edges = {}, {}, {}
     for a, b in combinations(VARIANTS, 2):
         fa, fb = fits[a], fits[b]
@@ -264,20 +257,48 @@ def cluster(
             fa.labels, fa.edge, fa.alternative, fb.labels, fb.edge, fb.alternative
         )
         ari_edges[key] = int(fa.edge.sum() + fb.edge.sum())
-    upper = np.triu_indices(heads, k=1)
-    pos = total_sq[upper] > 0
-    shares = sink_sq[upper][pos] / total_sq[upper][pos]
-    share = float(shares.mean()) if shares.size else None
-    share_bound = (
-        share_rounding(sink_sq, total_sq, sums["sink_sq"], sums["total_sq"])
-        if shares.size
-        else None
-    )
-    degenerate = [v for v in VARIANTS if fits[v].degenerate]
+    return ari, ari_rounding_of, ari_edges
 
+
+def _sink_share(sums: Sums) -> tuple[float | None, int, float | None]:
+    """The mean over head pairs at a distance above 0 of the sink term's share of the
+    squared Aitchison distance, those pairs' count, and how far rounding can move the mean
+    (``None`` without such a pair)."""
+    upper = np.triu_indices(len(sums.sink_sq), k=1)
+    pos = sums.total_sq[upper] > 0
+    shares = sums.sink_sq[upper][pos] / sums.total_sq[upper][pos]
+    if not shares.size:
+        return None, 0, None
+    bound = share_rounding(sums.sink_sq, sums.total_sq, sums.sums["sink_sq"], sums.sums["total_sq"])
+    return float(shares.mean()), int(shares.size), bound
+
+
+def _fit_rounding(fits: dict[str, Fit]) -> dict[str, dict[str, Any]]:
+    """The artifact's per-variant rounding: what rounding can move each fitted quantity."""
+    return {
+        "distance_max": {v: float(fits[v].e.max(initial=0.0)) for v in VARIANTS},
+        "mds_worst_response": {v: fits[v].moves.worst for v in VARIANTS},
+        "mds_step_max": {v: fits[v].moves.step for v in VARIANTS},
+        "axes_turn": {v: fits[v].angle for v in VARIANTS},
+        "n_edge_heads": {v: int(fits[v].edge.sum()) for v in VARIANTS},
+        "degenerate_edge": {v: fits[v].degenerate_edge for v in VARIANTS},
+        "spearman_axis1": {v: fits[v].rho_rounding for v in VARIANTS},
+        "axis1_sign_edge": {v: fits[v].sign_edge for v in VARIANTS},
+        "max_abs_spearman": {v: fits[v].best_rounding for v in VARIANTS},
+        "n_near_ties": {v: fits[v].n_near_ties for v in VARIANTS},
+    }
+
+
+def _artifact(
+    head_rows: HeadRows, sums: Sums, fits: dict[str, Fit], n_keys: int, settings: FitSettings
+) -> dict[str, Any]:
+    """:class:`ClusterResult`'s JSON-ready ``artifact``: the rank correlations, agreement and
+    sink share, what rounding can move each, and the settings."""
+    ari, ari_rounding_of, ari_edges = _agreement(fits)
+    share, n_pairs, share_bound = _sink_share(sums)
     rho = {v: fits[v].rho for v in VARIANTS}
-    artifact = {
-        "model": model,
+    return {
+        "model": head_rows.model,
         "variants": list(VARIANTS),
         "variant_titles": dict(VARIANT_TITLES),
         "spearman_axis1_vs_sink_mass": rho,
@@ -287,49 +308,37 @@ def cluster(
         "max_abs_spearman_any_direction_vs_sink_mass": {v: fits[v].best for v in VARIANTS},
         "adjusted_rand": ari,
         "mean_sink_share_of_aitchison_sq": share,
-        "n_head_pairs_in_sink_share": int(shares.size),
+        "n_head_pairs_in_sink_share": n_pairs,
         "mds_stress": {v: fits[v].stress for v in VARIANTS},
         "mds_n_iter": {v: fits[v].n_iter for v in VARIANTS},
-        "degenerate_variants": degenerate,
+        "degenerate_variants": [v for v in VARIANTS if fits[v].degenerate],
         "rounding": {
-            "distance_max": {v: float(fits[v].e.max(initial=0.0)) for v in VARIANTS},
-            "mds_worst_response": {v: fits[v].moves.worst for v in VARIANTS},
-            "mds_step_max": {v: fits[v].moves.step for v in VARIANTS},
-            "axes_turn": {v: fits[v].angle for v in VARIANTS},
-            "n_edge_heads": {v: int(fits[v].edge.sum()) for v in VARIANTS},
-            "degenerate_edge": {v: fits[v].degenerate_edge for v in VARIANTS},
-            "spearman_axis1": {v: fits[v].rho_rounding for v in VARIANTS},
-            "axis1_sign_edge": {v: fits[v].sign_edge for v in VARIANTS},
-            "max_abs_spearman": {v: fits[v].best_rounding for v in VARIANTS},
-            "n_near_ties": {v: fits[v].n_near_ties for v in VARIANTS},
+            **_fit_rounding(fits),
             "adjusted_rand": ari_rounding_of,
             "adjusted_rand_edge_heads": ari_edges,
             "mean_sink_share": share_bound,
         },
-        "n_heads": heads,
+        "n_heads": head_rows.n_layers * head_rows.n_heads,
         "n_keys": n_keys,
         "n_layers": head_rows.n_layers,
         "n_heads_per_layer": head_rows.n_heads,
         "n_documents": len(head_rows.docs),
-        "n_documents_used": n_docs_used,
-        "n_rows_used": n_rows,
-        "seed": int(seed),
-        "n_clusters": int(n_clusters),
+        "n_documents_used": sums.n_docs_used,
+        "n_rows_used": sums.n_rows,
+        "seed": int(settings.seed),
+        "n_clusters": int(settings.n_clusters),
         "mds": {
             "metric_mds": True,
             "init": "random",
-            "n_init": int(n_init),
+            "n_init": int(settings.n_init),
             "max_iter": MDS_MAX_ITER,
             "eps": MDS_EPS,
         },
         "kmeans_n_init": KMEANS_N_INIT,
         "smoothing": SMOOTHING,
         "units": "nats",
-        "convention_note": _note(len(head_rows.docs) - n_docs_used),
+        "convention_note": _note(len(head_rows.docs) - sums.n_docs_used),
     }
-    return ClusterResult(
-        table=table, artifact=artifact, distances=dist, rounding={v: fits[v].e for v in VARIANTS}
-    )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from attncoda.experiments.cluster._summary_rounding import (
     rank_rounding,
 )
 
-__all__ = ["ZERO_PER_ROW", "Fit", "fit_variant"]
+__all__ = ["ZERO_PER_ROW", "Fit", "FitSettings", "fit_variant"]
 
 ZERO_PER_ROW = 1e-10
 
@@ -66,19 +66,27 @@ def _sign_edge(x: np.ndarray, moves: np.ndarray) -> bool:
     return bool(abs(x[top]) - moves[top] <= abs(x[rival]) + moves[rival])
 
 
+@dataclass(frozen=True)
+class FitSettings:
+    """How every variant is fitted: the seed of the MDS starts and of k-means, the MDS
+    starts (SMACOF runs) and the k-means clusters."""
+
+    seed: int
+    n_init: int
+    n_clusters: int
+
+
 def fit_variant(
     d: np.ndarray,
     sums: np.ndarray,
     n_rows: int,
     sink_mass: np.ndarray,
     sink_moves: np.ndarray,
-    seed: int,
-    n_init: int,
-    n_clusters: int,
+    settings: FitSettings,
 ) -> Fit:
-    """Embed one variant's distances ``d``, cluster and rank the embedding, and bound how far
-    the rounding ``sums`` of its distances moves each of those (``_point_rounding``,
-    ``_summary_rounding``)."""
+    """Embed one variant's distances ``d``, cluster and rank the embedding against each
+    head's ``sink_mass`` (held to ``sink_moves``), and bound how far the rounding ``sums`` of
+    its distances moves each of those (``_point_rounding``, ``_summary_rounding``)."""
     heads = len(d)
     e = distance_rounding(sums)
     # All distances at most the zero threshold: nothing to embed. On the edge where the
@@ -90,14 +98,14 @@ def fit_variant(
         xy, stress, n_iter = np.zeros((heads, 2)), None, None
         moves = EmbeddingRounding(np.zeros((heads, heads)), np.zeros(heads), 0.0, 0.0)
     else:
-        xy, stress, n_iter = embed(d, seed, n_init)
+        xy, stress, n_iter = embed(d, settings.seed, settings.n_init)
         moves = embedding_rounding(xy, d, e, n_iter)
     if degenerate_edge:
         # Embedded on one run, all at the origin on another: any point may be anywhere.
         anywhere = np.full((heads, heads), np.inf)
         np.fill_diagonal(anywhere, 0.0)
         moves = EmbeddingRounding(anywhere, np.full(heads, np.inf), moves.worst, moves.step)
-    labels, centres = kmeans_labels(xy, n_clusters, seed)
+    labels, centres = kmeans_labels(xy, settings.n_clusters, settings.seed)
     edge, alternative = label_edges(xy, labels, centres, moves.point)
     if degenerate_edge:
         edge = np.ones(heads, dtype=bool)

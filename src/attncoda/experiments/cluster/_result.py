@@ -89,11 +89,29 @@ def result_tables(result: ClusterResult) -> Tables:
     edge heads of the two labellings take their second-nearest cluster), and
     ``n_edge_heads`` (int64: edge heads of the two labellings together).
     """
+    art = result.artifact
+    heads = int(art.get("n_heads", len(result.table)))
+    return Tables(
+        frames={
+            "cluster": result.table,
+            "cluster_summary": _summary_frame(art, heads),
+            "cluster_agreement": _agreement_frame(art, heads),
+            "cluster_distances": distance_table(
+                art["model"],
+                result.distances,
+                result.rounding or None,
+                n_rows=int(art.get("n_rows_used", 0)),
+            ),
+        },
+        summary=_finite(art),
+    )
+
+
+def _summary_frame(art: dict[str, Any], heads: int) -> pd.DataFrame:
+    """``cluster_summary`` (:func:`result_tables`): one row per variant, from the artifact."""
     import pandas as pd
 
-    art = result.artifact
     rounding = art.get("rounding", {})
-    heads = int(art.get("n_heads", len(result.table)))
 
     def per_variant(name: str) -> list[Any]:
         return [rounding.get(name, {}).get(v) for v in VARIANTS]
@@ -132,6 +150,14 @@ def result_tables(result: ClusterResult) -> Tables:
         "mean_sink_share_rounding",
     ):
         summary[column] = summary[column].astype("float64")
+    return summary
+
+
+def _agreement_frame(art: dict[str, Any], heads: int) -> pd.DataFrame:
+    """``cluster_agreement`` (:func:`result_tables`): one row per pair of variants."""
+    import pandas as pd
+
+    rounding = art.get("rounding", {})
     agreement = pd.DataFrame(
         [
             {
@@ -153,20 +179,7 @@ def result_tables(result: ClusterResult) -> Tables:
     ):
         if column in agreement.columns:
             agreement[column] = agreement[column].astype(dtype)
-    return Tables(
-        frames={
-            "cluster": result.table,
-            "cluster_summary": summary,
-            "cluster_agreement": agreement,
-            "cluster_distances": distance_table(
-                art["model"],
-                result.distances,
-                result.rounding or None,
-                n_rows=int(art.get("n_rows_used", 0)),
-            ),
-        },
-        summary=_finite(art),
-    )
+    return agreement
 
 
 def _finite(obj: Any) -> Any:

@@ -6,6 +6,8 @@ captions every table and figure with its convention.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attncoda.experiments.cluster._distances import VARIANT_TITLES
 from attncoda.experiments.cluster._figure import draw
 from attncoda.experiments.view import (
@@ -21,6 +23,9 @@ from attncoda.experiments.view import (
     paper_vs_measured,
     table,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["cluster_section"]
 
@@ -50,24 +55,59 @@ def cluster_section(ctx: Context) -> str:
     convention = (
         f"JS keep, JS drop, Aitchison sink term, Aitchison content term (sink = {ctx.sink})"
     )
-    per_model = groups(summary)
+    return (
+        _claims(summary, agreement, convention)
+        + _variant_table(summary, heads, convention)
+        + _agreement_table(agreement, convention)
+        + _scatter_figures(summary, heads, convention)
+    )
 
-    def rho(variant: str) -> str:
-        values = []
-        for label, g in per_model:
-            hit = g[g["variant"] == variant]
-            value = hit["spearman_axis1_vs_sink_mass"].iloc[0] if len(hit) else None
-            values.append(f"{label} {fmt_signed(value)}")
-        return "; ".join(values)
 
+def _rho(summary: pd.DataFrame, variant: str) -> str:
+    """Each model's Spearman ρ of MDS axis 1 with head sink mass under ``variant``."""
+    values = []
+    for label, g in groups(summary):
+        hit = g[g["variant"] == variant]
+        value = hit["spearman_axis1_vs_sink_mass"].iloc[0] if len(hit) else None
+        values.append(f"{label} {fmt_signed(value)}")
+    return "; ".join(values)
+
+
+def _keep_drop_rand(agreement: pd.DataFrame | None) -> str:
+    """Each model's adjusted Rand index of the keep and drop clusterings (n/a without the
+    agreement table)."""
     ari = []
     if agreement is not None:
         for label, g in groups(agreement):
             hit = g[(g["variant_a"] == "keep") & (g["variant_b"] == "drop")]
             ari.append(f"{label} {fmt_num(hit['adjusted_rand'].iloc[0]) if len(hit) else NA}")
+    return "; ".join(ari) or NA
+
+
+def _claims(summary: pd.DataFrame, agreement: pd.DataFrame | None, convention: str) -> str:
+    """The paper-vs-measured block: ρ per variant, keep vs drop agreement, the sink share."""
     shares = [
-        f"{label} {fmt_pct(g['mean_sink_share_of_aitchison_sq'].iloc[0])}" for label, g in per_model
+        f"{label} {fmt_pct(g['mean_sink_share_of_aitchison_sq'].iloc[0])}"
+        for label, g in groups(summary)
     ]
+    claims = [
+        (
+            "Spearman ρ(MDS axis 1, head sink mass), JS keep (published)",
+            "the leading axis tracks head sink mass (an artifact of the convention)",
+            _rho(summary, "keep"),
+        ),
+        ("Same, JS drop", "—", _rho(summary, "drop")),
+        ("Same, Aitchison sink term", "—", _rho(summary, "aitchison_sink")),
+        ("Same, Aitchison content term", "—", _rho(summary, "aitchison_content")),
+        ("Cluster agreement keep vs drop (adjusted Rand)", "—", _keep_drop_rand(agreement)),
+        ("Mean sink share of d_A² over head pairs", "—", "; ".join(shares)),
+    ]
+    return paper_vs_measured(convention, claims)
+
+
+def _variant_table(summary: pd.DataFrame, heads: pd.DataFrame | None, convention: str) -> str:
+    """One row per model and variant: ρ of axis 1 and the largest |ρ| over directions, each
+    ± its rounding, whether nothing was embedded, and the heads on a k-means edge."""
     rounding_note = (
         "Each value ± how far float32 rounding of the recorded rows can move it (docs/design.md, "
         "“Verdicts and ratios within rounding”): a ρ through the heads whose sink masses or "
@@ -75,18 +115,6 @@ def cluster_section(ctx: Context) -> str:
         "heads on a k-means edge (within rounding of equidistant from two centres), whose "
         "label may differ between two runs."
     )
-    claims = [
-        (
-            "Spearman ρ(MDS axis 1, head sink mass), JS keep (published)",
-            "the leading axis tracks head sink mass (an artifact of the convention)",
-            rho("keep"),
-        ),
-        ("Same, JS drop", "—", rho("drop")),
-        ("Same, Aitchison sink term", "—", rho("aitchison_sink")),
-        ("Same, Aitchison content term", "—", rho("aitchison_content")),
-        ("Cluster agreement keep vs drop (adjusted Rand)", "—", "; ".join(ari) or NA),
-        ("Mean sink share of d_A² over head pairs", "—", "; ".join(shares)),
-    ]
     edges = _edge_heads(heads)
     rows = [
         (
@@ -97,58 +125,66 @@ def cluster_section(ctx: Context) -> str:
             _degenerate(r),
             edges.get((str(r["model"]), str(r.get("revision")), str(r["variant"])), NA),
         )
-        for label, g in per_model
+        for label, g in groups(summary)
         for r in g.to_dict("records")
     ]
-    parts = [
-        paper_vs_measured(convention, claims),
-        table(
-            "Head clustering (Clark et al. 2019) per model and variant",
-            f"{convention}. {rounding_note}",
-            (
-                "model",
-                "variant",
-                "ρ(axis 1, sink mass)",
-                "largest |ρ| over directions",
-                "all distances 0",
-                "heads on a k-means edge",
-            ),
-            rows,
+    return table(
+        "Head clustering (Clark et al. 2019) per model and variant",
+        f"{convention}. {rounding_note}",
+        (
+            "model",
+            "variant",
+            "ρ(axis 1, sink mass)",
+            "largest |ρ| over directions",
+            "all distances 0",
+            "heads on a k-means edge",
         ),
-    ]
-    if agreement is not None:
+        rows,
+    )
+
+
+def _agreement_table(agreement: pd.DataFrame | None, convention: str) -> str:
+    """The adjusted Rand index ± its rounding of every pair of variants, per model (nothing
+    without the agreement table)."""
+    if agreement is None:
+        return ""
+    return table(
+        "Cluster agreement between variants (adjusted Rand index of k-means labels)",
+        convention,
+        ("model", "variant A", "variant B", "adjusted Rand"),
+        [
+            (
+                label,
+                VARIANT_TITLES.get(str(r["variant_a"]), str(r["variant_a"])),
+                VARIANT_TITLES.get(str(r["variant_b"]), str(r["variant_b"])),
+                fmt_num(r["adjusted_rand"]) + _within(r, "adjusted_rand_rounding"),
+            )
+            for label, g in groups(agreement)
+            for r in g.to_dict("records")
+        ],
+    )
+
+
+def _scatter_figures(summary: pd.DataFrame, heads: pd.DataFrame | None, convention: str) -> str:
+    """Per model, the four MDS scatter plots of its heads coloured by sink mass (nothing
+    without the per-head table)."""
+    if heads is None:
+        return ""
+    parts = []
+    for label, g in groups(heads):
+        s = summary[
+            (summary["model"] == g["model"].iloc[0])
+            & (summary["revision"] == g["revision"].iloc[0])
+        ]
         parts.append(
-            table(
-                "Cluster agreement between variants (adjusted Rand index of k-means labels)",
-                convention,
-                ("model", "variant A", "variant B", "adjusted Rand"),
-                [
-                    (
-                        label,
-                        VARIANT_TITLES.get(str(r["variant_a"]), str(r["variant_a"])),
-                        VARIANT_TITLES.get(str(r["variant_b"]), str(r["variant_b"])),
-                        fmt_num(r["adjusted_rand"]) + _within(r, "adjusted_rand_rounding"),
-                    )
-                    for label, g in groups(agreement)
-                    for r in g.to_dict("records")
-                ],
+            figure_or_note(
+                lambda g=g, s=s: draw({"cluster": g, "cluster_summary": s}),
+                alt=f"Four MDS scatter plots of the heads of {label}, one per variant, "
+                "coloured by head sink mass",
+                caption=f"{label}: heads at their MDS coordinates, coloured by sink mass.",
+                convention=convention,
             )
         )
-    if heads is not None:
-        for label, g in groups(heads):
-            s = summary[
-                (summary["model"] == g["model"].iloc[0])
-                & (summary["revision"] == g["revision"].iloc[0])
-            ]
-            parts.append(
-                figure_or_note(
-                    lambda g=g, s=s: draw({"cluster": g, "cluster_summary": s}),
-                    alt=f"Four MDS scatter plots of the heads of {label}, one per variant, "
-                    "coloured by head sink mass",
-                    caption=f"{label}: heads at their MDS coordinates, coloured by sink mass.",
-                    convention=convention,
-                )
-            )
     return "".join(parts)
 
 

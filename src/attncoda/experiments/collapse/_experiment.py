@@ -147,31 +147,28 @@ def collapse_from_stats(
     ):
         raise AttncodaError(f"share_atol must be a non-negative number, got {share_atol!r}")
     table, checkpoints, pairs, first_last = series_tables(stats, model, share_atol)
-    facts = {
+    series = {
+        "model": model,
+        "sink": str(sink),
+        "points": [{"step": p.step, "label": p.label, "spec": p.spec} for p in points],
         "n_windows": len(windows),
         "n_tokens": int(sum(len(w) for w in windows)),
         "windows_sha256": windows_hash(windows),
     }
-    points_facts = [{"step": p.step, "label": p.label, "spec": p.spec} for p in points]
-    summary = _summary(model, sink, points_facts, facts, share_atol, pairs, first_last)
+    summary = _summary(series, share_atol, pairs, first_last)
     return CollapseResult(table=table, checkpoints=checkpoints, summary=summary)
 
 
 def _summary(
-    model: str,
-    sink: Any,
-    points: list[dict[str, Any]],
-    windows: dict[str, Any],
+    series: dict[str, Any],
     share_atol: float,
     pairs: list[dict[str, Any]],
     first_last: dict[str, Any],
 ) -> dict[str, Any]:
-    """The JSON summary of :class:`CollapseResult` (``windows``: its window counts and hash)."""
+    """The JSON summary of :class:`CollapseResult`: the ``series`` (its ``model``, ``sink``,
+    ``points`` and window counts and hash), then the share's definitions and numbers."""
     return {
-        "model": model,
-        "sink": str(sink),
-        "points": points,
-        **windows,
+        **series,
         "share_atol": float(share_atol),
         "share_rounding": "a share and its range are null where |dH| <= u * (n + 2) * (H "
         "before + H after + log n), u = 2**-24 (float32 unit roundoff), n the most keys a row "
@@ -295,14 +292,16 @@ def combine(units: Sequence[Tables], settings: Settings) -> Tables:
     )
     model = str(first.get("model", ""))
     table, checkpoints, pairs, first_last = series_tables(stats, model, DEFAULT_SHARE_ATOL)
-    points = [
-        {"step": facts[i]["step"], "label": facts[i]["label"], "spec": facts[i].get("spec")}
-        for i in order
-    ]
-    windows: dict[str, Any] = {
-        k: first[k] for k in ("n_windows", "n_tokens", "windows_sha256") if k in first
+    series: dict[str, Any] = {
+        "model": model,
+        "sink": str(first["sink"]),
+        "points": [
+            {"step": facts[i]["step"], "label": facts[i]["label"], "spec": facts[i].get("spec")}
+            for i in order
+        ],
+        **{k: first[k] for k in ("n_windows", "n_tokens", "windows_sha256") if k in first},
     }
-    summary = _summary(model, first["sink"], points, windows, DEFAULT_SHARE_ATOL, pairs, first_last)
+    summary = _summary(series, DEFAULT_SHARE_ATOL, pairs, first_last)
     frames = {}
     for name, frame in (("collapse", table), ("collapse_checkpoints", checkpoints)):
         frame = frame.copy()

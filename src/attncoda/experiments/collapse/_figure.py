@@ -14,6 +14,7 @@ from attncoda.experiments.view import is_missing, new_figure, one_model, save_pn
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["collapse_figure", "collapse_split_figure", "draw"]
@@ -62,61 +63,10 @@ def collapse_figure(
 def collapse_split_figure(table: pd.DataFrame, *, model: str, sink: str = "first") -> Figure:
     """The figure of :func:`collapse_figure` (a :class:`matplotlib.figure.Figure`), unsaved."""
     rows = _model_pairs(table)
-    d_sink = rows["delta_sink"].to_numpy(np.float64)
-    d_content = rows["delta_content"].to_numpy(np.float64)
-    d_total = rows["delta_entropy"].to_numpy(np.float64)
-    labels = [f"{a}→{b}" for a, b in zip(rows["pair_from"], rows["pair_to"], strict=True)]
-    x = np.arange(len(rows))
-    fig = new_figure(figsize=(max(9.0, 0.45 * len(x) + 6.0), 4.6), layout=None)
+    fig = new_figure(figsize=(max(9.0, 0.45 * len(rows) + 6.0), 4.6), layout=None)
     left, right = fig.subplots(1, 2)
-    pos_bottom = np.zeros(len(x))
-    neg_bottom = np.zeros(len(x))
-    for values, colour, name in (
-        (d_sink, _SINK_COLOUR, "sink part ΔH_sink"),
-        (d_content, _CONTENT_COLOUR, "content part ΔH_content"),
-    ):
-        bottom = np.where(values >= 0, pos_bottom, neg_bottom)
-        left.bar(x, values, bottom=bottom, color=colour, width=0.75, label=name)
-        pos_bottom = pos_bottom + np.where(values >= 0, values, 0.0)
-        neg_bottom = neg_bottom + np.where(values < 0, values, 0.0)
-    left.plot(x, d_total, "k_", markersize=14, mew=2, label="ΔH (total)")
-    left.axhline(0.0, color="0.4", lw=0.8)
-    step = max(1, len(x) // 20)
-    left.set_xticks(x[::step])
-    left.set_xticklabels(labels[::step], rotation=60, ha="right", fontsize=8)
-    left.set_xlabel("checkpoint pair (training steps)")
-    left.set_ylabel("mean ΔH per row, nats")
-    left.set_title("per consecutive pair", fontsize=10)
-    left.legend(fontsize=8)
-    steps = np.concatenate([[rows["pair_from"].iloc[0]], rows["pair_to"].to_numpy()])
-    cum = {
-        "ΔH (total)": np.concatenate([[0.0], np.cumsum(d_total)]),
-        "sink parts": np.concatenate([[0.0], np.cumsum(d_sink)]),
-        "content parts": np.concatenate([[0.0], np.cumsum(d_content)]),
-    }
-    colours = ("k", _SINK_COLOUR, _CONTENT_COLOUR)
-    for (name, values), colour in zip(cum.items(), colours, strict=True):
-        right.plot(steps, values, marker="o", ms=3, color=colour, label=name)
-    if "delta_sink_sink_first" in rows:  # the orderings' range of the sink part
-        bounds = [
-            np.concatenate([[0.0], np.cumsum(rows[name].to_numpy(np.float64))])
-            for name in ("delta_sink_sink_first", "delta_sink_content_first")
-        ]
-        right.fill_between(
-            steps,
-            np.minimum(*bounds),
-            np.maximum(*bounds),
-            color=_SINK_COLOUR,
-            alpha=0.2,
-            lw=0,
-            label="sink parts, range over the orderings",
-        )
-    right.set_xscale("symlog", linthresh=1.0)
-    right.axhline(0.0, color="0.4", lw=0.8)
-    right.set_xlabel("training step")
-    right.set_ylabel("cumulative ΔH since the first checkpoint, nats")
-    right.set_title("cumulative over training", fontsize=10)
-    right.legend(fontsize=8)
+    _draw_pairs(left, rows)
+    _draw_cumulative(right, rows)
     fig.suptitle(
         f"{model}: entropy change of attention rows split into sink and content parts "
         f"(sink = {sink}).\nA two-factor Shapley attribution (sink + content = ΔH for every "
@@ -125,6 +75,78 @@ def collapse_split_figure(table: pd.DataFrame, *, model: str, sink: str = "first
     )
     fig.tight_layout()
     return fig
+
+
+def _draw_pairs(ax: Axes, rows: pd.DataFrame) -> None:
+    """The left panel: per consecutive pair, ``dH_sink`` and ``dH_content`` (nats) stacked
+    away from zero by sign, and ``dH`` as a black marker."""
+    d_sink = rows["delta_sink"].to_numpy(np.float64)
+    d_content = rows["delta_content"].to_numpy(np.float64)
+    labels = [f"{a}→{b}" for a, b in zip(rows["pair_from"], rows["pair_to"], strict=True)]
+    x = np.arange(len(rows))
+    pos_bottom = np.zeros(len(x))
+    neg_bottom = np.zeros(len(x))
+    for values, colour, name in (
+        (d_sink, _SINK_COLOUR, "sink part ΔH_sink"),
+        (d_content, _CONTENT_COLOUR, "content part ΔH_content"),
+    ):
+        bottom = np.where(values >= 0, pos_bottom, neg_bottom)
+        ax.bar(x, values, bottom=bottom, color=colour, width=0.75, label=name)
+        pos_bottom = pos_bottom + np.where(values >= 0, values, 0.0)
+        neg_bottom = neg_bottom + np.where(values < 0, values, 0.0)
+    ax.plot(
+        x,
+        rows["delta_entropy"].to_numpy(np.float64),
+        "k_",
+        markersize=14,
+        mew=2,
+        label="ΔH (total)",
+    )
+    ax.axhline(0.0, color="0.4", lw=0.8)
+    step = max(1, len(x) // 20)
+    ax.set_xticks(x[::step])
+    ax.set_xticklabels(labels[::step], rotation=60, ha="right", fontsize=8)
+    ax.set_xlabel("checkpoint pair (training steps)")
+    ax.set_ylabel("mean ΔH per row, nats")
+    ax.set_title("per consecutive pair", fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def _draw_cumulative(ax: Axes, rows: pd.DataFrame) -> None:
+    """The right panel: ``dH`` and its two parts summed over training (nats) against the
+    step, with the band of the sink parts' range over the two one-sided orderings."""
+    steps = np.concatenate([[rows["pair_from"].iloc[0]], rows["pair_to"].to_numpy()])
+    cum = {
+        name: np.concatenate([[0.0], np.cumsum(rows[column].to_numpy(np.float64))])
+        for name, column in (
+            ("ΔH (total)", "delta_entropy"),
+            ("sink parts", "delta_sink"),
+            ("content parts", "delta_content"),
+        )
+    }
+    colours = ("k", _SINK_COLOUR, _CONTENT_COLOUR)
+    for (name, values), colour in zip(cum.items(), colours, strict=True):
+        ax.plot(steps, values, marker="o", ms=3, color=colour, label=name)
+    if "delta_sink_sink_first" in rows:  # the orderings' range of the sink part
+        bounds = [
+            np.concatenate([[0.0], np.cumsum(rows[name].to_numpy(np.float64))])
+            for name in ("delta_sink_sink_first", "delta_sink_content_first")
+        ]
+        ax.fill_between(
+            steps,
+            np.minimum(*bounds),
+            np.maximum(*bounds),
+            color=_SINK_COLOUR,
+            alpha=0.2,
+            lw=0,
+            label="sink parts, range over the orderings",
+        )
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.axhline(0.0, color="0.4", lw=0.8)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("cumulative ΔH since the first checkpoint, nats")
+    ax.set_title("cumulative over training", fontsize=10)
+    ax.legend(fontsize=8)
 
 
 def _share_line(table: pd.DataFrame) -> str:

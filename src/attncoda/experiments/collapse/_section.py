@@ -7,7 +7,7 @@ captions every table and figure with its convention.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attncoda.experiments.collapse._figure import draw
 from attncoda.experiments.view import (
@@ -25,6 +25,9 @@ from attncoda.experiments.view import (
     table,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = ["collapse_section"]
 
 
@@ -41,10 +44,28 @@ def collapse_section(ctx: Context) -> str:
         "ΔH_content (the interaction of the two factors split in half); its range: the sink "
         f"shares of the two one-sided orderings; sink = {ctx.sink}"
     )
-    claims, parts = [], []
+    per_model = "".join(
+        _pair_tables(label, g, convention) + _change_figure(label, g, ctx.sink, convention)
+        for label, g in groups(pairs)
+    )
+    return (
+        _claims(pairs, convention)
+        + _ORDERINGS
+        + _ROUNDING
+        + _STAND_IN
+        + per_model
+        + _checkpoints(ctx, convention)
+        + _task_heads(ctx)
+        + _training(ctx)
+    )
+
+
+def _claims(pairs: pd.DataFrame, convention: str) -> str:
+    """The paper-vs-measured block: each model's sink share of its first → last entropy
+    change, with its range over the orderings and its parts (nats)."""
+    claims = []
     for label, g in groups(pairs):
-        first_last = g[g["pair_kind"] == "first_last"]
-        whole = first_last[first_last["level"] == "model"]
+        whole = g[(g["pair_kind"] == "first_last") & (g["level"] == "model")]
         for r in whole.to_dict("records"):
             claims.append(
                 (
@@ -57,48 +78,6 @@ def collapse_section(ctx: Context) -> str:
                     + (f" ({_note(r)})" if _note(r) else ""),
                 )
             )
-        shown = first_last[first_last["level"].isin(["model", "layer"])]
-        parts.append(
-            table(
-                f"{label}: first → last checkpoint, the model and each layer (means per row, nats)",
-                convention,
-                _PAIR_HEADERS,
-                [_pair_row(r) for r in shown.to_dict("records")],
-            )
-        )
-        heads = first_last[first_last["level"] == "head"]
-        if len(heads):
-            parts.append(
-                "<details><summary>First → last checkpoint, per head</summary>"
-                + table(
-                    f"{label}: first → last checkpoint, each head (means per row, nats)",
-                    convention,
-                    _PAIR_HEADERS,
-                    [_pair_row(r) for r in heads.to_dict("records")],
-                )
-                + "</details>\n"
-            )
-        steps = g[(g["pair_kind"] == "consecutive") & (g["level"] == "model")]
-        if len(steps):
-            parts.append(
-                "<details><summary>Consecutive checkpoint pairs</summary>"
-                + table(
-                    f"{label}: consecutive checkpoint pairs, model level (nats)",
-                    convention,
-                    _PAIR_HEADERS,
-                    [_pair_row(r) for r in steps.sort_values("pair_from").to_dict("records")],
-                )
-                + "</details>\n"
-            )
-        parts.append(
-            figure_or_note(
-                lambda g=g: draw({"collapse": g}, sink=ctx.sink),
-                alt=f"Stacked bars of the sink and content parts of the entropy change between "
-                f"consecutive checkpoints of {label}, and their cumulative sums",
-                caption=f"{label}: entropy change per checkpoint pair and cumulated.",
-                convention=convention,
-            )
-        )
     if not claims:
         claims.append(
             (
@@ -107,11 +86,56 @@ def collapse_section(ctx: Context) -> str:
                 "no model-level first → last pair in the collapse table",
             )
         )
-    parts.append(_checkpoints(ctx, convention))
-    parts.append(_task_heads(ctx))
-    parts.append(_training(ctx))
-    return (
-        paper_vs_measured(convention, claims) + _ORDERINGS + _ROUNDING + _STAND_IN + "".join(parts)
+    return paper_vs_measured(convention, claims)
+
+
+def _pair_tables(label: str, g: pd.DataFrame, convention: str) -> str:
+    """One model's split tables: first → last checkpoint for the model and each layer, then
+    folded, for each head and for the consecutive pairs."""
+    first_last = g[g["pair_kind"] == "first_last"]
+    shown = first_last[first_last["level"].isin(["model", "layer"])]
+    out = table(
+        f"{label}: first → last checkpoint, the model and each layer (means per row, nats)",
+        convention,
+        _PAIR_HEADERS,
+        [_pair_row(r) for r in shown.to_dict("records")],
+    )
+    heads = first_last[first_last["level"] == "head"]
+    if len(heads):
+        out += (
+            "<details><summary>First → last checkpoint, per head</summary>"
+            + table(
+                f"{label}: first → last checkpoint, each head (means per row, nats)",
+                convention,
+                _PAIR_HEADERS,
+                [_pair_row(r) for r in heads.to_dict("records")],
+            )
+            + "</details>\n"
+        )
+    steps = g[(g["pair_kind"] == "consecutive") & (g["level"] == "model")]
+    if len(steps):
+        out += (
+            "<details><summary>Consecutive checkpoint pairs</summary>"
+            + table(
+                f"{label}: consecutive checkpoint pairs, model level (nats)",
+                convention,
+                _PAIR_HEADERS,
+                [_pair_row(r) for r in steps.sort_values("pair_from").to_dict("records")],
+            )
+            + "</details>\n"
+        )
+    return out
+
+
+def _change_figure(label: str, g: pd.DataFrame, sink: str, convention: str) -> str:
+    """One model's figure: the sink and content parts of each consecutive change, stacked,
+    and their cumulative sums."""
+    return figure_or_note(
+        lambda: draw({"collapse": g}, sink=sink),
+        alt=f"Stacked bars of the sink and content parts of the entropy change between "
+        f"consecutive checkpoints of {label}, and their cumulative sums",
+        caption=f"{label}: entropy change per checkpoint pair and cumulated.",
+        convention=convention,
     )
 
 

@@ -130,9 +130,7 @@ def bootstrap_rates(
     return rates, rate_rounding(fragile, n_triplets - ties)
 
 
-def interval_rounding(
-    rates: np.ndarray, moved: np.ndarray, interval: tuple[float, float]
-) -> float:
+def interval_rounding(rates: np.ndarray, moved: np.ndarray, interval: tuple[float, float]) -> float:
     """How far either end of the percentile interval can move when each resample's rate
     moves by up to its ``moved`` (within [0, 1]): a percentile is monotone in every value,
     so each end lies between the ends of the rates moved all down and all up. NaN without

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -232,7 +232,7 @@ def _count_block(
     np.put_along_axis(rank_y, oy, np.arange(n)[None, :], axis=1)
     # pi[i] = drop rank of the head holding keep rank i: its inversions are the discordances.
     discordant = count_inversions(np.take_along_axis(rank_y, ox, axis=1))
-    r, a, b, fragile = _tied_pairs(xs, ox, tx, bx, ys, oy, ty, by)
+    r, a, b, fragile = _tied_pairs(_Sorted(xs, ox, tx, bx), _Sorted(ys, oy, ty, by))
     if r.size == 0:
         return discordant, np.zeros(rows, dtype=np.int64), fragile
     dx = x[r, b] - x[r, a]
@@ -257,20 +257,20 @@ def _order(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, vs
 
 
-def _tied_pairs(
-    xs: np.ndarray,
-    ox: np.ndarray,
-    tx: np.ndarray,
-    bx: np.ndarray,
-    ys: np.ndarray,
-    oy: np.ndarray,
-    ty: np.ndarray,
-    by: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+class _Sorted(NamedTuple):
+    """One convention's block of rows, sorted: ``values`` (rows, n) ascending and ``order``
+    their argsort (:func:`_order`), with each row's absolute tie tolerance ``tol`` and
+    fragile band ``band`` (rows,)."""
+
+    values: np.ndarray
+    order: np.ndarray
+    tol: np.ndarray
+    band: np.ndarray
+
+
+def _tied_pairs(x: _Sorted, y: _Sorted) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every pair within tolerance under ``x`` or ``y``, once: ``(row, a, b)`` with ``a < b``;
     and the fragile pairs of each row, counted (int64, shape (rows,)).
-
-    ``xs, ys`` are the sorted rows and ``ox, oy`` their orders (:func:`_order`).
 
     In a sorted row the entries within ``t`` of an entry follow it, and rounded subtraction
     is monotone (``c >= b >= a`` gives ``fl(c - a) >= fl(b - a)``), so the pairs at sorted
@@ -279,10 +279,10 @@ def _tied_pairs(
     those within ``b`` of ``t`` counted, under ``x`` and under ``y`` apart: a pair fragile
     under both is counted twice (the count is a bound).
     """
-    rows, n = xs.shape
+    rows, n = x.values.shape
     codes = []
     fragile = np.zeros(rows, dtype=np.int64)
-    for vs, order, t, band in ((xs, ox, tx, bx), (ys, oy, ty, by)):
+    for vs, order, t, band in (x, y):
         active = np.arange(rows)
         low = t - band
         for k in range(1, n):

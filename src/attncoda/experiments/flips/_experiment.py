@@ -50,14 +50,14 @@ from attncoda.experiments.flips._bootstrap import (
     rate_rounding,
     resample_weights,
 )
-from attncoda.experiments.flips._count import triplet_flips
+from attncoda.experiments.flips._count import TripletFlips, triplet_flips
 from attncoda.experiments.flips._figure import draw
 from attncoda.experiments.flips._headline import HEADLINE
 from attncoda.experiments.flips._held import HELD
 from attncoda.experiments.flips._result import BY_LAYER_COLUMNS, TABLE_COLUMNS, FlipsResult
 from attncoda.experiments.flips._section import flips_section
 from attncoda.experiments.flips._summary import summary
-from attncoda.experiments.flips._sums import document_sums, entropy_sums
+from attncoda.experiments.flips._sums import DocumentSums, document_sums, entropy_sums
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,7 +85,7 @@ def flips(
     tol: float = DEFAULT_TOL,
     n_threads: int | None = None,
     device: str | None = None,
-) -> FlipsResult:
+) -> FlipsResult:  # params: the documented options a user passes, as scikit-learn's estimators
     r"""Flip rate of triplet verdicts between ``convention="keep"`` and ``"drop"``.
 
     For each metric, ``D_keep`` and ``D_drop`` are the pooled head distances (the mean row
@@ -149,79 +149,116 @@ def flips(
         )
     threads = check_threads(n_threads)
     on = None if device in (None, "cpu") else device
-    n_triplets = n * math.comb(n - 1, 2)
-    layer_of = head_rows.layer_of
     rows, layer_rows, distances, rounding, boot = [], [], {}, {}, {}
-    weights: np.ndarray | None = None
-    n_docs = n_rows = 0
-    note = ""
+    pool = _Pool(0, 0, "", np.zeros((0, 0)))
     entropies = {c: entropy_sums(head_rows, c) for c in ("keep", "drop")}
-    for metric in steps(metrics, desc=f"flips {head_rows.model}: metrics", unit="metric"):
+    for i, metric in enumerate(
+        steps(metrics, desc=f"flips {head_rows.model}: metrics", unit="metric")
+    ):
         keep = document_sums(head_rows, metric, "keep", device=on, entropies=entropies["keep"])
         drop = document_sums(head_rows, metric, "drop", device=on, entropies=entropies["drop"])
-        if weights is None:
-            n_docs, n_rows = len(keep.docs), int(keep.counts.sum())
-            note = no_interval_note(n_docs, "documents")
-            weights = resample_weights(n_docs, 0 if note else n_boot, seed)
-        e_keep, e_drop = keep.rounding, drop.rounding
-        point = triplet_flips(keep.distances, drop.distances, tol=tol, rounding=(e_keep, e_drop))
+        if i == 0:
+            pool = _pool(keep, n_boot, seed)
+        point = triplet_flips(
+            keep.distances, drop.distances, tol=tol, rounding=(keep.rounding, drop.rounding)
+        )
         rates, moved = (
-            bootstrap_rates(keep, drop, weights, tol, n_triplets, threads)
-            if len(weights)
+            bootstrap_rates(keep, drop, pool.weights, tol, n * point.n_triplets, threads)
+            if len(pool.weights)
             else (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.float64))
         )
-        low, high = percentile_interval(rates)
-        why = note or ("" if math.isfinite(low) else "no interval: every resample ties")
-        n_ties, n_flips = int(point.ties.sum()), int(point.flips.sum())
-        n_fragile = int(point.fragile.sum())
-        rows.append(
-            (
-                head_rows.model,
-                metric,
-                n,
-                n_docs,
-                n_triplets,
-                n_ties,
-                n_flips,
-                flip_rate(n_flips, n_triplets - n_ties),
-                low,
-                high,
-                "" if why else BOOTSTRAP_DOCUMENTS,
-                len(rates),
-                why,
-                n_fragile,
-                float(rate_rounding(n_fragile, n_triplets - n_ties)),
-                interval_rounding(rates, moved, (low, high)),
-            )
-        )
-        for layer in range(head_rows.n_layers):
-            sel = layer_of == layer
-            t, f = int(point.ties[sel].sum()), int(point.flips[sel].sum())
-            k = int(point.fragile[sel].sum())
-            total = point.n_triplets * int(sel.sum())
-            layer_rows.append(
-                (
-                    head_rows.model, metric, layer, total, t, f, flip_rate(f, total - t), k,
-                    float(rate_rounding(k, total - t)),
-                )
-            )  # fmt: skip
+        rows.append(_metric_row(head_rows.model, metric, point, (rates, moved), pool))
+        layer_rows += _layer_rows(head_rows, metric, point)
         distances[(metric, "keep")] = keep.distances
         distances[(metric, "drop")] = drop.distances
-        rounding[(metric, "keep")], rounding[(metric, "drop")] = e_keep, e_drop
+        rounding[(metric, "keep")], rounding[(metric, "drop")] = keep.rounding, drop.rounding
         boot[metric] = rates
-    table = _typed(pd.DataFrame(rows, columns=list(TABLE_COLUMNS)))
-    by_layer = _typed(pd.DataFrame(layer_rows, columns=list(BY_LAYER_COLUMNS)))
     return FlipsResult(
         model=head_rows.model,
-        table=table,
-        by_layer=by_layer,
+        table=_typed(pd.DataFrame(rows, columns=list(TABLE_COLUMNS))),
+        by_layer=_typed(pd.DataFrame(layer_rows, columns=list(BY_LAYER_COLUMNS))),
         distances=distances,
         bootstrap=boot,
-        n_docs=n_docs,
-        n_rows=n_rows,
+        n_docs=pool.n_docs,
+        n_rows=pool.n_rows,
         tol=tol,
         rounding=rounding,
     )
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """The documents every metric pools and resamples, fixed by the first: how many, the
+    rows used, why there is no interval (``""`` when there is) and the resample weights
+    (resample, document)."""
+
+    n_docs: int
+    n_rows: int
+    note: str
+    weights: np.ndarray
+
+
+def _pool(keep: DocumentSums, n_boot: int, seed: int) -> _Pool:
+    """The :class:`_Pool` of one metric's sums: ``n_boot`` resamples drawn with ``seed``,
+    none with too few documents for an interval."""
+    n_docs, n_rows = len(keep.docs), int(keep.counts.sum())
+    note = no_interval_note(n_docs, "documents")
+    return _Pool(n_docs, n_rows, note, resample_weights(n_docs, 0 if note else n_boot, seed))
+
+
+def _metric_row(
+    model: str,
+    metric: str,
+    point: TripletFlips,
+    boot: tuple[np.ndarray, np.ndarray],
+    pool: _Pool,
+) -> tuple[object, ...]:
+    """One metric's row of the table (:data:`TABLE_COLUMNS`): the exact counts, the flip rate
+    with its bootstrap interval (``boot``: the resamples' rates and how far rounding moves
+    each), and how far the fragile triplets can move both."""
+    rates, moved = boot
+    n = len(point.flips)
+    n_triplets = n * point.n_triplets
+    low, high = percentile_interval(rates)
+    why = pool.note or ("" if math.isfinite(low) else "no interval: every resample ties")
+    n_ties, n_flips = int(point.ties.sum()), int(point.flips.sum())
+    n_fragile = int(point.fragile.sum())
+    return (
+        model,
+        metric,
+        n,
+        pool.n_docs,
+        n_triplets,
+        n_ties,
+        n_flips,
+        flip_rate(n_flips, n_triplets - n_ties),
+        low,
+        high,
+        "" if why else BOOTSTRAP_DOCUMENTS,
+        len(rates),
+        why,
+        n_fragile,
+        float(rate_rounding(n_fragile, n_triplets - n_ties)),
+        interval_rounding(rates, moved, (low, high)),
+    )
+
+
+def _layer_rows(head_rows: HeadRows, metric: str, point: TripletFlips) -> list[tuple[object, ...]]:
+    """One metric's rows of the by-layer table (:data:`BY_LAYER_COLUMNS`): the counts and
+    flip rate of the triplets whose anchor head ``A`` is in each layer."""
+    rows: list[tuple[object, ...]] = []
+    for layer in range(head_rows.n_layers):
+        sel = head_rows.layer_of == layer
+        t, f = int(point.ties[sel].sum()), int(point.flips[sel].sum())
+        k = int(point.fragile[sel].sum())
+        total = point.n_triplets * int(sel.sum())
+        rows.append(
+            (
+                head_rows.model, metric, layer, total, t, f, flip_rate(f, total - t), k,
+                float(rate_rounding(k, total - t)),
+            )
+        )  # fmt: skip
+    return rows
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:

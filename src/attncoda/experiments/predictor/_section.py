@@ -94,9 +94,7 @@ def predictor_section(ctx: Context) -> str:
             f"{n_off} (off protocol: no test, never counted)",
         ),
     ]
-    features = [
-        c for c in rows.columns if c.startswith("feature_") and not c.endswith("_rounding")
-    ]
+    features = [c for c in rows.columns if c.startswith("feature_") and not c.endswith("_rounding")]
     body = []
     for (label, r), (yes, said) in zip(labelled, stood, strict=True):
         body.append(

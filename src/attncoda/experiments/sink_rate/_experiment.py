@@ -181,33 +181,67 @@ def sink_rate(
     -------
     SinkRateResult
     """
-    import pandas as pd
+    triples = _triples(rows, epsilon, tuple(int(p) for p in positions))
+    return SinkRateResult(table=_rate_table(triples), heads=_head_table(triples))
 
-    positions = tuple(int(p) for p in positions)
-    n_heads = rows.n_layers * rows.n_heads
-    scores = np.full((len(rows.docs), n_heads, len(positions)), np.nan)
-    keys = np.zeros(len(rows.docs), dtype=np.int64)  # the most keys a row of each window sees
+
+@dataclass(frozen=True)
+class _Triples:
+    """Every (window, layer·head, position) score of one model, set against ``epsilon``.
+
+    ``scores`` (doc, layer·head, position) is Gu et al.'s score, a probability mass, NaN
+    where the window is no longer than the position; ``keys`` (doc,) the most keys a row of
+    each window sees; ``above`` and ``fragile`` (doc, layer·head, position) whether a score
+    exceeds ``epsilon`` and whether it lies within its float32 rounding of it; ``reached``
+    (doc, position) whether the window is longer than the position.
+    """
+
+    model: str
+    positions: tuple[int, ...]
+    epsilon: float
+    heads_per_layer: int
+    keys: np.ndarray
+    scores: np.ndarray
+    above: np.ndarray
+    fragile: np.ndarray
+    reached: np.ndarray
+
+
+def _triples(rows: HeadRows, epsilon: float, positions: tuple[int, ...]) -> _Triples:
+    """Score the keys at ``positions`` in every window, head by head, against ``epsilon``."""
+    scores = np.full((len(rows.docs), rows.n_layers * rows.n_heads, len(positions)), np.nan)
+    keys = np.zeros(len(rows.docs), dtype=np.int64)
     for d, doc in enumerate(rows.docs):
         per_key = key_scores(doc.logp, doc.key_mask)
         keys[d] = int(np.asarray(doc.key_mask, bool).sum(axis=1).max())
         for j, k in enumerate(positions):
             if k < per_key.shape[1]:
                 scores[d, :, j] = per_key[:, k]
-    reached = ~np.isnan(scores[:, 0, :])  # (doc, position)
+    reached = ~np.isnan(scores[:, 0, :])
     above = scores > epsilon
     with np.errstate(invalid="ignore"):
         fragile = np.abs(scores - epsilon) <= score_rounding(scores, keys[:, None, None])
+    return _Triples(
+        rows.model, positions, epsilon, rows.n_heads, keys, scores, above, fragile, reached
+    )
+
+
+def _rate_table(t: _Triples) -> pd.DataFrame:
+    """``sink_rate.parquet`` (:class:`SinkRateResult`): the rate per position, in percent."""
+    import pandas as pd
+
+    n_heads = t.scores.shape[1]
     table = []
-    for j, k in enumerate(positions):
-        n_windows = int(reached[:, j].sum())
-        count = int(above[reached[:, j], :, j].sum())
-        n_fragile = int(fragile[reached[:, j], :, j].sum())
+    for j, k in enumerate(t.positions):
+        n_windows = int(t.reached[:, j].sum())
+        count = int(t.above[t.reached[:, j], :, j].sum())
+        n_fragile = int(t.fragile[t.reached[:, j], :, j].sum())
         n_triples = n_windows * n_heads
         table.append(
             {
-                "model": rows.model,
+                "model": t.model,
                 "position": k,
-                "epsilon": float(epsilon),
+                "epsilon": float(t.epsilon),
                 "sink_rate": 100.0 * count / n_triples if n_triples else float("nan"),
                 "n_fragile": n_fragile,
                 "rate_rounding": 100.0 * n_fragile / n_triples if n_triples else float("nan"),
@@ -216,30 +250,39 @@ def sink_rate(
                 "n_triples": n_triples,
             }
         )
-    layer, head = np.divmod(np.arange(n_heads), rows.n_heads)
+    return pd.DataFrame(table)
+
+
+def _head_table(t: _Triples) -> pd.DataFrame:
+    """``sink_rate_heads.parquet`` (:class:`SinkRateResult`): each head's mean score and
+    share of windows above ``epsilon`` (percent), per position."""
+    import pandas as pd
+
+    n_heads = t.scores.shape[1]
+    layer, head = np.divmod(np.arange(n_heads), t.heads_per_layer)
     heads = []
-    for j, k in enumerate(positions):
-        seen = reached[:, j]
+    for j, k in enumerate(t.positions):
+        seen = t.reached[:, j]
         n_seen = int(seen.sum())
         none = np.full(n_heads, np.nan)
-        n_fragile = fragile[seen, :, j].sum(axis=0).astype(np.int64)
+        n_fragile = t.fragile[seen, :, j].sum(axis=0).astype(np.int64)
         heads.append(
             pd.DataFrame(
                 {
-                    "model": rows.model,
+                    "model": t.model,
                     "layer": layer,
                     "head": head,
                     "position": k,
                     "n_windows": n_seen,
-                    "n_keys": int(keys[seen].max(initial=0)),
-                    "score": scores[seen, :, j].mean(axis=0) if n_seen else none,
-                    "above": 100.0 * above[seen, :, j].mean(axis=0) if n_seen else none,
+                    "n_keys": int(t.keys[seen].max(initial=0)),
+                    "score": t.scores[seen, :, j].mean(axis=0) if n_seen else none,
+                    "above": 100.0 * t.above[seen, :, j].mean(axis=0) if n_seen else none,
                     "n_fragile": n_fragile,
                     "above_rounding": 100.0 * n_fragile / n_seen if n_seen else none,
                 }
             )
         )
-    return SinkRateResult(table=pd.DataFrame(table), heads=pd.concat(heads, ignore_index=True))
+    return pd.concat(heads, ignore_index=True)
 
 
 @dataclass(frozen=True)
