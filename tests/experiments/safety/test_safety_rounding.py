@@ -18,6 +18,8 @@ from attncoda.experiments.contract import DocRows, HeadRows, compare_frames
 from attncoda.experiments.flips import flips, rate_rounding
 from attncoda.experiments.safety import EXPERIMENT, mean_squared_split, safety_map
 from attncoda.experiments.safety._bins import (
+    Binning,
+    TripletCells,
     assign_bins,
     bin_edges,
     cell_counts,
@@ -112,7 +114,7 @@ def test_fragile_triplets_per_cell_equal_a_plain_loop(seed):
     b, c = np.triu_indices(n, 1)
     heads = np.arange(n)[:, None]
     valid = (heads != b) & (heads != c)
-    got = cell_counts(keep, drop, cell, valid, tol, 4, rounding=(e_keep, e_drop))
+    got = cell_counts(keep, drop, TripletCells(cell, valid, 4), tol, rounding=(e_keep, e_drop))
     want = cells_by_loop(keep, drop, e_keep, e_drop, cell, valid, tol, 4)
     assert [g.tolist() for g in got] == [list(w) for w in want]
     assert got[2].sum() > 0  # the constructed near-edge triplets are found
@@ -194,7 +196,7 @@ def test_quantile_edges_move_by_no_more_than_their_rounding(seed):
     values = rng.beta(0.5, 3.0, size=2000)
     rounding = rng.uniform(0, 1e-3, size=values.size) * (rng.uniform(size=values.size) < 0.3)
     edges = bin_edges(values, 5, None, "sink_share")
-    stated = edge_rounding(values, rounding, edges, 5, None)
+    stated = edge_rounding(values, rounding, Binning(edges, 5))
     for move in (-rounding, rounding, rng.uniform(-1, 1, size=values.size) * rounding):
         moved = bin_edges(values + move, 5, None, "sink_share")
         # (x + e) - x rounds in float64: a few units of the last place of the edge.
@@ -211,14 +213,14 @@ def test_quantile_edges_move_by_no_more_than_their_rounding(seed):
     # function of the positions instead of an array.
     counted = values.copy()
     assert (bin_edges(counted, 5, None, "sink_share", overwrite=True) == edges).all()
-    again = edge_rounding(values, lambda at: rounding[at], edges, 5, None, ranked=counted,
+    again = edge_rounding(values, lambda at: rounding[at], Binning(edges, 5), ranked=counted,
                           reach=float(rounding.max()))  # fmt: skip
     assert (again == stated).all()
     msg = "a rounding given as a function of positions needs the bound of every value: give reach="
     with pytest.raises(AttncodaError, match=msg):
-        edge_rounding(values, lambda at: rounding[at], edges, 5, None)
+        edge_rounding(values, lambda at: rounding[at], Binning(edges, 5))
     # Fixed edges are settings and do not move.
-    assert edge_rounding(values, rounding, edges, 2, (0, 0.5, 1)).tolist() == [0.0] * 6
+    assert edge_rounding(values, rounding, Binning(edges, 2, (0, 0.5, 1))).tolist() == [0.0] * 6
 
 
 def test_an_edge_moves_by_the_rounding_of_the_values_within_reach_of_it():
@@ -230,7 +232,7 @@ def test_an_edge_moves_by_the_rounding_of_the_values_within_reach_of_it():
     rounding = np.array([0.01, 0.02, 0.03, 0.1, 0.0, 0.0, 0.05])
     edges = bin_edges(values, 3, None, "sink_gap")
     assert edges.tolist() == [1.0, 3.0, 4.0, 6.0]
-    stated = edge_rounding(values, rounding, edges, 3, None)
+    stated = edge_rounding(values, rounding, Binning(edges, 3))
     assert stated.tolist() == [0.02, 0.1, 0.0, 0.05]
 
 
@@ -418,8 +420,8 @@ def test_edge_triplets_of_the_map_equal_a_plain_loop(mapped):
     share, gap, valid, _ = triplet_coordinates(squares, head_rows.sink_mass)
     e_share, e_gap = triplet_rounding(squares, share, head_rows.sink_mass)
     s_edges, g_edges = safety.share_edges, safety.gap_edges
-    s_round = edge_rounding(share, e_share, s_edges, 3, None, where=valid)
-    g_round = edge_rounding(gap, e_gap, g_edges, 3, None)
+    s_round = edge_rounding(share, e_share, Binning(s_edges, 3), where=valid)
+    g_round = edge_rounding(gap, e_gap, Binning(g_edges, 3))
     n_s, n_g = len(s_edges) - 1, len(g_edges) - 1
     cells, by_share, by_gap = np.zeros(n_s * n_g, int), np.zeros(n_s, int), np.zeros(n_g, int)
     for a, p in zip(*np.nonzero(valid), strict=True):

@@ -38,6 +38,7 @@ subject to abstention.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from attncoda.experiments.contract import (
     Command,
@@ -61,6 +62,7 @@ from attncoda.experiments.predictor._figure import draw
 from attncoda.experiments.predictor._fit import FitSettings
 from attncoda.experiments.predictor._headline import HEADLINE
 from attncoda.experiments.predictor._held import HELD
+from attncoda.experiments.predictor._identity import Relation
 from attncoda.experiments.predictor._model import Predictor
 from attncoda.experiments.predictor._protocol import OFF_PROTOCOL, protocol_of
 from attncoda.experiments.predictor._section import predictor_section
@@ -71,6 +73,9 @@ from attncoda.experiments.predictor._verdict import (
     standing,
 )
 from attncoda.models.spec import NO_REVISION
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "EXPERIMENT",
@@ -161,25 +166,61 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
     training models, named in ``run_training_models``), or ``held out``. ``counted`` is
     true for a held-out model read on protocol: only those test the predictor.
     """
-    import pandas as pd
-
     predictor = _predictor(settings)
-    rows = inputs.rows
-    read = inputs.read
-    protocol = predictor.protocol
+    flips_result = _flip_rates(inputs, predictor)
+    measured_with = _measured_with(inputs, flips_result)
+    model, revision = inputs.model, inputs.revision
+    label = model if revision == NO_REVISION else f"{model} {revision}"
+    row = predictor_row(inputs.rows, flips_result, protocol=measured_with)
+    (outcome,) = apply_predictor(predictor, [{**row, "model": label}])
+    matched = predictor.training_match([label, model], inputs.rows.identity)
+    relation = predictor.relation([label, model], inputs.rows.identity)
+    off = predictor.off_protocol(measured_with)
+    stated = row["rounding"]["features"]
+    record = {
+        **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
+        **{f"feature_{k}_rounding": float(stated[k]) for k in outcome["features"]},
+        **_prediction(outcome, int(flips_result.table["n_triplets"].max())),
+        "verdict": OFF_PROTOCOL if off else outcome["verdict"],
+        "verdict_edge": bool(outcome["verdict_edge"]) and not off,
+        "baseline_verdict": OFF_PROTOCOL if off else outcome["baseline_verdict"],
+        "baseline_edge": bool(outcome["baseline_edge"]) and not off,
+        "interval_method": INTERVAL_METHOD,
+        "alpha": predictor.alpha,
+        "n_training_models": len(predictor.training_models),
+        "n_training_runs": predictor.interval.n_runs,
+        **_training(matched, relation),
+        "read_corpus": measured_with["corpus"],
+        "read_windows": measured_with["windows"],
+        "read_window_tokens": measured_with["window_tokens"],
+        "on_protocol": not off,
+        "off_protocol": "; ".join(off),
+        "counted": relation.held_out and not off,
+    }
+    return Tables(frames={"predictor": _frame(record)})
+
+
+#: The score columns of the predictor and of the baseline, and the rounding of each point.
+_SCORES = [f"{prefix}{c}" for prefix in ("", "baseline_") for c in SCORE_COLUMNS]
+_ROUNDED = [c for prefix in ("", "baseline_") for c in ROUNDING_COLUMNS[prefix][:2]]
+
+
+def _flip_rates(inputs: Inputs, predictor: Predictor) -> FlipsResult:
+    """The unit's flip rates: its flips unit's when it read the run's rows, else counted
+    here on the rows the predictor's protocol read, as the fit counted them."""
     if inputs.shared_rows and "flips" in inputs.after:
-        flips_result = FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
-    else:  # the predictor's own rows: flip rates counted as the fit counted them
-        assert protocol is not None
-        flips_result = flips(
-            rows,
-            protocol.metrics,
-            n_boot=1,
-            seed=inputs.seed,
-            tol=protocol.tol,
-            device=inputs.device,
-        )
-    measured_with = protocol_of(
+        return FlipsResult.from_tables(inputs.model, inputs.tables_of("flips"))
+    protocol = predictor.protocol
+    assert protocol is not None
+    seed, tol, device = inputs.seed, protocol.tol, inputs.device
+    return flips(inputs.rows, protocol.metrics, n_boot=1, seed=seed, tol=tol, device=device)
+
+
+def _measured_with(inputs: Inputs, flips_result: FlipsResult) -> dict[str, Any]:
+    """What the unit's rows read and how its flip rates were measured (:func:`protocol_of`);
+    attention handed in reads nothing."""
+    read = inputs.read
+    return protocol_of(
         windows=None if read is None else read.windows,
         window_tokens=None if read is None else read.window_tokens,
         corpus="given attention" if read is None else read.corpus,
@@ -189,36 +230,28 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         metrics=[str(m) for m in flips_result.table["metric"]],
         tol=flips_result.tol,
     )
-    model, revision = inputs.model, inputs.revision
-    label = model if revision == NO_REVISION else f"{model} {revision}"
-    row = predictor_row(rows, flips_result, protocol=measured_with)
-    (outcome,) = apply_predictor(predictor, [{**row, "model": label}])
-    matched = predictor.training_match([label, model], rows.identity)
-    relation = predictor.relation([label, model], rows.identity)
-    off = predictor.off_protocol(measured_with)
+
+
+def _prediction(outcome: dict[str, Any], n_triplets: int) -> dict[str, Any]:
+    """The columns of the prediction (or abstention) of both predictors, their rounding and
+    the measured rate's, from :func:`apply_predictor`'s ``outcome``."""
     p = outcome["prediction"]
-    scores = [f"{prefix}{c}" for prefix in ("", "baseline_") for c in SCORE_COLUMNS]
-    rounded = [c for prefix in ("", "baseline_") for c in ROUNDING_COLUMNS[prefix][:2]]
-    stated = row["rounding"]["features"]
-    record = {
-        **{f"feature_{k}": float(v) for k, v in outcome["features"].items()},
-        **{f"feature_{k}_rounding": float(stated[k]) for k in outcome["features"]},
+    return {
         "abstained": bool(p.abstained),
         "reason": p.reason,
         "abstain_edge": bool(outcome["abstain_edge"]),
-        **{c: outcome[c] for c in scores if not c.endswith("verdict")},
-        **{c: float(outcome[c]) for c in rounded},
+        **{c: outcome[c] for c in _SCORES if not c.endswith("verdict")},
+        **{c: float(outcome[c]) for c in _ROUNDED},
         "measured": outcome["measured"],
         "measured_rounding": float(outcome["measured_rounding"]),
-        "n_triplets": int(flips_result.table["n_triplets"].max()),
-        "verdict": OFF_PROTOCOL if off else outcome["verdict"],
-        "verdict_edge": bool(outcome["verdict_edge"]) and not off,
-        "baseline_verdict": OFF_PROTOCOL if off else outcome["baseline_verdict"],
-        "baseline_edge": bool(outcome["baseline_edge"]) and not off,
-        "interval_method": INTERVAL_METHOD,
-        "alpha": predictor.alpha,
-        "n_training_models": len(predictor.training_models),
-        "n_training_runs": predictor.interval.n_runs,
+        "n_triplets": n_triplets,
+    }
+
+
+def _training(matched: tuple[str, str] | None, relation: Relation) -> dict[str, Any]:
+    """The columns of how the model stands to the training models: the training model it
+    ``matched`` and by what, and its ``relation`` (:meth:`Predictor.relation`)."""
+    return {
         "in_training_set": matched is not None,
         "matched_training_model": "" if matched is None else matched[0],
         "matched_by": "" if matched is None else matched[1],
@@ -226,21 +259,21 @@ def run(inputs: Inputs, settings: Settings) -> Tables:
         "run_training_models": (
             ", ".join(relation.models) if relation.relation in ("interpolated", "same run") else ""
         ),
-        "read_corpus": measured_with["corpus"],
-        "read_windows": measured_with["windows"],
-        "read_window_tokens": measured_with["window_tokens"],
-        "on_protocol": not off,
-        "off_protocol": "; ".join(off),
-        "counted": relation.held_out and not off,
     }
+
+
+def _frame(record: dict[str, Any]) -> pd.DataFrame:
+    """The one-row ``predictor`` table of ``record``, typed."""
+    import pandas as pd
+
     frame = pd.DataFrame([record])
-    for column in scores:
+    for column in _SCORES:
         if not column.endswith("verdict"):
             frame[column] = frame[column].astype("float64")
     frame["n_triplets"] = frame["n_triplets"].astype("int64")
     for column in ("read_windows", "read_window_tokens"):
         frame[column] = frame[column].astype("Int64")
-    return Tables(frames={"predictor": frame})
+    return frame
 
 
 EXPERIMENT = Experiment(

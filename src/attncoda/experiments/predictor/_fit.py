@@ -90,39 +90,13 @@ def fit_predictor(
         constant or collinear over the training models, malformed rows, or rows read with
         different protocols.
     """
-    features = tuple(features)
-    if not features or len(set(features)) != len(features):
-        raise AttncodaError(f"features must be distinct names, at least one; got {features!r}")
-    if isinstance(rows, (str, Mapping)) or not isinstance(rows, Sequence) or len(rows) < 3:
-        n = len(rows) if isinstance(rows, Sequence) and not isinstance(rows, str) else rows
-        raise AttncodaError(
-            f"a predictor needs at least 3 training models (each run is left out in turn to "
-            f"size the interval); got {n!r}"
-        )
-    ok = isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
-    if not (ok and 0 < alpha < 0.5):
-        raise AttncodaError(f"alpha must lie strictly between 0 and 0.5; got {alpha!r}")
-    cv_plus_ranks(len(rows), alpha)
+    features = _checked(rows, features, alpha)
     models, x, y, metrics = _training_table(rows, features, target)
-    recipes = [_identity(row).get("recipe") for row in rows]
-    runs = training_runs(models, recipes)
-    if len(set(runs)) < 3:
-        raise AttncodaError(
-            f"a predictor needs at least 3 training runs (each is left out in turn to size "
-            f"the interval); got {len(set(runs))}: {', '.join(dict.fromkeys(runs))}"
-        )
-    protocol = Protocol.of_rows(rows)
-    if protocol is not None and sorted(protocol.metrics) != sorted(metrics):
-        raise AttncodaError(
-            f"the rows' protocol names the metrics {list(protocol.metrics)}, their flip rates "
-            f"{list(metrics)}: give rows whose flip rates are the protocol's"
-        )
+    runs = _runs(rows, models)
+    protocol = _protocol(rows, metrics)
     support = fit_support(x, features)
     interval = fit_cv_plus(x, y, runs, alpha=alpha, fit=_fit_linear)
-    coef, intercept, rank = _least_squares(x, y)
-    residuals = y - (intercept + x @ coef)
-    dof = len(y) - rank - 1
-    residual_std = float(np.sqrt(residuals @ residuals / dof)) if dof > 0 else None
+    coef, intercept, residual_std = _linear(x, y)
     constant = fit_cv_plus(x[:, :0], y, runs, alpha=alpha, fit=_fit_mean)
     return Predictor(
         target=target,
@@ -153,6 +127,55 @@ def fit_predictor(
         protocol=protocol,
         rounding=training_rounding(rows, features, target, x),
     )
+
+
+def _checked(rows: Any, features: Sequence[str], alpha: Any) -> tuple[str, ...]:
+    """The features, checked with the number of rows and ``alpha`` (enough rows for it)."""
+    features = tuple(features)
+    if not features or len(set(features)) != len(features):
+        raise AttncodaError(f"features must be distinct names, at least one; got {features!r}")
+    if isinstance(rows, (str, Mapping)) or not isinstance(rows, Sequence) or len(rows) < 3:
+        n = len(rows) if isinstance(rows, Sequence) and not isinstance(rows, str) else rows
+        raise AttncodaError(
+            f"a predictor needs at least 3 training models (each run is left out in turn to "
+            f"size the interval); got {n!r}"
+        )
+    ok = isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
+    if not (ok and 0 < alpha < 0.5):
+        raise AttncodaError(f"alpha must lie strictly between 0 and 0.5; got {alpha!r}")
+    cv_plus_ranks(len(rows), alpha)
+    return features
+
+
+def _runs(rows: Sequence[Mapping[str, Any]], models: tuple[str, ...]) -> tuple[str, ...]:
+    """The run of each training model (the unit the interval leaves out), at least 3."""
+    runs = training_runs(models, [_identity(row).get("recipe") for row in rows])
+    if len(set(runs)) < 3:
+        raise AttncodaError(
+            f"a predictor needs at least 3 training runs (each is left out in turn to size "
+            f"the interval); got {len(set(runs))}: {', '.join(dict.fromkeys(runs))}"
+        )
+    return runs
+
+
+def _protocol(rows: Sequence[Mapping[str, Any]], metrics: tuple[str, ...]) -> Protocol | None:
+    """The rows' protocol (:meth:`Protocol.of_rows`), its metrics those of the flip rates."""
+    protocol = Protocol.of_rows(rows)
+    if protocol is not None and sorted(protocol.metrics) != sorted(metrics):
+        raise AttncodaError(
+            f"the rows' protocol names the metrics {list(protocol.metrics)}, their flip rates "
+            f"{list(metrics)}: give rows whose flip rates are the protocol's"
+        )
+    return protocol
+
+
+def _linear(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, float | None]:
+    """The least-squares fit on every training model: per-raw-unit coefficients, intercept,
+    and the residuals' standard deviation (``None`` without a degree of freedom left)."""
+    coef, intercept, rank = _least_squares(x, y)
+    residuals = y - (intercept + x @ coef)
+    dof = len(y) - rank - 1
+    return coef, intercept, float(np.sqrt(residuals @ residuals / dof)) if dof > 0 else None
 
 
 def training_rounding(

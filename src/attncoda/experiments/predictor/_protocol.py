@@ -283,7 +283,7 @@ def _check_shared(value: Mapping[str, Any], where: str) -> None:
         raise AttncodaError(f"{where}: protocol tol must be a number >= 0; got {tol!r}")
 
 
-def protocol_of(
+def protocol_of(  # params: the public call's keywords, the PROTOCOL_KEYS it records
     *,
     windows: int | None,
     window_tokens: int | None,

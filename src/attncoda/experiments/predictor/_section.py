@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from attncoda.experiments.predictor._figure import draw
-from attncoda.experiments.predictor._verdict import EDGE, VERDICTS, verdict_text
+from attncoda.experiments.predictor._verdict import EDGE, VERDICTS, standing, verdict_text
 from attncoda.experiments.view import (
     NA,
     Context,
@@ -42,16 +42,32 @@ def predictor_section(ctx: Context) -> str:
     decided within rounding (``verdict_edge``, ``baseline_edge``) is shown "on the edge" and
     counted apart, so that no count depends on the last bits.
     """
-    from attncoda.experiments.predictor._verdict import standing
-
     rows = ctx.tables.predictor
     convention = (
         "keep vs drop flip rate, mean over the row metrics (predicted and measured), "
         f"sink = {ctx.sink}; {_interval_named(rows)}"
     )
     labelled = [(label, r) for label, g in groups(rows) for r in g.to_dict("records")]
-    records = [r for _, r in labelled]
-    stood = [standing(r) for r in records]
+    stood = [standing(r) for _, r in labelled]
+    return (
+        paper_vs_measured(convention, _claims([r for _, r in labelled], stood))
+        + _models_table(rows, labelled, stood, convention)
+        + note(_HOW_TO_READ)
+        + figure_or_note(
+            lambda: draw({"predictor": rows}),
+            alt="Predicted and baseline flip-rate intervals and the measured flip rate per model",
+            caption="The frozen predictor's interval and point (blue) and the constant "
+            "baseline's (grey) beside the measured flip rate (red), per model (a model whose "
+            "verdict is no test is labelled as such).",
+            convention=convention,
+        )
+    )
+
+
+def _claims(records: list[dict[str, Any]], stood: list[tuple[bool, str]]) -> list[tuple]:
+    """The verdicts of both predictors on the held-out models read on protocol (their
+    :func:`~attncoda.experiments.predictor.standing` ``stood``), their mean interval
+    scores, and how many rows were no test, and why, as claims."""
     counted = [r for r, (yes, _) in zip(records, stood, strict=True) if yes]
     held = _tally(counted, "verdict", "verdict_edge", VERDICTS)
     base_held = _tally(counted, "baseline_verdict", "baseline_edge", ("confirmed", "failed"))
@@ -59,7 +75,7 @@ def predictor_section(ctx: Context) -> str:
     n_trained = sum(k == "training" for k in kinds)
     n_run = sum(k in ("interpolated", "same run") for k in kinds)
     n_off = sum(not yes and said.startswith(("off protocol", "read before")) for yes, said in stood)
-    claims = [
+    return [
         (
             "Verdicts of the frozen predictor on held-out models (unseen by content, of no "
             "run that gave a training model), read with its fitted protocol",
@@ -94,7 +110,15 @@ def predictor_section(ctx: Context) -> str:
             f"{n_off} (off protocol: no test, never counted)",
         ),
     ]
-    features = [c for c in rows.columns if c.startswith("feature_") and not c.endswith("_rounding")]
+
+
+def _models_table(rows: Any, labelled: list, stood: list, convention: str) -> str:
+    """The table of every model (``labelled`` records of ``rows``, each with its standing
+    ``stood``): features, what it read, the measured rate, both predictions with their
+    scores and verdicts, its standing and the reason of an abstention."""
+    features = [
+        c for c in rows.columns if c.startswith("feature_") and not c.endswith("_rounding")
+    ]
     body = []
     for (label, r), (yes, said) in zip(labelled, stood, strict=True):
         body.append(
@@ -111,64 +135,44 @@ def predictor_section(ctx: Context) -> str:
                 "" if is_missing(r["reason"]) else str(r["reason"]),
             )
         )
-    return (
-        paper_vs_measured(convention, claims)
-        + table(
-            "The shipped frozen predictor and the constant baseline per model (* = no test: "
-            "a training model, a checkpoint of a training run, or a row read off the fitted "
-            "protocol)",
-            convention,
-            (
-                "model",
-                *(c.removeprefix("feature_").replace("_", " ") for c in features),
-                "read with",
-                "measured",
-                "predicted [interval]",
-                "width",
-                "abs error",
-                "interval score",
-                "verdict",
-                "baseline [interval]",
-                "baseline width",
-                "baseline abs error",
-                "baseline interval score",
-                "baseline verdict",
-                "standing",
-                "reason",
-            ),
-            body,
-        )
-        + note(
-            "confirmed: the measured flip rate lies inside the predicted interval; failed: it lies"
-            " outside; abstained: the model lies outside the predictor's training support (its "
-            "leverage above every training model's, or a feature outside its training range, "
-            "beyond the features' float32 rounding; a training model matched by its weights never "
-            "abstains). The baseline predicts the training models' mean rate everywhere, with an "
-            "interval made the same way. Width = high − low; abs error = |measured − point|; "
-            "interval score (Gneiting and Raftery 2007, eq. 43) = width + (2/α) × the distance by "
-            "which the interval misses the measured rate: lower is better, and a wide interval "
-            "that confirms scores worse than a narrow one that confirms. A verdict counts only on "
-            "a held-out model read with the predictor's fitted protocol (what its rows read: "
-            "corpus, windows and their length, and the sink, seed, metrics and tie tolerance). A "
-            "model is a training model when its weights hash, its weights sketch (a near copy: the"
-            " same weights in another dtype), its train-tiny recipe or its name matches one of the"
-            " predictor's training models'; a checkpoint of a run that gave training models is "
-            "interpolated, or the same run, never held out. On the edge: the measured rate lies "
-            "within its float32 rounding (its flip rates' fragile triplets) plus twice the end's "
-            "(the features' rounding through the fit; for the baseline, the rounding of the "
-            "training models' rates its ends are) of an end of the interval, or the abstention "
-            "within rounding of its threshold: the verdict is decided by the last bits, may go "
-            "either way on another machine, and is counted apart."
-        )
-        + figure_or_note(
-            lambda: draw({"predictor": rows}),
-            alt="Predicted and baseline flip-rate intervals and the measured flip rate per model",
-            caption="The frozen predictor's interval and point (blue) and the constant "
-            "baseline's (grey) beside the measured flip rate (red), per model (a model whose "
-            "verdict is no test is labelled as such).",
-            convention=convention,
-        )
+    return table(
+        "The shipped frozen predictor and the constant baseline per model (* = no test: "
+        "a training model, a checkpoint of a training run, or a row read off the fitted "
+        "protocol)",
+        convention,
+        ("model", *(c.removeprefix("feature_").replace("_", " ") for c in features), *_COLUMNS),
+        body,
     )
+
+
+#: The table's columns after the model and its features.
+_COLUMNS = (
+    "read with", "measured", "predicted [interval]", "width", "abs error", "interval score",
+    "verdict", "baseline [interval]", "baseline width", "baseline abs error",
+    "baseline interval score", "baseline verdict", "standing", "reason",
+)  # fmt: skip
+_HOW_TO_READ = (
+    "confirmed: the measured flip rate lies inside the predicted interval; failed: it lies"
+    " outside; abstained: the model lies outside the predictor's training support (its "
+    "leverage above every training model's, or a feature outside its training range, "
+    "beyond the features' float32 rounding; a training model matched by its weights never "
+    "abstains). The baseline predicts the training models' mean rate everywhere, with an "
+    "interval made the same way. Width = high − low; abs error = |measured − point|; "
+    "interval score (Gneiting and Raftery 2007, eq. 43) = width + (2/α) × the distance by "
+    "which the interval misses the measured rate: lower is better, and a wide interval "
+    "that confirms scores worse than a narrow one that confirms. A verdict counts only on "
+    "a held-out model read with the predictor's fitted protocol (what its rows read: "
+    "corpus, windows and their length, and the sink, seed, metrics and tie tolerance). A "
+    "model is a training model when its weights hash, its weights sketch (a near copy: the"
+    " same weights in another dtype), its train-tiny recipe or its name matches one of the"
+    " predictor's training models'; a checkpoint of a run that gave training models is "
+    "interpolated, or the same run, never held out. On the edge: the measured rate lies "
+    "within its float32 rounding (its flip rates' fragile triplets) plus twice the end's "
+    "(the features' rounding through the fit; for the baseline, the rounding of the "
+    "training models' rates its ends are) of an end of the interval, or the abstention "
+    "within rounding of its threshold: the verdict is decided by the last bits, may go "
+    "either way on another machine, and is counted apart."
+)
 
 
 def _interval_named(rows: Any) -> str:

@@ -21,7 +21,6 @@ rounding can move its NLL and ratio, and how many heads lie within rounding of i
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,14 +31,9 @@ from attncoda._errors import AttncodaError
 from attncoda._progress import steps
 from attncoda.data.windows import windows_hash
 from attncoda.experiments.contract import check_n_boot
-from attncoda.experiments.prune._fragility import ChosenHeads, fragile_heads, ranking_rounding
-from attncoda.experiments.prune._interval import BASELINE_NOTE, ratio_interval, window_resamples
-from attncoda.experiments.prune._losses import (
-    WindowNLL,
-    check_batch_size,
-    check_windows,
-    window_nll,
-)
+from attncoda.experiments.prune._fragility import ranking_rounding
+from attncoda.experiments.prune._interval import window_resamples
+from attncoda.experiments.prune._losses import check_batch_size, check_windows
 from attncoda.experiments.prune._nll import logit_rows
 from attncoda.experiments.prune._profiling import head_table
 from attncoda.experiments.prune._ranking import (
@@ -51,36 +45,12 @@ from attncoda.experiments.prune._ranking import (
     check_ks,
     head_ranking,
 )
+from attncoda.experiments.prune._rows import COLUMNS, Evaluations, Unpruned, prune_table
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["COLUMNS", "PruneResult", "prune"]
-
-#: Columns of :attr:`PruneResult.table` (``prune.parquet``).
-COLUMNS = (
-    "model",
-    "channel",
-    "order",
-    "ablation",
-    "k",
-    "perplexity",
-    "ratio",
-    "ratio_ci_low",
-    "ratio_ci_high",
-    "ci_method",
-    "n_windows",
-    "n_boot",
-    "ci_note",
-    "mean_nll",
-    "nll_rounding",
-    "ratio_rounding",
-    "heads",
-    "n_fragile_heads",
-    "heads_edge",
-    "order_edge",
-)
-_INTERVAL = COLUMNS[COLUMNS.index("ratio_ci_low") : COLUMNS.index("ci_note") + 1]
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,20 +102,12 @@ class PruneResult:
     summary: dict[str, Any]
 
 
-def _fragility(chosen: ChosenHeads) -> dict[str, Any]:
-    return {
-        "n_fragile_heads": chosen.n_fragile,
-        "heads_edge": chosen.edge,
-        "order_edge": chosen.order_edge,
-    }
-
-
 def _label(window: Any, index: int) -> str:
     doc = getattr(window, "doc_id", None)
     return f"{doc}#{window.index}" if doc is not None else f"#{index}"
 
 
-def prune(
+def prune(  # params: the public call's keywords, each documented below
     model,
     tokenizer,
     profile_windows: Sequence[Any],
@@ -215,15 +177,66 @@ def prune(
         integer or exceeds the number of heads; ``n_boot < 1``; overlapping windows; a
         ``capture`` that did not read ``profile_windows``; and any error of ablation.
     """
-    from attncoda.capture.ablation import ablate, head_counts, head_labels
+    from attncoda.capture.ablation import head_counts
 
     n_boot = check_n_boot(n_boot, "windows")
     channels = check_choices(channels, "channels", CHANNELS)
     orders = check_choices(orders, "orders", ORDERS)
     ablations = check_choices(ablations, "ablations", ABLATIONS)
     batch_size = check_batch_size(batch_size)
-    profile_ids = check_windows(profile_windows, "profile_windows")
-    eval_ids = check_windows(eval_windows, "eval_windows")
+    profile_ids, eval_ids = _held_out(profile_windows, eval_windows)
+    n_layers, n_heads = head_counts(model)
+    name = model_name or getattr(model.config, "name_or_path", "") or type(model).__name__
+    ks = check_ks(ks, n_layers * n_heads, name)
+    heads = head_table(
+        capture, model, profile_ids, batch_size=batch_size, with_gradient="gradient" in channels
+    )
+    rankings, keys = _rankings(heads, channels, orders, seed)
+    evaluate = Evaluations(model, eval_ids, batch_size, logit_rows(model))
+    jobs = [(a, c, o, k) for a in ablations for c in channels for o in orders for k in ks]
+    iterator = steps(jobs, desc=f"prune {name}", unit="eval", force=True if progress else None)
+    base = Unpruned.of(name, evaluate("zero", []), window_resamples(len(eval_ids), n_boot, seed))
+    records = [base.record()]
+    for ablation, channel, order, k in iterator:
+        ranking = rankings[(channel, order)]
+        chosen = list(zip(ranking["layer"][:k].tolist(), ranking["head"][:k].tolist(), strict=True))
+        job = (ablation, channel, order, k)
+        records.append(base.pruned(job, chosen, evaluate(ablation, chosen), keys[(channel, order)]))
+    summary = {
+        "model": name,
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        **base.summary(),
+        "sink": str(sink),
+        "method": capture.method,
+        "kernel": capture.kernel,
+        "seed": seed,
+        **dict(channels=channels, orders=orders, ablations=ablations, ks=ks),
+        "n_evaluations": len(evaluate.cache),
+        **_windows(profile_windows, eval_windows, profile_ids, eval_ids),
+        **base.measured_by(),
+    }
+    return PruneResult(table=prune_table(records), heads=heads, summary=summary)
+
+
+def _windows(
+    profile: Sequence[Any], evaluation: Sequence[Any], profile_ids: list, eval_ids: list
+) -> dict[str, Any]:
+    """Which windows profiled and which evaluated, for the summary: their labels (as
+    given) and their token ids' hashes."""
+    return {
+        "profile_windows": [_label(w, i) for i, w in enumerate(profile)],
+        "eval_windows": [_label(w, i) for i, w in enumerate(evaluation)],
+        "profile_windows_sha256": windows_hash(profile_ids),
+        "eval_windows_sha256": windows_hash(eval_ids),
+    }
+
+
+def _held_out(profile: Sequence[Any], evaluation: Sequence[Any]) -> tuple[list, list]:
+    """The token ids of the profiling and of the evaluation windows, checked: no evaluation
+    window equals a profiling one."""
+    profile_ids = check_windows(profile, "profile_windows")
+    eval_ids = check_windows(evaluation, "eval_windows")
     seen = {w.tobytes(): i for i, w in enumerate(profile_ids)}
     for j, window in enumerate(eval_ids):
         if window.tobytes() in seen:
@@ -231,18 +244,15 @@ def prune(
                 f"eval window {j} equals profile window {seen[window.tobytes()]}: evaluate on "
                 f"held-out windows, disjoint from the profiling ones"
             )
-    n_layers, n_heads = head_counts(model)
-    name = model_name or getattr(model.config, "name_or_path", "") or type(model).__name__
-    ks = check_ks(ks, n_layers * n_heads, name)
-    heads = head_table(
-        capture, model, profile_ids, batch_size=batch_size, with_gradient="gradient" in channels
-    )
-    rankings = {
-        (channel, order): head_ranking(heads, channel, order, seed)
-        for channel in channels
-        for order in orders
-    }
-    # Each ranking's keys in pruning order and their rounding: what a cut at k is decided by.
+    return profile_ids, eval_ids
+
+
+def _rankings(
+    heads: pd.DataFrame, channels: Sequence[str], orders: Sequence[str], seed: int
+) -> tuple[dict, dict]:
+    """Each (channel, order)'s ranking of the heads (:func:`head_ranking`), and its keys in
+    pruning order with their rounding: what a cut at k is decided by."""
+    rankings = {(c, o): head_ranking(heads, c, o, seed) for c in channels for o in orders}
     keys = {
         (channel, order): (
             ranking["value"].to_numpy(np.float64) * (-1.0 if order == "high" else 1.0),
@@ -250,112 +260,4 @@ def prune(
         )
         for (channel, order), ranking in rankings.items()
     }
-    rows = logit_rows(model)
-    cache: dict[tuple[str, tuple[tuple[int, int], ...]], WindowNLL] = {}
-
-    def losses_of(ablation: str, chosen: list[tuple[int, int]]) -> WindowNLL:
-        """Each evaluation window's mean NLL and its rounding with ``chosen`` ablated."""
-        key = (ablation, tuple(sorted(chosen)))
-        if key not in cache:
-            plan: dict[int, list[int]] = {}
-            for layer, head in chosen:
-                plan.setdefault(layer, []).append(head)
-            with ablate(model, plan, ablation):
-                cache[key] = window_nll(model, eval_ids, batch_size=batch_size, rows=rows)
-        return cache[key]
-
-    jobs = [(a, c, o, k) for a in ablations for c in channels for o in orders for k in ks]
-    iterator = steps(
-        jobs, desc=f"prune {name}", unit="eval", force=True if progress else None
-    )
-    unpruned = losses_of("zero", [])
-    base = float(np.mean(unpruned.losses))
-    # The largest window bound: it bounds the mean and every resample's weighted mean.
-    base_rounding = float(np.max(unpruned.rounding))
-    weights = window_resamples(len(eval_ids), n_boot, seed)
-    none = (math.nan, math.nan, "", len(eval_ids), 0, BASELINE_NOTE)
-    undecided = ChosenHeads(0, False, False)
-    records = [
-        {
-            "model": name,
-            "channel": "none",
-            "order": "none",
-            "ablation": "none",
-            "k": 0,
-            "perplexity": math.exp(base),
-            "ratio": 1.0,
-            **dict(zip(_INTERVAL, none, strict=True)),
-            "mean_nll": base,
-            "nll_rounding": base_rounding,
-            "ratio_rounding": 0.0,  # the ratio is 1 by definition
-            **_fragility(undecided),
-            "heads": "",
-        }
-    ]
-    for ablation, channel, order, k in iterator:
-        ranking = rankings[(channel, order)]
-        chosen = list(zip(ranking["layer"][:k].tolist(), ranking["head"][:k].tolist(), strict=True))
-        losses = losses_of(ablation, chosen)
-        nll = float(np.mean(losses.losses))
-        rounding = float(np.max(losses.rounding))
-        interval = ratio_interval(losses.losses, unpruned.losses, weights)
-        key, key_rounding = keys[(channel, order)]
-        records.append(
-            {
-                "model": name,
-                "channel": channel,
-                "order": order,
-                "ablation": ablation,
-                "k": k,
-                "perplexity": math.exp(nll),
-                "ratio": math.exp(nll - base),
-                **dict(zip(_INTERVAL, interval, strict=True)),
-                "mean_nll": nll,
-                "nll_rounding": rounding,
-                "ratio_rounding": rounding + base_rounding,
-                **_fragility(fragile_heads(key, key_rounding, k)),
-                "heads": head_labels(chosen),
-            }
-        )
-    import pandas as pd
-
-    table = pd.DataFrame.from_records(records, columns=list(COLUMNS))
-    types = {
-        "k": np.int64,
-        "n_windows": np.int64,
-        "n_boot": np.int64,
-        "n_fragile_heads": np.int64,
-        "heads_edge": bool,
-        "order_edge": bool,
-        "ci_method": str,
-    }
-    table = table.astype({**types, "ci_note": str})
-    summary = {
-        "model": name,
-        "n_layers": n_layers,
-        "n_heads": n_heads,
-        "baseline_perplexity": math.exp(base),
-        "baseline_mean_nll": base,
-        "baseline_nll_rounding": base_rounding,
-        "sink": str(sink),
-        "method": capture.method,
-        "kernel": capture.kernel,
-        "seed": seed,
-        "channels": channels,
-        "orders": orders,
-        "ablations": ablations,
-        "ks": ks,
-        "n_evaluations": len(cache),
-        "profile_windows": [_label(w, i) for i, w in enumerate(profile_windows)],
-        "eval_windows": [_label(w, i) for i, w in enumerate(eval_windows)],
-        "profile_windows_sha256": windows_hash(profile_ids),
-        "eval_windows_sha256": windows_hash(eval_ids),
-        "perplexity_definition": "exp(mean over eval windows of the window's mean next-token "
-        "NLL in nats)",
-        "n_windows": len(eval_ids),
-        "n_boot": int(len(weights)),
-        "ratio_interval": "the 2.5 and 97.5 percentiles of exp(mean NLL pruned - mean NLL "
-        "unpruned) over n_boot paired resamples of the eval windows (the same draw for both "
-        "models); none below 10 windows",
-    }
-    return PruneResult(table=table, heads=heads, summary=summary)
+    return rankings, keys

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from attncoda.experiments.contract import MIN_BOOTSTRAP_N
-from attncoda.experiments.prune._figure import draw
+from attncoda.experiments.prune._figure import CHANNEL_LABELS, draw
 from attncoda.experiments.view import (
     NA,
     Context,
@@ -33,8 +33,6 @@ __all__ = ["prune_section"]
 def prune_section(ctx: Context) -> str:
     """Per model: the worst and the best perplexity ratio over channels and orders, each with
     its paired bootstrap interval over the evaluation windows (or why it has none)."""
-    from attncoda.experiments.prune._figure import CHANNEL_LABELS
-
     prune = ctx.tables.prune
     convention = (
         "ranking channels — full entropy H(p) = keep sink, content entropy H(q) = drop sink; "
@@ -43,48 +41,11 @@ def prune_section(ctx: Context) -> str:
     claims, body, figures = [], [], []
     for label, g in groups(prune):
         curves = g[g["k"] > 0]
-        base = g[g["k"] == 0]
-        baseline = fmt_num(base["perplexity"].iloc[0], 2) if len(base) else NA
-        if len(base) and "n_windows" in base:
-            baseline += f" ({fmt_count(base['n_windows'].iloc[0])} windows)"
         if not len(curves):
             claims.append((f"Perplexity ratio, {label}", "more than 100×", "no pruned rows"))
             continue
-        k_max = int(curves["k"].max())
-        worst = curves.loc[curves["ratio"].astype(float).idxmax()]
-        at_max = curves[curves["k"] == k_max]
-        best = at_max.loc[at_max["ratio"].astype(float).idxmin()]
-        claims.append(
-            (
-                f"Worst perplexity ratio when pruning by a channel, {label}",
-                "more than 100× (pruning by the wrong channel)",
-                f"{_ratio(worst)} ({_line(worst, CHANNEL_LABELS)}, k = {int(worst['k'])})",
-            )
-        )
-        claims.append(
-            (
-                f"Best channel at the largest k = {k_max}, {label}",
-                "—",
-                f"{_ratio(best)} ({_line(best, CHANNEL_LABELS)})",
-            )
-        )
-        keys = ["channel", "order", "ablation"]
-        for key, line in curves.groupby(keys, sort=False):
-            top = line.loc[line["ratio"].astype(float).idxmax()]
-            last = line[line["k"] == line["k"].max()].iloc[0]
-            body.append(
-                (
-                    label,
-                    CHANNEL_LABELS.get(str(key[0]), str(key[0])),
-                    f"{key[1]} first",
-                    str(key[2]),
-                    baseline,
-                    _ratio(top),
-                    str(int(top["k"])),
-                    f"{_ratio(last)}, k = {int(last['k'])}",
-                    interval_method(last.to_dict(), "n_windows", "windows"),
-                )
-            )
+        claims += _claims(label, curves)
+        body += _lines(label, g, curves)
         figures.append(
             figure_or_note(
                 lambda g=g: draw({"prune": g}),
@@ -105,21 +66,66 @@ def prune_section(ctx: Context) -> str:
             f"same windows), given only from {MIN_BOOTSTRAP_N} windows up (with fewer, the note "
             "says so)",
             convention,
-            (
-                "model",
-                "channel",
-                "order",
-                "ablation",
-                "unpruned perplexity",
-                "worst ratio",
-                "at k",
-                "ratio at largest k",
-                "interval method and n",
-            ),
+            _COLUMNS,
             body,
         )
         + "".join(figures)
     )
+
+
+_COLUMNS = (
+    "model", "channel", "order", "ablation", "unpruned perplexity", "worst ratio", "at k",
+    "ratio at largest k", "interval method and n",
+)  # fmt: skip
+
+
+def _claims(label: str, curves: Any) -> list[tuple[str, str, str]]:
+    """One model's worst perplexity ratio over its pruned rows ``curves``, and the best at
+    its largest k, as claims."""
+    k_max = int(curves["k"].max())
+    worst = curves.loc[curves["ratio"].astype(float).idxmax()]
+    at_max = curves[curves["k"] == k_max]
+    best = at_max.loc[at_max["ratio"].astype(float).idxmin()]
+    return [
+        (
+            f"Worst perplexity ratio when pruning by a channel, {label}",
+            "more than 100× (pruning by the wrong channel)",
+            f"{_ratio(worst)} ({_line(worst, CHANNEL_LABELS)}, k = {int(worst['k'])})",
+        ),
+        (
+            f"Best channel at the largest k = {k_max}, {label}",
+            "—",
+            f"{_ratio(best)} ({_line(best, CHANNEL_LABELS)})",
+        ),
+    ]
+
+
+def _lines(label: str, g: Any, curves: Any) -> list[tuple[str, ...]]:
+    """One model's table rows (its rows ``g``, the pruned ones ``curves``): per channel,
+    order and ablation, the unpruned perplexity, the worst ratio and its k, and the ratio
+    at the largest k with its interval's method and n."""
+    base = g[g["k"] == 0]
+    baseline = fmt_num(base["perplexity"].iloc[0], 2) if len(base) else NA
+    if len(base) and "n_windows" in base:
+        baseline += f" ({fmt_count(base['n_windows'].iloc[0])} windows)"
+    body: list[tuple[str, ...]] = []
+    for key, line in curves.groupby(["channel", "order", "ablation"], sort=False):
+        top = line.loc[line["ratio"].astype(float).idxmax()]
+        last = line[line["k"] == line["k"].max()].iloc[0]
+        body.append(
+            (
+                label,
+                CHANNEL_LABELS.get(str(key[0]), str(key[0])),
+                f"{key[1]} first",
+                str(key[2]),
+                baseline,
+                _ratio(top),
+                str(int(top["k"])),
+                f"{_ratio(last)}, k = {int(last['k'])}",
+                interval_method(last.to_dict(), "n_windows", "windows"),
+            )
+        )
+    return body
 
 
 def _ratio(row: Any) -> str:

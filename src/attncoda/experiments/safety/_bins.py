@@ -14,6 +14,7 @@ by them, and whether the verdict itself lies within that of the threshold (``saf
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,8 @@ from attncoda.experiments.flips import fragile_band, rate_rounding, tie_toleranc
 __all__ = [
     "CELL_COLUMNS",
     "GRID_KEYS",
+    "Binning",
+    "TripletCells",
     "assign_bins",
     "bin_edges",
     "cell_counts",
@@ -65,6 +68,29 @@ CELL_COLUMNS = (
     "ci_rounding",
     "safe_edge",
 )
+
+
+@dataclass(frozen=True, eq=False)
+class Binning:
+    """The bins of one coordinate as :func:`bin_edges` made them: ``edges`` (shape (bin +
+    1,)), from ``n_bins`` quantile bins, or the ``fixed`` edges given (then not moved by
+    rounding: a setting)."""
+
+    edges: np.ndarray
+    n_bins: int
+    fixed: Any = None
+
+
+@dataclass(frozen=True, eq=False)
+class TripletCells:
+    """The cell of each triplet ``(A; B, C)``, head ``A`` by pair ``(B, C)`` in
+    ``numpy.triu_indices`` order (:func:`triplet_coordinates`): ``cell`` (int, shape (head,
+    pair)), ``valid`` (bool, same shape: ``A`` not in ``{B, C}``, the triplets counted) and
+    the number of cells ``n_cells``."""
+
+    cell: np.ndarray
+    valid: np.ndarray
+    n_cells: int
 
 
 def cell_values(
@@ -177,10 +203,8 @@ def assign_bins(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
 def cell_counts(
     d_keep: np.ndarray,
     d_drop: np.ndarray,
-    cell: np.ndarray,
-    valid: np.ndarray,
+    cells: TripletCells,
     tol: float,
-    n_cells: int,
     rounding: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ties, flips and fragile triplets per cell, triplet by triplet (the definitions of
@@ -190,15 +214,10 @@ def cell_counts(
     ----------
     d_keep, d_drop : ndarray, shape (head, head)
         Head distances under ``keep`` and ``drop`` (one metric).
-    cell : ndarray of int, shape (head, pair)
-        The cell of triplet ``(A; B, C)``, head ``A`` by pair ``(B, C)`` in
-        ``numpy.triu_indices`` order (as :func:`triplet_coordinates` gives them).
-    valid : ndarray of bool, shape (head, pair)
-        ``A`` not in ``{B, C}``: the triplets counted.
+    cells : TripletCells
+        The cell of each triplet, and which are counted.
     tol : float
         Relative tie tolerance of each matrix (``tol * max|D|``).
-    n_cells : int
-        Number of cells.
     rounding : (ndarray, ndarray), optional
         How far rounding can move each entry of ``d_keep`` and ``d_drop``
         (:attr:`attncoda.experiments.flips.FlipsResult.rounding`); None: not at all.
@@ -211,7 +230,7 @@ def cell_counts(
         under drop apart, as ``triplet_flips`` counts them: its total over the cells is
         flips' ``n_fragile``.
     """
-    n = d_keep.shape[0]
+    n, cell, valid, n_cells = d_keep.shape[0], cells.cell, cells.valid, cells.n_cells
     b, c = np.triu_indices(n, 1)
     tk = float(tie_tolerance(d_keep, tol))
     td = float(tie_tolerance(d_drop, tol))

@@ -5,12 +5,11 @@ fall in another bin, and how many can move into or out of each bin and cell (doc
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from attncoda._errors import AttncodaError
-from attncoda.experiments.safety._bins import assign_bins
+from attncoda.experiments.safety._bins import Binning, assign_bins
 
 __all__ = ["Rounding", "bin_reach", "edge_counts", "edge_rounding"]
 
@@ -36,9 +35,7 @@ def _largest(rounding: Rounding, where: np.ndarray | None) -> float:
 def edge_rounding(
     values: np.ndarray,
     rounding: Rounding,
-    edges: np.ndarray,
-    n_bins: int,
-    fixed: Any,
+    bins: Binning,
     *,
     where: np.ndarray | None = None,
     reach: float | None = None,
@@ -61,10 +58,8 @@ def edge_rounding(
     rounding : ndarray or callable
         Its rounding: an array of the same shape, or a function of flat positions in
         ``values`` that gives it there.
-    edges : ndarray, shape (bin + 1,)
-        :func:`bin_edges` of the values counted, ``n_bins`` and ``fixed``.
-    n_bins : int
-    fixed : sequence of float or None
+    bins : Binning
+        The bins of the values counted (:func:`bin_edges`).
     where : ndarray of bool, optional
         The values counted (the shape of ``values``; default: all).
     reach : float, optional
@@ -78,16 +73,16 @@ def edge_rounding(
     ndarray, shape (bin + 1,)
         Non-negative, the coordinate's units.
     """
-    out = np.zeros(len(edges))
+    edges, out = bins.edges, np.zeros(len(bins.edges))
     flat = np.ravel(values)
     keep = None if where is None else np.ravel(where)
-    if fixed is not None or not flat.size or (keep is not None and not keep.any()):
+    if bins.fixed is not None or not flat.size or (keep is not None and not keep.any()):
         return out
     if reach is None:
         reach = _largest(rounding, keep)
     # The order statistics np.quantile interpolates ("linear": at (size - 1) q).
     size = flat.size if keep is None else int(np.count_nonzero(keep))
-    below = np.floor(np.linspace(0.0, 1.0, n_bins + 1) * (size - 1)).astype(np.int64)
+    below = np.floor(np.linspace(0.0, 1.0, bins.n_bins + 1) * (size - 1)).astype(np.int64)
     above = np.minimum(below + 1, size - 1)
     if ranked is None:
         ranked = flat[keep] if keep is not None else flat.copy()

@@ -23,6 +23,8 @@ from attncoda.experiments.flips import FlipsResult, document_sums, entropy_sums
 from attncoda.experiments.safety._bins import (
     CELL_COLUMNS,
     GRID_KEYS,
+    Binning,
+    TripletCells,
     assign_bins,
     bin_edges,
     cell_counts,
@@ -113,7 +115,7 @@ class SafetyResult:
     squares: SquaredSplit = field(repr=False)
 
 
-def safety_map(
+def safety_map(  # params: the public call's keywords, each documented below
     head_rows: HeadRows,
     metrics: Sequence[str] = FLIP_METRICS,
     *,
@@ -155,8 +157,6 @@ def safety_map(
         ``.table`` (per bin of each coordinate) and ``.grid`` (per cell of both); their
         totals per metric equal the counts of ``flips``.
     """
-    import pandas as pd
-
     metrics = check_metrics(metrics)
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise AttncodaError(f"n_bins must be a positive int; got {n_bins!r}")
@@ -168,6 +168,55 @@ def safety_map(
     tol = _resolve_tol(tol, flips_result)
     distances, rounding = _distances(head_rows, metrics, flips_result)
     squares = mean_squared_split(head_rows)
+    grid = _binned(head_rows, squares, n_bins, share_edges, gap_edges)
+    grid_rows, table_rows = [], []
+    for metric in metrics:
+        keep, drop = (metric, "keep"), (metric, "drop")
+        pair = (rounding[keep], rounding[drop])
+        counts = cell_counts(distances[keep], distances[drop], grid.cells, tol, rounding=pair)
+        grid_rows += _grid_rows((head_rows.model, metric), grid, counts, threshold)
+        table_rows += _bin_rows((head_rows.model, metric), grid, counts, threshold)
+    return SafetyResult(
+        model=head_rows.model,
+        table=_frame(table_rows, SAFETY_COLUMNS),
+        grid=_frame(grid_rows, GRID_COLUMNS),
+        share_edges=grid.share.edges,
+        gap_edges=grid.gap.edges,
+        squares=squares,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class _Axis:
+    """The bins of one coordinate: ``kind`` (:data:`BIN_KINDS`), ``edges`` and how far
+    rounding moves each (``rounding``, shape (bin + 1,), the coordinate's units), and per
+    bin the triplets that can move into or out of it (``near``, int64, shape (bin,))."""
+
+    kind: str
+    edges: np.ndarray
+    rounding: np.ndarray
+    near: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _Grid:
+    """Every triplet binned by both coordinates: the two axes, the cell of each triplet,
+    and per cell (share bin major) its triplets and those that can move into or out of it."""
+
+    share: _Axis
+    gap: _Axis
+    cells: TripletCells
+    n_triplets: np.ndarray
+    near: np.ndarray
+
+
+def _binned(
+    head_rows: HeadRows, squares: SquaredSplit, n_bins: int,
+    share_edges: Sequence[float] | None, gap_edges: Sequence[float] | None,
+) -> _Grid:  # fmt: skip
+    """The triplets' coordinates (sink share of ``d_A^2``, sink-mass gap), their bins (the
+    edges given, or ``n_bins`` quantiles) with the edges' rounding, the cell of each
+    triplet and the triplets within rounding of a bin edge."""
     mass = np.asarray(head_rows.sink_mass, float)
     share, gap, valid, _ = triplet_coordinates(squares, mass)
     counted = share[valid]
@@ -176,13 +225,14 @@ def safety_map(
     e_share = partial(share_rounding, squares, share)
     e_gap = gap_rounding(squares, mass)
     # The quantiles partition the shares counted, in place: the edges' rounding reads them.
-    s_edges = bin_edges(counted, n_bins, share_edges, "sink_share", overwrite=True)
-    g_edges = bin_edges(gap, n_bins, gap_edges, "sink_gap")
-    s_round = edge_rounding(
-        share, e_share, s_edges, n_bins, share_edges, where=valid, reach=reach, ranked=counted
+    s_bins = Binning(
+        bin_edges(counted, n_bins, share_edges, "sink_share", overwrite=True), n_bins, share_edges
     )
+    g_bins = Binning(bin_edges(gap, n_bins, gap_edges, "sink_gap"), n_bins, gap_edges)
+    s_round = edge_rounding(share, e_share, s_bins, where=valid, reach=reach, ranked=counted)
     del counted
-    g_round = edge_rounding(gap, e_gap, g_edges, n_bins, gap_edges)
+    g_round = edge_rounding(gap, e_gap, g_bins)
+    s_edges, g_edges = s_bins.edges, g_bins.edges
     n_s, n_g = len(s_edges) - 1, len(g_edges) - 1
     s_bin, g_bin = assign_bins(share, s_edges), assign_bins(gap, g_edges)
     edge, share_edge, gap_edge = edge_counts(
@@ -194,85 +244,72 @@ def safety_map(
     )
     cell = (s_bin * n_g + g_bin[None, :]).astype(np.int32)
     del share, e_share, s_bin
-    n_triplets = np.bincount(cell[valid], minlength=n_s * n_g)
-    grid_rows, table_rows = [], []
-    for metric in metrics:
-        ties, flip, fragile = cell_counts(
-            distances[(metric, "keep")],
-            distances[(metric, "drop")],
-            cell,
-            valid,
-            tol,
-            n_s * n_g,
-            rounding=(rounding[(metric, "keep")], rounding[(metric, "drop")]),
-        )
-        for i in range(n_s):
-            for j in range(n_g):
-                k = i * n_g + j
-                grid_rows.append(
-                    (
-                        head_rows.model,
-                        metric,
-                        i,
-                        s_edges[i],
-                        s_edges[i + 1],
-                        max(s_round[i], s_round[i + 1]),
-                        j,
-                        g_edges[j],
-                        g_edges[j + 1],
-                        max(g_round[j], g_round[j + 1]),
-                        *cell_values(
-                            n_triplets[k], ties[k], flip[k], threshold, fragile[k], edge[k]
-                        ),
-                    )
-                )
-        for kind, axis, edges, moved, near in (
-            ("sink_share", 1, s_edges, s_round, share_edge),
-            ("sink_gap", 0, g_edges, g_round, gap_edge),
-        ):
-            shape = (n_s, n_g)
-            tot, tie, fl, fr = (
-                a.reshape(shape).sum(axis=axis) for a in (n_triplets, ties, flip, fragile)
-            )
-            for b in range(len(edges) - 1):
-                table_rows.append(
-                    (
-                        head_rows.model,
-                        metric,
-                        kind,
-                        b,
-                        edges[b],
-                        edges[b + 1],
-                        max(moved[b], moved[b + 1]),
-                        *cell_values(tot[b], tie[b], fl[b], threshold, fr[b], near[b]),
-                    )
-                )
-    ints = (
-        "bin", "sink_share_bin", "sink_gap_bin", "n_triplets", "n_ties", "flips", "n_decided",
-        "n_fragile", "n_edge",
-    )  # fmt: skip
-    floats = (
-        "bin_low", "bin_high", "bin_rounding", "sink_share_low", "sink_share_high",
-        "sink_share_rounding", "sink_gap_low", "sink_gap_high", "sink_gap_rounding",
-        "flip_rate", "flip_rate_low", "flip_rate_high", "safe_threshold", "rate_rounding",
-        "ci_rounding",
-    )  # fmt: skip
-
-    def frame(rows: list, columns: tuple[str, ...]) -> pd.DataFrame:
-        df = pd.DataFrame(rows, columns=list(columns))
-        types = {c: "int64" for c in ints if c in df} | {c: "float64" for c in floats if c in df}
-        types["safe"] = types["safe_edge"] = "bool"
-        types["ci_method"] = "str"
-        return df.astype(types)
-
-    return SafetyResult(
-        model=head_rows.model,
-        table=frame(table_rows, SAFETY_COLUMNS),
-        grid=frame(grid_rows, GRID_COLUMNS),
-        share_edges=s_edges,
-        gap_edges=g_edges,
-        squares=squares,
+    return _Grid(
+        share=_Axis("sink_share", s_edges, s_round, share_edge),
+        gap=_Axis("sink_gap", g_edges, g_round, gap_edge),
+        cells=TripletCells(cell, valid, n_s * n_g),
+        n_triplets=np.bincount(cell[valid], minlength=n_s * n_g),
+        near=edge,
     )
+
+
+def _grid_rows(key: tuple[str, str], grid: _Grid, counts: tuple, threshold: float) -> list:
+    """The rows of the grid table of one (model, metric) ``key``: one per cell, its bins'
+    ranges and rounding, then :func:`cell_values` of its ``counts`` (ties, flips, fragile
+    triplets per cell, :func:`cell_counts`)."""
+    ties, flip, fragile = counts
+    s, g = grid.share, grid.gap
+    rows = []
+    for i in range(len(s.edges) - 1):
+        for j in range(len(g.edges) - 1):
+            k = i * (len(g.edges) - 1) + j
+            rows.append((
+                *key, i, s.edges[i], s.edges[i + 1], max(s.rounding[i], s.rounding[i + 1]),
+                j, g.edges[j], g.edges[j + 1], max(g.rounding[j], g.rounding[j + 1]),
+                *cell_values(
+                    grid.n_triplets[k], ties[k], flip[k], threshold, fragile[k], grid.near[k]
+                ),
+            ))  # fmt: skip
+    return rows
+
+
+def _bin_rows(key: tuple[str, str], grid: _Grid, counts: tuple, threshold: float) -> list:
+    """The rows of the table of one (model, metric) ``key``: one per bin of each coordinate
+    (its cells summed over the other's bins), as :func:`_grid_rows` states a cell."""
+    rows = []
+    shape = (len(grid.share.edges) - 1, len(grid.gap.edges) - 1)
+    for axis, bins in ((1, grid.share), (0, grid.gap)):
+        tot, tie, fl, fr = (a.reshape(shape).sum(axis=axis) for a in (grid.n_triplets, *counts))
+        edges, moved = bins.edges, bins.rounding
+        for b in range(len(edges) - 1):
+            rows.append((
+                *key, bins.kind, b, edges[b], edges[b + 1], max(moved[b], moved[b + 1]),
+                *cell_values(tot[b], tie[b], fl[b], threshold, fr[b], bins.near[b]),
+            ))  # fmt: skip
+    return rows
+
+
+_INTS = (
+    "bin", "sink_share_bin", "sink_gap_bin", "n_triplets", "n_ties", "flips", "n_decided",
+    "n_fragile", "n_edge",
+)  # fmt: skip
+_FLOATS = (
+    "bin_low", "bin_high", "bin_rounding", "sink_share_low", "sink_share_high",
+    "sink_share_rounding", "sink_gap_low", "sink_gap_high", "sink_gap_rounding",
+    "flip_rate", "flip_rate_low", "flip_rate_high", "safe_threshold", "rate_rounding",
+    "ci_rounding",
+)  # fmt: skip
+
+
+def _frame(rows: list, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The rows as a typed table of ``columns``."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=list(columns))
+    types = {c: "int64" for c in _INTS if c in df} | {c: "float64" for c in _FLOATS if c in df}
+    types["safe"] = types["safe_edge"] = "bool"
+    types["ci_method"] = "str"
+    return df.astype(types)
 
 
 def _resolve_tol(tol: float | None, flips_result: FlipsResult | None) -> float:
