@@ -154,6 +154,27 @@ def test_the_demo_ends_by_the_comparison_and_fails_where_the_run_differs(tmp_pat
     assert "different: 1 of 16 tables" in out and "flips[" in out and "allowed" in out
 
 
+def test_a_demo_of_fewer_models_is_compared_on_what_it_holds(tmp_path, capsys):
+    import json
+
+    from attncoda.report.headline import end_demo
+
+    run = _copy(reference_run(), tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["models"] = manifest["config"]["models"][:1]  # as --models smollm2
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    for path in (run / "tables").glob("*.parquet"):
+        frame = pd.read_parquet(path)
+        if "model" in frame.columns:
+            frame[frame["model"] == manifest["config"]["models"][0]].to_parquet(path)
+    assert end_demo(run, 1.0) == 0
+    assert "same evidence within rounding" in capsys.readouterr().out
+    # a model the reference never ran is not a part of it: every table is compared whole
+    manifest["config"]["models"] = ["elsewhere"]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert end_demo(run, 1.0) == 1
+
+
 def test_the_built_wheel_ships_the_reference_run(tmp_path):
     import subprocess
     import sys

@@ -108,9 +108,26 @@ def demo_screen(folder: str | Path, wall_seconds: float, against: Comparison) ->
 def end_demo(out: str | Path, wall_seconds: float) -> int:
     """Print the demo's last screen for its run folder ``out`` (:func:`demo_screen`: the
     headline, then the comparison with the reference run, cells that differ listed) and
-    return 0 where the run holds the reference's evidence (the demo's promise), else 1."""
-    from attncoda.run.compare import compare
+    return 0 where the run holds the reference's evidence (the demo's promise), else 1.
 
-    against = compare(out)
+    A demo of some of the reference's models or experiments (``--models``,
+    ``--experiments``) is compared on what it holds (``compare(subset=True)``)."""
+    from attncoda.run.compare import compare, reference_run
+
+    against = compare(out, subset=_part_of(Path(out), reference_run()))
     print("\n".join(demo_screen(out, wall_seconds, against)))
     return 0 if against.same else 1
+
+
+def _part_of(run: Path, reference: Path) -> bool:
+    """Whether ``run`` ran fewer of ``reference``'s models or experiments, and no other."""
+    mine = RunConfig.from_json(_manifest(run)["config"])
+    theirs = RunConfig.from_json(_manifest(reference)["config"])
+    fewer = set(mine.models) < set(theirs.models) or set(mine.experiments) < set(
+        theirs.experiments
+    )
+    return (
+        fewer
+        and set(mine.models) <= set(theirs.models)
+        and set(mine.experiments) <= set(theirs.experiments)
+    )

@@ -245,3 +245,15 @@ def test_the_report_the_summary_and_the_headline_count_edge_verdicts_apart(table
     # an abstention on its edge says so
     edge = rows.assign(abstain_edge=[False, True])
     assert "ABSTAIN (on the edge; " in summary({"predictor": edge}, lambda *_: {}, "first")
+
+
+def test_a_run_without_a_held_out_model_says_so_below_the_headline(table):
+    # a demo of SmolLM2 alone: its one row is a training model's, counted for nothing
+    from attncoda.experiments.predictor._headline import HEADLINE
+    from attncoda.experiments.view import Context
+
+    trained = table.assign(relation="training", counted=False, model="smollm2", revision="-")
+    ctx = Context(frames={"predictor": trained}, sink="first")
+    assert HEADLINE.cell(ctx).startswith("0 held-out verdicts")
+    assert HEADLINE.below is not None
+    assert HEADLINE.below(ctx) == "No held-out model in this run: the predictor's verdicts need one."

@@ -60,6 +60,8 @@ def held_out(ctx: Context) -> str:
     """The held-out verdicts beside the constant baseline's, and which scores better (the
     mean interval score over the verdicts both give; lower is better), in Markdown."""
     rows = _counted(ctx)
+    if rows.empty:
+        return "No held-out model in this run: the predictor's verdicts need one."
     lines = [
         "| held out | measured | predictor | verdict | score | baseline | verdict | score |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
