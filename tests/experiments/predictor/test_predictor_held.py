@@ -256,4 +256,4 @@ def test_a_run_without_a_held_out_model_says_so_below_the_headline(table):
     ctx = Context(frames={"predictor": trained}, sink="first")
     assert HEADLINE.cell(ctx).startswith("0 held-out verdicts")
     assert HEADLINE.below is not None
-    assert HEADLINE.below(ctx) == "No held-out model in this run: the predictor's verdicts need one."
+    assert HEADLINE.below(ctx).startswith("No held-out model in this run")
