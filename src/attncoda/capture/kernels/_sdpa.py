@@ -50,7 +50,7 @@ import math
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.stats import sink_columns, split_rows
+from attncoda.capture.stats import ContentSummary, sink_columns, split_rows
 
 __all__ = ["FAST_STATISTICS", "sdpa_attention", "two_calls", "visible_keys"]
 
@@ -347,7 +347,7 @@ def sdpa_attention(
             counts[:, :, r0 : r0 + 1024] = visible[:, :, r0 : r0 + 1024].sum(-1)
         n = counts.expand(b, h, q_len)
     p_s, content_share, stats = split_rows(
-        z_sink, in_sink, k, n, lse_c, lse_c - e_score * scaling, content_sum
+        z_sink, in_sink, k, n, ContentSummary(lse_c, lse_c - e_score * scaling, content_sum)
     )
     out = content_share[..., None].to(work) * content_out
     out = out + torch.matmul(p_s.to(work), sink_values)

@@ -55,7 +55,7 @@ import dataclasses
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture.stats import split_rows
+from attncoda.capture.stats import ContentSummary, split_rows
 
 from ._configs import LaunchConfig, Refused, Variant, architecture_of, launch_config
 from ._launch import Launch, launch_arguments
@@ -289,9 +289,7 @@ def _statistics(launch: Launch, s_aux, learned: bool) -> dict[str, torch.Tensor]
         in_sink,
         k,
         n.expand(b, h, q_len),
-        launch.rows["lse"].to(f64),
-        launch.rows["ent"].to(f64),
-        launch.rows["sum_z"].to(f64),
+        ContentSummary(*(launch.rows[name].to(f64) for name in ("lse", "ent", "sum_z"))),
     )
     return stats
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from ._plan import ROWS_AUTO, PassPlan, record_plan
 from ._recorder import Recorder
-from ._row_split import split_rows
+from ._row_split import ContentSummary, split_rows
 from ._rows import COUNTS, STATISTICS, row_statistics, sink_columns
 from ._workspace import MASK_CACHE_BYTES, MaskBlock, Workspace, mask_block
 
 __all__ = [
     "COUNTS",
+    "ContentSummary",
     "MASK_CACHE_BYTES",
     "ROWS_AUTO",
     "STATISTICS",

@@ -10,13 +10,24 @@ content entropy is never divided by ``1 - s``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
-__all__ = ["split_rows"]
+__all__ = ["ContentSummary", "split_rows"]
 
 
-def split_rows(z_sink, in_sink, k, n, lse_c, content_entropy, content_sum):
+class ContentSummary(NamedTuple):
+    """A fused kernel's summary of each row's content keys, float64 ``(batch, head,
+    query_pos)`` each, read only where the row has content: ``lse`` (their log-sum-exp),
+    ``entropy`` (``H(q)`` in nats) and ``score_sum`` (their summed scores)."""
+
+    lse: torch.Tensor
+    entropy: torch.Tensor
+    score_sum: torch.Tensor
+
+
+def split_rows(z_sink, in_sink, k, n, content: ContentSummary):
     """The statistics of every row from its content summary and its sink scores.
 
     Parameters
@@ -30,9 +41,8 @@ def split_rows(z_sink, in_sink, k, n, lse_c, content_entropy, content_sum):
     k, n : torch.Tensor
         int64 ``(batch, head, query_pos)``: the visible sink keys of each row, and all its
         visible keys, sinks included.
-    lse_c, content_entropy, content_sum : torch.Tensor
-        float64 ``(batch, head, query_pos)``: the content keys' log-sum-exp, the entropy of
-        ``q`` in nats, and their summed scores; read only where the row has content.
+    content : ContentSummary
+        The content keys' log-sum-exp, the entropy of ``q`` and their summed scores.
 
     Returns
     -------
@@ -45,6 +55,7 @@ def split_rows(z_sink, in_sink, k, n, lse_c, content_entropy, content_sum):
         ``within_sink_entropy`` and ``sink_balance``, each ``(batch, head, query_pos)``.
     """
     f64 = torch.float64
+    lse_c, content_entropy, content_sum = content
     m = n - k
     has_content = m > 0
     lse_c = torch.where(has_content, lse_c, -math.inf)

@@ -8,6 +8,7 @@ its exact split, and the sink balance (nats; docs/design.md, "Statistics").
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -19,6 +20,17 @@ __all__ = ["COUNTS", "STATISTICS", "row_statistics", "sink_columns"]
 STATISTICS = ("sink_mass", "entropy", "content_entropy", "within_sink_entropy", "sink_balance")
 #: Integer counts per (batch, head, query_pos): keys, sink keys, keys of probability 0.
 COUNTS = ("n_keys", "n_sink", "n_zero")
+
+
+class RowSums(NamedTuple):
+    """The full-row sums every statistic derives from, ``(batch, head, query_pos)`` each:
+    ``plogp`` (``sum p log p``) and ``sum_log`` (``sum_visible log p``), float64; ``n``
+    (visible keys) and ``n_zero`` (visible keys of probability 0, left out), int64."""
+
+    plogp: torch.Tensor
+    sum_log: torch.Tensor
+    n: torch.Tensor
+    n_zero: torch.Tensor
 
 
 def sink_columns(sink: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,12 +100,12 @@ def row_statistics(
     if probs is not None and probs.dtype == log_rows.dtype:
         sums = _plain_sums(log_rows, visible, probs, mask)
         if sums is not None:
-            return _derive(log_rows, visible, sink, probs, *sums)
+            return _derive(log_rows, visible, sink, probs, sums)
     return _masked_statistics(log_rows, visible, sink, probs)
 
 
-def _plain_sums(log_rows, visible, probs, mask: MaskBlock | None):
-    """``(plogp, sum_log, n, n_zero)`` from unmasked rows, or None where a sum is not finite."""
+def _plain_sums(log_rows, visible, probs, mask: MaskBlock | None) -> RowSums | None:
+    """The row sums from unmasked rows, or None where a sum is not finite."""
     f64 = torch.float64
     batch, heads, queries, keys = log_rows.shape
     plogp = torch.einsum("bhqk,bhqk->bhq", probs, log_rows)
@@ -108,7 +120,7 @@ def _plain_sums(log_rows, visible, probs, mask: MaskBlock | None):
         return None
     shape = (batch, heads, queries)
     n_zero = torch.zeros(shape, dtype=torch.int64, device=log_rows.device)
-    return plogp.to(f64), sum_log.to(f64), counts.expand(shape), n_zero
+    return RowSums(plogp.to(f64), sum_log.to(f64), counts.expand(shape), n_zero)
 
 
 def _masked_statistics(log_rows, visible, sink, probs):
@@ -133,13 +145,14 @@ def _masked_statistics(log_rows, visible, sink, probs):
     ones = torch.ones((keys, 1), dtype=logs.dtype, device=logs.device)
     sum_log = torch.matmul(logs, ones)[..., 0].to(f64)
     n = visible.sum(-1).expand(shape)
-    return _derive(logs, visible, sink, probs, plogp, sum_log, n, n_zero.expand(shape))
+    return _derive(logs, visible, sink, probs, RowSums(plogp, sum_log, n, n_zero.expand(shape)))
 
 
-def _derive(logs, visible, sink, probs, plogp, sum_log, n, n_zero) -> dict[str, torch.Tensor]:
+def _derive(logs, visible, sink, probs, sums: RowSums) -> dict[str, torch.Tensor]:
     """Every statistic from the row sums and the sink columns (float64; see
     :func:`row_statistics`). ``logs`` may hold any finite value off the visible keys."""
     f64 = torch.float64
+    plogp, sum_log, n, n_zero = sums
     batch, heads, queries, keys = logs.shape
     shape = (batch, heads, queries)
     content = (~sink).to(probs.dtype)
