@@ -39,7 +39,7 @@ from attncoda.capture._forward import (
 )
 from attncoda.capture._pass import forwards_ran, kernels_ran, routes_a_call, run_pass
 from attncoda.capture._plan import Batch, CapturePlan, check_block_size
-from attncoda.capture._result import Capture, assemble, capture_frame, concatenate
+from attncoda.capture._result import BatchDocuments, Capture, assemble, capture_frame, concatenate
 from attncoda.capture.kernels.registry import (
     KERNELS,
     PORTABLE,
@@ -310,12 +310,11 @@ def _captured(model, batch: Batch, plan: CapturePlan) -> Capture:
         "forward": forwards_ran(plan.method if plan.mode == "attention" else "exact", rec.ran),
         "read_dtype": rec.read_dtype,
     }
-    return assemble(
-        rec, out, batch.docs, sinks, batch.record, batch.offsets, plan.keep_outputs, about
-    )
+    documents = BatchDocuments(batch.docs, sinks, batch.record, batch.offsets)
+    return assemble(rec, documents, about, out, plan.keep_outputs)
 
 
-def capture_windows(
+def capture_windows(  # params: the public entry point, each keyword one a caller sets
     model,
     windows: Sequence[Sequence[int] | np.ndarray],
     *,
