@@ -15,7 +15,7 @@ follows the zero policy (``zeros="raise"`` or ``"floor"``), because the statisti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -118,19 +118,10 @@ def _log_rows(values, kind: str, visible, zeros: str, layer: int) -> tuple[torch
 
 
 def from_attentions(  # params: the public entry point, each keyword one a caller sets
-    attn: Any,
-    *,
-    kind: str = "probs",
-    sink: Any = "first",
-    tokens: Any = None,
-    attention_mask: Any = None,
-    causal: bool | None = None,
-    method: str = "exact",
-    zeros: str = "raise",
-    record_rows: Any = "auto",
-    tokenizer: Any = None,
-    seed: int = 0,
-) -> Capture:
+    attn: Any, *, kind: str = "probs", sink: Any = "first", tokens: Any = None,
+    attention_mask: Any = None, causal: bool | None = None, method: str = "exact",
+    zeros: str = "raise", record_rows: Any = "auto", tokenizer: Any = None, seed: int = 0,
+) -> Capture:  # fmt: skip
     """The :class:`Capture` of attention computed elsewhere.
 
     Parameters
@@ -201,23 +192,16 @@ def from_attentions(  # params: the public entry point, each keyword one a calle
         sinks = resolve_sinks(spec, id_docs, tokenizer)
     rec, floored = given.recorded(given.sink_mask(sinks), record_padded)
     about: dict[str, Any] = {
-        "virtual_keys": 0,
-        "sink_spec": spec.text,
-        "mode": "given",
-        "zeros": zeros,
-        "model_class": source,
-        "n_floored": floored,
-        "bos_token_id": None,
-        "block_size": int(batch.shape[-1]),
-        "seed": seed,
-        "forward": None,
+        "virtual_keys": 0, "sink_spec": spec.text, "mode": "given", "zeros": zeros,
+        "model_class": source, "n_floored": floored, "bos_token_id": None,
+        "block_size": int(batch.shape[-1]), "seed": seed, "forward": None,
         "read_dtype": input_dtype(attn),
-    }
+    }  # fmt: skip
     cap = assemble_capture(rec, BatchDocuments(id_docs, sinks, record, offsets), about)
     if token_docs is None:
-        cap = _without_tokens(cap)
+        cap = replace(cap, token_ids=np.full_like(cap.token_ids, -1))
     if cap.causal != causal and bool(cap.query_mask.sum()):
-        cap = _with_causal(cap, causal)
+        cap = replace(cap, causal=causal)
     return cap
 
 
@@ -240,9 +224,7 @@ def _checked_sink(sink, kind: str, method: str, zeros: str):
     return spec
 
 
-def _one_batch(
-    docs: list[torch.Tensor], kind: str, attention_mask
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _one_batch(docs: list[torch.Tensor], kind: str, attention_mask) -> tuple:
     """The documents ``(layer, head, n, n)`` as one batch ``(batch, layer, head, pos, pos)``
     in one dtype (float64 where they differ) and its 0/1 mask ``(batch, pos)``: padded here
     where their lengths differ, else stacked under the caller's ``attention_mask``."""
@@ -296,27 +278,15 @@ class _Given:
         many zeros were floored."""
         # One layer's float64 rows at a time: the input's size once, not in float64 copies
         # (sink="auto" makes them twice, once to find the sinks: time for memory).
-        batch, visible, real = self.values, self.visible, self.real
-        rec = Recorder(PassPlan(real, self.offsets, sink_mask, plan, block_size=batch.shape[-1]))
-        b, n_layers, h, q, k = batch.shape
+        values, visible, real = self.values, self.visible, self.real
+        rec = Recorder(PassPlan(real, self.offsets, sink_mask, plan, block_size=values.shape[-1]))
+        b, n_layers, h, q, k = values.shape
         floored = 0
         for layer in range(n_layers):
             rows, zeros_here = _log_rows(
-                batch[:, layer], self.kind, visible[:, layer], self.zeros, layer
+                values[:, layer], self.kind, visible[:, layer], self.zeros, layer
             )
             floored += zeros_here
             index = rec.begin_layer(b, h, q, k)
             rec.add_block(index, 0, rows, visible[:, layer])  # rows: its scratch, fresh
         return rec, floored
-
-
-def _without_tokens(cap: Capture) -> Capture:
-    from dataclasses import replace
-
-    return replace(cap, token_ids=np.full_like(cap.token_ids, -1))
-
-
-def _with_causal(cap: Capture, causal: bool) -> Capture:
-    from dataclasses import replace
-
-    return replace(cap, causal=causal)
