@@ -39,7 +39,7 @@ from attncoda.capture._forward import (
 )
 from attncoda.capture._pass import forwards_ran, kernels_ran, routes_a_call, run_pass
 from attncoda.capture._plan import Batch, CapturePlan, check_block_size
-from attncoda.capture._result import Capture, assemble, capture_frame, concatenate
+from attncoda.capture._result import BatchDocuments, Capture, assemble, capture_frame, concatenate
 from attncoda.capture.kernels.registry import (
     KERNELS,
     PORTABLE,
@@ -296,35 +296,22 @@ def _captured(model, batch: Batch, plan: CapturePlan) -> Capture:
     if plan.sink.learned:
         sinks = [np.append(s, len(doc)) for s, doc in zip(sinks, batch.docs, strict=True)]
     about: dict[str, Any] = {
-        "virtual_keys": virtual,
-        "sink_spec": plan.sink.text,
-        "mode": plan.mode,
-        "zeros": plan.zeros,
-        "model_class": type(model).__name__,
-        "n_floored": floored,
-        "bos_token_id": batch.bos,
-        "block_size": plan.block_size,
-        "seed": plan.seed,
-        "method": plan.method,
-        "kernel": kernels_ran(rec.ran) if plan.method == "fast" else None,
+        "virtual_keys": virtual, "sink_spec": plan.sink.text, "mode": plan.mode,
+        "zeros": plan.zeros, "model_class": type(model).__name__, "n_floored": floored,
+        "bos_token_id": batch.bos, "block_size": plan.block_size, "seed": plan.seed,
+        "method": plan.method, "kernel": kernels_ran(rec.ran) if plan.method == "fast" else None,
         "forward": forwards_ran(plan.method if plan.mode == "attention" else "exact", rec.ran),
         "read_dtype": rec.read_dtype,
-    }
-    return assemble(
-        rec, out, batch.docs, sinks, batch.record, batch.offsets, plan.keep_outputs, about
-    )
+    }  # fmt: skip
+    documents = BatchDocuments(batch.docs, sinks, batch.record, batch.offsets)
+    return assemble(rec, documents, about, out, plan.keep_outputs)
 
 
-def capture_windows(
-    model,
-    windows: Sequence[Sequence[int] | np.ndarray],
-    *,
-    batch_size: int = 8,
-    pad_token_id: int | None = None,
-    padding_side: str = "right",
-    progress: bool = False,
+def capture_windows(  # params: the public entry point, each keyword one a caller sets
+    model, windows: Sequence[Sequence[int] | np.ndarray], *, batch_size: int = 8,
+    pad_token_id: int | None = None, padding_side: str = "right", progress: bool = False,
     **kwargs,
-) -> Capture:
+) -> Capture:  # fmt: skip
     """Capture a list of token windows in padded batches and concatenate the results.
 
     Parameters

@@ -19,7 +19,7 @@ from attncoda.capture.stats import COUNTS, STATISTICS
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Capture", "assemble", "capture_frame", "concatenate"]
+__all__ = ["BatchDocuments", "Capture", "assemble", "capture_frame", "concatenate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,52 +175,38 @@ class Capture:
         return capture_frame(self)
 
 
+@dataclass(frozen=True)
+class BatchDocuments:
+    """The documents of one batch as its capture keeps them: per document its real token
+    ids ``tokens``, its ``sinks`` and recorded rows ``record`` (real-token positions); and
+    ``offsets``, int ``(doc,)``, each one's first real position in the padded batch."""
+
+    tokens: Sequence[np.ndarray]
+    sinks: Sequence[Any]
+    record: Sequence[np.ndarray]
+    offsets: torch.Tensor
+
+
 def assemble(
-    rec, out, docs, sinks, record, offsets, keep_outputs, about: dict[str, Any]
+    rec, documents: BatchDocuments, about: dict[str, Any], out=None, keep_outputs: bool = False
 ) -> Capture:
     """The :class:`Capture` of a filled :class:`Recorder`, in real-token coordinates.
 
-    ``out`` is the model's output (None for attention given by the user), ``about`` the
-    fields that say what produced the capture.
+    ``out`` is the model's output (None for attention given by the user; then nothing is
+    kept), ``about`` the fields that say what produced the capture.
     """
+    docs, offsets = documents.tokens, documents.offsets
     lengths = torch.tensor([len(doc) for doc in docs])
     width = int(lengths.max())
     query_mask = torch.arange(width)[None, :] < lengths[:, None]
     keep = query_mask[:, None, None, :]
-    # An unpadded batch is already in real-token coordinates: no gather, no masking copy.
-    unpadded = bool((offsets == 0).all()) and bool(query_mask.all())
-    stats = {}
-    for name in (*STATISTICS, *COUNTS):
-        stacked = torch.stack([layer[name] for layer in rec.stats], dim=1)
-        if unpadded and stacked.shape[-1] == width:
-            stats[name] = stacked
-        else:
-            stats[name] = torch.where(keep, _to_real(stacked, offsets, width), 0)
+    stats = _real_statistics(rec, offsets, query_mask)
     has_sink = (stats["n_sink"] > 0) & keep
     has_content = (stats["n_keys"] - stats["n_sink"] > 0) & keep
     arange = torch.arange(width)
     tokens_seen = stats["n_keys"] - about["virtual_keys"]
     causal = bool(((tokens_seen <= arange + 1) | ~keep).all())
-    result: Any = None
-    if out is None:  # attention given by the user: no model outputs
-        kind, keep_outputs = "none", False
-    else:
-        kind = "logits" if getattr(out, "logits", None) is not None else "last_hidden_state"
-        result = out.logits if kind == "logits" else out.last_hidden_state
-    outputs: np.ndarray | None = None
-    token_logprob: np.ndarray | None = None
-    if keep_outputs and kind == "logits" and causal:
-        token_logprob = np.zeros((len(docs), width))
-        for d, (doc, off) in enumerate(zip(docs, offsets.tolist(), strict=True)):
-            # One logsumexp pass over the vocabulary (not a full log-softmax copy).
-            logits = result[d, off : off + len(doc) - 1]
-            target = torch.as_tensor(doc[1:], device=logits.device)[:, None]
-            picked = logits.gather(-1, target)[:, 0].double() - logits.logsumexp(-1).double()
-            token_logprob[d, : len(doc) - 1] = picked.cpu().numpy()
-    if keep_outputs:
-        moved = result.detach().to(torch.float32).cpu().transpose(1, 2)
-        real = torch.where(keep[:, :, 0], _to_real(moved, offsets, width), 0.0)
-        outputs = real.transpose(1, 2).numpy()
+    kind, outputs, token_logprob = _kept_outputs(out, keep_outputs, causal, documents, keep)
     token_ids = np.full((len(docs), width), -1, dtype=np.int64)
     for d, doc in enumerate(docs):
         token_ids[d, : len(doc)] = doc
@@ -234,8 +220,8 @@ def assemble(
         query_mask=query_mask.numpy(),
         n_tokens=lengths.numpy().astype(np.int64),
         token_ids=token_ids,
-        sink_positions=tuple(np.asarray(s, dtype=np.int64) for s in sinks),
-        row_positions=tuple(record),
+        sink_positions=tuple(np.asarray(s, dtype=np.int64) for s in documents.sinks),
+        row_positions=tuple(documents.record),
         rows=rows,
         outputs=outputs,
         outputs_kind=kind,
@@ -243,6 +229,51 @@ def assemble(
         causal=causal,
         **about,
     )
+
+
+def _real_statistics(rec, offsets: torch.Tensor, query_mask: torch.Tensor) -> dict:
+    """Each statistic and count of ``rec``, its layers stacked: ``(doc, layer, head,
+    query_pos)`` in real-token coordinates (``query_mask`` bool ``(doc, query_pos)``), 0 off
+    the real queries."""
+    width = query_mask.shape[1]
+    keep = query_mask[:, None, None, :]
+    # An unpadded batch is already in real-token coordinates: no gather, no masking copy.
+    unpadded = bool((offsets == 0).all()) and bool(query_mask.all())
+    stats = {}
+    for name in (*STATISTICS, *COUNTS):
+        stacked = torch.stack([layer[name] for layer in rec.stats], dim=1)
+        if unpadded and stacked.shape[-1] == width:
+            stats[name] = stacked
+        else:
+            stats[name] = torch.where(keep, _to_real(stacked, offsets, width), 0)
+    return stats
+
+
+def _kept_outputs(out, keep_outputs: bool, causal: bool, documents: BatchDocuments, keep):
+    """``(outputs_kind, outputs, token_logprob)`` of the :class:`Capture`: what the model's
+    output ``out`` holds (``"none"`` where it is None), and where ``keep_outputs`` its float32
+    values ``(doc, query_pos, ...)`` in real-token coordinates (``keep`` bool ``(doc, 1, 1,
+    query_pos)``) and, for the logits of a ``causal`` batch, each next token's float64
+    log-likelihood ``(doc, query_pos)`` in nats; else None."""
+    if out is None:  # attention given by the user: no model outputs
+        return "none", None, None
+    kind = "logits" if getattr(out, "logits", None) is not None else "last_hidden_state"
+    result = out.logits if kind == "logits" else out.last_hidden_state
+    if not keep_outputs:
+        return kind, None, None
+    docs, offsets, width = documents.tokens, documents.offsets, keep.shape[-1]
+    token_logprob: np.ndarray | None = None
+    if kind == "logits" and causal:
+        token_logprob = np.zeros((len(docs), width))
+        for d, (doc, off) in enumerate(zip(docs, offsets.tolist(), strict=True)):
+            # One logsumexp pass over the vocabulary (not a full log-softmax copy).
+            logits = result[d, off : off + len(doc) - 1]
+            target = torch.as_tensor(doc[1:], device=logits.device)[:, None]
+            picked = logits.gather(-1, target)[:, 0].double() - logits.logsumexp(-1).double()
+            token_logprob[d, : len(doc) - 1] = picked.cpu().numpy()
+    moved = result.detach().to(torch.float32).cpu().transpose(1, 2)
+    real = torch.where(keep[:, :, 0], _to_real(moved, offsets, width), 0.0)
+    return kind, real.transpose(1, 2).numpy(), token_logprob
 
 
 def _to_real(values: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:

@@ -26,6 +26,7 @@ pytestmark = [
 from attncoda.capture.kernels import (  # noqa: E402
     KernelRefused,
     MaskShape,
+    Problem,
     Refused,
     fused_bounds,
     launch_for,
@@ -92,9 +93,8 @@ def test_compiled_kernel_against_the_exact_path(family, dtype, length):
             ref_out, ref, z, content, visible = _reference_rows(
                 qb, k, v, mask, sink, scaling, s_aux, r0
             )
-            limits = fused_bounds(
-                qb, k, v, scaling, None, z, content, visible, compiled=config.precision
-            )
+            problem = Problem(qb, k, v, mask, sink, scaling, s_aux=s_aux)
+            limits = fused_bounds(problem, z, content, visible, compiled=config.precision)
             seen = visible.any(-1).expand_as(ref["sink_mass"])
             for name in COMPARED:
                 err = (got[name][:, :, rows] - ref[name]).abs()
@@ -110,6 +110,5 @@ def _reference_rows(query, key, value, shape, sink, scaling, s_aux, first):
     layer: their keys are all keys up to the last of them."""
     stop = first + query.shape[2]
     sub = MaskShape(shape.lo, torch.clamp(shape.hi, max=stop), shape.causal, shape.window)
-    return reference(
-        query, key[:, :, :stop], value[:, :, :stop], sub, sink[:, :stop], scaling, None, s_aux
-    )
+    keys, values = key[:, :, :stop], value[:, :, :stop]
+    return reference(Problem(query, keys, values, sub, sink[:, :stop], scaling, s_aux=s_aux))

@@ -15,13 +15,14 @@ follows the zero policy (``zeros="raise"`` or ``"floor"``), because the statisti
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError, check_choice
-from attncoda.capture._result import Capture
+from attncoda.capture._result import BatchDocuments, Capture
 from attncoda.capture._result import assemble as assemble_capture
 from attncoda.capture.names import ATTENTION_FILES, ZEROS
 from attncoda.capture.sinks import auto_sinks, parse_sink, resolve_sinks
@@ -116,20 +117,11 @@ def _log_rows(values, kind: str, visible, zeros: str, layer: int) -> tuple[torch
     return logs.masked_fill(~visible, 0.0), floored
 
 
-def from_attentions(
-    attn: Any,
-    *,
-    kind: str = "probs",
-    sink: Any = "first",
-    tokens: Any = None,
-    attention_mask: Any = None,
-    causal: bool | None = None,
-    method: str = "exact",
-    zeros: str = "raise",
-    record_rows: Any = "auto",
-    tokenizer: Any = None,
-    seed: int = 0,
-) -> Capture:
+def from_attentions(  # params: the public entry point, each keyword one a caller sets
+    attn: Any, *, kind: str = "probs", sink: Any = "first", tokens: Any = None,
+    attention_mask: Any = None, causal: bool | None = None, method: str = "exact",
+    zeros: str = "raise", record_rows: Any = "auto", tokenizer: Any = None, seed: int = 0,
+) -> Capture:  # fmt: skip
     """The :class:`Capture` of attention computed elsewhere.
 
     Parameters
@@ -175,6 +167,47 @@ def from_attentions(
         An unknown kind, method or zero policy; shapes that do not fit; rows that do not sum
         to 1; a zero under ``zeros="raise"``; a token sink without ``tokens``.
     """
+    spec = _checked_sink(sink, kind, method, zeros)
+    docs, kind, source = as_documents(attn, kind)
+    batch, mask = _one_batch(docs, kind, attention_mask)
+    real = mask.bool()
+    token_docs = token_documents(tokens, mask)
+    if spec.kind == "token" and token_docs is None:
+        raise AttncodaError(f"sink {spec.text!r} names a token: pass tokens= (the token ids)")
+    visible, causal = _visible(batch, kind, real, causal)
+    given = _Given(batch, kind, real, visible, zeros)
+    lengths = real.sum(-1).tolist()
+    id_docs = token_docs or [np.zeros(n, dtype=np.int64) for n in lengths]
+    record = record_plan(lengths, record_rows, seed, 0)
+    offsets = given.offsets
+    record_padded = [torch.as_tensor(r) + int(o) for r, o in zip(record, offsets, strict=True)]
+    if spec.kind == "auto":
+        first, _ = given.recorded(None, [r[:0] for r in record_padded])
+        received, count = first.received.numpy(), first.received_count.numpy()
+        sinks = [
+            auto_sinks(received[d, o : o + n], count[d, o : o + n])
+            for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
+        ]
+    else:
+        sinks = resolve_sinks(spec, id_docs, tokenizer)
+    rec, floored = given.recorded(given.sink_mask(sinks), record_padded)
+    about: dict[str, Any] = {
+        "virtual_keys": 0, "sink_spec": spec.text, "mode": "given", "zeros": zeros,
+        "model_class": source, "n_floored": floored, "bos_token_id": None,
+        "block_size": int(batch.shape[-1]), "seed": seed, "forward": None,
+        "read_dtype": input_dtype(attn),
+    }  # fmt: skip
+    cap = assemble_capture(rec, BatchDocuments(id_docs, sinks, record, offsets), about)
+    if token_docs is None:
+        cap = replace(cap, token_ids=np.full_like(cap.token_ids, -1))
+    if cap.causal != causal and bool(cap.query_mask.sum()):
+        cap = replace(cap, causal=causal)
+    return cap
+
+
+def _checked_sink(sink, kind: str, method: str, zeros: str):
+    """The parsed sink spec of :func:`from_attentions`, once ``kind``, ``method``, ``zeros``
+    and the sink itself are checked against what given attention can be read with."""
     check_choice("kind", kind, KINDS)
     if method != "exact":
         raise AttncodaError(
@@ -188,7 +221,13 @@ def from_attentions(
             "sink 'learned' needs the learned sink logits, which given attention does not "
             "carry: use a token sink such as 'first'"
         )
-    docs, kind, source = as_documents(attn, kind)
+    return spec
+
+
+def _one_batch(docs: list[torch.Tensor], kind: str, attention_mask) -> tuple:
+    """The documents ``(layer, head, n, n)`` as one batch ``(batch, layer, head, pos, pos)``
+    in one dtype (float64 where they differ) and its 0/1 mask ``(batch, pos)``: padded here
+    where their lengths differ, else stacked under the caller's ``attention_mask``."""
     if len({d.dtype for d in docs}) > 1:  # float32 and float64 documents: one dtype
         docs = [d.to(torch.float64) for d in docs]
     if len(docs) > 1 and len({tuple(d.shape) for d in docs}) > 1:
@@ -198,79 +237,56 @@ def from_attentions(
                 "attention_mask is for one padded array: documents of different lengths are "
                 "padded here, so leave attention_mask out"
             )
-    else:
-        batch = torch.stack(docs)
-        if batch.shape[-1] != batch.shape[-2]:
-            raise AttncodaError(
-                f"attention has {batch.shape[-2]} queries and {batch.shape[-1]} keys: give "
-                f"self-attention over one sequence (query_pos == key_pos)"
-            )
-        mask = batch_mask(attention_mask, batch, docs)
-    real = mask.bool()
-    offsets = real.long().argmax(-1)
-    lengths = real.sum(-1).tolist()
-    token_docs = token_documents(tokens, mask)
-    if spec.kind == "token" and token_docs is None:
-        raise AttncodaError(f"sink {spec.text!r} names a token: pass tokens= (the token ids)")
-    id_docs = token_docs or [np.zeros(n, dtype=np.int64) for n in lengths]
-    visible, causal = _visible(batch, kind, real, causal)
-    record = record_plan(lengths, record_rows, seed, 0)
-    record_padded = [torch.as_tensor(r) + int(o) for r, o in zip(record, offsets, strict=True)]
+        return batch, mask
+    batch = torch.stack(docs)
+    if batch.shape[-1] != batch.shape[-2]:
+        raise AttncodaError(
+            f"attention has {batch.shape[-2]} queries and {batch.shape[-1]} keys: give "
+            f"self-attention over one sequence (query_pos == key_pos)"
+        )
+    return batch, batch_mask(attention_mask, batch, docs)
 
-    def recorded(sink_mask, plan) -> tuple[Recorder, int]:
+
+@dataclass(frozen=True)
+class _Given:
+    """Given attention as one padded batch, checked: ``values`` ``(batch, layer, head, pos,
+    pos)`` of ``kind``, ``real`` bool ``(batch, pos)`` its real tokens, ``visible`` bool
+    ``(batch, layer, 1, pos, pos)`` the keys each query sees, ``zeros`` the zero policy."""
+
+    values: torch.Tensor
+    kind: str
+    real: torch.Tensor
+    visible: torch.Tensor
+    zeros: str
+
+    @property
+    def offsets(self) -> torch.Tensor:
+        """int ``(batch,)``: each document's first real position."""
+        return self.real.long().argmax(-1)
+
+    def sink_mask(self, sinks) -> torch.Tensor:
+        """bool ``(batch, pos)``: the sink positions ``sinks`` (real-token coordinates, per
+        document) as padded positions."""
+        sink_mask = torch.zeros_like(self.real)
+        for d, (pos, off) in enumerate(zip(sinks, self.offsets.tolist(), strict=True)):
+            sink_mask[d, torch.as_tensor(pos, dtype=torch.long) + off] = True
+        return sink_mask
+
+    def recorded(self, sink_mask, plan) -> tuple[Recorder, int]:
+        """A :class:`Recorder` filled with every layer's rows (``sink_mask`` bool ``(batch,
+        pos)`` or None before the sinks are found, ``plan`` the padded rows to keep), and how
+        many zeros were floored."""
         # One layer's float64 rows at a time: the input's size once, not in float64 copies
         # (sink="auto" makes them twice, once to find the sinks: time for memory).
-        rec = Recorder(PassPlan(real, offsets, sink_mask, plan, block_size=batch.shape[-1]))
-        b, n_layers, h, q, k = batch.shape
+        values, visible, real = self.values, self.visible, self.real
+        rec = Recorder(PassPlan(real, self.offsets, sink_mask, plan, block_size=values.shape[-1]))
+        b, n_layers, h, q, k = values.shape
         floored = 0
         for layer in range(n_layers):
-            rows, zeros_here = _log_rows(batch[:, layer], kind, visible[:, layer], zeros, layer)
+            rows, zeros_here = _log_rows(
+                values[:, layer], self.kind, visible[:, layer], self.zeros, layer
+            )
             floored += zeros_here
             index = rec.begin_layer(b, h, q, k)
             rec.add_block(index, 0, rows, visible[:, layer])  # rows: its scratch, fresh
         return rec, floored
-
-    if spec.kind == "auto":
-        first, _ = recorded(None, [r[:0] for r in record_padded])
-        received, count = first.received.numpy(), first.received_count.numpy()
-        sinks = [
-            auto_sinks(received[d, o : o + n], count[d, o : o + n])
-            for d, (o, n) in enumerate(zip(offsets.tolist(), lengths, strict=True))
-        ]
-    else:
-        sinks = resolve_sinks(spec, id_docs, tokenizer)
-    sink_mask = torch.zeros_like(real)
-    for d, (pos, off) in enumerate(zip(sinks, offsets.tolist(), strict=True)):
-        sink_mask[d, torch.as_tensor(pos, dtype=torch.long) + off] = True
-    rec, floored = recorded(sink_mask, record_padded)
-    about: dict[str, Any] = {
-        "virtual_keys": 0,
-        "sink_spec": spec.text,
-        "mode": "given",
-        "zeros": zeros,
-        "model_class": source,
-        "n_floored": floored,
-        "bos_token_id": None,
-        "block_size": int(batch.shape[-1]),
-        "seed": seed,
-        "forward": None,
-        "read_dtype": input_dtype(attn),
-    }
-    cap = assemble_capture(rec, None, id_docs, sinks, record, offsets, False, about)
-    if token_docs is None:
-        cap = _without_tokens(cap)
-    if cap.causal != causal and bool(cap.query_mask.sum()):
-        cap = _with_causal(cap, causal)
-    return cap
-
-
-def _without_tokens(cap: Capture) -> Capture:
-    from dataclasses import replace
-
-    return replace(cap, token_ids=np.full_like(cap.token_ids, -1))
-
-
-def _with_causal(cap: Capture, causal: bool) -> Capture:
-    from dataclasses import replace
-
-    return replace(cap, causal=causal)

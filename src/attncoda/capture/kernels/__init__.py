@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         score_scale,
     )
     from ._call import LayerCall
-    from ._check import checked_configurations, first_use_check, reference
+    from ._check import Problem, checked_configurations, first_use_check, reference
     from ._configs import (
         ARCHITECTURES,
         DTYPES,
@@ -87,7 +87,7 @@ _MODULES = {
         "score_scale",
     ),
     "._call": ("LayerCall",),
-    "._check": ("checked_configurations", "first_use_check", "reference"),
+    "._check": ("Problem", "checked_configurations", "first_use_check", "reference"),
     "._configs": (
         "ARCHITECTURES",
         "DTYPES",
@@ -122,6 +122,7 @@ __all__ = [
     "LayerCall",
     "MASK_ROWS",
     "MaskShape",
+    "Problem",
     "Refused",
     "UNIT_ROUNDOFF",
     "architecture_of",

@@ -32,17 +32,9 @@ import numpy as np
 from attncoda._errors import AttncodaError
 
 __all__ = [
-    "FLOAT64_ROUNDOFF",
-    "SCORE_ROUNDINGS",
-    "UNIT_ROUNDOFF",
-    "float64_part",
-    "difference_bounds",
-    "exact_bounds",
-    "fast_bounds",
-    "fused_bounds",
-    "score_perturbation",
-    "score_scale",
-]
+    "FLOAT64_ROUNDOFF", "SCORE_ROUNDINGS", "UNIT_ROUNDOFF", "float64_part", "difference_bounds",
+    "exact_bounds", "fast_bounds", "fused_bounds", "score_perturbation", "score_scale",
+]  # fmt: skip
 
 #: float32 unit roundoff (half an ulp of 1).
 UNIT_ROUNDOFF = 2.0**-24
@@ -127,7 +119,7 @@ def _log_content(sink_mass):
         return np.where(s < 1.0, np.abs(np.log1p(-s)), 0.0)
 
 
-def fast_bounds(
+def fast_bounds(  # params: the drivers by name, as docs/design.md "Error bounds" has them
     *, n_keys, head_dim, scale, sink_mass, entropy, content_entropy, dtype="float32", softcap=None
 ):
     """Bounds of the fast path's sink mass, ``H`` and ``H(q)`` against exact arithmetic.
@@ -181,7 +173,7 @@ def fast_bounds(
     }
 
 
-def exact_bounds(
+def exact_bounds(  # params: the drivers by name, as docs/design.md "Error bounds" has them
     *, n_keys, head_dim, scale, sink_mass, entropy, content_entropy, dtype="float32", softcap=None
 ):
     """Bounds of the exact path's sink mass, ``H`` and ``H(q)`` against exact arithmetic.
@@ -269,7 +261,7 @@ def score_scale(query, key, scaling: float):
 TF32X3_PRODUCT = 12.0 * UNIT_ROUNDOFF
 
 
-def fused_bounds(query, key, value, scaling, softcap, z, content, visible, compiled=None):
+def fused_bounds(problem, z, content, visible, compiled=None):
     """Per-row bounds of the fused kernel against exact arithmetic (docs/design.md, "The
     fused kernel" and "Bounds per kernel"), from the row's own float64 scores.
 
@@ -293,11 +285,8 @@ def fused_bounds(query, key, value, scaling, softcap, z, content, visible, compi
 
     Parameters
     ----------
-    query, key, value : torch.Tensor
-        ``(batch, head, query_pos, head_dim)`` and ``(batch, kv_head, key_pos, head_dim)``,
-        unexpanded under grouped-query attention.
-    scaling : float
-    softcap : float or None
+    problem : attncoda.capture.kernels.Problem
+        Its queries, keys, values, scaling and soft-cap.
     z : torch.Tensor
         float64 ``(batch, head, query_pos, keys)``: the exact scores (soft-capped), with any
         virtual key as a column.
@@ -317,6 +306,7 @@ def fused_bounds(query, key, value, scaling, softcap, z, content, visible, compi
     """
     import torch
 
+    query, key, scaling, softcap = problem.query, problem.key, problem.scaling, problem.softcap
     u = UNIT_ROUNDOFF
     d = query.shape[-1]
     h, kv = query.shape[1], key.shape[1]
@@ -342,5 +332,5 @@ def fused_bounds(query, key, value, scaling, softcap, z, content, visible, compi
         "content_entropy": e_entropy,
         "within_sink_entropy": 2 * big * dz + 8 * u,
         "sink_balance": (n + 1).sqrt() * (2 * dz + (n + 1) * u * big),
-        "output": value.double().abs().max() * (2 * e_lse + (n + d + 4) * u),
+        "output": problem.value.double().abs().max() * (2 * e_lse + (n + d + 4) * u),
     }

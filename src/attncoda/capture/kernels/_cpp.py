@@ -298,7 +298,7 @@ def content_pass(query, key, value, shape: MaskShape, sinks, scale: float):
     return tuple(library.content_pass(*_arguments(query, key, value, shape, sinks, scale)))
 
 
-def cpp_attention(query, key, value, *, scaling: float, sink, shape: MaskShape, geometry=None):
+def cpp_attention(query, key, value, *, scaling: float, sink, shape: MaskShape):
     """Attention output and compositional row statistics from one pass of the kernel and
     its epilogue: each row's sink keys, statistics and output, in C++ and in the steps of
     :func:`attncoda.capture.stats.split_rows` (the one definition; float64 from the pass's
@@ -312,13 +312,12 @@ def cpp_attention(query, key, value, *, scaling: float, sink, shape: MaskShape, 
         ``(batch, kv_head, key_pos, head_dim)``, unexpanded under grouped-query attention.
     scaling : float
         Score scale.
-    sink : torch.Tensor
-        bool ``(batch, key_pos)``: the sink keys of each document.
+    sink : torch.Tensor or SinkGeometry
+        bool ``(batch, key_pos)``: the sink keys of each document; or where they fall in
+        ``shape`` (:func:`attncoda.capture.kernels.sink_geometry`), when the caller has it
+        (one per forward pass).
     shape : MaskShape
         The keys each query sees.
-    geometry : SinkGeometry, optional
-        :func:`attncoda.capture.kernels.sink_geometry` of ``sink`` and ``shape``, when the
-        caller has it (one per forward pass).
 
     Returns
     -------
@@ -331,10 +330,11 @@ def cpp_attention(query, key, value, *, scaling: float, sink, shape: MaskShape, 
         ``n_keys``, ``n_sink`` (int64) and the float statistics in float64, nats.
     """
     from ._sdpa import FAST_STATISTICS
-    from ._sink_tiles import sink_geometry
+    from ._sink_tiles import SinkGeometry, sink_geometry
 
     library = _loaded()
-    if geometry is None:
+    geometry = sink
+    if not isinstance(geometry, SinkGeometry):
         _runs(query, key, value, shape)  # what sink_geometry reads, checked first
         b, k_len = query.shape[0], key.shape[2]
         if (

@@ -188,16 +188,10 @@ class MaskShape:
         return (stop - first).clamp(min=0)
 
 
-def mask_shape(
-    visible: torch.Tensor | None,
-    causal: bool,
-    batch: int,
-    q_len: int,
-    k_len: int,
-    window: int | None,
-    device,
-    rows_per_chunk: int = 1024,
-) -> MaskShape | None:
+def mask_shape(  # params: public, and called with the layer's sizes by position
+    visible: torch.Tensor | None, causal: bool, batch: int, q_len: int, k_len: int,
+    window: int | None, device, rows_per_chunk: int = 1024,
+) -> MaskShape | None:  # fmt: skip
     """The :class:`MaskShape` of a boolean mask, or None when it has no such shape.
 
     ``visible`` is bool ``(batch, 1, q_len, k_len)`` or None (plain causal rows with

@@ -46,6 +46,8 @@ keys those queries can see.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -56,14 +58,9 @@ __all__ = ["FAST_STATISTICS", "sdpa_attention", "two_calls", "visible_keys"]
 
 #: What the fast path returns per (batch, head, query_pos), as ``row_statistics`` does.
 FAST_STATISTICS = (
-    "n_keys",
-    "n_sink",
-    "sink_mass",
-    "entropy",
-    "content_entropy",
-    "within_sink_entropy",
+    "n_keys", "n_sink", "sink_mass", "entropy", "content_entropy", "within_sink_entropy",
     "sink_balance",
-)
+)  # fmt: skip
 
 
 def visible_keys(stop: int, k_len: int, causal: bool) -> int:
@@ -160,16 +157,14 @@ def two_calls(kernel):
     return content
 
 
-def _content_pass(content, query, key, value, mask, causal, scale, has_content=None):
-    """``(o_C, E_q[k], lse_C)`` over the keys the mask leaves, from the pass ``content``.
-    Rows without content (``has_content`` False, ``(b, 1, q)``) get a zero output and
-    ``lse_C = -inf``, never whatever a kernel leaves in a row it masks entirely."""
-    out, mean_k, lse = content(query, key, value, mask, causal, scale)
-    if has_content is not None:
-        empty = ~has_content
-        out = out.masked_fill(empty[..., None], 0.0)
-        mean_k = mean_k.masked_fill(empty[..., None], 0.0)
-        lse = lse.masked_fill(empty, -math.inf)
+def _emptied(parts, has_content):
+    """The content pass's ``(o_C, E_q[k], lse_C)``, rows without content (``has_content``
+    False, ``(b, 1, q)``) zero and ``-inf``, not what a kernel leaves in a row it masks."""
+    out, mean_k, lse = parts
+    empty = ~has_content
+    out = out.masked_fill(empty[..., None], 0.0)
+    mean_k = mean_k.masked_fill(empty[..., None], 0.0)
+    lse = lse.masked_fill(empty, -math.inf)
     return out, mean_k, lse
 
 
@@ -195,17 +190,11 @@ def _prefix_sink(sink: torch.Tensor) -> int | None:
     return k0
 
 
-def sdpa_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *,
-    scaling: float,
-    sink: torch.Tensor,
-    visible: torch.Tensor | None = None,
-    causal: bool = False,
+def sdpa_attention(  # params: the kernel's call, each keyword a part of the layer's
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, scaling: float,
+    sink: torch.Tensor, visible: torch.Tensor | None = None, causal: bool = False,
     block_size: int = 512,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
     """Attention output and compositional row statistics from the fused kernel.
 
     Parameters
@@ -243,32 +232,75 @@ def sdpa_attention(
         ``sink_balance`` (float64, nats). Rows without content or without a visible sink
         get 0.0 where a quantity is undefined, as there.
     """
-    f64 = torch.float64
-    b, h, q_len, d = query.shape
-    kv, k_len = key.shape[1], key.shape[2]
-    group = h // kv
+    (b, h, q_len, _), k_len = query.shape, key.shape[2]
     if causal and q_len != k_len:
         raise AttncodaError(
             f"causal rows need as many queries as keys; got {q_len} queries and {k_len} keys"
         )
-    # Statistics accumulate in float32 or wider whatever the model's dtype.
-    work = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
-    qf, kf, vf = query.to(work), key.to(work), value.to(work)
-    device = query.device
-    kernel = two_calls(_kernel_for(device))
-    # The kernel's keys and values: unexpanded where it takes groups (the CPU op); else
-    # expanded once per layer (the CUDA op), never per call.
-    kx, vx = kf, vf
-    if group > 1 and not getattr(kernel, "grouped", False):
-        kx, vx = kf.repeat_interleave(group, 1), vf.repeat_interleave(group, 1)
-    sink = sink.to(device)
+    x = _Inputs.of(query, key, value, scaling)
+    sink = sink.to(query.device)
+    z_sink, in_sink, sink_values = _sink_scores(x, sink, visible, causal)
+    k = in_sink.sum(-1).expand(b, h, q_len)
+    k0 = _prefix_sink(sink) if causal and visible is None else None
+    if k0 is not None:
+        content_out, e_score, lse_c = _prefix_content(x, k0)
+    else:
+        content_out, e_score, lse_c, content_sum = _blocked_content(
+            x, sink, visible, causal, block_size
+        )
+    if visible is None and causal:
+        content_sum = _causal_content_sum(x, z_sink, in_sink)
+    n = _visible_counts(x, visible, causal)
+    content = ContentSummary(lse_c, lse_c - e_score * scaling, content_sum)
+    p_s, content_share, stats = split_rows(z_sink, in_sink, k, n, content)
+    out = content_share[..., None].to(x.q.dtype) * content_out
+    out = out + torch.matmul(p_s.to(x.q.dtype), sink_values)
+    return out.to(query.dtype), stats
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """One layer's call as the passes read it: ``q`` ``(b, h, q, d)``, ``k`` and ``v`` ``(b,
+    kv, k, d)`` in float32 or wider; the content pass ``kernel`` (:func:`two_calls`) and its
+    keys and values ``kx``, ``vx`` (expanded where it takes no groups); the ``scaling``."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    kx: torch.Tensor
+    vx: torch.Tensor
+    kernel: Any
+    scaling: float
+
+    @classmethod
+    def of(cls, query, key, value, scaling: float) -> _Inputs:
+        """The inputs of one :func:`sdpa_attention` call."""
+        # Statistics accumulate in float32 or wider whatever the model's dtype.
+        work = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
+        qf, kf, vf = query.to(work), key.to(work), value.to(work)
+        kernel = two_calls(_kernel_for(query.device))
+        # The kernel's keys and values: unexpanded where it takes groups (the CPU op); else
+        # expanded once per layer (the CUDA op), never per call.
+        group = query.shape[1] // key.shape[1]
+        kx, vx = kf, vf
+        if group > 1 and not getattr(kernel, "grouped", False):
+            kx, vx = kf.repeat_interleave(group, 1), vf.repeat_interleave(group, 1)
+        return cls(qf, kf, vf, kx, vx, kernel, scaling)
+
+
+def _sink_scores(x: _Inputs, sink, visible, causal: bool):
+    """The sink keys' part of each row: their float64 scores ``z_sink`` ``(b, h, q, ks)``,
+    which of them each query sees ``in_sink`` (bool ``(b, 1, q, ks)``) and their values
+    ``(b, h, ks, d)``, from the sink columns of each document (:func:`sink_columns`)."""
+    (b, h, q_len, d), kv = x.q.shape, x.k.shape[1]
+    group = h // kv
     index, valid = sink_columns(sink)  # (b, ks)
     ks = index.shape[1]
     cols = index[:, None, :, None].expand(b, kv, ks, d)
-    sink_keys = torch.gather(kf, 2, cols).repeat_interleave(group, 1)  # (b, h, ks, d)
-    sink_values = torch.gather(vf, 2, cols).repeat_interleave(group, 1)
-    z_sink = torch.matmul(qf, sink_keys.transpose(-1, -2)).to(f64) * scaling  # (b, h, q, ks)
-    positions = torch.arange(q_len, device=device)
+    sink_keys = torch.gather(x.k, 2, cols).repeat_interleave(group, 1)  # (b, h, ks, d)
+    sink_values = torch.gather(x.v, 2, cols).repeat_interleave(group, 1)
+    z_sink = torch.matmul(x.q, sink_keys.transpose(-1, -2)).to(torch.float64) * x.scaling
+    positions = torch.arange(q_len, device=x.q.device)
     if visible is None and causal:
         in_sink = (index[:, None, :] <= positions[None, :, None]) & valid[:, None, :]
         in_sink = in_sink[:, None]  # (b, 1, q, ks)
@@ -277,78 +309,90 @@ def sdpa_attention(
     else:
         in_sink = torch.gather(visible, -1, index[:, None, None, :].expand(b, 1, q_len, ks))
         in_sink = in_sink & valid[:, None, None, :]
-    k = in_sink.sum(-1).expand(b, h, q_len)
+    return z_sink, in_sink, sink_values
 
-    k0 = _prefix_sink(sink) if causal and visible is None else None
-    if k0 is not None:
-        # Keys k0.. against queries k0..: the content rows are causal again, so the kernel
-        # masks by itself. Queries before k0 see sink keys only.
-        front = (0, 0, k0, 0)
-        if k0 < q_len:
-            o, mk, lse = _content_pass(
-                kernel, qf[:, :, k0:], kx[:, :, k0:], vx[:, :, k0:], None, True, scaling
-            )
+
+def _prefix_content(x: _Inputs, k0: int):
+    """``(o_C, E_q[z] / scaling, lse_C)`` of causal rows whose sinks are the keys ``0..k0-1``
+    of every document: keys k0.. against queries k0.. are causal again, so the kernel masks
+    by itself; queries before k0 see sink keys only (zero, zero, and an empty log-sum-exp)."""
+    b, h, q_len, d = x.q.shape
+    qf, kx, vx = x.q, x.kx, x.vx
+    front = (0, 0, k0, 0)
+    if k0 < q_len:
+        o, mk, lse = x.kernel(qf[:, :, k0:], kx[:, :, k0:], vx[:, :, k0:], None, True, x.scaling)
+    else:
+        o = mk = qf.new_zeros((b, h, 0, d))
+        lse = qf.new_zeros((b, h, 0))
+    content_out = torch.nn.functional.pad(o, front)
+    e_score = torch.nn.functional.pad(torch.linalg.vecdot(qf[:, :, k0:], mk), (k0, 0))
+    e_score = e_score.to(torch.float64)
+    lse_c = torch.nn.functional.pad(lse.to(torch.float64), (k0, 0))
+    return content_out, e_score, lse_c
+
+
+def _blocked_content(x: _Inputs, sink, visible, causal: bool, block_size: int):
+    """``(o_C, E_q[z] / scaling, lse_C, sum_C z)`` of every row, ``block_size`` queries at a
+    time under an explicit mask of each block's content keys (those it sees, less the
+    sinks); ``sum_C z`` in float64, the scores summed over the content keys."""
+    f64 = torch.float64
+    qf, kf, kx, vx = x.q, x.k, x.kx, x.vx
+    b, h, q_len, d = qf.shape
+    k_len, device = kf.shape[2], qf.device
+    positions = torch.arange(q_len, device=device)
+    content_out = torch.empty((b, h, q_len, d), dtype=x.q.dtype, device=device)
+    e_score = torch.empty((b, h, q_len), dtype=f64, device=device)
+    lse_c = torch.empty((b, h, q_len), dtype=f64, device=device)
+    content_sum = torch.empty((b, h, q_len), dtype=f64, device=device)
+    for start in range(0, q_len, block_size):
+        stop = min(start + block_size, q_len)
+        k_stop = visible_keys(stop, k_len, causal)
+        if visible is None and causal:
+            seen = positions[None, :k_stop] <= positions[start:stop, None]
+            seen = seen[None, None].expand(b, 1, -1, -1)
+        elif visible is None:
+            seen = torch.ones((b, 1, stop - start, k_len), dtype=torch.bool, device=device)
         else:
-            o = mk = qf.new_zeros((b, h, 0, d))
-            lse = qf.new_zeros((b, h, 0))
-        content_out = torch.nn.functional.pad(o, front)
-        e_score = torch.nn.functional.pad(torch.linalg.vecdot(qf[:, :, k0:], mk), (k0, 0))
-        e_score = e_score.to(f64)
-        lse_c = torch.nn.functional.pad(lse.to(f64), (k0, 0))
-    else:
-        content_out = torch.empty((b, h, q_len, d), dtype=work, device=device)
-        e_score = torch.empty((b, h, q_len), dtype=f64, device=device)
-        lse_c = torch.empty((b, h, q_len), dtype=f64, device=device)
-        content_sum = torch.empty((b, h, q_len), dtype=f64, device=device)
-        for start in range(0, q_len, block_size):
-            stop = min(start + block_size, q_len)
-            k_stop = visible_keys(stop, k_len, causal)
-            if visible is None and causal:
-                seen = positions[None, :k_stop] <= positions[start:stop, None]
-                seen = seen[None, None].expand(b, 1, -1, -1)
-            elif visible is None:
-                seen = torch.ones((b, 1, stop - start, k_len), dtype=torch.bool, device=device)
-            else:
-                seen = visible[:, :, start:stop, :k_stop]
-            content = seen & ~sink[:, None, None, :k_stop]
-            # Only the keys some query of the block sees as content (a sliding window: the
-            # last ``window`` keys) go to the kernel.
-            cols = torch.nonzero(content.any(dim=(0, 1, 2)))
-            k_lo = int(cols[0, 0]) if cols.numel() else 0
-            k_hi = int(cols[-1, 0]) + 1 if cols.numel() else 1
-            content = content[..., k_lo:k_hi]
-            mask = aligned_bias(content, work)
-            qb = qf[:, :, start:stop]
-            kb = kf[:, :, k_lo:k_hi]
-            o, mk, lse = _content_pass(
-                kernel, qb, kx[:, :, k_lo:k_hi], vx[:, :, k_lo:k_hi], mask, False, scaling,
-                has_content=content.any(-1),
-            )  # fmt: skip
-            content_out[:, :, start:stop] = o
-            e_score[:, :, start:stop] = torch.linalg.vecdot(qb, mk).to(f64)
-            lse_c[:, :, start:stop] = lse.to(f64)
-            # The content keys each query sees, summed (for the mean content log p).
-            summed = torch.matmul(content.to(f64), kb.to(f64))  # (b, kv, q, d)
-            content_sum[:, :, start:stop] = _per_head_dot(qb, summed) * scaling
+            seen = visible[:, :, start:stop, :k_stop]
+        content = seen & ~sink[:, None, None, :k_stop]
+        # Only the keys some query of the block sees as content (a sliding window: the
+        # last ``window`` keys) go to the kernel.
+        cols = torch.nonzero(content.any(dim=(0, 1, 2)))
+        k_lo = int(cols[0, 0]) if cols.numel() else 0
+        k_hi = int(cols[-1, 0]) + 1 if cols.numel() else 1
+        content = content[..., k_lo:k_hi]
+        mask = aligned_bias(content, x.q.dtype)
+        qb = qf[:, :, start:stop]
+        kb = kf[:, :, k_lo:k_hi]
+        parts = x.kernel(qb, kx[:, :, k_lo:k_hi], vx[:, :, k_lo:k_hi], mask, False, x.scaling)
+        o, mk, lse = _emptied(parts, content.any(-1))
+        content_out[:, :, start:stop] = o
+        e_score[:, :, start:stop] = torch.linalg.vecdot(qb, mk).to(f64)
+        lse_c[:, :, start:stop] = lse.to(f64)
+        # The content keys each query sees, summed (for the mean content log p).
+        summed = torch.matmul(content.to(f64), kb.to(f64))  # (b, kv, q, d)
+        content_sum[:, :, start:stop] = _per_head_dot(qb, summed) * x.scaling
+    return content_out, e_score, lse_c, content_sum
 
-    # Counts of visible keys, and the scores summed over the visible content keys.
+
+def _causal_content_sum(x: _Inputs, z_sink, in_sink):
+    """float64 ``(b, h, q)``: plain causal rows' scores summed over their content keys, the
+    keys ``0..i`` summed once (a prefix sum) less the sink scores each row sees."""
+    prefix = torch.cumsum(x.k.to(torch.float64), dim=2)  # (b, kv, k, d): keys 0..i summed
+    visible_sum = _per_head_dot(x.q, prefix[:, :, : x.q.shape[2]]) * x.scaling
+    return visible_sum - z_sink.masked_fill(~in_sink, 0.0).sum(-1)
+
+
+def _visible_counts(x: _Inputs, visible, causal: bool):
+    """int64 ``(b, h, q)``: how many keys each query sees."""
+    (b, h, q_len, _), device = x.q.shape, x.q.device
     if visible is None and causal:
-        n = (positions + 1)[None, None, :].expand(b, h, q_len)
-        prefix = torch.cumsum(kf.to(f64), dim=2)  # (b, kv, k, d): keys 0..i summed
-        visible_sum = _per_head_dot(qf, prefix[:, :, :q_len]) * scaling
-        content_sum = visible_sum - z_sink.masked_fill(~in_sink, 0.0).sum(-1)
-    elif visible is None:
-        n = torch.full((b, h, q_len), k_len, dtype=torch.int64, device=device)
-    else:
-        # Counted 1024 queries at a time: a sum over a bool tensor makes an int64 copy of
-        # it (8 GiB for one 32k-token mask at once).
-        counts = torch.empty((b, 1, q_len), dtype=torch.int64, device=device)
-        for r0 in range(0, q_len, 1024):
-            counts[:, :, r0 : r0 + 1024] = visible[:, :, r0 : r0 + 1024].sum(-1)
-        n = counts.expand(b, h, q_len)
-    p_s, content_share, stats = split_rows(
-        z_sink, in_sink, k, n, ContentSummary(lse_c, lse_c - e_score * scaling, content_sum)
-    )
-    out = content_share[..., None].to(work) * content_out
-    out = out + torch.matmul(p_s.to(work), sink_values)
-    return out.to(query.dtype), stats
+        return (torch.arange(q_len, device=device) + 1)[None, None, :].expand(b, h, q_len)
+    if visible is None:
+        return torch.full((b, h, q_len), x.k.shape[2], dtype=torch.int64, device=device)
+    # Counted 1024 queries at a time: a sum over a bool tensor makes an int64 copy of
+    # it (8 GiB for one 32k-token mask at once).
+    counts = torch.empty((b, 1, q_len), dtype=torch.int64, device=device)
+    for r0 in range(0, q_len, 1024):
+        counts[:, :, r0 : r0 + 1024] = visible[:, :, r0 : r0 + 1024].sum(-1)
+    return counts.expand(b, h, q_len)

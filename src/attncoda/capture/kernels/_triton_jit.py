@@ -79,7 +79,7 @@ def _capped(z, softcap):
     return tl.where(x < 0, e - 1.0, 1.0 - e) / (1.0 + e) * softcap
 
 
-def _tiles(
+def _tiles(  # params: the launch contract of a Triton kernel # long: one loop, in registers
     acc, l_i, m_i, a_i, s_i, q,
     k_base, v_base, skn, skd, svn, svd, sink_base, tile_base,
     start, stop, lo, hi, pos, dims, dim_ok, offs,
@@ -154,7 +154,7 @@ def _tiles(
     return acc, l_i, m_i, a_i, s_i
 
 
-def _forward(
+def _forward(  # params: the launch contract of a Triton kernel # long: one program, in registers
     Q, K, V, SINK_INDEX, SINK_VALID, IS_SINK, TILE_SINK, KEY_LO, KEY_HI, N_PREFIX, AUX,
     OUT, LSE, ENT, SUM_Z, Z_SINK,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,

@@ -74,8 +74,8 @@ class Cpp:
         from ._cpp import cpp_attention
 
         return cpp_attention(
-            call.query, call.key, call.value, scaling=call.scaling, sink=call.plan.sink,
-            shape=call.shape, geometry=call.geometry,
+            call.query, call.key, call.value, scaling=call.scaling, sink=call.geometry,
+            shape=call.shape,
         )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from attncoda._errors import AttncodaError
-from attncoda.capture._result import Capture, assemble
+from attncoda.capture._result import BatchDocuments, Capture, assemble
 from attncoda.capture.sinks import resolve_sinks
 from attncoda.capture.stats import Recorder
 
@@ -122,7 +122,7 @@ class Documents:
             sinks = [np.append(s, len(doc)) for s, doc in zip(sinks, docs, strict=True)]
         filled = _Filled(stats=stats, rows=rows, virtual=self.virtual)
         about = {**about, "n_prompt": self.n_prompt}
-        return assemble(filled, None, docs, sinks, record, self.offsets, False, about)
+        return assemble(filled, BatchDocuments(docs, sinks, record, self.offsets), about)
 
 
 @dataclass

@@ -255,17 +255,10 @@ def _layers_module(model):
 
 
 @contextlib.contextmanager
-def recording(
-    model,
-    *,
-    sink="first",
-    method: str = "exact",
-    record_rows="auto",
-    tokenizer=None,
-    block_size: int = 512,
-    seed: int = 0,
-    _first_doc: int = 0,
-) -> Iterator[Recording]:
+def recording(  # params: the public entry point, each keyword one a caller sets
+    model, *, sink="first", method: str = "exact", record_rows="auto", tokenizer=None,
+    block_size: int = 512, seed: int = 0,
+) -> Iterator[Recording]:  # fmt: skip
     """Record the attention statistics of every forward pass of ``model`` inside the block.
 
     Parameters
@@ -312,9 +305,7 @@ def recording(
     check_block_size(block_size)
     spec = parse_sink(sink)
     record_plan([1], record_rows, seed, 0)  # validates record_rows
-    plan = CapturePlan(
-        spec, seed, method, block_size, record_rows, tokenizer=tokenizer, first_doc=_first_doc
-    )
+    plan = CapturePlan(spec, seed, method, block_size, record_rows, tokenizer=tokenizer)
     with recorded(model, plan) as rec:
         yield rec
 

@@ -277,7 +277,7 @@ def _exact(call, recorder, attention_mask, edit):  # long: eager's op sequence, 
     assumed.
     """
     layer, module, query = call.layer, call.module, call.query
-    value, scaling, softcap, s_aux = call.value, call.scaling, call.softcap, call.s_aux
+    value, s_aux = call.value, call.s_aux
     block = call.plan.block_size if recorder is not None else 512
     upcast = recipe(module, query, call.key).upcast_softmax
     b, h, q_len, _ = query.shape
@@ -348,9 +348,7 @@ def _exact(call, recorder, attention_mask, edit):  # long: eager's op sequence, 
             if scores.dtype in HALF_DTYPES:
                 # Statistics from float32 scores of the same q and k: a score rounded to
                 # bfloat16 before the softmax costs up to 4e-2 nats of entropy.
-                logits = statistics_logits(
-                    block_query, block_keys, scaling, softcap, mask, s_aux, space, capacity
-                )
+                logits = statistics_logits(call, block_query, block_keys, mask, space, capacity)
             log_out = None
             if space is not None and logits.dtype == torch.float32 and logits.shape == shape:
                 log_out = space.take("log_rows", shape, torch.float32, scores.device, capacity)

@@ -17,10 +17,10 @@ __all__ = ["HALF_DTYPES", "statistics_logits"]
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def statistics_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity):
+def statistics_logits(call, query, key_states, mask, space, capacity):
     """float32 logits ``(batch, head, q, key_pos[+1])`` of a half-precision block, for its
     statistics only: the layer's own bfloat16/float16 queries and keys upcast, then the
-    family's scaling, soft-cap, mask and learned sink column in float32.
+    family's scaling, soft-cap, mask and learned sink column (``call``'s) in float32.
 
     The products of two bfloat16 or float16 numbers are exact in float32, so these scores
     are the float32 scores of the very queries and keys the layer multiplies, and the
@@ -29,19 +29,16 @@ def statistics_logits(query, key_states, scaling, softcap, mask, s_aux, space, c
 
     Parameters
     ----------
+    call : attncoda.capture.kernels.LayerCall
+        The layer's call: its ``scaling``, ``softcap`` (Gemma 2's ``tanh(z / c) c``, before
+        the mask) and ``s_aux`` (one learned sink logit per head, the last column).
     query : torch.Tensor
         ``(batch, head, q, head_dim)``, the block's queries in the layer's dtype.
     key_states : torch.Tensor
         ``(batch, head, key_pos, head_dim)``, expanded as eager's ``repeat_kv`` does.
-    scaling : float
-        Score scale.
-    softcap : float or None
-        Gemma 2's ``tanh(z / c) c``, before the mask.
     mask : torch.Tensor or None
         The block's mask, bool (True = visible) or eager's additive one
         ``(batch, 1, q, key_pos)``.
-    s_aux : torch.Tensor or None
-        One learned sink logit per head, appended as the last column.
     space : attncoda.capture.stats.Workspace or None
         Receives the scores in its ``"statistics_scores"`` buffer (None: a fresh tensor).
     capacity : int
@@ -53,10 +50,11 @@ def statistics_logits(query, key_states, scaling, softcap, mask, s_aux, space, c
         float32 logits; hidden keys get a finite value far below every visible one.
     """
     with torch.no_grad():  # statistics only: the in-place ops never meet autograd
-        return _float32_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity)
+        return _float32_logits(call, query, key_states, mask, space, capacity)
 
 
-def _float32_logits(query, key_states, scaling, softcap, mask, s_aux, space, capacity):
+def _float32_logits(call, query, key_states, mask, space, capacity):
+    scaling, softcap, s_aux = call.scaling, call.softcap, call.s_aux
     query, key_states = query.to(torch.float32), key_states.to(torch.float32)
     b, h, q, _ = query.shape
     shape = (b, h, q, key_states.shape[2])
