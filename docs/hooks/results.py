@@ -57,7 +57,7 @@ def manifest() -> dict[str, Any]:
 
 def table(name: str) -> Any:
     """Table ``name`` of the reference run (a pandas DataFrame)."""
-    return CTX.tables[name]
+    return CTX.frames[name]
 
 
 def collapse_row(level: str = "model") -> Any:
