@@ -111,76 +111,103 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
     on the thread count. Other namespaces (torch) use their own intra-op threads, with
     larger blocks off the host, and run the blocks in order.
     """
-    heads, rows, keys = p.shape
-    item = p.dtype.itemsize
-    device = array_api_compat.device(p)
-    tiny = float(xp.finfo(p.dtype).smallest_normal)
-    host_numpy = array_api_compat.is_numpy_namespace(xp)
-    on_host = host_numpy or str(device) == "cpu"
-    budget = _PAIR_BYTES if on_host else _DEVICE_BYTES
-    slab = _SLAB_BYTES if on_host else _DEVICE_BYTES
-    pr_all = xp.permute_dims(p, (1, 0, 2))  # rows heads keys
-    hr_all = xp.permute_dims(h, (1, 0))  # rows heads
-
-    local = threading.local()
-
-    def scratch(shape: tuple[int, ...], slot: int) -> Any:
-        """A numpy buffer of ``shape`` that this thread's blocks reuse (``slot`` 0 or 1)."""
-        size = math.prod(shape)
-        buffers = getattr(local, "buffers", None)
-        if buffers is None:
-            buffers = local.buffers = [None, None]
-        if buffers[slot] is None or buffers[slot].size < size:
-            buffers[slot] = xp.empty(size, dtype=p.dtype)
-        return buffers[slot][:size].reshape(shape)
-
-    def block(task: tuple[int, int, int, int, int]) -> Any:
-        r0, r1, n_keys, a0, a1 = task
-        pr = pr_all[r0:r1, :, :n_keys]
-        pa, pb = pr[:, a0:a1, None, :], pr[:, None, a0:, :]
-        shape = (r1 - r0, a1 - a0, heads - a0, n_keys)
-        if metric == "tv":
-            # A product with ones sums the last axis faster than ``sum`` does.
-            ones = xp.ones((n_keys,), dtype=p.dtype, device=device)
-            if host_numpy:  # the same values, computed in reused buffers
-                diff = xp.subtract(pa, pb, out=scratch(shape, 0))
-                d = xp.matmul(xp.abs(diff, out=diff), ones) / 2
-            else:
-                d = xp.matmul(xp.abs(pa - pb), ones) / 2
-        else:
-            # both = 2 m; sum(m log m) = sum(both log both)/2 - log 2. Adding the smallest
-            # normal number leaves every positive entry's log as it is and turns 0 log 0
-            # into 0 * log(tiny) = 0, without a masking pass.
-            if host_numpy:  # the same values, computed in reused buffers
-                both = xp.add(pa, pb, out=scratch(shape, 0))
-                logs = xp.add(both, tiny, out=scratch(shape, 1))
-                logs = xp.log(logs, out=logs)
-            else:
-                both = pa + pb
-                logs = xp.log(both + tiny)
-            h_m = math.log(2.0) - _dot(xp, both, logs) / 2
-            hr = hr_all[r0:r1]
-            d = xp.clip(h_m - (hr[:, a0:a1, None] + hr[:, None, a0:]) / 2, min=0.0)
-        return xp.sum(d, axis=0)  # (a1 - a0, heads - a0)
-
-    row_step = max(1, min(rows, budget // max(1, heads * keys * item)))
-    tasks = []
-    for r0, r1, n_keys in _row_blocks(width, row_step):
-        head_step = max(1, slab // max(1, heads * (r1 - r0) * max(1, n_keys) * item))
-        tasks += [
-            (r0, r1, n_keys, a0, min(heads, a0 + head_step)) for a0 in range(0, heads, head_step)
-        ]
+    blocks = _PairBlocks(xp, p, metric, h)
+    tasks = blocks.tasks(width)
     workers = min(4, os.cpu_count() or 1)
     with _one_blas_thread(xp):
-        if host_numpy and workers > 1 and len(tasks) > 1:
+        if blocks.host_numpy and workers > 1 and len(tasks) > 1:
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                blocks = list(pool.map(block, tasks))
+                parts = list(pool.map(blocks, tasks))
         else:
-            blocks = [block(task) for task in tasks]
-    total = xp.zeros((heads, heads), dtype=p.dtype, device=device)
-    for (_, _, _, a0, a1), part in zip(tasks, blocks, strict=True):
+            parts = [blocks(task) for task in tasks]
+    heads, rows = p.shape[0], p.shape[1]
+    total = xp.zeros((heads, heads), dtype=p.dtype, device=blocks.device)
+    for (_, _, _, a0, a1), part in zip(tasks, parts, strict=True):
         total[a0:a1, a0:] = total[a0:a1, a0:] + part
     # Only b >= a is filled for every a; mirror it onto the lower triangle.
-    idx = xp.arange(heads, device=device)
+    idx = xp.arange(heads, device=blocks.device)
     upper = idx[None, :] >= idx[:, None]
     return xp.where(upper, total, xp.permute_dims(total, (1, 0))) / rows
+
+
+class _PairBlocks:
+    """One pass of :func:`pairwise_mean`: its rows ``p`` (head, row, key_pos) and their
+    entropies ``h`` (head, row; nats), and each thread's reused numpy buffers. Called on a
+    task ``(r0, r1, n_keys, a0, a1)``, it returns the sum over rows ``r0:r1`` of the
+    ``metric`` of heads ``a0:a1`` against heads ``a0:``, shape (a1 - a0, head - a0)."""
+
+    def __init__(self, xp: Any, p: Any, metric: str, h: Any) -> None:
+        self.xp, self.metric, self.dtype = xp, metric, p.dtype
+        self.heads = p.shape[0]
+        self.device = array_api_compat.device(p)
+        self.tiny = float(xp.finfo(p.dtype).smallest_normal)
+        self.host_numpy = array_api_compat.is_numpy_namespace(xp)
+        self.on_host = self.host_numpy or str(self.device) == "cpu"
+        self.pr_all = xp.permute_dims(p, (1, 0, 2))  # rows heads keys
+        self.hr_all = xp.permute_dims(h, (1, 0))  # rows heads
+        self.local = threading.local()
+
+    def tasks(self, width: Any) -> list[tuple[int, int, int, int, int]]:
+        """The blocks ``(r0, r1, n_keys, a0, a1)``: rows by :func:`_row_blocks` of ``width``
+        (a few rows on the host, larger blocks off it), each cut into slabs of heads."""
+        rows, heads, keys = self.pr_all.shape
+        item = self.dtype.itemsize
+        budget = _PAIR_BYTES if self.on_host else _DEVICE_BYTES
+        slab = _SLAB_BYTES if self.on_host else _DEVICE_BYTES
+        row_step = max(1, min(rows, budget // max(1, heads * keys * item)))
+        tasks = []
+        for r0, r1, n_keys in _row_blocks(width, row_step):
+            head_step = max(1, slab // max(1, heads * (r1 - r0) * max(1, n_keys) * item))
+            tasks += [
+                (r0, r1, n_keys, a0, min(heads, a0 + head_step))
+                for a0 in range(0, heads, head_step)
+            ]
+        return tasks
+
+    def scratch(self, shape: tuple[int, ...], slot: int) -> Any:
+        """A numpy buffer of ``shape`` that this thread's blocks reuse (``slot`` 0 or 1)."""
+        size = math.prod(shape)
+        buffers = getattr(self.local, "buffers", None)
+        if buffers is None:
+            buffers = self.local.buffers = [None, None]
+        if buffers[slot] is None or buffers[slot].size < size:
+            buffers[slot] = self.xp.empty(size, dtype=self.dtype)
+        return buffers[slot][:size].reshape(shape)
+
+    def __call__(self, task: tuple[int, int, int, int, int]) -> Any:
+        r0, r1, n_keys, a0, a1 = task
+        pr = self.pr_all[r0:r1, :, :n_keys]
+        pa, pb = pr[:, a0:a1, None, :], pr[:, None, a0:, :]
+        shape = (r1 - r0, a1 - a0, self.heads - a0, n_keys)
+        if self.metric == "tv":
+            d = self._tv(pa, pb, shape)
+        else:
+            hr = self.hr_all[r0:r1]
+            h_m = self._mixture_entropy(pa, pb, shape)
+            d = self.xp.clip(h_m - (hr[:, a0:a1, None] + hr[:, None, a0:]) / 2, min=0.0)
+        return self.xp.sum(d, axis=0)  # (a1 - a0, heads - a0)
+
+    def _tv(self, pa: Any, pb: Any, shape: tuple[int, ...]) -> Any:
+        """``sum |pa - pb| / 2`` over the keys, shape ``shape[:-1]``."""
+        xp = self.xp
+        # A product with ones sums the last axis faster than ``sum`` does.
+        ones = xp.ones((shape[-1],), dtype=self.dtype, device=self.device)
+        if self.host_numpy:  # the same values, computed in reused buffers
+            diff = xp.subtract(pa, pb, out=self.scratch(shape, 0))
+            return xp.matmul(xp.abs(diff, out=diff), ones) / 2
+        return xp.matmul(xp.abs(pa - pb), ones) / 2
+
+    def _mixture_entropy(self, pa: Any, pb: Any, shape: tuple[int, ...]) -> Any:
+        """The entropy (nats) of the mixture ``m = (pa + pb) / 2``, shape ``shape[:-1]``."""
+        xp = self.xp
+        # both = 2 m; sum(m log m) = sum(both log both)/2 - log 2. Adding the smallest
+        # normal number leaves every positive entry's log as it is and turns 0 log 0
+        # into 0 * log(tiny) = 0, without a masking pass.
+        if self.host_numpy:  # the same values, computed in reused buffers
+            both = xp.add(pa, pb, out=self.scratch(shape, 0))
+            logs = xp.add(both, self.tiny, out=self.scratch(shape, 1))
+            logs = xp.log(logs, out=logs)
+        else:
+            both = pa + pb
+            logs = xp.log(both + self.tiny)
+        return math.log(2.0) - _dot(xp, both, logs) / 2
