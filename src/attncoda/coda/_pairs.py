@@ -131,10 +131,9 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
 
 
 class _PairBlocks:
-    """One pass of :func:`pairwise_mean`: its rows ``p`` (head, row, key_pos) and their
-    entropies ``h`` (head, row; nats), and each thread's reused numpy buffers. Called on a
-    task ``(r0, r1, n_keys, a0, a1)``, it returns the sum over rows ``r0:r1`` of the
-    ``metric`` of heads ``a0:a1`` against heads ``a0:``, shape (a1 - a0, head - a0)."""
+    """One pass of :func:`pairwise_mean` over rows ``p`` (head, row, key_pos) of entropies
+    ``h`` (head, row; nats). Called on a task ``(r0, r1, n_keys, a0, a1)``: the sum over
+    rows ``r0:r1`` of ``metric`` of heads ``a0:a1`` against heads ``a0:``."""
 
     def __init__(self, xp: Any, p: Any, metric: str, h: Any) -> None:
         self.xp, self.metric, self.dtype = xp, metric, p.dtype
@@ -142,18 +141,17 @@ class _PairBlocks:
         self.device = array_api_compat.device(p)
         self.tiny = float(xp.finfo(p.dtype).smallest_normal)
         self.host_numpy = array_api_compat.is_numpy_namespace(xp)
-        self.on_host = self.host_numpy or str(self.device) == "cpu"
         self.pr_all = xp.permute_dims(p, (1, 0, 2))  # rows heads keys
         self.hr_all = xp.permute_dims(h, (1, 0))  # rows heads
         self.local = threading.local()
 
     def tasks(self, width: Any) -> list[tuple[int, int, int, int, int]]:
-        """The blocks ``(r0, r1, n_keys, a0, a1)``: rows by :func:`_row_blocks` of ``width``
-        (a few rows on the host, larger blocks off it), each cut into slabs of heads."""
+        """The tasks: rows by :func:`_row_blocks` of ``width``, cut into slabs of heads."""
         rows, heads, keys = self.pr_all.shape
         item = self.dtype.itemsize
-        budget = _PAIR_BYTES if self.on_host else _DEVICE_BYTES
-        slab = _SLAB_BYTES if self.on_host else _DEVICE_BYTES
+        on_host = self.host_numpy or str(self.device) == "cpu"
+        budget = _PAIR_BYTES if on_host else _DEVICE_BYTES
+        slab = _SLAB_BYTES if on_host else _DEVICE_BYTES
         row_step = max(1, min(rows, budget // max(1, heads * keys * item)))
         tasks = []
         for r0, r1, n_keys in _row_blocks(width, row_step):
@@ -175,39 +173,30 @@ class _PairBlocks:
         return buffers[slot][:size].reshape(shape)
 
     def __call__(self, task: tuple[int, int, int, int, int]) -> Any:
-        r0, r1, n_keys, a0, a1 = task
+        xp, (r0, r1, n_keys, a0, a1) = self.xp, task
         pr = self.pr_all[r0:r1, :, :n_keys]
         pa, pb = pr[:, a0:a1, None, :], pr[:, None, a0:, :]
         shape = (r1 - r0, a1 - a0, self.heads - a0, n_keys)
         if self.metric == "tv":
-            d = self._tv(pa, pb, shape)
+            # A product with ones sums the last axis faster than ``sum`` does.
+            ones = xp.ones((n_keys,), dtype=self.dtype, device=self.device)
+            if self.host_numpy:  # the same values, computed in reused buffers
+                diff = xp.subtract(pa, pb, out=self.scratch(shape, 0))
+                d = xp.matmul(xp.abs(diff, out=diff), ones) / 2
+            else:
+                d = xp.matmul(xp.abs(pa - pb), ones) / 2
         else:
+            # both = 2 m; sum(m log m) = sum(both log both)/2 - log 2. Adding the smallest
+            # normal number leaves every positive entry's log as it is and turns 0 log 0
+            # into 0 * log(tiny) = 0, without a masking pass.
+            if self.host_numpy:  # the same values, computed in reused buffers
+                both = xp.add(pa, pb, out=self.scratch(shape, 0))
+                logs = xp.add(both, self.tiny, out=self.scratch(shape, 1))
+                logs = xp.log(logs, out=logs)
+            else:
+                both = pa + pb
+                logs = xp.log(both + self.tiny)
+            h_m = math.log(2.0) - _dot(xp, both, logs) / 2
             hr = self.hr_all[r0:r1]
-            h_m = self._mixture_entropy(pa, pb, shape)
-            d = self.xp.clip(h_m - (hr[:, a0:a1, None] + hr[:, None, a0:]) / 2, min=0.0)
-        return self.xp.sum(d, axis=0)  # (a1 - a0, heads - a0)
-
-    def _tv(self, pa: Any, pb: Any, shape: tuple[int, ...]) -> Any:
-        """``sum |pa - pb| / 2`` over the keys, shape ``shape[:-1]``."""
-        xp = self.xp
-        # A product with ones sums the last axis faster than ``sum`` does.
-        ones = xp.ones((shape[-1],), dtype=self.dtype, device=self.device)
-        if self.host_numpy:  # the same values, computed in reused buffers
-            diff = xp.subtract(pa, pb, out=self.scratch(shape, 0))
-            return xp.matmul(xp.abs(diff, out=diff), ones) / 2
-        return xp.matmul(xp.abs(pa - pb), ones) / 2
-
-    def _mixture_entropy(self, pa: Any, pb: Any, shape: tuple[int, ...]) -> Any:
-        """The entropy (nats) of the mixture ``m = (pa + pb) / 2``, shape ``shape[:-1]``."""
-        xp = self.xp
-        # both = 2 m; sum(m log m) = sum(both log both)/2 - log 2. Adding the smallest
-        # normal number leaves every positive entry's log as it is and turns 0 log 0
-        # into 0 * log(tiny) = 0, without a masking pass.
-        if self.host_numpy:  # the same values, computed in reused buffers
-            both = xp.add(pa, pb, out=self.scratch(shape, 0))
-            logs = xp.add(both, self.tiny, out=self.scratch(shape, 1))
-            logs = xp.log(logs, out=logs)
-        else:
-            both = pa + pb
-            logs = xp.log(both + self.tiny)
-        return math.log(2.0) - _dot(xp, both, logs) / 2
+            d = xp.clip(h_m - (hr[:, a0:a1, None] + hr[:, None, a0:]) / 2, min=0.0)
+        return xp.sum(d, axis=0)  # (a1 - a0, heads - a0)

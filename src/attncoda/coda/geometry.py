@@ -137,8 +137,7 @@ def _check_entries(xp: Any, p: Any) -> None:
 
 
 def _closed(xp: Any, p: Any, atol: float | None) -> Any:
-    """``p`` (keys last) with each row divided by its sum, once every sum is 1 within
-    ``atol`` (by default from the dtype, :data:`_DEFAULT_ATOL`); else the worst row named."""
+    """``p`` (keys last) divided by its row sums, each 1 within ``atol`` (else the worst named)."""
     tol = _DEFAULT_ATOL.get(p.dtype.itemsize if hasattr(p.dtype, "itemsize") else 8, 1e-6)
     tol = tol if atol is None else float(atol)
     sums = xp.sum(p, axis=-1)
@@ -155,9 +154,7 @@ def _closed(xp: Any, p: Any, atol: float | None) -> Any:
 
 
 def _replace_zeros(xp: Any, closed: Any, zeros: str, delta: float | None) -> Any:
-    """``closed`` rows (keys last) without zeros: refused under ``zeros="raise"``, else by
-    multiplicative replacement (a zero becomes ``delta``, default ``(1 / n_keys) ** 2``; the
-    row's other entries shrink by ``1 - (number of zeros) * delta``)."""
+    """``closed`` rows (keys last) without zeros: refused, or multiplicatively replaced."""
     is_zero = closed == 0
     if not bool(xp.any(is_zero)):
         return closed

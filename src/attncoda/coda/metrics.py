@@ -209,8 +209,7 @@ def head_distances(
             f"logp_rows must have shape (heads, rows, keys); got shape {tuple(z.shape)}"
         )
     s = sink_positions(sink, z.shape[2])
-    mask = _key_mask(xp, key_mask, z)
-    rows = _by_extent(xp, z, mask, _checked_rows(xp, z, mask, s, metric), s)
+    rows = _rows(xp, z, _key_mask(xp, key_mask, z), s, metric)
     if metric in CLASSIC_METRICS:
         out = _classic_distances(xp, metric, convention, rows)
     else:
@@ -223,9 +222,8 @@ def head_distances(
 
 @dataclass(frozen=True)
 class _Rows:
-    """The rows a head distance averages over, sorted by their extent (one past the last
-    key they see) so that each block of rows reads only its own keys (a mean over rows does
-    not depend on their order)."""
+    """The rows a head distance averages over, sorted by their extent (one past the last key
+    they see): each block of rows reads only its keys (a mean does not depend on the order)."""
 
     z: Any  # (head, row, key_pos): the logs of the rows in use
     mask: Any  # (row, key_pos): the keys that exist
@@ -234,12 +232,13 @@ class _Rows:
     width: Any  # host ints, (row,): each row's extent, non-decreasing
 
 
-def _checked_rows(xp: Any, z: Any, mask: Any, sink: tuple[int, ...], metric: str) -> Any:
-    """Indices of the rows in use (:func:`_rows_in_use`), once their logs are checked in
-    the caller's coordinates, on the keys that exist (``-inf`` allowed for classic
-    metrics)."""
+def _rows(xp: Any, z: Any, mask: Any, sink: tuple[int, ...], metric: str) -> _Rows:
+    """The rows in use (:func:`_rows_in_use`) of ``z`` (head, row, key_pos) and of its key
+    ``mask``, their logs checked in the caller's coordinates on the keys that exist
+    (``-inf`` allowed for classic metrics), sorted by extent (rows in order: no copy)."""
+    rows, keys = z.shape[1], z.shape[2]
     used = _rows_in_use(xp, mask, sink)
-    row_used = xp.zeros(z.shape[1], dtype=xp.bool, device=array_api_compat.device(z))
+    row_used = xp.zeros(rows, dtype=xp.bool, device=array_api_compat.device(z))
     row_used[used] = True
     check_logs(
         xp,
@@ -247,13 +246,6 @@ def _checked_rows(xp: Any, z: Any, mask: Any, sink: tuple[int, ...], metric: str
         "logp_rows",
         allow_neg_inf=metric in CLASSIC_METRICS,
     )
-    return used
-
-
-def _by_extent(xp: Any, z: Any, mask: Any, used: Any, sink: tuple[int, ...]) -> _Rows:
-    """The rows ``used`` of ``z`` (head, row, key_pos) and of its key ``mask``, sorted by
-    extent; causal rows already in order are not copied."""
-    rows, keys = z.shape[1], z.shape[2]
     device = array_api_compat.device(z)
     mask = xp.take(mask, used, axis=0)
     extent = xp.max(xp.where(mask, xp.arange(1, keys + 1, device=device), 0), axis=-1)
@@ -268,8 +260,7 @@ def _by_extent(xp: Any, z: Any, mask: Any, used: Any, sink: tuple[int, ...]) -> 
 
 
 def _aitchison_distances(xp: Any, metric: str, rows: _Rows, k: int) -> Any:
-    """The mean over rows of an Aitchison distance (total, content or sink term; ``k`` sink
-    keys) for every head pair, shape (head, head), before symmetrising."""
+    """Mean over rows of an Aitchison distance (``k`` sink keys), shape (head, head)."""
     z, width = rows.z, rows.width
     content3 = xp.broadcast_to(rows.content, z.shape)
     if metric == "aitchison":
@@ -285,9 +276,7 @@ def _aitchison_distances(xp: Any, metric: str, rows: _Rows, k: int) -> Any:
 
 
 def _classic_distances(xp: Any, metric: str, convention: str | None, rows: _Rows) -> Any:
-    """The mean over rows of a classic metric under ``convention`` (the rows' sink keys kept
-    or dropped, each row renormalised over the rest) for every head pair, shape (head, head),
-    before symmetrising."""
+    """Mean over rows of a classic metric under ``convention``, shape (head, head)."""
     z, width = rows.z, rows.width
     keep = rows.content if convention == "drop" else rows.mask
     zk = xp.where(xp.broadcast_to(keep, z.shape), z, xp.full_like(z, -math.inf))
