@@ -5,6 +5,7 @@ a run that shows progress."""
 from __future__ import annotations
 
 import io
+import sys
 
 import pytest
 
@@ -17,36 +18,33 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_lines_say_how_far_the_work_has_got_and_end_with_done():
-    out = io.StringIO()
-    assert list(steps("abc", desc="capture", unit="batch", force=True, every=0, stream=out)) == [
-        "a",
-        "b",
-        "c",
-    ]
-    assert out.getvalue().splitlines() == [
+def test_lines_say_how_far_the_work_has_got_and_end_with_done(monkeypatch, capsys):
+    monkeypatch.setattr(_progress, "EVERY", 0.0)
+    assert list(steps("abc", desc="capture", unit="batch", force=True)) == ["a", "b", "c"]
+    assert capsys.readouterr().err.splitlines() == [
         "capture: 1/3 batch (0 s)",
         "capture: 2/3 batch (0 s)",
         "capture: 3/3 batch, done (0 s)",
     ]
 
 
-def test_short_work_writes_no_line_and_nothing_shows_unless_asked_for():
-    out = io.StringIO()
-    list(steps(range(5), desc="quick", unit="step", force=True, stream=out))  # under 10 s
-    list(steps(range(5), desc="hidden", unit="step", every=0, stream=out))  # not asked for
+def test_short_work_writes_no_line_and_nothing_shows_unless_asked_for(monkeypatch, capsys):
+    list(steps(range(5), desc="quick", unit="step", force=True))  # under 10 s
+    monkeypatch.setattr(_progress, "EVERY", 0.0)
+    list(steps(range(5), desc="hidden", unit="step"))  # not asked for
     with shown():
         with shown(False):
-            list(steps(range(2), desc="off", unit="step", every=0, stream=out))
-    assert out.getvalue() == ""
+            list(steps(range(2), desc="off", unit="step"))
+    assert capsys.readouterr().err == ""
     with shown():
-        list(steps(range(2), desc="on", unit="step", every=0, stream=out))
-    assert out.getvalue().splitlines()[-1] == "on: 2/2 step, done (0 s)"
+        list(steps(range(2), desc="on", unit="step"))
+    assert capsys.readouterr().err.splitlines()[-1] == "on: 2/2 step, done (0 s)"
 
 
-def test_a_terminal_gets_a_bar_and_a_meter_reports_a_running_figure():
+def test_a_terminal_gets_a_bar_and_a_meter_reports_a_running_figure(monkeypatch):
     bar = Terminal()
-    list(steps(range(3), desc="train-tiny", unit="step", force=True, stream=bar))
+    monkeypatch.setattr(sys, "stderr", bar)
+    list(steps(range(3), desc="train-tiny", unit="step", force=True))
     assert "train-tiny:" in bar.getvalue() and "/3 [" in bar.getvalue()  # tqdm's bar
     out = io.StringIO()
     with Meter(desc="train-tiny", unit="step", total=4, every=0, stream=out) as meter:
@@ -95,8 +93,7 @@ def test_what_a_process_does_between_steps_runs_after_every_step_shown_or_not(mo
     _progress.between_steps(lambda: calls.append(len(calls)))
     assert list(steps(range(3), desc="quiet", unit="step", force=False)) == [0, 1, 2]
     assert len(calls) == 3
-    out = io.StringIO()
-    assert list(steps(range(2), desc="shown", unit="step", force=True, stream=out)) == [0, 1]
+    assert list(steps(range(2), desc="shown", unit="step", force=True)) == [0, 1]
     assert len(calls) == 5
     meter = Meter(desc="train", unit="step", total=4, enabled=False)
     meter.update(1)

@@ -139,8 +139,6 @@ def steps(
     unit: str,
     total: int | None = None,
     force: bool | None = None,
-    every: float | None = None,
-    stream: Any = None,
 ) -> Iterator[_T]:
     """Iterate ``iterable``, showing how far it has got.
 
@@ -156,11 +154,8 @@ def steps(
         The number of steps (default ``len(iterable)`` where it has one).
     force : bool, optional
         ``True`` shows progress, ``False`` hides it; ``None`` (the default) follows the
-        enclosing :func:`shown` block.
-    every : float, optional
-        Seconds between two lines when stderr is not a terminal (default :data:`EVERY`).
-    stream : file, optional
-        Where to write (default ``sys.stderr``).
+        enclosing :func:`shown` block. Lines go to ``sys.stderr``, every :data:`EVERY`
+        seconds when it is no terminal.
 
     Yields
     ------
@@ -174,7 +169,7 @@ def steps(
         return
     if total is None and hasattr(iterable, "__len__"):
         total = len(iterable)  # type: ignore[arg-type]
-    with Meter(desc=desc, unit=unit, total=total, every=every, stream=stream) as meter:
+    with Meter(desc=desc, unit=unit, total=total) as meter:
         for done, item in enumerate(iterable, 1):
             yield item
             meter.update(done)

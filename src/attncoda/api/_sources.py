@@ -223,21 +223,15 @@ def _default_label(item: Any) -> str:
 
 
 def _describe(label: str, kind: str, inner: Any, tokenizer: Any) -> Any:
-    from attncoda.models.info import describe
+    from attncoda.models.info import Origin, describe
     from attncoda.models.load import is_causal_lm
 
     name = str(getattr(inner.config, "_name_or_path", "") or type(inner).__name__)
     wrapper = {"bridge": "TransformerBridge", "nnsight": "nnsight LanguageModel"}.get(kind)
-    notes = [f"a live model of this process ({wrapper or type(inner).__name__})"]
+    notes = (f"a live model of this process ({wrapper or type(inner).__name__})",)
     return describe(
-        label,
-        "live",
-        name,
-        None,
+        Origin(label, "live", name, notes=notes),
         inner,
         tokenizer,
         is_causal_lm(inner.config) or bool(getattr(inner.config, "is_decoder", False)),
-        False,
-        None,
-        notes,
     )

@@ -111,39 +111,77 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
     on the thread count. Other namespaces (torch) use their own intra-op threads, with
     larger blocks off the host, and run the blocks in order.
     """
-    heads, rows, keys = p.shape
-    item = p.dtype.itemsize
-    device = array_api_compat.device(p)
-    tiny = float(xp.finfo(p.dtype).smallest_normal)
-    host_numpy = array_api_compat.is_numpy_namespace(xp)
-    on_host = host_numpy or str(device) == "cpu"
-    budget = _PAIR_BYTES if on_host else _DEVICE_BYTES
-    slab = _SLAB_BYTES if on_host else _DEVICE_BYTES
-    pr_all = xp.permute_dims(p, (1, 0, 2))  # rows heads keys
-    hr_all = xp.permute_dims(h, (1, 0))  # rows heads
+    blocks = _PairBlocks(xp, p, metric, h)
+    tasks = blocks.tasks(width)
+    workers = min(4, os.cpu_count() or 1)
+    with _one_blas_thread(xp):
+        if blocks.host_numpy and workers > 1 and len(tasks) > 1:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                parts = list(pool.map(blocks, tasks))
+        else:
+            parts = [blocks(task) for task in tasks]
+    heads, rows = p.shape[0], p.shape[1]
+    total = xp.zeros((heads, heads), dtype=p.dtype, device=blocks.device)
+    for (_, _, _, a0, a1), part in zip(tasks, parts, strict=True):
+        total[a0:a1, a0:] = total[a0:a1, a0:] + part
+    # Only b >= a is filled for every a; mirror it onto the lower triangle.
+    idx = xp.arange(heads, device=blocks.device)
+    upper = idx[None, :] >= idx[:, None]
+    return xp.where(upper, total, xp.permute_dims(total, (1, 0))) / rows
 
-    local = threading.local()
 
-    def scratch(shape: tuple[int, ...], slot: int) -> Any:
+class _PairBlocks:
+    """One pass of :func:`pairwise_mean` over rows ``p`` (head, row, key_pos) of entropies
+    ``h`` (head, row; nats). Called on a task ``(r0, r1, n_keys, a0, a1)``: the sum over
+    rows ``r0:r1`` of ``metric`` of heads ``a0:a1`` against heads ``a0:``."""
+
+    def __init__(self, xp: Any, p: Any, metric: str, h: Any) -> None:
+        self.xp, self.metric, self.dtype = xp, metric, p.dtype
+        self.heads = p.shape[0]
+        self.device = array_api_compat.device(p)
+        self.tiny = float(xp.finfo(p.dtype).smallest_normal)
+        self.host_numpy = array_api_compat.is_numpy_namespace(xp)
+        self.pr_all = xp.permute_dims(p, (1, 0, 2))  # rows heads keys
+        self.hr_all = xp.permute_dims(h, (1, 0))  # rows heads
+        self.local = threading.local()
+
+    def tasks(self, width: Any) -> list[tuple[int, int, int, int, int]]:
+        """The tasks: rows by :func:`_row_blocks` of ``width``, cut into slabs of heads."""
+        rows, heads, keys = self.pr_all.shape
+        item = self.dtype.itemsize
+        on_host = self.host_numpy or str(self.device) == "cpu"
+        budget = _PAIR_BYTES if on_host else _DEVICE_BYTES
+        slab = _SLAB_BYTES if on_host else _DEVICE_BYTES
+        row_step = max(1, min(rows, budget // max(1, heads * keys * item)))
+        tasks = []
+        for r0, r1, n_keys in _row_blocks(width, row_step):
+            head_step = max(1, slab // max(1, heads * (r1 - r0) * max(1, n_keys) * item))
+            tasks += [
+                (r0, r1, n_keys, a0, min(heads, a0 + head_step))
+                for a0 in range(0, heads, head_step)
+            ]
+        return tasks
+
+    def scratch(self, shape: tuple[int, ...], slot: int) -> Any:
         """A numpy buffer of ``shape`` that this thread's blocks reuse (``slot`` 0 or 1)."""
         size = math.prod(shape)
-        buffers = getattr(local, "buffers", None)
+        buffers = getattr(self.local, "buffers", None)
         if buffers is None:
-            buffers = local.buffers = [None, None]
+            buffers = self.local.buffers = [None, None]
         if buffers[slot] is None or buffers[slot].size < size:
-            buffers[slot] = xp.empty(size, dtype=p.dtype)
+            buffers[slot] = self.xp.empty(size, dtype=self.dtype)
         return buffers[slot][:size].reshape(shape)
 
-    def block(task: tuple[int, int, int, int, int]) -> Any:
-        r0, r1, n_keys, a0, a1 = task
-        pr = pr_all[r0:r1, :, :n_keys]
+    def __call__(self, task: tuple[int, int, int, int, int]) -> Any:
+        xp, (r0, r1, n_keys, a0, a1) = self.xp, task
+        pr = self.pr_all[r0:r1, :, :n_keys]
         pa, pb = pr[:, a0:a1, None, :], pr[:, None, a0:, :]
-        shape = (r1 - r0, a1 - a0, heads - a0, n_keys)
-        if metric == "tv":
+        shape = (r1 - r0, a1 - a0, self.heads - a0, n_keys)
+        if self.metric == "tv":
             # A product with ones sums the last axis faster than ``sum`` does.
-            ones = xp.ones((n_keys,), dtype=p.dtype, device=device)
-            if host_numpy:  # the same values, computed in reused buffers
-                diff = xp.subtract(pa, pb, out=scratch(shape, 0))
+            ones = xp.ones((n_keys,), dtype=self.dtype, device=self.device)
+            if self.host_numpy:  # the same values, computed in reused buffers
+                diff = xp.subtract(pa, pb, out=self.scratch(shape, 0))
                 d = xp.matmul(xp.abs(diff, out=diff), ones) / 2
             else:
                 d = xp.matmul(xp.abs(pa - pb), ones) / 2
@@ -151,36 +189,14 @@ def pairwise_mean(xp: Any, p: Any, metric: str, h: Any, width: Any) -> Any:
             # both = 2 m; sum(m log m) = sum(both log both)/2 - log 2. Adding the smallest
             # normal number leaves every positive entry's log as it is and turns 0 log 0
             # into 0 * log(tiny) = 0, without a masking pass.
-            if host_numpy:  # the same values, computed in reused buffers
-                both = xp.add(pa, pb, out=scratch(shape, 0))
-                logs = xp.add(both, tiny, out=scratch(shape, 1))
+            if self.host_numpy:  # the same values, computed in reused buffers
+                both = xp.add(pa, pb, out=self.scratch(shape, 0))
+                logs = xp.add(both, self.tiny, out=self.scratch(shape, 1))
                 logs = xp.log(logs, out=logs)
             else:
                 both = pa + pb
-                logs = xp.log(both + tiny)
+                logs = xp.log(both + self.tiny)
             h_m = math.log(2.0) - _dot(xp, both, logs) / 2
-            hr = hr_all[r0:r1]
+            hr = self.hr_all[r0:r1]
             d = xp.clip(h_m - (hr[:, a0:a1, None] + hr[:, None, a0:]) / 2, min=0.0)
         return xp.sum(d, axis=0)  # (a1 - a0, heads - a0)
-
-    row_step = max(1, min(rows, budget // max(1, heads * keys * item)))
-    tasks = []
-    for r0, r1, n_keys in _row_blocks(width, row_step):
-        head_step = max(1, slab // max(1, heads * (r1 - r0) * max(1, n_keys) * item))
-        tasks += [
-            (r0, r1, n_keys, a0, min(heads, a0 + head_step)) for a0 in range(0, heads, head_step)
-        ]
-    workers = min(4, os.cpu_count() or 1)
-    with _one_blas_thread(xp):
-        if host_numpy and workers > 1 and len(tasks) > 1:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                blocks = list(pool.map(block, tasks))
-        else:
-            blocks = [block(task) for task in tasks]
-    total = xp.zeros((heads, heads), dtype=p.dtype, device=device)
-    for (_, _, _, a0, a1), part in zip(tasks, blocks, strict=True):
-        total[a0:a1, a0:] = total[a0:a1, a0:] + part
-    # Only b >= a is filled for every a; mirror it onto the lower triangle.
-    idx = xp.arange(heads, device=device)
-    upper = idx[None, :] >= idx[:, None]
-    return xp.where(upper, total, xp.permute_dims(total, (1, 0))) / rows

@@ -111,6 +111,14 @@ def log_probs(
     p = move_axis_last(xp, p, axis, "p")
     if zeros not in ("raise", "replace"):
         raise AttncodaError(f"zeros must be 'raise' or 'replace'; got {zeros!r}")
+    _check_entries(xp, p)
+    closed = _replace_zeros(xp, _closed(xp, p, atol), zeros, delta)
+    out = xp.log(closed)
+    return out if axis in (-1, p.ndim - 1) else xp.moveaxis(out, -1, axis)
+
+
+def _check_entries(xp: Any, p: Any) -> None:
+    """Refuse a NaN, an infinite or a negative entry of ``p``, naming the first."""
     bad = ~xp.isfinite(p)
     if bool(xp.any(bad)):
         where = first_index(bad)
@@ -126,6 +134,10 @@ def log_probs(
             f"p contains a negative entry {float(to_numpy(p)[where])!r} at index {where}: "
             "probabilities must be non-negative"
         )
+
+
+def _closed(xp: Any, p: Any, atol: float | None) -> Any:
+    """``p`` (keys last) divided by its row sums, each 1 within ``atol`` (else the worst named)."""
     tol = _DEFAULT_ATOL.get(p.dtype.itemsize if hasattr(p.dtype, "itemsize") else 8, 1e-6)
     tol = tol if atol is None else float(atol)
     sums = xp.sum(p, axis=-1)
@@ -138,29 +150,32 @@ def log_probs(
             f"{float(to_numpy(sums)[worst])!r}{' (the worst row)' if worst else ''}; "
             "normalise the rows (p / p.sum(axis, keepdims=True)) or pass atol"
         )
-    closed = p / sums[..., None]
+    return p / sums[..., None]
+
+
+def _replace_zeros(xp: Any, closed: Any, zeros: str, delta: float | None) -> Any:
+    """``closed`` rows (keys last) without zeros: refused, or multiplicatively replaced."""
     is_zero = closed == 0
-    if bool(xp.any(is_zero)):
-        if zeros == "raise":
-            raise AttncodaError(
-                f"p has a zero at index {first_index(is_zero)}: a zero has no logarithm; "
-                "pass zeros='replace' for multiplicative replacement (delta=(1/n_keys)**2 "
-                "by default, as scikit-bio) or remove that key"
-            )
-        n = p.shape[-1]
-        d = (1.0 / n) ** 2 if delta is None else float(delta)
-        if not d > 0:
-            raise AttncodaError(f"delta must be positive; got delta={d:g}")
-        n_zero = xp.sum(xp.astype(is_zero, p.dtype), axis=-1, keepdims=True)
-        shrink = 1 - n_zero * d
-        if bool(xp.any(shrink <= 0)):
-            raise AttncodaError(
-                f"delta={d:g} is too large for rows with {int(to_numpy(n_zero).max())} zeros: "
-                "zeros times delta must stay below 1; pass a smaller delta"
-            )
-        closed = xp.where(is_zero, xp.full_like(closed, d), shrink * closed)
-    out = xp.log(closed)
-    return out if axis in (-1, p.ndim - 1) else xp.moveaxis(out, -1, axis)
+    if not bool(xp.any(is_zero)):
+        return closed
+    if zeros == "raise":
+        raise AttncodaError(
+            f"p has a zero at index {first_index(is_zero)}: a zero has no logarithm; "
+            "pass zeros='replace' for multiplicative replacement (delta=(1/n_keys)**2 "
+            "by default, as scikit-bio) or remove that key"
+        )
+    n = closed.shape[-1]
+    d = (1.0 / n) ** 2 if delta is None else float(delta)
+    if not d > 0:
+        raise AttncodaError(f"delta must be positive; got delta={d:g}")
+    n_zero = xp.sum(xp.astype(is_zero, closed.dtype), axis=-1, keepdims=True)
+    shrink = 1 - n_zero * d
+    if bool(xp.any(shrink <= 0)):
+        raise AttncodaError(
+            f"delta={d:g} is too large for rows with {int(to_numpy(n_zero).max())} zeros: "
+            "zeros times delta must stay below 1; pass a smaller delta"
+        )
+    return xp.where(is_zero, xp.full_like(closed, d), shrink * closed)
 
 
 def clr(logp: Any, axis: int = -1) -> Any:

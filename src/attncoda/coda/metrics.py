@@ -12,6 +12,7 @@ splits exactly into its sink and content terms. The blocked passes over head pai
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import array_api_compat
@@ -207,60 +208,86 @@ def head_distances(
         raise AttncodaError(
             f"logp_rows must have shape (heads, rows, keys); got shape {tuple(z.shape)}"
         )
-    heads, rows, keys = z.shape
-    s = sink_positions(sink, keys)
-    mask = _key_mask(xp, key_mask, z)
-    used = _rows_in_use(xp, mask, s)
+    s = sink_positions(sink, z.shape[2])
+    rows = _rows(xp, z, _key_mask(xp, key_mask, z), s, metric)
+    if metric in CLASSIC_METRICS:
+        out = _classic_distances(xp, metric, convention, rows)
+    else:
+        out = _aitchison_distances(xp, metric, rows, len(s))
+    # Rounding in a Gram matrix can leave it a hair off symmetric and off zero on the
+    # diagonal; the distance is symmetric with D[a, a] = 0 by definition.
+    eye = xp.eye(z.shape[0], dtype=rows.z.dtype, device=array_api_compat.device(rows.z))
+    return (out + xp.permute_dims(out, (1, 0))) / 2 * (1 - eye)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows a head distance averages over, sorted by their extent (one past the last key
+    they see): each block of rows reads only its keys (a mean does not depend on the order)."""
+
+    z: Any  # (head, row, key_pos): the logs of the rows in use
+    mask: Any  # (row, key_pos): the keys that exist
+    content: Any  # (row, key_pos): the keys that exist and are no sink key
+    is_sink: Any  # (key_pos,)
+    width: Any  # host ints, (row,): each row's extent, non-decreasing
+
+
+def _rows(xp: Any, z: Any, mask: Any, sink: tuple[int, ...], metric: str) -> _Rows:
+    """The rows in use (:func:`_rows_in_use`) of ``z`` (head, row, key_pos) and of its key
+    ``mask``, their logs checked in the caller's coordinates on the keys that exist
+    (``-inf`` allowed for classic metrics), sorted by extent (rows in order: no copy)."""
+    rows, keys = z.shape[1], z.shape[2]
+    used = _rows_in_use(xp, mask, sink)
     row_used = xp.zeros(rows, dtype=xp.bool, device=array_api_compat.device(z))
     row_used[used] = True
-    # Checked in the caller's coordinates, on the keys that exist in the rows in use.
     check_logs(
         xp,
         xp.where(mask & row_used[:, None], z, xp.zeros_like(z)),
         "logp_rows",
         allow_neg_inf=metric in CLASSIC_METRICS,
     )
-    # Rows sorted by their extent (one past the last key they see) let each block of rows
-    # read only its own keys; a mean over rows does not depend on their order.
     device = array_api_compat.device(z)
     mask = xp.take(mask, used, axis=0)
     extent = xp.max(xp.where(mask, xp.arange(1, keys + 1, device=device), 0), axis=-1)
     order = xp.argsort(extent, stable=True)
     used = xp.take(used, order)
-    if not _is_every_row(used, rows):  # causal rows in order need no copy
+    if not _is_every_row(used, rows):
         z = xp.take(z, used, axis=1)
         mask = xp.take(mask, order, axis=0)
     width = np.asarray(array_api_compat.to_device(xp.take(extent, order), "cpu"))
-    is_sink = xp.asarray([j in s for j in range(keys)], device=array_api_compat.device(z))
-    content = mask & ~is_sink
-    mask3 = xp.broadcast_to(mask, z.shape)
-    content3 = xp.broadcast_to(content, z.shape)
+    is_sink = xp.asarray([j in sink for j in range(keys)], device=array_api_compat.device(z))
+    return _Rows(z=z, mask=mask, content=mask & ~is_sink, is_sink=is_sink, width=width)
+
+
+def _aitchison_distances(xp: Any, metric: str, rows: _Rows, k: int) -> Any:
+    """Mean over rows of an Aitchison distance (``k`` sink keys), shape (head, head)."""
+    z, width = rows.z, rows.width
+    content3 = xp.broadcast_to(rows.content, z.shape)
     if metric == "aitchison":
-        out = _pairs.gram_mean(xp, _centred(xp, z, mask3), "euclid", width)
-    elif metric == "aitchison_content":
-        out = _pairs.gram_mean(xp, _centred(xp, z, content3), "euclid", width)
-    elif metric == "aitchison_sink":
-        k = len(s)
-        m = xp.sum(xp.astype(content, z.dtype), axis=-1)
-        sink3 = xp.broadcast_to(mask & is_sink, z.shape)
-        b = xp.sqrt(k * m / (k + m)) * (_masked_mean(xp, z, sink3) - _masked_mean(xp, z, content3))
-        out = xp.mean(xp.abs(b[:, None, :] - b[None, :, :]), axis=-1)
-    else:
-        keep = content3 if convention == "drop" else mask3
-        zk = xp.where(keep, z, xp.full_like(z, -math.inf))
-        lp = zk - _math.logsumexp(xp, zk)[..., None]
-        if metric == "entropy_gap":
-            h = _math.entropy_of_logs(xp, lp)
-            out = xp.mean(xp.abs(h[:, None, :] - h[None, :, :]), axis=-1)
-        elif metric == "cosine":
-            p = xp.exp(lp)
-            out = _pairs.gram_mean(xp, p / _math.norm(xp, p)[..., None], "cosine", width)
-        elif metric == "hellinger":
-            out = _pairs.gram_mean(xp, xp.exp(lp / 2), "euclid", width) / math.sqrt(2.0)
-        else:
-            h = _math.entropy_of_logs(xp, lp)
-            out = _pairs.pairwise_mean(xp, xp.exp(lp), metric, h, width)
-    # Rounding in a Gram matrix can leave it a hair off symmetric and off zero on the
-    # diagonal; the distance is symmetric with D[a, a] = 0 by definition.
-    eye = xp.eye(heads, dtype=z.dtype, device=array_api_compat.device(z))
-    return (out + xp.permute_dims(out, (1, 0))) / 2 * (1 - eye)
+        return _pairs.gram_mean(
+            xp, _centred(xp, z, xp.broadcast_to(rows.mask, z.shape)), "euclid", width
+        )
+    if metric == "aitchison_content":
+        return _pairs.gram_mean(xp, _centred(xp, z, content3), "euclid", width)
+    m = xp.sum(xp.astype(rows.content, z.dtype), axis=-1)
+    sink3 = xp.broadcast_to(rows.mask & rows.is_sink, z.shape)
+    b = xp.sqrt(k * m / (k + m)) * (_masked_mean(xp, z, sink3) - _masked_mean(xp, z, content3))
+    return xp.mean(xp.abs(b[:, None, :] - b[None, :, :]), axis=-1)
+
+
+def _classic_distances(xp: Any, metric: str, convention: str | None, rows: _Rows) -> Any:
+    """Mean over rows of a classic metric under ``convention``, shape (head, head)."""
+    z, width = rows.z, rows.width
+    keep = rows.content if convention == "drop" else rows.mask
+    zk = xp.where(xp.broadcast_to(keep, z.shape), z, xp.full_like(z, -math.inf))
+    lp = zk - _math.logsumexp(xp, zk)[..., None]
+    if metric == "entropy_gap":
+        h = _math.entropy_of_logs(xp, lp)
+        return xp.mean(xp.abs(h[:, None, :] - h[None, :, :]), axis=-1)
+    if metric == "cosine":
+        p = xp.exp(lp)
+        return _pairs.gram_mean(xp, p / _math.norm(xp, p)[..., None], "cosine", width)
+    if metric == "hellinger":
+        return _pairs.gram_mean(xp, xp.exp(lp / 2), "euclid", width) / math.sqrt(2.0)
+    h = _math.entropy_of_logs(xp, lp)
+    return _pairs.pairwise_mean(xp, xp.exp(lp), metric, h, width)

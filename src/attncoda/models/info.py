@@ -15,7 +15,7 @@ from attncoda._errors import AttncodaError
 from attncoda.models.placement import device_map_of
 from attncoda.models.zoo import family_of, routable
 
-__all__ = ["ModelInfo", "describe"]
+__all__ = ["ModelInfo", "Origin", "describe"]
 
 # Text encoded to see whether the tokenizer puts a special token in front.
 _PROBE_TEXT = "Hello world"
@@ -106,24 +106,24 @@ class ModelInfo:
         return out
 
 
-def describe(
-    spec: str,
-    source: str,
-    name_or_path: str,
-    revision: str | None,
-    model: Any,
-    tokenizer: Any,
-    causal: bool,
-    from_cache: bool,
-    fingerprint: str | None,
-    notes: list[str],
-) -> ModelInfo:
-    """The :class:`ModelInfo` of a loaded model and its tokenizer (None for none).
+@dataclass(frozen=True)
+class Origin:
+    """Where a model's weights came from and what its load noted: the fields of
+    :class:`ModelInfo` that :func:`describe` cannot read off the model."""
 
-    ``source``, ``name_or_path`` and ``revision`` say where the weights came from (see
-    :class:`ModelInfo`); head counts, BOS facts, dtype and capture mode are read from the
-    model, its config and the tokenizer.
-    """
+    spec: str
+    source: str
+    name_or_path: str
+    revision: str | None = None
+    from_cache: bool = False
+    fingerprint: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def describe(origin: Origin, model: Any, tokenizer: Any, causal: bool) -> ModelInfo:
+    """The :class:`ModelInfo` of a model loaded from ``origin``, and of its tokenizer (None
+    for none): head counts, BOS facts, dtype and capture mode are read from the model, its
+    config and the tokenizer."""
     text = model.config.get_text_config()
     n_heads = _config_int(text, "num_attention_heads")
     n_kv_heads = getattr(text, "num_key_value_heads", None) or n_heads
@@ -134,10 +134,7 @@ def describe(
         bos = getattr(text, "bos_token_id", None)
     vocab = getattr(text, "vocab_size", None)
     return ModelInfo(
-        spec=spec,
-        source=source,
-        name_or_path=name_or_path,
-        revision=revision,
+        **dataclasses.asdict(origin),
         architecture=type(model).__name__,
         model_type=str(model.config.model_type),
         family=family_of(str(model.config.model_type)),
@@ -151,9 +148,6 @@ def describe(
         prepends_bos=prepends,
         prepended_token_id=prepended,
         has_tokenizer=tokenizer is not None,
-        from_cache=from_cache,
-        fingerprint=fingerprint,
-        notes=tuple(notes),
         capture_mode="attention" if routable(model) else "outputs",
         device_map=device_map_of(model),
     )

@@ -34,7 +34,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from attncoda._errors import AttncodaError
 from attncoda.models.gguf import cache_dir, load_gguf, placed_as, sha256_file
-from attncoda.models.info import ModelInfo, describe
+from attncoda.models.info import ModelInfo, Origin, describe
 from attncoda.models.placement import check_map_fits, check_placement
 from attncoda.models.resolve import FORMS, Target, resolve
 from attncoda.models.unreadable import hub_config, unreadable_files
@@ -201,18 +201,16 @@ def load_model(
     elif isinstance(placed, dict):
         check_map_fits(model, placed)
     model.eval()
-    info = describe(
+    origin = Origin(
         spec_str,
         target.source,
         target.name_or_path,
         target.revision,
-        model,
-        tokenizer,
-        causal,
         from_cache,
         fingerprint,
-        notes,
+        tuple(notes),
     )
+    info = describe(origin, model, tokenizer, causal)
     return model, tokenizer, info
 
 

@@ -125,50 +125,54 @@ def check_placement(
             f"device={str(device)!r} and device_map={device_map!r} both say where the model "
             f"goes: drop device (the map places every module) or drop device_map"
         )
-    placed: str | dict[str, int | str]
+    placed = _checked_map(device_map, offload_folder)
+    if max_memory is None:
+        return placed, None
+    if not isinstance(max_memory, Mapping) or not max_memory:
+        raise AttncodaError(
+            f"max_memory must be a non-empty dict {{device: size}} such as "
+            f"{{0: '2GiB', 'cpu': '8GiB'}}; got {max_memory!r}"
+        )
+    return placed, {_memory_key(k): _memory_value(k, v) for k, v in max_memory.items()}
+
+
+def _checked_map(device_map: Any, offload_folder: object) -> str | dict[str, int | str]:
+    """``device_map``, a strategy of :data:`DEVICE_MAPS` or a dict (copied) whose every name
+    is a string and every place one of :data:`_PLACES` (``"disk"`` with an offload folder)."""
     if isinstance(device_map, str):
         if device_map not in DEVICE_MAPS:
             raise AttncodaError(
                 f"unknown device_map {device_map!r}: use one of {', '.join(DEVICE_MAPS)}, or a "
                 f"dict {{module name: device}}"
             )
-        placed = device_map
-    elif isinstance(device_map, Mapping):
-        if not device_map:
-            raise AttncodaError(
-                "device_map is an empty dict: give {module name: device} for every module, "
-                "e.g. {'': 'cpu'}, or a strategy such as 'auto'"
-            )
-        placed = {}
-        for name, where in device_map.items():
-            if not isinstance(name, str):
-                raise AttncodaError(
-                    f"device_map key {name!r} is no module name: use names such as "
-                    f"'model.layers.0' (or '' for the whole model)"
-                )
-            if not _place_ok(where):
-                raise AttncodaError(f"device_map[{name!r}] = {where!r}: use {_PLACES}")
-            placed[name] = where
-        if "disk" in placed.values() and offload_folder is None:
-            disk = [n for n, w in placed.items() if w == "disk"]
-            raise AttncodaError(
-                f"device_map puts {disk[0]!r} on 'disk' but no offload_folder is given: pass "
-                f"offload_folder=<a folder> for the offloaded weights, or place it on 'cpu'"
-            )
-    else:
+        return device_map
+    if not isinstance(device_map, Mapping):
         raise AttncodaError(
             f"device_map must be one of {', '.join(DEVICE_MAPS)} or a dict {{module name: "
             f"device}}; got {device_map!r}"
         )
-    limits = None
-    if max_memory is not None:
-        if not isinstance(max_memory, Mapping) or not max_memory:
+    if not device_map:
+        raise AttncodaError(
+            "device_map is an empty dict: give {module name: device} for every module, "
+            "e.g. {'': 'cpu'}, or a strategy such as 'auto'"
+        )
+    placed = {}
+    for name, where in device_map.items():
+        if not isinstance(name, str):
             raise AttncodaError(
-                f"max_memory must be a non-empty dict {{device: size}} such as "
-                f"{{0: '2GiB', 'cpu': '8GiB'}}; got {max_memory!r}"
+                f"device_map key {name!r} is no module name: use names such as "
+                f"'model.layers.0' (or '' for the whole model)"
             )
-        limits = {_memory_key(k): _memory_value(k, v) for k, v in max_memory.items()}
-    return placed, limits
+        if not _place_ok(where):
+            raise AttncodaError(f"device_map[{name!r}] = {where!r}: use {_PLACES}")
+        placed[name] = where
+    if "disk" in placed.values() and offload_folder is None:
+        disk = [n for n, w in placed.items() if w == "disk"]
+        raise AttncodaError(
+            f"device_map puts {disk[0]!r} on 'disk' but no offload_folder is given: pass "
+            f"offload_folder=<a folder> for the offloaded weights, or place it on 'cpu'"
+        )
+    return placed
 
 
 def parse_max_memory(text: str) -> dict[Any, str]:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -22,6 +23,7 @@ from attncoda.experiments.contract import head_rows as rows_of_capture
 
 __all__ = [
     "TASK_CORPUS",
+    "Batching",
     "Captured",
     "GivenInfo",
     "capture_corpus",
@@ -103,15 +105,8 @@ def capture_corpus(  # params: capture_windows' keywords, the corpus and a loade
     if tokenizer is None:
         raise AttncodaError(f"model {spec!r} has no tokenizer: give a folder with one")
     found, reading = corpus_windows(tokenizer, text=text, max_tokens=max_tokens, docs=docs)
-    cap = capture_ids(
-        (model, tokenizer),
-        [w.input_ids for w in found],
-        options,
-        batch_size=batch_size,
-        record_rows=record_rows,
-        block_size=block_size,
-        progress=progress,
-    )
+    batching = Batching(batch_size, record_rows, block_size, progress)
+    cap = capture_ids((model, tokenizer), [w.input_ids for w in found], options, batching)
     if cap.mode == "outputs":
         # The automatic fallback changes how rows are read (eager probabilities, a zero
         # policy): say so where the run is watched; the manifest records it too.
@@ -124,45 +119,31 @@ def capture_corpus(  # params: capture_windows' keywords, the corpus and a loade
     return Captured(spec=spec, info=info, capture=cap, reading=reading)
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How :func:`capture_ids` hands windows to :func:`attncoda.capture_windows` (its
+    keywords of the same names): ``batch_size`` windows a forward, queries in blocks of
+    ``block_size``, the rows it records, and whether it shows progress."""
+
+    batch_size: int = 8
+    record_rows: Any = "none"
+    block_size: int = 512
+    progress: bool = False
+
+
 def capture_ids(
-    loaded: tuple,
-    windows: Sequence[Any],
-    options: CaptureOptions,
-    *,
-    batch_size: int = 8,
-    record_rows: Any = "none",
-    block_size: int = 512,
-    progress: bool = False,
+    loaded: tuple, windows: Sequence[Any], options: CaptureOptions, batching: Batching = Batching()
 ) -> Any:
-    """The capture of token windows by a loaded ``(model, tokenizer, ...)``, made as the
-    run's ``options`` say: their method, kernel, sink and seed (the model was loaded with
-    their dtype and device). The one place a run turns its options into a capture: the
-    corpus windows of :func:`capture_corpus` and the windows the runner captures for an
-    experiment (prune's profiling windows, each collapse checkpoint's series windows).
-
-    Parameters
-    ----------
-    loaded : tuple
-        ``(model, tokenizer, ...)``; only the first two are read (the tokenizer for token
-        sink specs and the pad id; ``None`` works for other specs).
-    windows : sequence of sequence of int
-        Token ids of each window, unpadded (``Window`` objects are read by their
-        ``input_ids``).
-    options : CaptureOptions
-        How to capture.
-    batch_size, record_rows, block_size, progress
-        As for :func:`attncoda.capture_windows`.
-
-    Returns
-    -------
-    Capture
-
-    Raises
-    ------
-    AttncodaError
-        A window that holds a token id outside the model's vocabulary (windows cut by
-        another tokenizer), and every error of :func:`attncoda.capture_windows`.
-    """
+    """The capture of token ``windows`` (ids of each, unpadded; ``Window`` objects are read
+    by their ``input_ids``) by a loaded ``(model, tokenizer, ...)`` (the tokenizer for
+    token sink specs and the pad id; ``None`` works for other specs), made as the run's
+    ``options`` say: their method, kernel, sink and seed (the model was loaded with their
+    dtype and device), the windows handed over as ``batching`` says. The one place a run
+    turns its options into a capture: the corpus windows of :func:`capture_corpus` and the
+    windows the runner captures for an experiment (prune's profiling windows, each
+    collapse checkpoint's series windows). Refuses, besides every error of
+    :func:`attncoda.capture_windows`, a window that holds a token id outside the model's
+    vocabulary (windows cut by another tokenizer)."""
     import numpy as np
 
     from attncoda.capture import capture_windows
@@ -178,16 +159,8 @@ def capture_ids(
             f"the model has a vocabulary of {vocab} tokens, but the windows hold token id "
             f"{top}: make the windows with this model's tokenizer"
         )
-    return capture_windows(
-        model,
-        ids,
-        batch_size=batch_size,
-        tokenizer=tokenizer,
-        record_rows=record_rows,
-        block_size=block_size,
-        progress=progress,
-        options=options,
-    )
+    batched = dataclasses.asdict(batching)  # capture_windows' keywords of the same names
+    return capture_windows(model, ids, tokenizer=tokenizer, options=options, **batched)
 
 
 def head_rows(captured: Captured) -> HeadRows:

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from attncoda.run.stored import read_unit, write_arrays
 from attncoda.store.lock import writer_lock
 from attncoda.store.runs import NO_REVISION, RunStore, Unit
 
-__all__ = ["RUN", "finalise", "open_run", "run_unit", "writing"]
+__all__ = ["RUN", "OpenRun", "finalise", "open_run", "run_unit", "writing"]
 
 #: The command of a run folder made by reproduce or sweep (they share their folders).
 RUN = "reproduce"
@@ -108,21 +109,23 @@ def _compute(
     return dict(tables.frames), facts
 
 
-def open_run(
-    models: list[str], out: str | Path, *, command: str = RUN, **options: Any
-) -> tuple[RunConfig, RunStore, Plan, list[Unit]]:
-    """Open (or make) the run folder ``out`` for ``models`` and ``options`` (those of
-    :func:`attncoda.run.config.run_config`).
+@dataclass(frozen=True)
+class OpenRun:
+    """A run folder opened: the run's config, its store, its plan, its unfinished units."""
 
-    Returns
-    -------
-    config, store, plan, todo
-        The run config, its store, its plan, and the units not yet finished.
-    """
+    config: RunConfig
+    store: RunStore
+    plan: Plan
+    todo: list[Unit]
+
+
+def open_run(models: list[str], out: str | Path, *, command: str = RUN, **options: Any) -> OpenRun:
+    """Open (or make) the run folder ``out`` for ``models`` and ``options`` (those of
+    :func:`attncoda.run.config.run_config`)."""
     config = run_config(models, **options)
     store = RunStore(Path(out), command, config.to_json())
     found = plan(config)
-    return config, store, found, [u for u in found.units if not store.is_done(u)]
+    return OpenRun(config, store, found, [u for u in found.units if not store.is_done(u)])
 
 
 @contextlib.contextmanager
@@ -163,8 +166,6 @@ def finalise(
     are left out of the tables and listed in ``units`` with status ``"failed"`` and their
     error. A series experiment is combined only when every one of its units finished.
     """
-    import pandas as pd
-
     failed = dict(failed or {})
     units = list(run.units)
     missing = [u.key for u in units if not store.is_done(u) and u.key not in failed]
@@ -177,15 +178,7 @@ def finalise(
     names = [e for e in config.experiments if experiment(e).combine is None]
     for name in dict.fromkeys([t for e in names for t in experiment(e).tables] + [*TRAIN_TABLES]):
         store.write_union(name, done)
-    combined: dict[str, Any] = {}
-    for name in config.experiments:
-        exp = experiment(name)
-        parts = [u for u in units if u.experiment == name]
-        if exp.combine is None or not parts or any(u.key in failed for u in parts):
-            continue
-        tables = exp.combine([read_unit(store, u) for u in parts], config.settings[name])
-        _write_combined(store, tables)
-        combined[name] = dict(tables.summary)
+    combined = _combine(config, store, units, failed)
     if config.train is not None and config.train.retrain:
         from attncoda.run.train import retrain_table
         from attncoda.store.files import read_table
@@ -195,6 +188,31 @@ def finalise(
         }
         found = {name: read_table(p) if p.is_file() else None for name, p in paths.items()}
         store.write_table("retrain", retrain_table(found))
+    _write_units(store, units, failed, combined)
+
+
+def _combine(
+    config: RunConfig, store: RunStore, units: list[Unit], failed: Mapping[str, str]
+) -> dict[str, Any]:
+    """Write each series experiment whose units all finished; return their summaries."""
+    combined: dict[str, Any] = {}
+    for name in config.experiments:
+        exp = experiment(name)
+        parts = [u for u in units if u.experiment == name]
+        if exp.combine is None or not parts or any(u.key in failed for u in parts):
+            continue
+        tables = exp.combine([read_unit(store, u) for u in parts], config.settings[name])
+        _write_combined(store, tables)
+        combined[name] = dict(tables.summary)
+    return combined
+
+
+def _write_units(
+    store: RunStore, units: list[Unit], failed: Mapping[str, str], combined: dict[str, Any]
+) -> None:
+    """The ``units`` table, and the manifest's model facts, ``combined`` and devices."""
+    import pandas as pd
+
     records = []
     infos: dict[str, Any] = {}
     devices: set[str] = set()

@@ -30,16 +30,14 @@ def model_rows(
     rows: Mapping[str, Any] | None = None,
     text: str | None = None,
     options: CaptureOptions | None = None,
-    progress: bool = False,
     loaded: tuple | None = None,
 ) -> Any:
     """The recorded rows of every head of ``spec`` (:class:`Rows` windows, ``rows``
     overriding its defaults), labelled ``name`` (default: the spec), with the model's
     identity (weights hash, ``train-tiny`` recipe), loaded and captured as ``options`` say.
-    ``loaded``: the model already loaded, ``(model, tokenizer, info)``."""
-    return _read_rows(
-        spec, name=name, rows=rows, text=text, options=options, progress=progress, loaded=loaded
-    )[0]
+    ``loaded``: the model already loaded, ``(model, tokenizer, info)``. The capture shows
+    its progress inside an ``attncoda._progress.shown()`` block."""
+    return _read_rows(spec, name=name, rows=rows, text=text, options=options, loaded=loaded)[0]
 
 
 def measured_row(spec: str, **kwargs: Any) -> dict[str, Any]:
@@ -52,14 +50,13 @@ def measured_row(spec: str, **kwargs: Any) -> dict[str, Any]:
     return predictor_row_of(rows, read=read, sink=options.sink, seed=options.seed)
 
 
-def _read_rows(  # params: model_rows' keywords
+def _read_rows(
     spec: str,
     *,
     name: str | None = None,
     rows: Mapping[str, Any] | None = None,
     text: str | None = None,
     options: CaptureOptions | None = None,
-    progress: bool = False,
     loaded: tuple | None = None,
 ) -> tuple[Any, Reading | None]:
     """:func:`model_rows` and what its capture read (:class:`Reading`)."""
@@ -79,7 +76,6 @@ def _read_rows(  # params: model_rows' keywords
         options=options,
         max_tokens=windows.max_tokens,
         docs=windows.docs,
-        progress=progress,
         loaded=loaded,
     )
     found = replace(head_rows(captured), identity=identity_of(loaded))

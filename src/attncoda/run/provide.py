@@ -171,7 +171,7 @@ def _capture_windows(
     """The capture of the windows ``exp.captures`` picks of the unit's ``windows``, made with
     the run's options by the unit's model (statistics only, no full rows), and what its
     facts record of it."""
-    from attncoda.run.captured import capture_ids
+    from attncoda.run.captured import Batching, capture_ids
 
     if exp.captures is None:
         raise AttncodaError(
@@ -179,7 +179,7 @@ def _capture_windows(
             "capture: give its Experiment a captures function"
         )
     chosen = list(exp.captures(windows, settings))
-    cap = capture_ids(src.loaded(), chosen, src.options, record_rows="none")
+    cap = capture_ids(src.loaded(), chosen, src.options, Batching(record_rows="none"))
     facts = {"windows": len(chosen), "method": cap.method, "kernel": cap.kernel}
     return cap, facts | cap.forward_facts()
 

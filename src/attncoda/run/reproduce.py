@@ -25,11 +25,9 @@ from typing import Any
 from attncoda._errors import AttncodaError
 from attncoda.capture.options import CaptureOptions
 from attncoda.experiments.contract import EXPERIMENTS
-from attncoda.run.config import RunConfig
-from attncoda.run.execute import RUN, finalise, open_run, writing
+from attncoda.run.execute import RUN, OpenRun, finalise, open_run, writing
 from attncoda.run.executors import Executor, InProcess, Job, Progress
 from attncoda.run.loaded import Loaded
-from attncoda.run.plan import Plan
 from attncoda.run.pool import LocalPool
 from attncoda.store.guard import check_run_folder, new_folders, remove_created
 from attncoda.store.runs import DONE, RunStore, Unit
@@ -69,10 +67,7 @@ class ReproduceResult:
 
 
 def execute_run(
-    config: RunConfig,
-    store: RunStore,
-    run: Plan,
-    todo: list[Unit],
+    opened: OpenRun,
     executor: Executor,
     *,
     command: str,
@@ -80,12 +75,13 @@ def execute_run(
     label: str | None = None,
     nothing_ran_raises: bool = False,
 ) -> ReproduceResult:
-    """Compute ``todo`` with ``executor`` as the one writer of ``store`` (whose manifest is
-    ``command``'s), then finalise. ``label`` names the writer in the lock and the progress
-    bar (default: ``command``). With ``nothing_ran_raises`` a run none of whose units
-    finished raises its first failure before it is finalised (:func:`nothing_ran`), its
-    progress holding back the failures before the first unit that finishes
-    (:class:`~attncoda.run.job.Progress`)."""
+    """Compute the units ``opened`` has to do with ``executor`` as the one writer of its
+    store (whose manifest is ``command``'s), then finalise. ``label`` names the writer in
+    the lock and the progress bar (default: ``command``). With ``nothing_ran_raises`` a run
+    none of whose units finished raises its first failure before it is finalised
+    (:func:`nothing_ran`), its progress holding back the failures before the first unit
+    that finishes (:class:`~attncoda.run.job.Progress`)."""
+    config, store, run, todo = opened.config, opened.store, opened.plan, opened.todo
     with writing(store, label or command):
         log = Progress(len(todo), progress, label or command, hold=nothing_ran_raises)
         try:
@@ -136,7 +132,7 @@ def _made_here(store: RunStore | None) -> bool:
     return store is not None and store.made
 
 
-def reproduce(
+def reproduce(  # params: the options of attncoda reproduce, which users type as keywords
     models: Sequence[str],
     out: str | Path,
     *,
@@ -318,9 +314,8 @@ def _run_here(  # params: the run's own switches, keyword-only; the config's pas
         check_models([m for m in models if not kept.lent(m)], series)
     store: RunStore | None = None
     try:
-        config, store, run, todo = open_run(
-            list(models), out, command=command, lent=kept, **run_args
-        )
+        opened = open_run(list(models), out, command=command, lent=kept, **run_args)
+        store = opened.store
         going = not fail_fast
         executor: Executor = (
             InProcess(keep_going=going, kept=kept)
@@ -328,10 +323,7 @@ def _run_here(  # params: the run's own switches, keyword-only; the config's pas
             else LocalPool(workers, keep_going=going)
         )
         result = execute_run(
-            config,
-            store,
-            run,
-            todo,
+            opened,
             executor,
             command=command,
             progress=progress,

@@ -97,7 +97,7 @@ def expand_models(models: Sequence[str], revisions: Sequence[str] | None = None)
     return [join_spec(model, revision) for model in models for revision in revisions]
 
 
-def sweep(
+def sweep(  # params: the options of attncoda sweep, which users type as keywords
     models: Sequence[str],
     out: str | Path,
     *,
@@ -157,22 +157,8 @@ def sweep(
         ``ray_address`` and ``ray_local``, a Ray cluster that cannot be reached, or, with
         ``fail_fast``, the first unit that failed (named).
     """
-    if int(retries) < 0:
-        raise AttncodaError(f"--retries {retries} must be 0 or more")
-    if ray_address is None and ray_local is None and workers != 1:
-        executor: InProcess | OnRay | LocalPool = LocalPool(
-            workers, retries=int(retries), keep_going=not fail_fast
-        )
-    elif ray_address is None and ray_local is None:
-        executor = InProcess(retries=int(retries), keep_going=not fail_fast)
-    else:
-        executor = OnRay(
-            address=ray_address,
-            local=ray_local,
-            retries=int(retries),
-            keep_going=not fail_fast,
-        )
-    config, store, run, todo = open_run(
+    executor = _executor(ray_address, ray_local, retries, workers, keep_going=not fail_fast)
+    opened = open_run(
         expand_models(models, revisions),
         out,
         series=series,
@@ -182,9 +168,7 @@ def sweep(
         text=text,
         options=options,
     )
-    result = execute_run(
-        config, store, run, todo, executor, command=RUN, progress=progress, label="sweep"
-    )
+    result = execute_run(opened, executor, command=RUN, progress=progress, label="sweep")
     if progress:
         print(
             f"sweep: {result.ran} units run, {result.skipped} already finished, "
@@ -192,3 +176,18 @@ def sweep(
             file=sys.stderr,
         )
     return SweepResult(**vars(result))
+
+
+def _executor(
+    ray_address: str | None, ray_local: int | None, retries: int, workers: int, *, keep_going: bool
+) -> InProcess | OnRay | LocalPool:
+    """Where a sweep's units run: on Ray when an address or a local instance is asked for,
+    else on a pool of ``workers`` processes, or in this process when ``workers`` is 1."""
+    if int(retries) < 0:
+        raise AttncodaError(f"--retries {retries} must be 0 or more")
+    retries = int(retries)
+    if ray_address is not None or ray_local is not None:
+        return OnRay(address=ray_address, local=ray_local, retries=retries, keep_going=keep_going)
+    if workers != 1:
+        return LocalPool(workers, retries=retries, keep_going=keep_going)
+    return InProcess(retries=retries, keep_going=keep_going)

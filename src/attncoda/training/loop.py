@@ -88,6 +88,40 @@ def train(
     -------
     TrainResult
     """
+    model = _fresh_model(tokenizer, config)
+    optimizer = _optimizer(model, config)
+    sampler: Any = (
+        torch.Generator().manual_seed(config.seed)
+        if data.task is None
+        else np.random.default_rng(config.seed)
+    )
+    schedule = checkpoint_steps(config.steps)
+    corpus = (
+        {"corpus_sha256": record["corpus_sha256"], "corpus": corpus_info(data)}
+        if data.task is None
+        else {}
+    )
+    saved = {"seed": config.seed, "config": record, **corpus}  # what every checkpoint records
+    records: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    running = float("nan")
+    for step in range(config.steps + 1):
+        if step == schedule[len(records)]:
+            evaluated = _evaluate(model, data, step)
+            save_checkpoint(out, step, model, tokenizer, {**evaluated, **saved})
+            records.append(evaluated)
+        if step == config.steps:
+            break
+        loss = _train_step(model, optimizer, data, sampler, step, config)
+        running = loss if math.isnan(running) else 0.95 * running + 0.05 * loss
+        if report is not None:
+            report(step + 1, running)
+    return _series(out, record, records, time.perf_counter() - start, config.steps)
+
+
+def _fresh_model(tokenizer: Any, config: ResolvedTrainConfig) -> Any:
+    """A GPT-NeoX of the config's size for ``tokenizer``'s vocabulary and special ids,
+    initialised under ``torch.manual_seed(config.seed)``."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     layers, hidden, heads = SIZES[config.size]
@@ -107,44 +141,14 @@ def train(
     torch.manual_seed(config.seed)
     # Eager attention: deterministic, and it returns the attention weights the checkpoint
     # statistics need; at these widths and lengths attention is a small share of the cost.
-    model = GPTNeoXForCausalLM._from_config(model_config, attn_implementation="eager")
-    optimizer = _optimizer(model, config)
-    sampler: Any = (
-        torch.Generator().manual_seed(config.seed)
-        if data.task is None
-        else np.random.default_rng(config.seed)
-    )
-    schedule = checkpoint_steps(config.steps)
-    records: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    running = float("nan")
-    for step in range(config.steps + 1):
-        if step == schedule[len(records)]:
-            evaluated = _evaluate(model, data, step)
-            save_checkpoint(
-                out,
-                step,
-                model,
-                tokenizer,
-                {
-                    **evaluated,
-                    "seed": config.seed,
-                    "config": record,
-                    **(
-                        {"corpus_sha256": record["corpus_sha256"], "corpus": corpus_info(data)}
-                        if data.task is None
-                        else {}
-                    ),
-                },
-            )
-            records.append(evaluated)
-        if step == config.steps:
-            break
-        loss = _train_step(model, optimizer, data, sampler, step, config)
-        running = loss if math.isnan(running) else 0.95 * running + 0.05 * loss
-        if report is not None:
-            report(step + 1, running)
-    seconds = time.perf_counter() - start
+    return GPTNeoXForCausalLM._from_config(model_config, attn_implementation="eager")
+
+
+def _series(
+    out: Path, record: dict[str, Any], records: list[dict[str, Any]], seconds: float, steps: int
+) -> TrainResult:
+    """The :class:`TrainResult` of ``steps`` optimiser steps in ``seconds``, whose
+    checkpoints' evaluations are ``records``; written with the series file in ``out``."""
     result = TrainResult(
         out_dir=out,
         steps=tuple(r["step"] for r in records),
@@ -153,7 +157,7 @@ def train(
         val_loss=tuple(r["val_loss"] for r in records),
         first_token_attention=tuple(tuple(r["first_token_attention"]) for r in records),
         seconds=seconds,
-        steps_per_second=config.steps / seconds,
+        steps_per_second=steps / seconds,
         **task_fields(record, records),
     )
     write_series(out, record, records, result)
