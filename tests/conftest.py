@@ -36,7 +36,17 @@ if _WORKERS > 1:
 # collected last, the 2,000-step training series alone kept one worker busy for the suite's
 # final three minutes. Measured with ``pytest --durations`` (docs/design.md, "Tests").
 FIRST = (
+    "tests/test_threshold_units.py",  # the demo's threshold units under portable kernels
+    "tests/run/test_sweep.py",  # a real Ray cluster, killed workers
     "tests/models/test_zoo_models.py",  # Qwen2.5-Coder's and Gemma 3's first loads
+    "tests/test_code_paths.py",  # the committed outputs under two other code paths
+    "tests/run/test_faults.py",
+    "tests/run/test_reproduce.py",
+    "tests/report/test_html.py",
+    "tests/run/test_keep_going.py",
+    "tests/training/test_bit_identity.py",
+    "tests/capture/kernels/test_fast_bounds.py",
+    "tests/capture/kernels/test_cpp_long_rows.py",
     "tests/capture/kernels/test_fused.py",  # the Triton kernel interpreted on real weights
 )
 

@@ -60,33 +60,3 @@ def test_the_committed_outputs_hold_under_another_code_path(name):
     tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
     assert done.returncode == 0, f"{name}:\n{tail}"
     assert f"{len(COMMITTED)} passed" in tail, tail
-
-
-#: The units the suite makes again under ATen's portable kernels and holds to the reference
-#: run's rows of the same units: every result decided at a threshold of one embedded model
-#: (the tie tolerance, the bins, the top-k cut, the predictor's interval ends).
-UNITS = ("flips", "safety", "prune", "predictor")
-#: The embedded model of those units: SmolLM2, the demo's causal model whose prune unit is
-#: the shorter (Gemma 3's evaluates a 262,144-row vocabulary head).
-MODEL = "smollm2"
-
-
-@pytest.mark.slow
-def test_the_demos_threshold_units_are_the_reference_evidence_under_atens_portable_kernels(
-    tmp_path,
-):
-    from attncoda import compare
-
-    out = tmp_path / "run"
-    command = [sys.executable, "-m", "attncoda.cli", "reproduce", "--models", MODEL,
-               "--experiments", ",".join(UNITS), "--workers", "1", "--out", str(out)]  # fmt: skip
-    path = {"ATEN_CPU_CAPABILITY": "default", "threads": "2"}
-    done = subprocess.run(
-        command, cwd=ROOT, env=_environment(path), capture_output=True, text=True, timeout=1200
-    )
-    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
-    assert done.returncode == 0, tail
-    found = compare(out, subset=True)
-    assert found.same, "\n".join(found.lines())
-    held = {t.table for t in found.tables}
-    assert held >= {"flips", "safety", "safety_grid", "prune", "predictor"}, held

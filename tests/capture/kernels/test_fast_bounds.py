@@ -140,8 +140,12 @@ def truncated(request):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["cpp", "sdpa"])
-@pytest.mark.parametrize(("length", "n_random"), [(1024, RANDOM_INPUTS), (4096, 2)])
+# Both CPU kernels at 1024; at 4096 the one the default capture takes on the CPU (cpp). The
+# sdpa kernel at 4096 is bench/fast_bounds.py's (--kernel sdpa): the suite's time.
+@pytest.mark.parametrize(
+    ("length", "n_random", "kernel"),
+    [(1024, RANDOM_INPUTS, "cpp"), (1024, RANDOM_INPUTS, "sdpa"), (4096, 2, "cpp")],
+)
 def test_the_fast_path_is_within_its_derived_bound_on_every_row(
     truncated, length, n_random, kernel
 ):

@@ -1,0 +1,44 @@
+"""The demo's threshold units made again under ATen's portable kernels hold the reference run's
+evidence (docs/design.md, "The same evidence, by one rule").
+
+A file of its own, apart from tests/test_code_paths.py, so that the suite's two workers run
+the two long subprocesses at once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from test_code_paths import ROOT, _environment
+
+#: The units the suite makes again under ATen's portable kernels and holds to the reference
+#: run's rows of the same units: every result decided at a threshold of one embedded model
+#: (the tie tolerance, the bins, the top-k cut, the predictor's interval ends).
+UNITS = ("flips", "safety", "prune", "predictor")
+#: The embedded model of those units: SmolLM2, the demo's causal model whose prune unit is
+#: the shorter (Gemma 3's evaluates a 262,144-row vocabulary head).
+MODEL = "smollm2"
+
+
+@pytest.mark.slow
+def test_the_demos_threshold_units_are_the_reference_evidence_under_atens_portable_kernels(
+    tmp_path,
+):
+    from attncoda import compare
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "attncoda.cli", "reproduce", "--models", MODEL,
+               "--experiments", ",".join(UNITS), "--workers", "1", "--out", str(out)]  # fmt: skip
+    path = {"ATEN_CPU_CAPABILITY": "default", "threads": "2"}
+    done = subprocess.run(
+        command, cwd=ROOT, env=_environment(path), capture_output=True, text=True, timeout=1200
+    )
+    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
+    assert done.returncode == 0, tail
+    found = compare(out, subset=True)
+    assert found.same, "\n".join(found.lines())
+    held = {t.table for t in found.tables}
+    assert held >= {"flips", "safety", "safety_grid", "prune", "predictor"}, held
