@@ -33,6 +33,16 @@ class DocRows:
     key_mask: np.ndarray
     sink: tuple[int, ...]
 
+    def split_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(mask, is_sink, used)``: the key mask as bool ``(row, key_pos)``, the sink keys
+        as bool ``(key_pos,)``, and bool ``(row,)``, the rows whose sink/content split is
+        defined (every sink key visible, at least two content keys)."""
+        mask = np.asarray(self.key_mask, dtype=bool)
+        is_sink = np.zeros(mask.shape[1], dtype=bool)
+        is_sink[list(self.sink)] = True
+        used = mask[:, is_sink].all(axis=1) & (mask.sum(axis=1) - len(self.sink) >= 2)
+        return mask, is_sink, used
+
 
 @dataclass(frozen=True)
 class HeadRows:

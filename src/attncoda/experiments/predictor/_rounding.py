@@ -182,11 +182,8 @@ def share_rounding(head_rows: HeadRows, squares: SquaredSplit) -> float:
     n_heads = head_rows.n_layers * head_rows.n_heads
     moves = {"beta": 0.0, "gamma": 0.0}
     for doc in head_rows.docs:
-        mask = np.asarray(doc.key_mask, dtype=bool)
-        is_sink = np.zeros(mask.shape[1], dtype=bool)
-        is_sink[list(doc.sink)] = True
+        mask, is_sink, used = doc.split_rows()
         k = len(doc.sink)
-        used = mask[:, is_sink].all(axis=1) & (mask.sum(axis=1) - k >= 2)
         if not used.any():
             continue
         mask = mask[used]

@@ -154,11 +154,8 @@ def mean_squared_split(head_rows: HeadRows) -> SquaredSplit:
     log_sq, balance_sq, gram = np.zeros(n), np.zeros(n), np.zeros(n)
     n_rows = keys = 0
     for i, doc in enumerate(head_rows.docs):
-        mask = np.asarray(doc.key_mask, dtype=bool)
-        is_sink = np.zeros(mask.shape[1], dtype=bool)
-        is_sink[list(doc.sink)] = True
+        mask, is_sink, used = doc.split_rows()
         k = len(doc.sink)
-        used = mask[:, is_sink].all(axis=1) & (mask.sum(axis=1) - k >= 2)
         if not used.any():
             continue
         mask = mask[used]
