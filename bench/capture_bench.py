@@ -235,7 +235,7 @@ def profile(spec: str, length: int) -> str:
 
     model, _, _ = load_model(spec)
     ids = window_ids(model, length)
-    spent = {"pass": 0.0, "layer": 0.0}
+    spent = {"pass": 0.0, "layer": 0.0, "rows": 0.0}
 
     def timer(function, key):
         def wrapped(*args, **kwargs):
@@ -249,21 +249,23 @@ def profile(spec: str, length: int) -> str:
 
     with torch.inference_mode():
         capture(model, ids)  # warm-up: the build
-        original = (_cpp.cpp_attention, _exact.record_fast_layer)
+        original = (_cpp.cpp_attention, _exact._fast, _exact.recorded_rows)
         _cpp.cpp_attention = timer(_cpp.cpp_attention, "pass")
-        _exact.record_fast_layer = timer(_exact.record_fast_layer, "layer")
+        _exact._fast = timer(_exact._fast, "layer")
+        _exact.recorded_rows = timer(_exact.recorded_rows, "rows")
         try:
             t0 = time.perf_counter()
             capture(model, ids)
             whole = time.perf_counter() - t0
         finally:
-            _cpp.cpp_attention, _exact.record_fast_layer = original
+            _cpp.cpp_attention, _exact._fast, _exact.recorded_rows = original
         with torch_profile(activities=[ProfilerActivity.CPU]) as found:
             capture(model, ids)
     lines = [
         f"{spec} L={length}: default capture {whole:.3f} s = the cpp kernel "
-        f"{spent['pass']:.3f} s + the rest of the fast path {spent['layer'] - spent['pass']:.3f}"
-        f" s + the model and capture around them {whole - spent['layer']:.3f} s",
+        f"{spent['pass']:.3f} s + the sampled rows {spent['rows']:.3f} s + the rest of the fast "
+        f"path {spent['layer'] - spent['pass'] - spent['rows']:.3f} s + the model and capture "
+        f"around them {whole - spent['layer']:.3f} s",
         found.key_averages().table(sort_by="self_cpu_time_total", row_limit=25),
     ]
     return "\n".join(lines)
