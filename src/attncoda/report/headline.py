@@ -123,11 +123,6 @@ def _part_of(run: Path, reference: Path) -> bool:
     """Whether ``run`` ran fewer of ``reference``'s models or experiments, and no other."""
     mine = RunConfig.from_json(_manifest(run)["config"])
     theirs = RunConfig.from_json(_manifest(reference)["config"])
-    fewer = set(mine.models) < set(theirs.models) or set(mine.experiments) < set(
-        theirs.experiments
-    )
-    return (
-        fewer
-        and set(mine.models) <= set(theirs.models)
-        and set(mine.experiments) <= set(theirs.experiments)
-    )
+    ran = (set(mine.models), set(mine.experiments))
+    whole = (set(theirs.models), set(theirs.experiments))
+    return ran[0] <= whole[0] and ran[1] <= whole[1] and ran != whole
