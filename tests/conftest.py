@@ -8,6 +8,7 @@ exactly; ``dev`` draws fresh examples each run. Choose with ``HYPOTHESIS_PROFILE
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -95,18 +96,43 @@ def embedded_model():
 
 
 # The tiny series and the run on two of its checkpoints are made once for the session: the
-# report tests and the run tests (reproduce, faults, sweep) read the same ones. A module
-# fixture trained and ran them again for each of those modules.
+# report tests and the run tests (reproduce, faults, sweep) read the same ones. Under
+# pytest-xdist the first worker to ask makes them in the folder the workers share, and the
+# other waits for it and reads them (each worker made its own before: 30 s twice).
+
+
+def _made_once(factory: pytest.TempPathFactory, worker: str, name: str, make) -> Path:
+    """``make(folder)`` once per test session, whatever the workers; returns ``folder``.
+
+    The folder is ``name`` in the session's temporary folder: the one all xdist workers
+    share (the parent of each worker's own), or this process's without xdist. A lock makes
+    the first caller make it and every other wait for it; a folder whose making failed is
+    made again by the next caller.
+    """
+    from filelock import FileLock
+
+    root = factory.getbasetemp()
+    if worker != "master":
+        root = root.parent
+    folder = root / name
+    with FileLock(str(root / f"{name}.lock")):
+        if not (root / f"{name}.done").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (root / f"{name}.done").touch()
+    return folder
 
 
 @pytest.fixture(scope="session")
-def tiny_series(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder ``tt`` of tiny train-tiny checkpoints ``step0`` .. ``step16``."""
+def tiny_series(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A folder ``tt`` of tiny train-tiny checkpoints ``step0`` .. ``step16`` (read-only)."""
     from attncoda.training.train import TrainConfig, train_tiny
 
-    series = tmp_path_factory.mktemp("tiny-series") / "tt"
-    train_tiny(series, TrainConfig(steps=16, size="tiny"), progress=False)
-    return series
+    def make(folder: Path) -> None:
+        train_tiny(folder / "tt", TrainConfig(steps=16, size="tiny"), progress=False)
+
+    return _made_once(tmp_path_factory, worker_id, "tiny-series", make) / "tt"
 
 
 @pytest.fixture(scope="session")
@@ -116,18 +142,21 @@ def tiny_models(tiny_series: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_models: list[str]) -> Path:
+def tiny_run(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str, tiny_models: list[str]
+) -> Path:
     """A finished, uninterrupted ``reproduce`` run of every experiment on
     :func:`tiny_models` (``TINY_SETTINGS``), its report rendered.
 
-    Treat it as read-only: copy it before changing it. A test that reruns into it must
-    leave it as it was (a rerun that skips every unit, a report rendered again).
+    Read-only, and read by both workers at once: a test that writes into a run (a rerun, a
+    report rendered again) copies it first.
     """
     from attncoda.report.html import render_report
     from attncoda.run.reproduce import reproduce
 
-    out = tmp_path_factory.mktemp("tiny-run") / "run"
-    result = reproduce(tiny_models, out, settings=TINY_SETTINGS, progress=False)
-    assert result.ran == len(result.units) and result.skipped == 0
-    render_report(out)
-    return out
+    def make(folder: Path) -> None:
+        result = reproduce(tiny_models, folder / "run", settings=TINY_SETTINGS, progress=False)
+        assert result.ran == len(result.units) and result.skipped == 0
+        render_report(folder / "run")
+
+    return _made_once(tmp_path_factory, worker_id, "tiny-run", make) / "run"

@@ -235,15 +235,16 @@ def test_flips_on_a_model_spec_is_the_cli_run(tmp_path):
     from attncoda.cli import main
     from attncoda.store.runs import read_run_tables
 
-    result = ac.flips("minilm", n_boot=30, out=tmp_path / "api")
+    result = ac.flips("minilm", n_boot=30, docs=4, max_tokens=64, out=tmp_path / "api")
     assert result.path == tmp_path / "api"
     assert (tmp_path / "api" / "manifest.json").is_file()
-    assert main(["flips", "minilm", "--n-boot", "30", "--out", str(tmp_path / "cli")]) == 0
+    command = ["flips", "minilm", "--n-boot", "30", "--docs", "4", "--max-tokens", "64"]
+    assert main([*command, "--out", str(tmp_path / "cli")]) == 0
     stored = read_run_tables(tmp_path / "cli")
     for name in ("flips", "flips_by_layer"):
         pd.testing.assert_frame_equal(result.tables[name], stored[name], check_exact=True)
     assert result.tables["flips"]["family"].iloc[0] == "BERT"
     # Without out, the run goes to a temporary folder and only the tables come back.
-    again = ac.flips("minilm", n_boot=30)
+    again = ac.flips("minilm", n_boot=30, docs=4, max_tokens=64)
     assert again.path is None
     pd.testing.assert_frame_equal(again.tables["flips"], stored["flips"], check_exact=True)

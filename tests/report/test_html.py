@@ -419,5 +419,5 @@ def test_the_run_table_says_whether_the_run_holds_the_references_evidence(tiny_r
     text = render_report(demo).read_text(encoding="utf-8")
     assert "against the reference run</td><td>same evidence within rounding: 16 tables" in text
     # Another command's run is not compared with the demo's reference, and says why.
-    other = render_report(tiny_run).read_text(encoding="utf-8")
+    other = render_report(copy_run(tiny_run, tmp_path / "other")).read_text(encoding="utf-8")
     assert "against the reference run</td><td>not compared: the run&#x27;s config differs" in other

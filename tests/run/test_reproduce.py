@@ -4,6 +4,7 @@ rerun skips finished units; another config is refused; ``report`` re-renders alo
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -176,20 +177,20 @@ def test_sigkill_partway_then_resume_gives_identical_tables(tmp_path, models, un
 
 
 def test_rerun_skips_everything_and_keeps_tables(tmp_path, models, uninterrupted):
-    before = {p.name: p.read_bytes() for p in (uninterrupted / "tables").glob("*.parquet")}
-    result = reproduce(models, uninterrupted, settings=SETTINGS, progress=False)
+    out = shutil.copytree(uninterrupted, tmp_path / "run")  # the shared run stays read-only
+    before = {p.name: p.read_bytes() for p in (out / "tables").glob("*.parquet")}
+    result = reproduce(models, out, settings=SETTINGS, progress=False)
     assert result.ran == 0 and result.skipped == len(result.units)
-    after = {p.name: p.read_bytes() for p in (uninterrupted / "tables").glob("*.parquet")}
+    after = {p.name: p.read_bytes() for p in (out / "tables").glob("*.parquet")}
     assert after == before
 
 
-def test_other_config_is_refused_naming_the_keys(models, uninterrupted, capsys):
+def test_other_config_is_refused_naming_the_keys(tmp_path, models, uninterrupted, capsys):
+    out = shutil.copytree(uninterrupted, tmp_path / "run")
     changed = {**SETTINGS, "flips": {"n_boot": 21}}
     with pytest.raises(AttncodaError, match=r"settings\.flips\.n_boot \(stored 20, given 21\)"):
-        reproduce(models, uninterrupted, settings=changed, progress=False)
-    code = main(
-        ["reproduce", "--models", ",".join(models), "--seed", "5", "--out", str(uninterrupted)]
-    )
+        reproduce(models, out, settings=changed, progress=False)
+    code = main(["reproduce", "--models", ",".join(models), "--seed", "5", "--out", str(out)])
     assert code == 2
     err = capsys.readouterr().err
     assert "differing keys" in err and "seed (stored 0, given 5)" in err
@@ -266,8 +267,9 @@ def test_checkpoint_stats_round_trip_through_tables(models):
         stats_from_frames(1, "step1", frames[0][0].iloc[1:], frames[0][1])
 
 
-def test_report_command_rebuilds_identical_html_without_a_model(uninterrupted):
-    report = uninterrupted / "report.html"
+def test_report_command_rebuilds_identical_html_without_a_model(tmp_path, uninterrupted):
+    out = shutil.copytree(uninterrupted, tmp_path / "run")  # the shared run stays read-only
+    report = out / "report.html"
     before = report.read_bytes()
     report.unlink()
     script = (
@@ -275,7 +277,7 @@ def test_report_command_rebuilds_identical_html_without_a_model(uninterrupted):
         "assert 'torch' not in sys.modules, 'report imported torch'; sys.exit(rc)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, str(uninterrupted)], capture_output=True, text=True
+        [sys.executable, "-c", script, str(out)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     assert f"report: {report}" in done.stdout
