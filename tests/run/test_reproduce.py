@@ -276,9 +276,7 @@ def test_report_command_rebuilds_identical_html_without_a_model(tmp_path, uninte
         "import sys; from attncoda.cli import main; rc = main(['report', sys.argv[1]]); "
         "assert 'torch' not in sys.modules, 'report imported torch'; sys.exit(rc)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(out)], capture_output=True, text=True
-    )
+    done = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"report: {report}" in done.stdout
     assert report.read_bytes() == before
