@@ -101,7 +101,7 @@ def embedded_model():
 # other waits for it and reads them (each worker made its own before: 30 s twice).
 
 
-def _made_once(factory: pytest.TempPathFactory, worker: str, name: str, make) -> Path:
+def _made_once(factory: pytest.TempPathFactory, name: str, make) -> Path:
     """``make(folder)`` once per test session, whatever the workers; returns ``folder``.
 
     The folder is ``name`` in the session's temporary folder: the one all xdist workers
@@ -112,7 +112,7 @@ def _made_once(factory: pytest.TempPathFactory, worker: str, name: str, make) ->
     from filelock import FileLock
 
     root = factory.getbasetemp()
-    if worker != "master":
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's own folder is in the shared one
         root = root.parent
     folder = root / name
     with FileLock(str(root / f"{name}.lock")):
@@ -125,14 +125,14 @@ def _made_once(factory: pytest.TempPathFactory, worker: str, name: str, make) ->
 
 
 @pytest.fixture(scope="session")
-def tiny_series(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+def tiny_series(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder ``tt`` of tiny train-tiny checkpoints ``step0`` .. ``step16`` (read-only)."""
     from attncoda.training.train import TrainConfig, train_tiny
 
     def make(folder: Path) -> None:
         train_tiny(folder / "tt", TrainConfig(steps=16, size="tiny"), progress=False)
 
-    return _made_once(tmp_path_factory, worker_id, "tiny-series", make) / "tt"
+    return _made_once(tmp_path_factory, "tiny-series", make) / "tt"
 
 
 @pytest.fixture(scope="session")
@@ -142,9 +142,7 @@ def tiny_models(tiny_series: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(
-    tmp_path_factory: pytest.TempPathFactory, worker_id: str, tiny_models: list[str]
-) -> Path:
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_models: list[str]) -> Path:
     """A finished, uninterrupted ``reproduce`` run of every experiment on
     :func:`tiny_models` (``TINY_SETTINGS``), its report rendered.
 
@@ -159,4 +157,4 @@ def tiny_run(
         assert result.ran == len(result.units) and result.skipped == 0
         render_report(folder / "run")
 
-    return _made_once(tmp_path_factory, worker_id, "tiny-run", make) / "run"
+    return _made_once(tmp_path_factory, "tiny-run", make) / "run"
