@@ -241,14 +241,15 @@ def sdpa_attention(  # params: the kernel's call, each keyword a part of the lay
     sink = sink.to(query.device)
     z_sink, in_sink, sink_values = _sink_scores(x, sink, visible, causal)
     k = in_sink.sum(-1).expand(b, h, q_len)
-    k0 = _prefix_sink(sink) if causal and visible is None else None
+    plain_causal = visible is None and causal
+    k0 = _prefix_sink(sink) if plain_causal else None
     if k0 is not None:
         content_out, e_score, lse_c = _prefix_content(x, k0)
     else:
         content_out, e_score, lse_c, content_sum = _blocked_content(
-            x, sink, visible, causal, block_size
+            x, sink, visible, causal, block_size, sums=not plain_causal
         )
-    if visible is None and causal:
+    if plain_causal:  # one prefix sum serves every row: no per-block sums
         content_sum = _causal_content_sum(x, z_sink, in_sink)
     n = _visible_counts(x, visible, causal)
     content = ContentSummary(lse_c, lse_c - e_score * scaling, content_sum)
@@ -331,10 +332,11 @@ def _prefix_content(x: _Inputs, k0: int):
     return content_out, e_score, lse_c
 
 
-def _blocked_content(x: _Inputs, sink, visible, causal: bool, block_size: int):
+def _blocked_content(x: _Inputs, sink, visible, causal: bool, block_size: int, sums: bool):
     """``(o_C, E_q[z] / scaling, lse_C, sum_C z)`` of every row, ``block_size`` queries at a
     time under an explicit mask of each block's content keys (those it sees, less the
-    sinks); ``sum_C z`` in float64, the scores summed over the content keys."""
+    sinks); ``sum_C z`` in float64, the scores summed over the content keys, where ``sums``
+    (else None: plain causal rows have them from one prefix sum)."""
     f64 = torch.float64
     qf, kf, kx, vx = x.q, x.k, x.kx, x.vx
     b, h, q_len, d = qf.shape
@@ -343,7 +345,7 @@ def _blocked_content(x: _Inputs, sink, visible, causal: bool, block_size: int):
     content_out = torch.empty((b, h, q_len, d), dtype=x.q.dtype, device=device)
     e_score = torch.empty((b, h, q_len), dtype=f64, device=device)
     lse_c = torch.empty((b, h, q_len), dtype=f64, device=device)
-    content_sum = torch.empty((b, h, q_len), dtype=f64, device=device)
+    content_sum = torch.empty((b, h, q_len), dtype=f64, device=device) if sums else None
     for start in range(0, q_len, block_size):
         stop = min(start + block_size, q_len)
         k_stop = visible_keys(stop, k_len, causal)
@@ -363,15 +365,16 @@ def _blocked_content(x: _Inputs, sink, visible, causal: bool, block_size: int):
         content = content[..., k_lo:k_hi]
         mask = aligned_bias(content, x.q.dtype)
         qb = qf[:, :, start:stop]
-        kb = kf[:, :, k_lo:k_hi]
         parts = x.kernel(qb, kx[:, :, k_lo:k_hi], vx[:, :, k_lo:k_hi], mask, False, x.scaling)
         o, mk, lse = _emptied(parts, content.any(-1))
         content_out[:, :, start:stop] = o
         e_score[:, :, start:stop] = torch.linalg.vecdot(qb, mk).to(f64)
         lse_c[:, :, start:stop] = lse.to(f64)
-        # The content keys each query sees, summed (for the mean content log p).
-        summed = torch.matmul(content.to(f64), kb.to(f64))  # (b, kv, q, d)
-        content_sum[:, :, start:stop] = _per_head_dot(qb, summed) * x.scaling
+        if content_sum is not None:
+            # The content keys each query sees, summed (for the mean content log p).
+            kb = kf[:, :, k_lo:k_hi].to(f64)
+            summed = torch.matmul(content.to(f64), kb)  # (b, kv, q, d)
+            content_sum[:, :, start:stop] = _per_head_dot(qb, summed) * x.scaling
     return content_out, e_score, lse_c, content_sum
 
 

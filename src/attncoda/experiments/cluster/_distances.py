@@ -71,8 +71,7 @@ def used_row_mask(doc: DocRows, index: int, model: str) -> np.ndarray:
             f"document {index} of {model!r}: sink {list(sink)} must name key positions "
             f"in 0..{keys - 1}"
         )
-    has_sink = mask[:, list(sink)].all(axis=-1)
-    return has_sink & (mask.sum(axis=-1) - len(sink) >= 2)
+    return doc.split_rows()[2]
 
 
 def _closed(z: np.ndarray, keep: np.ndarray) -> np.ndarray:
