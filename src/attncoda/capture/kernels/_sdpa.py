@@ -372,8 +372,7 @@ def _blocked_content(x: _Inputs, sink, visible, causal: bool, block_size: int, s
         lse_c[:, :, start:stop] = lse.to(f64)
         if content_sum is not None:
             # The content keys each query sees, summed (for the mean content log p).
-            kb = kf[:, :, k_lo:k_hi].to(f64)
-            summed = torch.matmul(content.to(f64), kb)  # (b, kv, q, d)
+            summed = torch.matmul(content.to(f64), kf[:, :, k_lo:k_hi].to(f64))  # (b, kv, q, d)
             content_sum[:, :, start:stop] = _per_head_dot(qb, summed) * x.scaling
     return content_out, e_score, lse_c, content_sum
 
