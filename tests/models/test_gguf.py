@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import threading
 import time
 
 import pytest
@@ -41,7 +42,7 @@ def fake_gguf(tmp_path, cache, monkeypatch):
 
 
 def _cache_folders(cache):
-    return sorted(p.name for p in (cache / "gguf").iterdir())
+    return sorted(p.name for p in (cache / "gguf").iterdir() if p.is_dir())
 
 
 def test_gguf_cache_roundtrip(fake_gguf, cache):
@@ -60,6 +61,33 @@ def test_gguf_cache_roundtrip(fake_gguf, cache):
     assert folder.startswith("tiny-")
     meta = json.loads((cache / "gguf" / folder / "attncoda-cache.json").read_text())
     assert meta["gguf_name"] == "tiny.gguf" and meta["tokenizer"] is True
+
+
+def test_two_cold_loads_at_once_dequantise_once(fake_gguf, cache, monkeypatch):
+    # Two workers of a run on a fresh machine: the second waits for the first one's cache.
+    path, dequantise = fake_gguf
+    started = threading.Event()
+
+    def slow(path):
+        started.set()
+        time.sleep(1.0)  # the other load arrives while this one dequantises
+        return dequantise(path)
+
+    monkeypatch.setattr(_gguf, "_dequantise", slow)
+    loaded = {}
+
+    def load(name):
+        loaded[name] = load_model(str(path))
+
+    first = threading.Thread(target=load, args=("first",))
+    first.start()
+    assert started.wait(30)
+    load("second")
+    first.join(60)
+    assert dequantise.calls == 1
+    assert (loaded["first"][2].from_cache, loaded["second"][2].from_cache) == (False, True)
+    assert torch.equal(logits_of(loaded["first"][0]), logits_of(loaded["second"][0]))
+    assert len(_cache_folders(cache)) == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
@@ -241,7 +269,7 @@ def test_smollm2_cache_is_exact(smollm2):
     (model1, tokenizer1, info1), (model2, tokenizer2, info2), cache = smollm2
     assert (info1.from_cache, info2.from_cache) == (False, True)
     assert info1.to_dict() | {"from_cache": True} == info2.to_dict()
-    assert len(list((cache / "gguf").iterdir())) == 1
+    assert len(_cache_folders(cache)) == 1
     text = "The river ran under the old bridge, and nobody noticed."
     ids1 = tokenizer1(text)["input_ids"]
     assert tokenizer2(text)["input_ids"] == ids1

@@ -9,6 +9,7 @@ a half-written or damaged folder is never read.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import hashlib
@@ -19,7 +20,7 @@ import struct
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +80,51 @@ def load_gguf(
     final = parent / _cache_key(path)
     remove_stale_temps(parent)
     meta = _read_cache_meta(final)
-    if meta is not None:
-        model = _from_cache(final, dtype, placement)
-        tokenizer = None
-        if meta["tokenizer"]:
-            tokenizer = AutoTokenizer.from_pretrained(final)
-        else:
-            notes.append("no tokenizer: transformers could not read one from the GGUF file")
-        return model, tokenizer, True, meta["fingerprint"]
+    if meta is None:
+        # One process dequantises a file at a time; the others wait and read its cache.
+        with one_writer(parent, f"{final.name}.lock"):
+            meta = _read_cache_meta(final)
+            if meta is None:
+                return _dequantised(path, final, dtype, notes, placement)
+    model = _from_cache(final, dtype, placement)
+    tokenizer = None
+    if meta["tokenizer"]:
+        tokenizer = AutoTokenizer.from_pretrained(final)
+    else:
+        notes.append("no tokenizer: transformers could not read one from the GGUF file")
+    return model, tokenizer, True, meta["fingerprint"]
+
+
+@contextlib.contextmanager
+def one_writer(parent: Path, name: str) -> Iterator[None]:
+    """Hold the advisory lock file ``parent/name`` inside: a second process that loads the
+    same cold model waits for the first one's cache instead of dequantising it again
+    (two workers of a run on a fresh machine). The kernel drops the lock of a process that
+    dies, so none is ever stale. Where the lock cannot be taken (a read-only cache, no
+    ``fcntl``), the load goes on without it, as it did before."""
+    try:
+        import fcntl
+
+        parent.mkdir(parents=True, exist_ok=True)
+        handle = (parent / name).open("a")
+    except (ImportError, OSError):
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _dequantised(
+    path: Path,
+    final: Path,
+    dtype: torch.dtype,
+    notes: list[str],
+    placement: dict[str, Any] | None,
+) -> tuple[Any, Any, bool, str]:
+    """The cold half of :func:`load_gguf`: dequantise ``path`` and write its cache ``final``
+    (under :func:`one_writer`)."""
+    parent = final.parent
     if final.exists():
         discard_folder(final)
     discard_superseded(parent)
@@ -104,7 +142,7 @@ def load_gguf(
                 f"folder writable or set ATTNCODA_CACHE to one that is, or load without "
                 f"device_map"
             ) from err
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
         notes.append("GGUF cache not written; the next load dequantises again")
         return _retype(model, dtype), tokenizer, False, fingerprint
     if dtype != torch.float32 or placement:
