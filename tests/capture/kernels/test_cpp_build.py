@@ -142,7 +142,7 @@ def test_a_stale_build_lock_is_said_removed_and_the_build_goes_on(tmp_path, fres
         f"older than the {_cpp_host.BUILD_TIMEOUT:.0f} s a build may take (a killed build left "
         "it): removed, rebuilding"
     ]
-    building = f"cpp kernel: building its {width} build (about a minute) in {folder}: "
+    building = f"cpp kernel: building its {width} build (15 to 40 s) in {folder}: "
     assert f"{building}0/1 build (0 s)" in err
 
 
@@ -169,7 +169,7 @@ def test_a_build_shows_as_progress_from_its_start(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: kwargs["name"])
     assert _cpp_host.load_extension("attncoda_cpp_x", "avx2", tmp_path) == "attncoda_cpp_x"
     said = capsys.readouterr().err
-    desc = f"cpp kernel: building its avx2 build (about a minute) in {tmp_path}"
+    desc = f"cpp kernel: building its avx2 build (15 to 40 s) in {tmp_path}"
     assert said == f"{desc}: 0/1 build (0 s)\n{desc}: 1/1 build, done (0 s)\n"
     built.write_bytes(b"")  # built since the source last changed: loaded, nothing said
     later = _cpp_host.SOURCE.stat().st_mtime + 1

@@ -22,7 +22,7 @@ torch's own cache of extensions (``TORCH_EXTENSIONS_DIR``, by default under
 AVX-512, AVX2 and FMA, or ``default``, portable: ``ATEN_CPU_CAPABILITY`` capped by the
 CPU); its exp is ATen's ``Vectorized<float>::exp`` and its products ATen's
 ``cpublas::brgemm``, both public interfaces of torch's C++ API. A build shows as progress
-from when it starts (it takes about a minute), and a build lock a killed build left is
+from when it starts (it takes 15 to 40 s), and a build lock a killed build left is
 said and removed rather than waited on forever
 (:mod:`attncoda.capture.kernels._cpp_host`). Where it cannot be built
 (:func:`attncoda.capture.kernels._cpp_host.prerequisites`, read without torch: Linux
@@ -107,7 +107,7 @@ def _library():
 def unavailable() -> str | None:
     """Why the pass cannot run here (a clause), or None once it is built and loaded.
 
-    The first call builds it when torch's cache of extensions does not hold it (a minute).
+    The first call builds it when torch's cache of extensions does not hold it (15 to 40 s).
     """
     library = _library()
     return library if isinstance(library, str) else None

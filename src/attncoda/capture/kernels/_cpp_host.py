@@ -74,7 +74,7 @@ FLAGS = {
         "-mf16c", "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512",
     ),
 }  # fmt: skip
-#: Seconds a build may take. A build takes about a minute on two cores; a build lock (the
+#: Seconds a build may take. A build takes 15 to 40 s on two cores; a build lock (the
 #: ``lock`` file torch's builder holds in the extension's folder) older than ten is one a
 #: killed build left behind, which torch would wait on forever.
 BUILD_TIMEOUT = 600.0
@@ -217,7 +217,7 @@ def _is_built(name: str, folder: Path) -> bool:
 
 def load_extension(name: str, width: str, folder: Path):
     """Extension ``name`` of build ``width``, built in ``folder`` where it must be. A build
-    is silent for about a minute, so it shows as progress (:class:`attncoda._progress.
+    is silent for 15 to 40 s, so it shows as progress (:class:`attncoda._progress.
     Meter`: a line when it starts and one when it is done, or a bar on a terminal)."""
     from torch.utils import cpp_extension
 
@@ -233,7 +233,7 @@ def load_extension(name: str, width: str, folder: Path):
 
     if _is_built(name, folder):
         return load()
-    desc = f"cpp kernel: building its {width} build (about a minute) in {folder}"
+    desc = f"cpp kernel: building its {width} build (15 to 40 s) in {folder}"
     with Meter(desc=desc, unit="build", total=1, every=0) as meter:
         meter.update(0)
         library = load()
