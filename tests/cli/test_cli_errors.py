@@ -1,10 +1,16 @@
-"""Bad calls of the command line, each in a subprocess as a user makes it: every one is
+"""Bad calls of the command line, in a subprocess as a user makes them: every one is
 refused before any model is loaded (neither torch nor transformers is imported), with exit status 2 and
-one line, ``attncoda: error: <the exact message>``, and no traceback."""
+one line, ``attncoda: error: <the exact message>``, and no traceback.
+
+The argument cases (:data:`CASES`) share one process, one call after another, each checked
+for torch and transformers right after it (a process each cost half a second of imports,
+45 times); the calls that read or write folders run in a process of their own.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -225,15 +231,51 @@ def test_there_are_at_least_forty_cases():
     assert len(CASES) >= 40
 
 
-@pytest.mark.parametrize(("argv", "message"), CASES, ids=[" ".join(a) for a, _ in CASES])
-def test_a_bad_call_is_one_line_and_exit_2_before_any_model(argv, message, files):
-    argv = [a.replace("{d}", str(files)) for a in argv]
+# Runs each call of a JSON list as the console script does, in turn, in one process: its exit
+# status, what it wrote to stderr (a traceback if it raised) and whether torch or
+# transformers had been imported by the end of it.
+BATCH = (
+    "import contextlib, io, json, sys, traceback\n"
+    "from attncoda.cli import main\n"
+    "said = []\n"
+    "for argv in json.loads(sys.argv[1]):\n"
+    "    err = io.StringIO()\n"
+    "    with contextlib.redirect_stderr(err):\n"
+    "        try:\n"
+    "            rc = main(argv)\n"
+    "        except SystemExit as exc:\n"
+    "            rc = exc.code\n"
+    "        except BaseException:\n"
+    "            rc = None\n"
+    "            traceback.print_exc()\n"
+    "    heavy = 'transformers' in sys.modules or 'torch' in sys.modules\n"
+    "    said.append({'rc': rc, 'stderr': err.getvalue(), 'heavy': heavy})\n"
+    "print(json.dumps(said))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def refusals(files) -> list[dict]:
+    """What each call of :data:`CASES` did, in order, run in one process (:data:`BATCH`)."""
+    calls = [[a.replace("{d}", str(files)) for a in argv] for argv, _ in CASES]
     done = subprocess.run(
-        [sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", BATCH, json.dumps(calls)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert done.returncode == 2, done.stderr
-    assert done.stderr == f"attncoda: error: {message.replace('{d}', str(files))}\n"
-    assert done.stdout == "False\n", "torch or transformers was imported before the refusal"
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[" ".join(a) for a, _ in CASES])
+def test_a_bad_call_is_one_line_and_exit_2_before_any_model(case, refusals, files):
+    message = CASES[case][1].replace("{d}", str(files))
+    said = refusals[case]
+    assert said["rc"] == 2, said["stderr"]
+    assert said["stderr"] == f"attncoda: error: {message}\n"
+    # The first call to import either is named; the calls after it cannot be checked.
+    assert not said["heavy"], "torch or transformers was imported before the refusal"
 
 
 # --------------------------------------------------------------------------- --out and specs
