@@ -39,8 +39,8 @@ _STALE_TEMP_S = 3600.0
 def one_writer(final: Path) -> Iterator[None]:
     """Hold the advisory lock of the cache folder ``final`` inside: a second process that
     loads the same cold model waits for the first one's folder instead of making it again
-    (two workers of a run on a fresh machine). The lock is a file in the cache's ``locks``
-    folder, beside the folders it guards, named after ``final`` and its parent; the kernel
+    (two workers of a run on a fresh machine). The lock is a file of the cache's ``locks``
+    folder named after ``final`` and its parent (``locks/gguf-<key>.lock``); the kernel
     drops the lock of a process that dies, so none is ever stale. Where it cannot be taken
     (a read-only cache, no ``fcntl``), the folder is made without it."""
     locks = final.parent.parent / "locks"
