@@ -190,6 +190,7 @@ def test_killed_worker_is_retried_and_units_stay_single(
     assert result.failed == {}
     assert result.ran == len(result.units) == 6
     assert_each_unit_once(out, result.units)
+    assert {"profile_heads", "flips", "cluster"} <= set(read_run_tables(out))
     assert_tables_of_reference(out, reference)
 
 
