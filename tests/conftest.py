@@ -109,13 +109,13 @@ def _made_once(factory: pytest.TempPathFactory, name: str, make) -> Path:
     the first caller make it and every other wait for it; a folder whose making failed is
     made again by the next caller.
     """
-    from filelock import FileLock
+    from attncoda.models._folders import one_writer
 
     root = factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's own folder is in the shared one
         root = root.parent
     folder = root / name
-    with FileLock(str(root / f"{name}.lock")):
+    with one_writer(root / f"{name}.lock"):
         if not (root / f"{name}.done").exists():
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()

@@ -24,6 +24,7 @@ __all__ = [
     "discard_folder",
     "folder_meta",
     "fsync_folder",
+    "lock_file",
     "one_writer",
     "publish_folder",
     "remove_stale_temps",
@@ -35,20 +36,25 @@ TEMP_PREFIX = ".tmp-"
 _STALE_TEMP_S = 3600.0
 
 
+def lock_file(final: Path) -> Path:
+    """The lock file of the cache folder ``final``: ``locks/<kind>-<key>.lock`` in the cache,
+    beside the ``gguf`` and ``wheels`` folders (``locks/gguf-<key>.lock``)."""
+    return final.parent.parent / "locks" / f"{final.parent.name}-{final.name}.lock"
+
+
 @contextlib.contextmanager
-def one_writer(final: Path) -> Iterator[None]:
-    """Hold the advisory lock of the cache folder ``final`` inside: a second process that
-    loads the same cold model waits for the first one's folder instead of making it again
-    (two workers of a run on a fresh machine). The lock is a file of the cache's ``locks``
-    folder named after ``final`` and its parent (``locks/gguf-<key>.lock``); the kernel
-    drops the lock of a process that dies, so none is ever stale. Where it cannot be taken
-    (a read-only cache, no ``fcntl``), the folder is made without it."""
-    locks = final.parent.parent / "locks"
+def one_writer(lock: Path) -> Iterator[None]:
+    """Hold the advisory lock file ``lock`` (made, with its folder, if missing) inside: a
+    second process that loads the same cold model waits for the first one's folder instead
+    of making it again (two workers of a run on a fresh machine; the lock of a cache folder
+    is :func:`lock_file`). The kernel drops the lock of a process that dies, so none is ever
+    stale. Where it cannot be taken (a read-only cache, no ``fcntl``), the work inside runs
+    without it."""
     try:
         import fcntl
 
-        locks.mkdir(parents=True, exist_ok=True)
-        handle = (locks / f"{final.parent.name}-{final.name}.lock").open("a")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock.open("a")
     except (ImportError, OSError):
         yield
         return

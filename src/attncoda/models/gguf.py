@@ -35,6 +35,7 @@ from attncoda.models._folders import (
     TEMP_PREFIX,
     discard_folder,
     folder_meta,
+    lock_file,
     one_writer,
     publish_folder,
     remove_stale_temps,
@@ -88,7 +89,7 @@ def load_gguf(
     meta = _read_cache_meta(final)
     if meta is None:
         # One process dequantises a file at a time; the others wait and read its cache.
-        with one_writer(final):
+        with one_writer(lock_file(final)):
             meta = _read_cache_meta(final)
             if meta is None:
                 return _dequantised(path, final, dtype, notes, placement)
@@ -109,7 +110,7 @@ def _dequantised(
     placement: dict[str, Any] | None,
 ) -> tuple[Any, Any, bool, str]:
     """The cold half of :func:`load_gguf`: dequantise ``path`` and write its cache ``final``
-    (under :func:`one_writer`)."""
+    (under :func:`~attncoda.models._folders.one_writer`)."""
     parent = final.parent
     if final.exists():
         discard_folder(final)

@@ -31,6 +31,7 @@ from attncoda.models._folders import (
     TEMP_PREFIX,
     discard_folder,
     folder_meta,
+    lock_file,
     one_writer,
     publish_folder,
     remove_stale_temps,
@@ -210,7 +211,7 @@ def join(model: ChunkedModel) -> Joined:
     meta = _read_meta(final)
     if meta is None:
         # One process joins a model at a time; the others wait and read its join.
-        with one_writer(final):
+        with one_writer(lock_file(final)):
             meta = _read_meta(final)
             if meta is None:
                 return _joined(model, paths, final)
