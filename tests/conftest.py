@@ -147,8 +147,11 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_models: list[str]) -
     :func:`tiny_models` (``TINY_SETTINGS``), its report rendered.
 
     Read-only, and read by both workers at once: a test that writes into a run (a rerun, a
-    report rendered again) copies it first.
+    report rendered again) copies it first. ``threads`` beside it says at how many torch
+    threads it was made (a comparison made at other threads makes its own).
     """
+    import torch
+
     from attncoda.report.html import render_report
     from attncoda.run.reproduce import reproduce
 
@@ -156,5 +159,6 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_models: list[str]) -
         result = reproduce(tiny_models, folder / "run", settings=TINY_SETTINGS, progress=False)
         assert result.ran == len(result.units) and result.skipped == 0
         render_report(folder / "run")
+        (folder / "threads").write_text(str(torch.get_num_threads()))
 
     return _made_once(tmp_path_factory, "tiny-run", make) / "run"
