@@ -40,8 +40,6 @@ if importlib.util.find_spec("ray") is None:  # not imported here: see ray_cluste
     pytest.skip("ray is not installed (pip install -e '.[ray]')", allow_module_level=True)
 
 SETTINGS = TINY_SETTINGS
-#: The experiments of the killed-worker sweep.
-KILLED_EXPERIMENTS = ["profile", "flips", "cluster"]
 #: Key columns of each table: no two rows of a table may share them.
 KEYS = {
     "profile_heads": ["model", "revision", "layer", "head"],
@@ -99,15 +97,6 @@ def assert_same_tables(got: Path, expected: Path) -> None:
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=True, obj=name)
 
 
-def assert_tables_of_reference(got: Path, expected: Path) -> None:
-    """Each table of ``got`` but its units is that of ``expected``, value for value: a sweep of
-    some of the experiments against the in-process run of all of them."""
-    a, b = read_run_tables(got), read_run_tables(expected)
-    assert set(a) - {"units"} <= set(b)
-    for name in sorted(set(a) - {"units"}):
-        pd.testing.assert_frame_equal(a[name], b[name], check_exact=True, obj=name)
-
-
 def assert_each_unit_once(out: Path, units: list[Unit]) -> None:
     store = RunStore(out, "reproduce", json.loads((out / "manifest.json").read_text())["config"])
     done = sorted((out / "units").rglob("_done.json"))
@@ -128,12 +117,48 @@ def assert_each_unit_once(out: Path, units: list[Unit]) -> None:
 # on the cluster ----------------------------------------------------------------------------
 
 
-def test_sweep_on_cluster_equals_in_process_run(cluster: Cluster, models, reference, tmp_path):
+def _kill_one_busy_worker(cluster: Cluster, out: Path, killed: list[int]) -> None:
+    """SIGKILL one Ray worker in the middle of a unit, once the sweep has finished one."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not killed:
+        if any((out / "units").rglob("_done.json")):
+            for pid in cluster.task_workers("attncoda_unit"):
+                # Frozen, a worker cannot finish its task: if it still shows the task after
+                # SIGSTOP, the SIGKILL lands in the middle of that task.
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    if pid in cluster.task_workers("attncoda_unit"):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                        return
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:  # it exited meanwhile
+                    continue
+        time.sleep(0.02)
+
+
+def test_a_sweep_on_the_cluster_with_a_worker_killed_equals_the_in_process_run(
+    cluster: Cluster, models, reference, tmp_path, capfd
+):
+    # One sweep of the 23 units shows both: its tables are the in-process run's, and a worker
+    # killed in the middle of a unit has that unit retried, every unit made once.
     drivers = len(cluster.driver_logs())
     out = tmp_path / "sweep"
-    result = sweep(models, out, settings=SETTINGS, ray_address=cluster.address, progress=False)
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_one_busy_worker, args=(cluster, out, killed))
+    killer.start()
+    result = sweep(
+        models, out, settings=SETTINGS, ray_address=cluster.address, retries=2, progress=False
+    )
+    killer.join(timeout=5)
     # The sweep connected to this cluster as a driver (it did not start a Ray of its own).
     assert len(cluster.driver_logs()) == drivers + 1
+    assert killed, "no worker was seen executing a unit"
+    assert killed[0] not in cluster.session_pids()
+    # Ray's own account (printed by its driver threads): the killed worker was executing a
+    # task, and that task was retried.
+    printed = "".join(capfd.readouterr())
+    assert f"Worker PID: {killed[0]}" in printed and "will be retried" in printed
     assert result.failed == {}
     assert (result.ran, result.skipped) == (len(result.units), 0) == (23, 0)
     assert result.out == out
@@ -144,57 +169,6 @@ def test_sweep_on_cluster_equals_in_process_run(cluster: Cluster, models, refere
     assert (again.ran, again.skipped, again.failed) == (0, 23, {})
     assert len(cluster.driver_logs()) == drivers + 1
     assert_same_tables(out, reference)
-
-
-def test_killed_worker_is_retried_and_units_stay_single(
-    cluster: Cluster, models, reference, tmp_path, capfd
-):
-    out = tmp_path / "sweep"
-    killed: list[int] = []
-
-    def kill_one_busy_worker() -> None:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not killed:
-            if any((out / "units").rglob("_done.json")):
-                for pid in cluster.task_workers("attncoda_unit"):
-                    # Frozen, a worker cannot finish its task: if it still shows the task
-                    # after SIGSTOP, the SIGKILL lands in the middle of that task.
-                    try:
-                        os.kill(pid, signal.SIGSTOP)
-                        if pid in cluster.task_workers("attncoda_unit"):
-                            os.kill(pid, signal.SIGKILL)
-                            killed.append(pid)
-                            return
-                        os.kill(pid, signal.SIGCONT)
-                    except ProcessLookupError:  # it exited meanwhile
-                        continue
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_one_busy_worker, daemon=True)
-    killer.start()
-    # Three experiments of the two models (the full sweep has its test above): six units,
-    # each loading its model, so a worker is still busy once the first is done.
-    result = sweep(
-        models,
-        out,
-        experiments=KILLED_EXPERIMENTS,
-        settings=SETTINGS,
-        ray_address=cluster.address,
-        retries=2,
-        progress=False,
-    )
-    killer.join(timeout=5)
-    assert killed, "no worker was seen executing a unit"
-    assert killed[0] not in cluster.session_pids()
-    # Ray's own account (printed by its driver threads): the killed worker was executing a
-    # task, and that task was retried.
-    printed = "".join(capfd.readouterr())
-    assert f"Worker PID: {killed[0]}" in printed and "will be retried" in printed
-    assert result.failed == {}
-    assert result.ran == len(result.units) == 6
-    assert_each_unit_once(out, result.units)
-    assert {"profile_heads", "flips", "cluster"} <= set(read_run_tables(out))
-    assert_tables_of_reference(out, reference)
 
 
 def test_failing_unit_is_reported_and_others_finish(cluster: Cluster, models, tmp_path, capsys):
