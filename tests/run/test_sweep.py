@@ -145,7 +145,9 @@ def test_a_sweep_on_the_cluster_with_a_worker_killed_equals_the_in_process_run(
     drivers = len(cluster.driver_logs())
     out = tmp_path / "sweep"
     killed: list[int] = []
-    killer = threading.Thread(target=_kill_one_busy_worker, args=(cluster, out, killed))
+    killer = threading.Thread(
+        target=_kill_one_busy_worker, args=(cluster, out, killed), daemon=True
+    )
     killer.start()
     result = sweep(
         models, out, settings=SETTINGS, ray_address=cluster.address, retries=2, progress=False
