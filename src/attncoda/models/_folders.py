@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "TEMP_PREFIX",
@@ -27,6 +27,7 @@ __all__ = [
     "lock_file",
     "one_writer",
     "publish_folder",
+    "read_or_make",
     "remove_stale_temps",
 ]
 
@@ -61,6 +62,31 @@ def one_writer(lock: Path) -> Iterator[None]:
     with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
+
+
+_T = TypeVar("_T")
+
+
+def read_or_make(
+    final: Path,
+    read: Callable[[Path], dict[str, Any] | None],
+    warm: Callable[[dict[str, Any]], _T],
+    make: Callable[[], _T],
+) -> _T:
+    """``warm(meta)`` of the complete cache folder ``final`` (``meta = read(final)``), or, where
+    there is none, ``make()``, which writes it: one process at a time (:func:`one_writer`),
+    the others wait for it and read its folder. Temporary folders a crashed writer left
+    beside ``final`` are removed first, and an incomplete ``final`` before ``make()``."""
+    remove_stale_temps(final.parent)
+    meta = read(final)
+    if meta is None:
+        with one_writer(lock_file(final)):
+            meta = read(final)
+            if meta is None:
+                if final.exists():
+                    discard_folder(final)
+                return make()
+    return warm(meta)
 
 
 def folder_meta(folder: Path, meta_name: str, fmt: int) -> dict[str, Any] | None:

@@ -36,10 +36,8 @@ from attncoda.models._folders import (
     TEMP_PREFIX,
     discard_folder,
     folder_meta,
-    lock_file,
-    one_writer,
     publish_folder,
-    remove_stale_temps,
+    read_or_make,
 )
 
 # Bump when the layout of a GGUF cache folder changes: old folders are then never read.
@@ -84,16 +82,23 @@ def load_gguf(
     ``from_pretrained`` on the cached float32 folder: a placed model is always read from
     the cache, so its first load writes the cache and reads it back.
     """
-    parent = cache_dir() / "gguf"
-    final = parent / _cache_key(path)
-    remove_stale_temps(parent)
-    meta = _read_cache_meta(final)
-    if meta is None:
-        # One process dequantises a file at a time; the others wait and read its cache.
-        with one_writer(lock_file(final)):
-            meta = _read_cache_meta(final)
-            if meta is None:
-                return _dequantised(path, final, dtype, notes, placement)
+    final = cache_dir() / "gguf" / _cache_key(path)
+    return read_or_make(
+        final,
+        _read_cache_meta,
+        lambda meta: _cached(final, meta, dtype, notes, placement),
+        lambda: _dequantised(path, final, dtype, notes, placement),
+    )
+
+
+def _cached(
+    final: Path,
+    meta: dict[str, Any],
+    dtype: torch.dtype,
+    notes: list[str],
+    placement: dict[str, Any] | None,
+) -> tuple[Any, Any, bool, str]:
+    """The warm half of :func:`load_gguf`: the model and tokenizer of the cache ``final``."""
     model = _from_cache(final, dtype, placement)
     tokenizer = None
     if meta["tokenizer"]:
@@ -112,10 +117,7 @@ def _dequantised(
 ) -> tuple[Any, Any, bool, str]:
     """The cold half of :func:`load_gguf`: dequantise ``path`` and write its cache ``final``
     (under :func:`~attncoda.models._folders.one_writer`)."""
-    parent = final.parent
-    if final.exists():
-        discard_folder(final)
-    discard_superseded(parent)
+    discard_superseded(final.parent)
     with _parsed_once():
         model, tokenizer = _dequantise(path)
     if tokenizer is None:
@@ -131,7 +133,7 @@ def _dequantised(
                 f"folder writable or set ATTNCODA_CACHE to one that is, or load without "
                 f"device_map"
             ) from err
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+        warnings.warn(message, RuntimeWarning, stacklevel=6)
         notes.append("GGUF cache not written; the next load dequantises again")
         return _retype(model, dtype), tokenizer, False, fingerprint
     if dtype != torch.float32 or placement:

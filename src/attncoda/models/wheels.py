@@ -31,10 +31,8 @@ from attncoda.models._folders import (
     TEMP_PREFIX,
     discard_folder,
     folder_meta,
-    lock_file,
-    one_writer,
     publish_folder,
-    remove_stale_temps,
+    read_or_make,
 )
 from attncoda.models.gguf import cache_dir, discard_superseded
 
@@ -205,25 +203,19 @@ def join(model: ChunkedModel) -> Joined:
         reinstall line).
     """
     paths = chunk_paths(model)
-    parent = cache_dir() / "wheels"
-    final = parent / _cache_key(model)
-    remove_stale_temps(parent)
-    meta = _read_meta(final)
-    if meta is None:
-        # One process joins a model at a time; the others wait and read its join.
-        with one_writer(lock_file(final)):
-            meta = _read_meta(final)
-            if meta is None:
-                return _joined(model, paths, final)
-    return Joined(final / (model.unzip or model.joined), True, meta["sha256"])
+    final = cache_dir() / "wheels" / _cache_key(model)
+    return read_or_make(
+        final,
+        _read_meta,
+        lambda meta: Joined(final / (model.unzip or model.joined), True, meta["sha256"]),
+        lambda: _joined(model, paths, final),
+    )
 
 
 def _joined(model: ChunkedModel, paths: list[Path], final: Path) -> Joined:
     """The cold half of :func:`join`: join ``paths`` into the cache folder ``final``
     (under :func:`~attncoda.models._folders.one_writer`)."""
     parent = final.parent
-    if final.exists():
-        discard_folder(final)
     parent.mkdir(parents=True, exist_ok=True)
     # What no load reads again goes before the room is counted: other joins of this model,
     # and dequantised copies of GGUF files that are gone or changed.
